@@ -1,0 +1,1 @@
+"""The ``pde`` command: one subcommand per service, plus the one-machine demo."""

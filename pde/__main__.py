@@ -1,0 +1,3 @@
+from pde.cli import main
+
+raise SystemExit(main())

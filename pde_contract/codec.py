@@ -1,0 +1,106 @@
+"""numpy over msgpack. Arrays travel as a msgpack extension (dtype, shape, raw bytes); object
+arrays and unknown types are refused, and nothing is ever pickled."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+import numpy as np
+
+_NDARRAY_EXT = 1
+# Fixed-size numeric and bool dtypes only: anything that needs Python objects to rebuild is refused.
+_ALLOWED_KINDS = frozenset("biufc")
+
+T = TypeVar("T")
+
+
+class CodecError(ValueError):
+    """A message could not be encoded or decoded; the text says which field and why."""
+
+
+def _pack_array(arr: np.ndarray) -> msgspec.msgpack.Ext:
+    if arr.dtype.kind not in _ALLOWED_KINDS:
+        raise CodecError(
+            f"cannot send an array of dtype {arr.dtype}: only bool, integer, float and complex "
+            "arrays go on the wire (convert strings/objects to plain fields)"
+        )
+    dtype = arr.dtype.str.encode()  # e.g. b'<f4': byte order is explicit
+    header = msgspec.msgpack.encode((dtype, arr.shape))
+    body = arr.tobytes(order="C")  # C order whatever the strides
+    return msgspec.msgpack.Ext(_NDARRAY_EXT, len(header).to_bytes(4, "little") + header + body)
+
+
+def _unpack_array(data: memoryview | bytes) -> np.ndarray:
+    data = memoryview(data)
+    n = int.from_bytes(data[:4], "little")
+    dtype_str, shape_list = msgspec.msgpack.decode(data[4 : 4 + n])
+    shape = tuple(int(d) for d in shape_list)
+    dtype = np.dtype(dtype_str.decode() if isinstance(dtype_str, bytes) else dtype_str)
+    if dtype.kind not in _ALLOWED_KINDS:
+        raise CodecError(f"refusing an array of dtype {dtype} from the wire")
+    body = data[4 + n :]
+    expected = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    if len(body) != expected:
+        raise CodecError(f"array body is {len(body)} bytes, shape {shape} of {dtype} needs {expected}")
+    # copy: the receive buffer is reused by zmq and the caller may write into the array
+    return np.frombuffer(body, dtype=dtype).reshape(shape).copy()
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return _pack_array(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise CodecError(
+        f"cannot encode a {type(obj).__name__} on the wire "
+        "(allowed: messages, numbers, str, bytes, numpy arrays)"
+    )
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code == _NDARRAY_EXT:
+        return _unpack_array(data)
+    raise CodecError(f"unknown msgpack extension type {code}")
+
+
+def _dec_hook(type_: type, obj: Any) -> Any:
+    if type_ is np.ndarray:
+        if isinstance(obj, np.ndarray):
+            return obj
+        raise CodecError(f"expected a numpy array, got {type(obj).__name__}")
+    raise CodecError(f"cannot decode into {type_}")
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_any_decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+_typed_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def packb(obj: Any) -> bytes:
+    """Encode a message (or plain data with numpy arrays) to msgpack bytes."""
+    try:
+        return _encoder.encode(obj)
+    except CodecError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise CodecError(f"cannot encode message: {e}") from e
+
+
+def unpackb(data: bytes | memoryview, type_: Any = None) -> Any:
+    """Decode msgpack bytes. With ``type_`` the result is validated against it (a message class
+    or a union of them) and a mismatch raises CodecError naming the field."""
+    try:
+        if type_ is None:
+            return _any_decoder.decode(data)
+        dec = _typed_decoders.get(type_)
+        if dec is None:
+            dec = msgspec.msgpack.Decoder(type_, ext_hook=_ext_hook, dec_hook=_dec_hook)
+            _typed_decoders[type_] = dec
+        return dec.decode(data)
+    except CodecError:
+        raise
+    except msgspec.ValidationError as e:
+        raise CodecError(f"invalid message: {e}") from e
+    except (msgspec.DecodeError, ValueError, TypeError) as e:
+        raise CodecError(f"malformed message ({len(data)} bytes): {e}") from e

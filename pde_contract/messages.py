@@ -1,0 +1,254 @@
+"""Typed messages between the robot server and its clients (learner actor, operator page, tests).
+
+Conventions: SI units with the unit in the name (``_m``, ``_rad``, ``_s``, ``_hz``); poses are in the
+robot base frame as position ``[x, y, z]`` metres + quaternion ``[x, y, z, w]``; times are host
+wall-clock seconds (``time.time()``) unless the name says ``robot_time``.
+
+Sockets (see ``robot_server``): observations on a PUB socket (latest-only for subscribers), commands
+on a ROUTER socket where every ``Request`` gets exactly one ``Reply``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Literal
+
+import msgspec
+import numpy as np
+
+PROTOCOL_VERSION = 1
+OBS_TOPIC = b"obs"
+# Commands larger than this are refused before decoding (a 64x8 float64 chunk is ~4 KiB).
+MAX_COMMAND_BYTES = 1 << 20
+
+
+class ActionSpace(enum.StrEnum):
+    """What the columns of an action chunk mean."""
+
+    # [dx, dy, dz (m), drx, dry, drz (rotation vector, rad, base frame), gripper_width_m]:
+    # each row is applied to the previous commanded target, not the measured pose.
+    EE_DELTA = "ee_delta"
+    # [q1..q7 (rad), gripper_width_m]: absolute joint targets.
+    JOINT_ABS = "joint_abs"
+
+
+ACTION_DIMS: dict[ActionSpace, int] = {ActionSpace.EE_DELTA: 7, ActionSpace.JOINT_ABS: 8}
+
+
+class ErrorCode(enum.StrEnum):
+    OK = "ok"
+    MALFORMED = "malformed"  # could not decode, wrong field types
+    TOO_LARGE = "too_large"
+    UNKNOWN_COMMAND = "unknown_command"
+    VERSION_MISMATCH = "version_mismatch"
+    INVALID_ACTION = "invalid_action"  # NaN/inf, wrong shape, unknown action space
+    UNSAFE = "unsafe"  # target outside the workspace or limits and clipping is not allowed
+    STALE = "stale"  # chunk sequence number older than the executing one
+    ESTOPPED = "estopped"  # motion refused while the e-stop is latched
+    BUSY = "busy"
+    BACKEND_ERROR = "backend_error"  # the robot or simulator failed; see message
+    TIMEOUT = "timeout"  # client side: no reply in time
+    INTERNAL = "internal"
+
+
+class Message(msgspec.Struct, kw_only=True, omit_defaults=False, tag_field="type", tag=True):
+    """Base of every message: encoded as a msgpack map with a ``type`` tag."""
+
+
+# --- observations -----------------------------------------------------------------------------
+
+
+class CameraIntrinsics(Message):
+    width: int
+    height: int
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    distortion: list[float] = []  # Brown-Conrady k1 k2 p1 p2 k3 (empty: none)
+
+
+class CameraFrame(Message):
+    name: str  # "wrist" / "external"
+    jpeg: bytes
+    width: int
+    height: int
+    capture_time_s: float  # host clock at exposure (or render) time
+    frame_index: int  # per-camera counter; gaps mean dropped frames
+    intrinsics: CameraIntrinsics | None = None
+
+
+class RobotState(Message):
+    joint_positions_rad: np.ndarray  # float64[7]
+    joint_velocities_rad_s: np.ndarray  # float64[7]
+    ee_position_m: np.ndarray  # float64[3], TCP in base frame
+    ee_quat_xyzw: np.ndarray  # float64[4]
+    gripper_width_m: float
+    robot_time_s: float  # the robot's (or simulator's) own clock
+
+
+class Observation(Message):
+    seq: int  # publisher counter
+    publish_time_s: float
+    state: RobotState
+    cameras: list[CameraFrame]
+    episode_id: str = ""  # episode of the chunk executing now ("" when idle)
+    executing_chunk_seq: int = -1
+    estopped: bool = False
+    # Simulator only: does the scene satisfy the current task's success check? None on hardware.
+    task_success: bool | None = None
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+class ActionChunk(Message):
+    seq: int  # strictly increasing per client; an older seq than the executing one is dropped
+    episode_id: str
+    action_space: ActionSpace
+    actions: np.ndarray  # [T, D] float32/float64, D = ACTION_DIMS[action_space]
+    control_rate_hz: float  # must match the server's rate
+    sent_time_s: float = 0.0
+
+
+class Hello(Message):
+    protocol_version: int
+    client_name: str
+
+
+class Heartbeat(Message):
+    pass
+
+
+class SubmitChunk(Message):
+    chunk: ActionChunk
+
+
+class Reset(Message):
+    """Move to home. In sim, also re-lay the scene for ``task`` from ``seed``; on hardware the
+    operator resets the scene and ``task``/``seed`` are recorded only."""
+
+    task: str = ""
+    seed: int | None = None
+
+
+class GripperCommand(Message):
+    width_m: float
+    speed_m_s: float = 0.1
+    force_n: float = 20.0
+
+
+class Stop(Message):
+    """Drop any chunk and hold the current pose (not latched)."""
+
+
+class EStop(Message):
+    """Stop and latch: motion is refused until ``ReleaseEStop``."""
+
+    reason: str = ""
+
+
+class ReleaseEStop(Message):
+    pass
+
+
+class GetStatus(Message):
+    pass
+
+
+class Health(Message):
+    pass
+
+
+Request = (
+    Hello | Heartbeat | SubmitChunk | Reset | GripperCommand | Stop | EStop | ReleaseEStop
+    | GetStatus | Health
+)
+
+
+# --- replies ----------------------------------------------------------------------------------
+
+
+class ServerInfo(Message):
+    protocol_version: int
+    server_name: str
+    backend: str  # "sim" / "franka"
+    control_rate_hz: float
+    action_spaces: list[ActionSpace]
+    cameras: list[str]
+    obs_endpoint: str
+    heartbeat_timeout_s: float
+
+
+class Counters(Message):
+    chunks_received: int = 0
+    chunks_executed: int = 0  # ran to completion or were preempted after starting
+    chunks_rejected: int = 0
+    chunks_stale: int = 0
+    chunks_preempted: int = 0
+    steps_executed: int = 0
+    steps_clipped: int = 0
+    watchdog_trips: int = 0
+    estops: int = 0
+    backend_errors: int = 0
+    backend_recoveries: int = 0
+    commands_malformed: int = 0
+
+
+class Status(Message):
+    backend: str
+    connected: bool
+    estopped: bool
+    estop_reason: str
+    executing_chunk_seq: int
+    episode_id: str
+    steps_remaining: int
+    holding: bool
+    counters: Counters
+    state: RobotState | None = None
+    uptime_s: float = 0.0
+    last_error: str = ""
+    task: str = ""
+
+
+class HealthInfo(Message):
+    ok: bool
+    backend_connected: bool
+    cameras_ok: dict[str, bool]
+    control_loop_hz: float
+    detail: str = ""
+
+
+class Ack(Message):
+    pass
+
+
+class ChunkAccepted(Message):
+    seq: int
+    steps: int
+    steps_clipped: int = 0  # rows that the safety layer clipped (see the server's clip policy)
+
+
+ReplyPayload = ServerInfo | Status | HealthInfo | Ack | ChunkAccepted
+
+
+class Reply(Message):
+    ok: bool
+    code: ErrorCode = ErrorCode.OK
+    message: str = ""  # what was wrong and what to do, when not ok
+    payload: ReplyPayload | None = None
+    request_id: int = 0
+    server_time_s: float = 0.0
+    handle_time_s: float = 0.0  # how long the server spent on this request
+
+
+class Envelope(Message):
+    """What actually travels on the command socket: a request id so replies can be matched and
+    late replies of timed-out requests discarded."""
+
+    request_id: int
+    request: Request
+
+
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+Backend = Literal["sim", "franka"]

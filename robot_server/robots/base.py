@@ -1,0 +1,73 @@
+"""The Robot boundary. The server's control loop calls ``command()`` once per control tick with a
+target that the safety layer already checked; backends never see raw client input."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import numpy as np
+
+from pde_contract.messages import RobotState
+
+
+class RobotError(RuntimeError):
+    """The backend failed (network, reflex, simulator). The message says what to do."""
+
+
+class RobotNotConnectedError(RobotError, ConnectionError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RobotTarget:
+    """One control tick's absolute target. Exactly one of the pose or the joints is set."""
+
+    gripper_width_m: float
+    ee_position_m: np.ndarray | None = None  # [3] base frame
+    ee_quat_xyzw: np.ndarray | None = None  # [4]
+    joint_positions_rad: np.ndarray | None = None  # [7]
+
+
+class Robot(abc.ABC):
+    """An FR3-like arm with a parallel gripper."""
+
+    name: str = "robot"
+
+    @abc.abstractmethod
+    def connect(self) -> None: ...
+
+    @abc.abstractmethod
+    def disconnect(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def is_connected(self) -> bool: ...
+
+    @abc.abstractmethod
+    def read_state(self) -> RobotState: ...
+
+    @abc.abstractmethod
+    def command(self, target: RobotTarget, period_s: float) -> None:
+        """Track ``target`` over the next ``period_s``. Must not block longer than one period
+        (a simulator advances its physics by ``period_s`` here)."""
+
+    @abc.abstractmethod
+    def hold(self) -> None:
+        """Stop any motion and hold the current pose."""
+
+    @abc.abstractmethod
+    def home(self, task: str = "", seed: int | None = None) -> None:
+        """Blocking move to the home pose (gripper open). A simulator also re-lays its scene for
+        ``task`` from ``seed``; on hardware the operator resets the scene."""
+
+    def task_success(self) -> bool | None:
+        """The current task's success check, where the backend can judge it (simulator only)."""
+        return None
+
+    def __enter__(self) -> Robot:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()
