@@ -36,37 +36,48 @@ class FrankaConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="PDE_FRANKA_", extra="forbid")
 
-    host: str = Field("172.16.0.2", description="FCI address of the robot (Desk > Settings > Network)")
+    host: str = Field(
+        default="172.16.0.2", description="FCI address of the robot (Desk > Settings > Network)"
+    )
     realtime: Literal["enforce", "ignore"] = Field(
-        "enforce",
+        default="enforce",
         description="libfranka real-time check. 'ignore' is for franky-sim and dry runs only: on the "
         "real arm it causes communication_constraints_violation reflexes.",
     )
     relative_dynamics_factor: float = Field(
-        0.3, gt=0.0, le=1.0, description="scales the FR3 velocity/acceleration/jerk limits for all motions"
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="scales the FR3 velocity/acceleration/jerk limits for all motions",
     )
-    home_dynamics_factor: float = Field(0.15, gt=0.0, le=1.0, description="extra factor for home moves")
+    home_dynamics_factor: float = Field(
+        default=0.15, gt=0.0, le=1.0, description="extra factor for home moves"
+    )
     streaming: StrategyName = Field(
-        "timed_preempt", description="how per-tick targets become motions (see streaming.py)"
+        default="timed_preempt", description="how per-tick targets become motions (see streaming.py)"
     )
-    connect_timeout_s: float = Field(3.0, gt=0.0, description="deadline for the FCI handshake")
+    connect_timeout_s: float = Field(default=3.0, gt=0.0, description="deadline for the FCI handshake")
     stall_timeout_s: float = Field(
-        2.0, gt=0.0, description="a motion command unanswered this long counts as a lost connection"
+        default=2.0, gt=0.0, description="a motion command unanswered this long counts as a lost connection"
     )
-    reconnect_interval_s: float = Field(0.5, gt=0.0, description="pause between reconnection attempts")
-    home_timeout_s: float = Field(30.0, gt=0.0)
+    reconnect_interval_s: float = Field(
+        default=0.5, gt=0.0, description="pause between reconnection attempts"
+    )
+    home_timeout_s: float = Field(default=30.0, gt=0.0)
     # Collision thresholds (libfranka set_collision_behavior): reflex above these.
     torque_thresholds_nm: tuple[float, float, float, float, float, float, float] = (20.0,) * 7
     force_thresholds_n: tuple[float, float, float, float, float, float] = (30.0,) * 6
     # Automatic recovery from reflexes: at most this many within the window, then a hard error.
-    max_recoveries: int = Field(3, ge=0)
-    recovery_window_s: float = Field(60.0, gt=0.0)
+    max_recoveries: int = Field(default=3, ge=0)
+    recovery_window_s: float = Field(default=60.0, gt=0.0)
     home_joints_rad: tuple[float, float, float, float, float, float, float] = DEFAULT_HOME_JOINTS_RAD
-    gripper: bool = Field(True, description="a Franka Hand is mounted")
-    gripper_speed_m_s: float = Field(0.1, gt=0.0, le=0.2)
-    gripper_force_n: float = Field(20.0, gt=0.0, le=70.0)
+    gripper: bool = Field(default=True, description="a Franka Hand is mounted")
+    gripper_speed_m_s: float = Field(default=0.1, gt=0.0, le=0.2)
+    gripper_force_n: float = Field(default=20.0, gt=0.0, le=70.0)
     gripper_deadband_m: float = Field(
-        0.005, ge=0.0, description="width changes smaller than this are not sent (each call takes ~0.5 s)"
+        default=0.005,
+        ge=0.0,
+        description="width changes smaller than this are not sent (each call takes ~0.5 s)",
     )
     # Optional Desk (FR3 System 5+): unlock brakes and enable FCI on connect. Both or neither.
     desk_user: str = ""
