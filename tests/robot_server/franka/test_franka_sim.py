@@ -47,15 +47,18 @@ def test_home_then_chunks_track_without_stopping(robot: FrankaRobot) -> None:
     # Three chunks of ten 10-Hz targets on a 5 cm circle (~8 cm/s), sent back to back.
     targets = circle_targets(state.ee_position_m, 0.05, PERIOD_S, 30, revolution_s=4.0)
     with _sampler(robot) as sampler:
+        wall_start = time.monotonic()
         _stream(robot, sampler, targets, quat, chunk=10)
+        wall_s = time.monotonic() - wall_start - PERIOD_S
         time.sleep(0.3)
     robot.hold()
     report = tracking_report(sampler.log, PERIOD_S)
+    report["sim_speed"] = report["duration_s"] / wall_s  # < 1: the simulator lagged wall time
     print("tracking against franky-sim:", {k: round(v, 4) for k, v in report.items()})
     assert report["tracking_error_max_m"] < 0.01, report
-    # A control loop that stalls makes any arm stop; judge smoothness only when the (shared, 2-core)
-    # test machine kept the 10 Hz schedule.
-    if report["tick_gap_max_s"] < 1.5 * PERIOD_S:
+    # A stalled control loop or a CPU-starved simulator makes any arm stop; judge smoothness only
+    # when the (shared, 2-core) test machine kept the 10 Hz schedule in simulated time.
+    if report["tick_gap_max_s"] < 1.5 * PERIOD_S and report["sim_speed"] > 0.9:
         assert report["inter_chunk_stops"] == 0, report
         assert report["speed_min_m_s"] > 0.02, report  # the reference moves at ~0.079 m/s throughout
     final = robot.read_state().ee_position_m
