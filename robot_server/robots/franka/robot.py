@@ -230,6 +230,11 @@ class FrankaRobot(Robot):
         with self._cond:
             self._pending = None
             self._cond.notify_all()
+        # Let the motion worker finish its current call first: franky calls from two threads at
+        # once can deadlock, and a hung call would keep the FCI connection open.
+        if self._worker is not None:
+            self._worker.join(timeout=self.config.stall_timeout_s)
+            self._worker = None
         robot = self._robot
         if robot is not None and not self._lost_reason:
             try:
@@ -237,9 +242,7 @@ class FrankaRobot(Robot):
                 call_with_deadline(lambda: self._stop_and_wait(robot, 2.0), 3.0, "franka-stop")
             except Exception as e:
                 logger.warning("stopping the arm on disconnect failed: %s: %s", type(e).__name__, e)
-        if self._worker is not None:
-            self._worker.join(timeout=1.0)
-            self._worker = None
+        del robot
         if self._gripper is not None:
             self._gripper.stop()
             self._gripper = None
@@ -445,8 +448,12 @@ class FrankaRobot(Robot):
     def _stop_and_wait(self, robot: Any, timeout_s: float) -> None:
         franky = _franky()
         if robot.is_in_control:
-            stop = franky.JointStopMotion() if self._mode == "joint" else franky.CartesianStopMotion()
-            robot.move(stop, asynchronous=True)
+            if self._mode == "joint":
+                robot.move(franky.JointStopMotion(), asynchronous=True)
+            elif self._streamer is not None:
+                self._streamer.stop()  # a stop of the streamer's own control type (pose or torque)
+            else:
+                robot.stop()
         try:
             robot.join_motion(timeout_s)
         except franky.ControlException as e:
