@@ -9,6 +9,7 @@ answer). The gripper has its own worker (gripper.py). After a network failure th
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -239,10 +240,10 @@ class FrankaRobot(Robot):
         if robot is not None and not self._lost_reason:
             try:
                 # A stop that cannot reach the robot must not hang shutdown.
-                call_with_deadline(lambda: self._stop_and_wait(robot, 2.0), 3.0, "franka-stop")
+                call_with_deadline(functools.partial(self._stop_and_wait, robot, 2.0), 3.0, "franka-stop")
             except Exception as e:
                 logger.warning("stopping the arm on disconnect failed: %s: %s", type(e).__name__, e)
-        del robot
+        robot = None  # only self._robot may keep the connection open now
         if self._gripper is not None:
             self._gripper.stop()
             self._gripper = None
