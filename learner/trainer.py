@@ -120,7 +120,9 @@ class Trainer:
             # single-prompt variants need no canonical pass for the loss
             ev = self.policy.evaluate(obs, rps, chains)
             zeros = torch.zeros_like(ev.log_prob)
-            return PairEvaluation(rollout=ev, canonical_log_prob=ev.log_prob, prompt_kl=zeros, n_second_pass=0)
+            return PairEvaluation(
+                rollout=ev, canonical_log_prob=ev.log_prob, prompt_kl=zeros, n_second_pass=0
+            )
         return self.policy.evaluate_pair(obs, rps, [rb.canonical_prompts[i] for i in idx], chains)
 
     def update(self, batch: Batch) -> dict[str, float]:
