@@ -62,7 +62,8 @@ _WRITER = textwrap.dedent(
     trainer = Trainer(policy, PPOConfig(minibatch_size=4))
     store = CheckpointStore(sys.argv[1])
     rng = np.random.default_rng(0)
-    batch = [(synthetic_episode(policy, rng, 2, "p", "p", bool(i % 2), size_px=20), float(i % 2)) for i in range(2)]
+    eps = [synthetic_episode(policy, rng, 2, "p", "p", bool(i % 2), size_px=20) for i in range(2)]
+    batch = [(ep, float(i % 2)) for i, ep in enumerate(eps)]
     version = 0
     while True:
         trainer.update(batch)

@@ -54,7 +54,7 @@ def test_gae_hand_computed_two_chunk_episode():
     # V = [0.5, 0.6], reward 1 at the end. delta1 = 1 - 0.6 = 0.4; delta0 = 0.99*0.6 - 0.5 = 0.094
     adv, ret = compute_gae(np.array([0.0, 1.0]), np.array([0.5, 0.6]), np.array([0.0, 1.0]), 0.99, 0.95)
     assert np.allclose(adv, [0.094 + 0.99 * 0.95 * 0.4, 0.4])
-    assert np.allclose(ret, adv + [0.5, 0.6])
+    assert np.allclose(ret, adv + np.array([0.5, 0.6]))
 
 
 # logp under rollout prompt -1.0, under canonical -3.0, recorded (old, rollout prompt) -1.5
