@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from learner.checkpoints import CheckpointStore
-from learner.policies.vla import make_test_policy
+from learner.policies.vla import SmallVLAPolicy, make_test_policy
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_episode, synthetic_observation
 from learner.trainer import Trainer
@@ -26,6 +26,7 @@ def test_save_load_round_trip(tmp_path, head):
     store = CheckpointStore(tmp_path)
     path = store.save(policy, 3, {"success": 0.25})
     loaded = store.load(path)
+    assert isinstance(loaded.policy, SmallVLAPolicy)
     assert loaded.version == 3 and loaded.metrics == {"success": 0.25}
     chain = torch.from_numpy(sample.chain)
     a = policy.evaluate(obs, ["open the top drawer"], chain)
@@ -53,7 +54,7 @@ _WRITER = textwrap.dedent(
     """
     import sys, numpy as np, torch
     from learner.checkpoints import CheckpointStore
-    from learner.policies.vla import make_test_policy
+    from learner.policies.vla import SmallVLAPolicy, make_test_policy
     from learner.ppo import PPOConfig
     from learner.synthetic import synthetic_episode
     from learner.trainer import Trainer
@@ -81,10 +82,11 @@ def test_resume_after_kill(tmp_path):
         text=True,
         env=subprocess_env(),
     )
-    saved = []
+    saved: list[int] = []
     deadline = time.monotonic() + 120
     try:
         while len(saved) < 3 and time.monotonic() < deadline:
+            assert proc.stdout is not None
             line = proc.stdout.readline()
             if not line:
                 break

@@ -116,7 +116,7 @@ def test_w0_guard_clamp_shifts_but_keeps_gradient():
     assert np.allclose(guarded.detach().numpy(), [m, 0.1, -m], atol=1e-6)
     assert keep.all()
     guarded.sum().backward()
-    assert np.allclose(new.grad.numpy(), 1.0)
+    assert new.grad is not None and np.allclose(new.grad.numpy(), 1.0)
 
 
 def test_w0_guard_drop_and_none():
