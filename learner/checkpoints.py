@@ -52,9 +52,12 @@ class CheckpointStore:
         return self.directory / f"policy-{version:06d}.pt"
 
     def save(
-        self, policy: Policy, version: int, metrics: dict[str, float] | None = None,
+        self,
+        policy: Policy,
+        version: int,
+        metrics: dict[str, float] | None = None,
         trainer_state: dict[str, Any] | None = None,
-    ) -> Path:  # fmt: skip
+    ) -> Path:
         if version < 0:
             raise ValueError(f"checkpoint version must be >= 0, got {version}")
         path = self.path_for(version)
@@ -80,10 +83,14 @@ class CheckpointStore:
         payload = torch.load(path, map_location="cpu", weights_only=False)
         policy = policy_from_checkpoint_state(payload["policy"])
         policy.eval()
+        policy.version = int(payload["version"])
         return LoadedCheckpoint(
-            version=int(payload["version"]), path=path, policy=policy,
-            metrics=dict(payload.get("metrics", {})), trainer_state=payload.get("trainer_state"),
-        )  # fmt: skip
+            version=int(payload["version"]),
+            path=path,
+            policy=policy,
+            metrics=dict(payload.get("metrics", {})),
+            trainer_state=payload.get("trainer_state"),
+        )
 
     def latest(self) -> LoadedCheckpoint | None:
         """The newest checkpoint that loads; unreadable ones are skipped with a warning."""

@@ -20,9 +20,15 @@ def synthetic_observation(rng: np.random.Generator, size_px: int = 32, seq: int 
         ok, jpeg = cv2.imencode(".jpg", img)
         assert ok
         frames.append(
-            CameraFrame(name=name, jpeg=jpeg.tobytes(), width=size_px, height=size_px,
-                        capture_time_s=time.time(), frame_index=seq)
-        )  # fmt: skip
+            CameraFrame(
+                name=name,
+                jpeg=jpeg.tobytes(),
+                width=size_px,
+                height=size_px,
+                capture_time_s=time.time(),
+                frame_index=seq,
+            )
+        )
     state = RobotState(
         joint_positions_rad=rng.normal(size=7),
         joint_velocities_rad_s=np.zeros(7),
@@ -58,7 +64,13 @@ def synthetic_episode(
             )
         )
     return EpisodeFile(
-        episode_id=episode_id, task="synthetic", canonical_prompt=canonical_prompt,
-        rollout_prompt=rollout_prompt, action_space=policy.action_space, control_rate_hz=10.0,
-        chunks=chunks, success=success, source="synthetic",
-    )  # fmt: skip
+        episode_id=episode_id,
+        task="synthetic",
+        canonical_prompt=canonical_prompt,
+        rollout_prompt=rollout_prompt,
+        action_space=policy.action_space,
+        control_rate_hz=10.0,
+        chunks=chunks,
+        success=success,
+        source="synthetic",
+    )

@@ -147,9 +147,11 @@ class Trainer:
             for start in range(0, n, cfg.minibatch_size):
                 idx = np.arange(start, min(n, start + cfg.minibatch_size))
                 ev = self.policy.evaluate_pair(
-                    rb.obs.index(idx), [rb.rollout_prompts[i] for i in idx],
-                    [rb.canonical_prompts[i] for i in idx], rb.chains[idx],
-                )  # fmt: skip
+                    rb.obs.index(idx),
+                    [rb.rollout_prompts[i] for i in idx],
+                    [rb.canonical_prompts[i] for i in idx],
+                    rb.chains[idx],
+                )
                 logp_r0[idx] = ev.rollout.log_prob.numpy()
                 logp_c0[idx] = ev.canonical_log_prob.numpy()
                 kl0[idx] = ev.prompt_kl.numpy()

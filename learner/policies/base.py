@@ -79,6 +79,7 @@ class Policy(nn.Module, ABC):
     action_space: ActionSpace
     chunk_len: int
     action_dim: int
+    version: int = 0  # checkpoint version the weights came from (set by CheckpointStore.load)
 
     # --- hooks -----------------------------------------------------------------------------------
 

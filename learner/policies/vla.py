@@ -74,11 +74,15 @@ class ImageEncoder(nn.Module):
     def __init__(self, n_cameras: int, size_px: int, out_dim: int) -> None:
         super().__init__()
         self.conv = nn.Sequential(
-            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.ReLU(),
-            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Conv2d(64, 32, 3, stride=2, padding=1), nn.ReLU(),
-        )  # fmt: skip
+            nn.Conv2d(3, 32, 5, stride=2, padding=2),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(64, 32, 3, stride=2, padding=1),
+            nn.ReLU(),
+        )
         side = math.ceil(size_px / 16)
         self.proj = nn.Linear(n_cameras * 32 * side * side, out_dim)
 
@@ -131,9 +135,11 @@ class SmallVLAPolicy(Policy):
         self, action_mean: np.ndarray, action_std: np.ndarray, state_mean: np.ndarray, state_std: np.ndarray
     ) -> None:
         for name, arr in (
-            ("action_mean", action_mean), ("action_std", np.maximum(action_std, 1e-4)),
-            ("state_mean", state_mean), ("state_std", np.maximum(state_std, 1e-4)),
-        ):  # fmt: skip
+            ("action_mean", action_mean),
+            ("action_std", np.maximum(action_std, 1e-4)),
+            ("state_mean", state_mean),
+            ("state_std", np.maximum(state_std, 1e-4)),
+        ):
             getattr(self, name).copy_(torch.as_tensor(arr, dtype=torch.float32))
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:

@@ -69,8 +69,11 @@ def test_ratio_variants_hand_computed(variant, expected_log_ratio):
     assert float(log_ratio.detach()) == pytest.approx(expected_log_ratio)
     log_ratio.sum().backward()
     grads = {
-        "mixed": (0.5, 0.5), "canonical": (0.0, 1.0), "rollout": (1.0, 0.0), "plain": (0.0, 1.0),
-    }[variant]  # fmt: skip
+        "mixed": (0.5, 0.5),
+        "canonical": (0.0, 1.0),
+        "rollout": (1.0, 0.0),
+        "plain": (0.0, 1.0),
+    }[variant]
     assert float(logp_r.grad if logp_r.grad is not None else 0.0) == pytest.approx(grads[0])
     assert float(logp_c.grad if logp_c.grad is not None else 0.0) == pytest.approx(grads[1])
 

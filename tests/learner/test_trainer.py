@@ -32,8 +32,17 @@ def test_update_returns_finite_diagnostics(variant):
     stats = Trainer(policy, PPOConfig(ratio_variant=variant, minibatch_size=4)).update(
         _batch(policy, "drop the green box into the bowl")
     )
-    for key in ("pg_loss", "v_loss", "approx_kl", "clipfrac", "explained_variance", "w0_mean", "prompt_kl",
-                "prompt_ratio_mean", "w0_guarded_frac"):  # fmt: skip
+    for key in (
+        "pg_loss",
+        "v_loss",
+        "approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "w0_mean",
+        "prompt_kl",
+        "prompt_ratio_mean",
+        "w0_guarded_frac",
+    ):
         assert key in stats and np.isfinite(stats[key]), key
     assert stats["n_chunks"] == 12 and stats["n_other_prompt_chunks"] == 6
 
