@@ -1,0 +1,1 @@
+"""The ten tabletop tasks (filled in with the scene's props)."""
