@@ -39,9 +39,7 @@ def _limits(i: int) -> str:
 
 
 def _joint(i: int) -> str:
-    return (
-        f'<joint name="{ARM_JOINTS[i]}" axis="0 0 1" range="{_limits(i)}" armature="0.1" damping="1"/>'
-    )
+    return f'<joint name="{ARM_JOINTS[i]}" axis="0 0 1" range="{_limits(i)}" armature="0.1" damping="1"/>'
 
 
 def _capsule(fromto: str, radius: float, mass: float, rgba: str = _ARM_RGBA) -> str:
@@ -98,15 +96,17 @@ def _hand_xml(wrist_camera_fovy_deg: float) -> str:
         'priority="1" solref="0.01 1" solimp="0.95 0.99 0.001" rgba="0.2 0.2 0.2 1"'
     )
     finger = 'type="box" size="0.01 0.008 0.012" mass="0.019" rgba="0.93 0.93 0.93 1"'
-    # Wrist camera on the hand's +x side, looking along the hand's z at the fingertips; image x
-    # along the finger axis so the two fingers appear left and right.
+    # Wrist camera on the hand's -x side (toward the robot at home), looking along the hand's z and
+    # tilted forward past the fingertips; image x along the finger axis, the fingertips at the bottom
+    # corners, the scene ahead of the hand in the middle.
     return f"""
 <body name="{HAND_BODY}" pos="0 0 0.107" euler="0 0 -{math.pi / 4:.10f}" gravcomp="1">
   <geom class="arm" type="box" pos="0 0 0.03" size="0.025 0.095 0.028" mass="0.654" rgba="0.93 0.93 0.93 1"/>
   <geom class="arm" type="capsule" fromto="0 0 0 0 0 0.02" size="0.04" mass="0.001" rgba="{_JOINT_RGBA}"/>
   <site name="{TCP_SITE}" pos="0 0 {TCP_OFFSET_M}" size="0.004" rgba="1 0 0 0" group="5"/>
-  <camera name="wrist" pos="0.07 0 0.035" xyaxes="0 1 0 0.819 0 0.573" fovy="{wrist_camera_fovy_deg}"/>
-  <geom class="arm" type="box" pos="0.09 0 0.035" size="0.015 0.02 0.012" mass="0.001" rgba="0.1 0.1 0.12 1"/>
+  <camera name="wrist" pos="-0.06 0 0.065" xyaxes="0 -1 0 -0.919 0 0.394" fovy="{wrist_camera_fovy_deg}"/>
+  <geom class="arm" type="box" pos="-0.062 0 0.045" size="0.012 0.03 0.018" mass="0.001"
+        rgba="0.1 0.1 0.12 1"/>
   <body name="fr3_finger_left_body" pos="0 0 {FINGER_BASE_M}" gravcomp="1">
     <joint name="{FINGER_JOINTS[0]}" type="slide" axis="0 1 0" range="0 0.04" armature="0.01" damping="2"/>
     <geom class="finger" {finger} pos="0 0.012 0.008"/>

@@ -25,9 +25,9 @@ import mujoco
 from robot_server.sim import fr3, scene
 
 CAMERA_NAMES = ("external", "wrist")
-# The external camera faces the robot from across the table.
-EXTERNAL_CAMERA_POS_M = (1.25, 0.0, 0.62)
-EXTERNAL_CAMERA_TARGET_M = (0.45, 0.0, 0.04)
+# The external camera faces the robot from across the table, front-right, above the scene.
+EXTERNAL_CAMERA_POS_M = (1.05, -0.5, 0.8)
+EXTERNAL_CAMERA_TARGET_M = (0.4, 0.02, 0.14)
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class SimWorldConfig:
     scene: str = "tabletop"
     # MJCF fragments appended to the worldbody (tests and new tasks add bodies here).
     extra_worldbody_xml: tuple[str, ...] = ()
-    external_camera_fovy_deg: float = 50.0
+    external_camera_fovy_deg: float = 55.0
     wrist_camera_fovy_deg: float = 75.0
     # Gripper width speed of the simulated hand (the Franka hand does ~0.1 m/s).
     gripper_speed_m_s: float = 0.1
@@ -71,6 +71,7 @@ def build_mjcf(config: SimWorldConfig) -> str:
   <default>
     <geom solref="0.005 1"/>
     {fr3.defaults_xml()}
+    {scene.defaults_xml()}
   </default>
   {scene.assets_xml(config.scene)}
   <worldbody>
@@ -82,6 +83,7 @@ def build_mjcf(config: SimWorldConfig) -> str:
     {scene.worldbody_xml(config.scene)}
     {"".join(config.extra_worldbody_xml)}
   </worldbody>
+  {scene.contact_xml(config.scene)}
   {fr3.tendon_equality_xml()}
   <actuator>
     {fr3.actuators_xml()}

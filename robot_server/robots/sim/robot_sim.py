@@ -164,6 +164,3 @@ class SimRobot(Robot):
         """TCP (position, quaternion xyzw) at the home joint angles."""
         pos, quat = self.ik.forward(fr3.HOME_Q_RAD)
         return pos, wxyz_to_xyzw(quat)
-
-
-
