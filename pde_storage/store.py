@@ -67,6 +67,20 @@ def _utc_opt(t: datetime | None) -> datetime | None:
     return None if t is None else _utc(t)
 
 
+def _json_safe(value: Any) -> Any:
+    """JSON columns: numpy scalars become Python numbers and NaN/inf become null (PostgreSQL's
+    JSON type refuses NaN, and SQLite would store text no JSON parser reads back)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _check_choice(what: str, value: str, choices: Iterable[str]) -> None:
     choices = tuple(choices)
     if value not in choices:
@@ -573,7 +587,10 @@ class Store:
             if s.scalars(select(Checkpoint).where(Checkpoint.version == version)).first() is not None:
                 raise ConflictError(f"checkpoint version {version} already exists; versions only go up")
             c = Checkpoint(
-                version=int(version), path=str(path), metrics=dict(metrics or {}), created_at=_now()
+                version=int(version),
+                path=str(path),
+                metrics=_json_safe(dict(metrics or {})),
+                created_at=_now(),
             )
             s.add(c)
         return CheckpointRow(c.version, c.path, c.metrics, _utc(c.created_at))
@@ -661,7 +678,9 @@ class Store:
 
     def add_intent(self, kind: str, payload: dict[str, Any] | None = None) -> IntentRow:
         with self._write() as s:
-            i = Intent(kind=kind, payload=dict(payload or {}), created_at=_now(), consumed_at=None)
+            i = Intent(
+                kind=kind, payload=_json_safe(dict(payload or {})), created_at=_now(), consumed_at=None
+            )
             s.add(i)
             s.flush()
             return self._intent_row(i)
@@ -701,9 +720,9 @@ class Store:
         with self._write() as s:
             row = s.get(ServiceState, name, with_for_update=True)
             if row is None:
-                s.add(ServiceState(name=name, state=dict(state), updated_at=_now()))
+                s.add(ServiceState(name=name, state=_json_safe(dict(state)), updated_at=_now()))
             else:
-                row.state, row.updated_at = dict(state), _now()
+                row.state, row.updated_at = _json_safe(dict(state)), _now()
 
     def service_states(self) -> dict[str, ServiceStateRow]:
         with self._read() as s:

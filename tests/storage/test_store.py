@@ -260,3 +260,11 @@ def test_state_survives_reopen(db_url: str, tmp_path: Path) -> None:
         e = s2.episode(eid)
         assert (e.status, e.success) == ("labelled", True)
         assert Path(e.video_paths["wrist"]).is_file()
+
+
+def test_json_columns_take_nan_and_numpy(store: Store) -> None:
+    store.add_checkpoint(3, "/ck/3", {"ev": float("nan"), "kl": np.float32(0.5), "n": np.int64(4)})
+    c = store.latest_checkpoint()
+    assert c is not None and c.metrics == {"ev": None, "kl": 0.5, "n": 4}
+    store.set_service_state("x", {"v": float("inf"), "l": [np.float64(1.5)]})
+    assert store.service_states()["x"].state == {"v": None, "l": [1.5]}
