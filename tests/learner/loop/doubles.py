@@ -30,8 +30,12 @@ class FakeRobot:
 
 
 class FakeActor:
-    def __init__(self, outcomes: Callable[[int], bool | None] = lambda i: i % 2 == 0,
-                 chunk_time_s: float = 0.0, n_chunks: int = 3) -> None:
+    def __init__(
+        self,
+        outcomes: Callable[[int], bool | None] = lambda i: i % 2 == 0,
+        chunk_time_s: float = 0.0,
+        n_chunks: int = 3,
+    ) -> None:
         self.outcomes = outcomes
         self.chunk_time_s = chunk_time_s
         self.n_chunks = n_chunks
@@ -40,11 +44,27 @@ class FakeActor:
         self.fail_next: Exception | None = None
         self.started = threading.Event()
 
-    def run_episode(self, *, episode_id: str, task: str, canonical_prompt: str, rollout_prompt: str,
-                    max_chunks: int, should_stop: Callable[[], bool] = lambda: False,
-                    seed: int | None = None) -> EpisodeFile:
-        self.calls.append(dict(episode_id=episode_id, task=task, canonical_prompt=canonical_prompt,
-                               rollout_prompt=rollout_prompt, max_chunks=max_chunks, seed=seed))
+    def run_episode(
+        self,
+        *,
+        episode_id: str,
+        task: str,
+        canonical_prompt: str,
+        rollout_prompt: str,
+        max_chunks: int,
+        should_stop: Callable[[], bool] = lambda: False,
+        seed: int | None = None,
+    ) -> EpisodeFile:
+        self.calls.append(
+            dict(
+                episode_id=episode_id,
+                task=task,
+                canonical_prompt=canonical_prompt,
+                rollout_prompt=rollout_prompt,
+                max_chunks=max_chunks,
+                seed=seed,
+            )
+        )
         self.started.set()
         if self.fail_next is not None:
             err, self.fail_next = self.fail_next, None
@@ -55,8 +75,9 @@ class FakeActor:
                 break
             time.sleep(self.chunk_time_s)
             n += 1
-        ef = make_episode_file(int(episode_id), task, n_chunks=max(n, 1),
-                               success=self.outcomes(len(self.calls) - 1))
+        ef = make_episode_file(
+            int(episode_id), task, n_chunks=max(n, 1), success=self.outcomes(len(self.calls) - 1)
+        )
         return ef
 
     def set_policy(self, policy: Any) -> None:

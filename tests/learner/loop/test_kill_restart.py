@@ -17,7 +17,9 @@ from tests.helpers import subprocess_env
 def _start(url: str, media: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.learner.loop.fake_loop_proc", url, str(media)],
-        env=subprocess_env(), stdout=log.open("ab"), stderr=subprocess.STDOUT,
+        env=subprocess_env(),
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
     )
 
 

@@ -20,8 +20,16 @@ CANON = "put the green container in the bowl"
 
 
 def _settings(**kw: Any) -> LoopSettings:
-    base: dict[str, Any] = dict(tasks=[TASK], auto_start=True, auto_label=True, rollouts_per_prompt=2,
-                                batch_size=4, max_chunks=5, poll_period_s=0.005, error_backoff_s=0.05)
+    base: dict[str, Any] = dict(
+        tasks=[TASK],
+        auto_start=True,
+        auto_label=True,
+        rollouts_per_prompt=2,
+        batch_size=4,
+        max_chunks=5,
+        poll_period_s=0.005,
+        error_backoff_s=0.05,
+    )
     base.update(kw)
     return LoopSettings(**base)
 
@@ -149,8 +157,13 @@ def test_rl_stage_ppo_in_background_and_weight_swap(rl_store: Store) -> None:
         return f"/ck/{version}"
 
     actor = FakeActor(outcomes=lambda i: i % 3 == 0, chunk_time_s=0.02)
-    loop = EpisodeLoop(store, FakeRobot(), actor, _settings(batch_size=4, max_episodes=10),
-                       trainer=BackgroundTrainer(trainer, save))
+    loop = EpisodeLoop(
+        store,
+        FakeRobot(),
+        actor,
+        _settings(batch_size=4, max_episodes=10),
+        trainer=BackgroundTrainer(trainer, save),
+    )
     loop.run()
     eps = store.episodes()
     assert len(eps) == 10 and all(e.stage == "rl" for e in eps)
@@ -171,8 +184,13 @@ def test_rl_stage_ppo_in_background_and_weight_swap(rl_store: Store) -> None:
 
 
 def test_failed_update_keeps_old_weights(rl_store: Store) -> None:
-    loop = EpisodeLoop(rl_store, FakeRobot(), FakeActor(), _settings(batch_size=2, max_episodes=5),
-                       trainer=BackgroundTrainer(FakeTrainer(fail=True), lambda p, v, m: ""))
+    loop = EpisodeLoop(
+        rl_store,
+        FakeRobot(),
+        FakeActor(),
+        _settings(batch_size=2, max_episodes=5),
+        trainer=BackgroundTrainer(FakeTrainer(fail=True), lambda p, v, m: ""),
+    )
     loop.run()
     assert all(e.policy_version == 0 for e in rl_store.episodes())
     assert "loss is NaN" in loop.last_error
