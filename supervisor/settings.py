@@ -62,7 +62,7 @@ class SupervisorSettings(BaseSettings):
     eta: float = Field(default=0.1, gt=0, le=1, description="pool admission: measured success >= eta")
     pool_min_m: int = Field(default=3, ge=1, description="enter RL once the pool holds this many prompts")
     duplicate_cosine: float = Field(
-        default=0.95, gt=0, le=1, description="refuse candidates this close (MiniLM cosine) to a known prompt"
+        default=0.99, gt=0, le=1, description="refuse candidates this close (MiniLM cosine) to a known prompt"
     )
 
     # --- the service --------------------------------------------------------------------------

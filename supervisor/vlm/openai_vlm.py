@@ -8,6 +8,7 @@ request that shows the model its mistake.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -114,10 +115,11 @@ class OpenAIVLM(VLM):
 
     def _ask(self, kind: str, rendered: prompts.Rendered, model: type[M]) -> M:
         messages = self.build_messages(rendered)
-        content = self._complete(kind, messages, model)
+        content, record = self._complete(kind, messages, model)
         try:
-            return _parse(content, model)
+            out = _parse(content, model)
         except ValueError as first:
+            self._record(dataclasses.replace(record, ok=False, error=f"invalid answer: {first}"[:500]))
             log.warning("VLM %s answer invalid (%s); asking once to repair it", kind, first)
             repair = [
                 *messages,
@@ -128,14 +130,19 @@ class OpenAIVLM(VLM):
                     "exactly matching the requested keys and types.",
                 },
             ]
-            content = self._complete(f"{kind}_repair", repair, model)
+            content, record = self._complete(f"{kind}_repair", repair, model)
             try:
-                return _parse(content, model)
+                out = _parse(content, model)
             except ValueError as second:
+                self._record(dataclasses.replace(record, ok=False, error=f"invalid answer: {second}"[:500]))
                 raise VLMError(f"VLM {kind} answer still invalid after one repair: {second}") from second
+        self._record(record)
+        return out
 
-    def _complete(self, kind: str, messages: list[dict[str, Any]], model: type[BaseModel]) -> str:
-        """One chat completion under the retry policy; records a CallRecord either way."""
+    def _complete(
+        self, kind: str, messages: list[dict[str, Any]], model: type[BaseModel]
+    ) -> tuple[str, CallRecord]:
+        """One chat completion under the retry policy: (content, its record), or VLMError (recorded)."""
         s = self.settings
         attempts = 0
         last_error = ""
@@ -182,21 +189,18 @@ class OpenAIVLM(VLM):
             usage = resp.usage
             pt = usage.prompt_tokens if usage else 0
             ct = usage.completion_tokens if usage else 0
-            self._record(
-                CallRecord(
-                    kind,
-                    self.model,
-                    pt,
-                    ct,
-                    self._cost(pt, ct),
-                    time.monotonic() - start,
-                    True,
-                    attempts=attempts,
-                )
+            record = CallRecord(
+                kind,
+                self.model,
+                pt,
+                ct,
+                self._cost(pt, ct),
+                time.monotonic() - start,
+                True,
+                attempts=attempts,
             )
-            if not resp.choices:
-                return ""
-            return resp.choices[0].message.content or ""
+            content = (resp.choices[0].message.content or "") if resp.choices else ""
+            return content, record
         self._record(
             CallRecord(kind, self.model, 0, 0, 0.0, time.monotonic() - start, False, last_error, attempts)
         )

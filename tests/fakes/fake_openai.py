@@ -45,6 +45,7 @@ class FakeOpenAIServer:
         self._stop = threading.Event()
         self.requests: list[dict[str, Any]] = []
         self._counter = itertools.count()
+        self._prompt_counter = itertools.count()
         self.set_script(script if script is not None else [])
         self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
         self._httpd.daemon_threads = True
@@ -172,13 +173,14 @@ class FakeOpenAIServer:
             return json.dumps(
                 {"success": verdict, "reason": f"final frame {'shows' if verdict else 'lacks'} it"}
             )
-        k = max(1, info["n_new"])
         words = goal.split()
+        rest = " ".join(words[1:]) if len(words) > 1 else goal
         prompts = []
-        for i in range(k):
-            verb = _VERBS[(n + i) % len(_VERBS)]
-            rest = " ".join(words[1:]) if len(words) > 1 else goal
-            prompts.append(f"{verb} {rest}{_SUFFIXES[(n + 2 * i) % len(_SUFFIXES)]}")
+        for _ in range(max(1, info["n_new"])):
+            # A fresh (verb, suffix) pair each time: distinct wordings for 36 prompts.
+            i = next(self._prompt_counter)
+            verb, suffix = _VERBS[i % len(_VERBS)], _SUFFIXES[(i // len(_VERBS)) % len(_SUFFIXES)]
+            prompts.append(f"{verb} {rest}{suffix}")
         return json.dumps(
             {
                 "new_prompts": prompts,

@@ -165,7 +165,8 @@ def test_malformed_json_gets_one_repair(fake: FakeOpenAIServer) -> None:
     assert result.new_prompts
     first, repair = fake.requests
     assert first["n_messages"] == 2 and repair["n_messages"] == 4  # + bad answer + correction
-    assert [c.kind for c in rec.calls] == ["candidates", "candidates_repair"]
+    assert [(c.kind, c.ok) for c in rec.calls] == [("candidates", False), ("candidates_repair", True)]
+    assert "invalid answer" in rec.calls[0].error and rec.calls[0].completion_tokens > 0
 
 
 def test_invalid_twice_raises(fake: FakeOpenAIServer) -> None:
