@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _PLACEHOLDER_KEYS = frozenset({"changeme", "change-me", "your-key-here", "sk-...", "xxx"})
@@ -13,7 +14,7 @@ _PLACEHOLDER_KEYS = frozenset({"changeme", "change-me", "your-key-here", "sk-...
 class SupervisorSettings(BaseSettings):
     """Everything the supervisor reads from the environment; each field documents itself."""
 
-    model_config = SettingsConfigDict(env_prefix="PDE_SUPERVISOR_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PDE_SUPERVISOR_", extra="ignore", populate_by_name=True)
 
     # --- where the VLM lives ------------------------------------------------------------------
     base_url: str = Field(
@@ -47,7 +48,9 @@ class SupervisorSettings(BaseSettings):
     frames_per_rollout: int = Field(
         default=8, ge=8, le=16, description="sampled uniformly, last frame always in"
     )
-    max_images_per_request: int = Field(default=32, ge=8, description="match vLLM --limit-mm-per-prompt")
+    max_images_per_request: int = Field(
+        default=16, ge=8, description="at most vLLM's --limit-mm-per-prompt image count"
+    )
     image_max_side_px: int = Field(default=448, ge=64, description="frames larger than this are downscaled")
     jpeg_quality: int = Field(default=85, ge=30, le=100)
 
@@ -66,8 +69,16 @@ class SupervisorSettings(BaseSettings):
     )
 
     # --- the service --------------------------------------------------------------------------
-    database_url: str = Field(default="sqlite:///data/pde.db")
-    media_dir: str = Field(default="data/media")
+    # The shared PDE_DATABASE_URL / PDE_DATA_DIR of the compose file are read too.
+    database_url: str = Field(
+        default="sqlite:///data/pde.db",
+        validation_alias=AliasChoices("PDE_SUPERVISOR_DATABASE_URL", "PDE_DATABASE_URL", "database_url"),
+    )
+    data_dir: Path = Field(
+        default=Path("data"),
+        validation_alias=AliasChoices("PDE_SUPERVISOR_DATA_DIR", "PDE_DATA_DIR", "data_dir"),
+        description="episode files and videos are under <data_dir>/media",
+    )
     tasks: list[str] = Field(default_factory=list, description="tasks to supervise; empty = all known")
     proposer: Literal["vlm", "offline"] = Field(default="vlm", description="offline = rule-based paraphrases")
     fallback: Literal["offline", "canonical"] = Field(
@@ -100,8 +111,16 @@ class SupervisorSettings(BaseSettings):
             )
         return self
 
-    def vlm_configured(self) -> bool:
-        """An endpoint we can call: a key for api.openai.com, anything for a local server."""
-        if "api.openai.com" in self.base_url:
-            return bool(self.api_key.get_secret_value())
-        return True
+    def vlm_configured(self) -> str:
+        """Why the VLM cannot be used ("" when it can): no endpoint, no model, or no key for OpenAI."""
+        if not self.base_url.strip():
+            return "PDE_SUPERVISOR_BASE_URL is empty"
+        if not self.model.strip():
+            return "PDE_SUPERVISOR_MODEL is empty"
+        if "api.openai.com" in self.base_url and not self.api_key.get_secret_value():
+            return "PDE_SUPERVISOR_API_KEY is empty (api.openai.com needs a key)"
+        return ""
+
+    @property
+    def media_dir(self) -> Path:
+        return self.data_dir / "media"
