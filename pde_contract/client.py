@@ -82,7 +82,7 @@ class RobotClient:
         self._dealer = self._ctx.socket(zmq.DEALER)
         self._dealer.setsockopt(zmq.LINGER, 0)
         self._dealer.connect(cmd_endpoint)
-        self._sub: zmq.Socket | None = None
+        self._sub: _LatestOnlySubscriber | None = None
         self._hb_thread: threading.Thread | None = None
         self._hb_stop = threading.Event()
         self.heartbeat_failures = 0
@@ -202,43 +202,28 @@ class RobotClient:
             self._obs_endpoint = f"tcp://{host}:{obs.port}"
         return self._obs_endpoint
 
-    def _subscriber(self) -> zmq.Socket:
+    def _ensure_subscriber(self) -> _LatestOnlySubscriber:
         if self._sub is None:
-            sub = self._ctx.socket(zmq.SUB)
-            sub.setsockopt(zmq.LINGER, 0)
-            sub.setsockopt(zmq.RCVHWM, 4)
-            sub.setsockopt(zmq.SUBSCRIBE, OBS_TOPIC)
-            sub.connect(self.obs_endpoint)
-            self._sub = sub
+            self._sub = _LatestOnlySubscriber(self._ctx, self.obs_endpoint)
         return self._sub
 
     def latest_observation(self, timeout_s: float = 1.0) -> Observation:
         """The newest observation that arrived since the previous call (waiting up to ``timeout_s``
-        for one); older queued ones are discarded without decoding."""
-        frames = self.latest_observation_bytes(timeout_s)
+        for one); older ones are discarded without decoding."""
+        data = self.latest_observation_bytes(timeout_s)
         try:
-            return unpackb(frames, Observation)
+            return unpackb(data, Observation)
         except CodecError as e:
             raise RobotServerError(ErrorCode.MALFORMED, f"unreadable observation: {e}") from e
 
     def latest_observation_bytes(self, timeout_s: float = 1.0) -> memoryview:
-        sub = self._subscriber()
-        last: Any = None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:  # drain: keep only the newest
-                while True:
-                    last = sub.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                pass
-            if last is not None:
-                return memoryview(last[-1].buffer)
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0 or not sub.poll(left_ms):
-                raise RobotServerError(
-                    ErrorCode.TIMEOUT,
-                    f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running?",
-                )
+        data = self._ensure_subscriber().newest(timeout_s)
+        if data is None:
+            raise RobotServerError(
+                ErrorCode.TIMEOUT,
+                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running?",
+            )
+        return data
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -248,7 +233,7 @@ class RobotClient:
             self._closed = True
             self._dealer.close(linger=0)
             if self._sub is not None:
-                self._sub.close(linger=0)
+                self._sub.close()
                 self._sub = None
 
     def __enter__(self) -> RobotClient:
@@ -256,3 +241,63 @@ class RobotClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _LatestOnlySubscriber:
+    """A SUB socket that always yields the newest message.
+
+    Draining on read is not enough: while nobody reads, the subscriber's queue and the kernel
+    buffers fill, after which the PUB side drops the *newest* messages, so a drain would return an
+    old one. A background thread therefore drains every ``drain_period_s`` into a one-message slot;
+    a caller that waits reads the socket itself (same lock), so a fresh message reaches it without
+    a thread hand-off.
+    """
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, drain_period_s: float = 0.01) -> None:
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 4)
+        sock.setsockopt(zmq.SUBSCRIBE, OBS_TOPIC)
+        sock.connect(endpoint)
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._slot: Any = None  # newest message's frames
+        self._count = 0  # messages received
+        self._returned = 0  # value of _count at the last newest() that returned
+        self._stop = threading.Event()
+        self._period_s = drain_period_s
+        self._thread = threading.Thread(target=self._drain_loop, name="obs-drain", daemon=True)
+        self._thread.start()
+
+    def _drain_locked(self) -> None:
+        try:
+            while True:
+                self._slot = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                self._count += 1
+        except zmq.Again:
+            pass
+
+    def _drain_loop(self) -> None:
+        while not self._stop.wait(self._period_s):
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self._drain_locked()
+
+    def newest(self, timeout_s: float) -> memoryview | None:
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                self._drain_locked()
+                if self._count > self._returned:
+                    self._returned = self._count
+                    return memoryview(self._slot[-1].buffer)
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0 or not self._sock.poll(left_ms):
+                    return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(1.0)
+        with self._lock:
+            self._sock.close(linger=0)

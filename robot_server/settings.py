@@ -19,22 +19,22 @@ class RobotServerSettings(BaseSettings):
     # Interface to bind; the one advertised to clients is ``advertise_host`` (bind host if empty).
     host: str = "127.0.0.1"
     advertise_host: str = ""
-    cmd_port: int = Field(5556, ge=1, le=65535)
-    obs_port: int = Field(5555, ge=1, le=65535)
+    cmd_port: int = Field(default=5556, ge=1, le=65535)
+    obs_port: int = Field(default=5555, ge=1, le=65535)
 
-    control_rate_hz: float = Field(10.0, gt=0, le=100)
+    control_rate_hz: float = Field(default=10.0, gt=0, le=100)
     # realtime: one tick per period (demo, operator page, hardware). fast: chunk rows run back to
     # back and observations are published once per tick (tests, benchmarks, sim only); an idle
     # arm still ticks at the control rate so the stream never stops.
     pacing: Literal["realtime", "fast"] = "realtime"
-    camera_fps: float = Field(30.0, gt=0, le=120)
-    heartbeat_timeout_s: float = Field(0.2, ge=0)  # 0 disables the watchdog
-    obs_sndhwm: int = Field(2, ge=1)  # messages queued per subscriber before dropping
-    reset_timeout_s: float = Field(60.0, gt=0)
+    camera_fps: float = Field(default=30.0, gt=0, le=120)
+    heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
+    obs_sndhwm: int = Field(default=2, ge=1)  # messages queued per subscriber before dropping
+    reset_timeout_s: float = Field(default=60.0, gt=0)
 
     # Sim backend
-    image_width: int = Field(224, ge=16)
-    image_height: int = Field(224, ge=16)
+    image_width: int = Field(default=224, ge=16)
+    image_height: int = Field(default=224, ge=16)
     cameras: list[str] = ["external", "wrist"]
     # Franka backend
     fci_host: str = "172.16.0.2"
@@ -44,11 +44,11 @@ class RobotServerSettings(BaseSettings):
     clip_policy: ClipPolicy = ClipPolicy.CLIP
     workspace_min_m: tuple[float, float, float] = (0.15, -0.6, 0.01)
     workspace_max_m: tuple[float, float, float] = (0.85, 0.6, 0.85)
-    max_step_translation_m: float = Field(0.05, gt=0)
-    max_step_rotation_rad: float = Field(0.3, gt=0)
-    joint_margin_rad: float = Field(0.05, ge=0)
-    joint_velocity_fraction: float = Field(0.5, gt=0, le=1)
-    max_chunk_steps: int = Field(256, ge=1)
+    max_step_translation_m: float = Field(default=0.05, gt=0)
+    max_step_rotation_rad: float = Field(default=0.3, gt=0)
+    joint_margin_rad: float = Field(default=0.05, ge=0)
+    joint_velocity_fraction: float = Field(default=0.5, gt=0, le=1)
+    max_chunk_steps: int = Field(default=256, ge=1)
 
     @field_validator("backend", mode="before")
     @classmethod
