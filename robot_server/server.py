@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -109,6 +110,7 @@ class RobotServer:
         self._obs_seq = 0
         self._deferred: queue.Queue[tuple[bytes, Reply]] = queue.Queue()
         self._started_s = time.monotonic()
+        self._camera_epoch_s = self._started_s
         self._pub: zmq.Socket | None = None
         self._router: zmq.Socket | None = None
         self.executor = ChunkExecutor(
@@ -175,34 +177,29 @@ class RobotServer:
     # --- observations -----------------------------------------------------------------------------
 
     def _capture(self, slot: _CameraSlot) -> None:
+        # Every camera thread reads on the same time grid, so frames of one observation are
+        # captured together and the first never waits a whole period for the others.
         period = 1.0 / self.settings.camera_fps
-        next_t = time.monotonic()
         while not self._closing.is_set():
+            now = time.monotonic()
+            k = math.floor((now - self._camera_epoch_s) / period) + 1
+            if self._closing.wait(self._camera_epoch_s + k * period - now):
+                break
             try:
                 frame = slot.camera.read(timeout_s=0.5)
-            except CameraError as e:
+            except Exception as e:
                 slot.errors += 1
-                log.warning("camera %s: %s", slot.camera.name, e)
+                if isinstance(e, CameraError):
+                    log.warning("camera %s: %s", slot.camera.name, e)
+                else:
+                    log.exception("camera %s failed", slot.camera.name)
                 self._closing.wait(0.1)
-                next_t = time.monotonic()
-                continue
-            except Exception:
-                slot.errors += 1
-                log.exception("camera %s failed", slot.camera.name)
-                self._closing.wait(0.5)
-                next_t = time.monotonic()
                 continue
             with self._pub_lock:
                 lapped = slot.fresh  # its previous frame was never published: another camera lags
                 slot.latest, slot.fresh, slot.last_ok_s = frame, True, time.monotonic()
                 if lapped or all(s.fresh for s in self._slots):
                     self._publish_locked()
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay < -period:
-                next_t = time.monotonic()  # fell behind: do not burst
-            elif delay > 0:
-                self._closing.wait(delay)
 
     def _publish_from_tick(self, _state: object) -> None:
         """Fast pacing: one observation per control tick, frames read right after the step."""
@@ -253,7 +250,7 @@ class RobotServer:
         self._obs_seq += 1
         # PUB drops rather than blocks; a slow subscriber loses old observations
         with contextlib.suppress(zmq.Again):
-            self._pub.send_multipart([OBS_TOPIC, packb(obs)], flags=zmq.NOBLOCK, copy=False)
+            self._pub.send_multipart([OBS_TOPIC, packb(obs)], flags=zmq.NOBLOCK)
 
     # --- commands ---------------------------------------------------------------------------------
 
