@@ -74,7 +74,7 @@ def measure_raw(width: int, height: int, seconds: float) -> tuple[list[float], i
     proc = ctx.Process(target=raw_publisher, args=(port, width, height, 30.0, child), daemon=True)
     proc.start()
     assert conn.poll(30) and conn.recv() == "ready"
-    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub: zmq.Socket = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"obs")
     sub.connect(f"tcp://127.0.0.1:{port}")
     lat: list[float] = []
