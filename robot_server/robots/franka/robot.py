@@ -111,6 +111,8 @@ class FrankaRobot(Robot):
     name = "franka"
 
     def __init__(self, config: FrankaConfig | None = None, **overrides: Any) -> None:
+        if "fci_host" in overrides:  # the server settings' name for it (PDE_ROBOT_FCI_HOST)
+            overrides["host"] = overrides.pop("fci_host")
         if config is None:
             config = FrankaConfig(**overrides)
         elif overrides:

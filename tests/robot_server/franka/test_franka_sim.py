@@ -208,3 +208,8 @@ def test_command_before_connect_says_what_to_do() -> None:
     robot = FrankaRobot(sim_config("127.0.0.9"))
     with pytest.raises(RobotNotConnectedError, match=r"call connect\(\) first"):
         robot.command(RobotTarget(0.08, joint_positions_rad=np.zeros(7)), PERIOD_S)
+
+
+def test_server_factory_names_are_accepted() -> None:
+    # robot_server/backends.py builds FrankaRobot(fci_host=...); the rest comes from PDE_FRANKA_*.
+    assert FrankaRobot(fci_host="10.0.0.2").config.host == "10.0.0.2"
