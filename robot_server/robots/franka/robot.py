@@ -245,6 +245,10 @@ class FrankaRobot(Robot):
                 call_with_deadline(functools.partial(self._stop_and_wait, robot, 2.0), 3.0, "franka-stop")
             except Exception as e:
                 logger.warning("stopping the arm on disconnect failed: %s: %s", type(e).__name__, e)
+                try:  # a motion still running keeps libfranka's connection open: end it hard
+                    call_with_deadline(robot.stop, 2.0, "franka-stop-hard")
+                except Exception as e2:
+                    logger.warning("robot.stop() on disconnect failed too: %s: %s", type(e2).__name__, e2)
         robot = None  # only self._robot may keep the connection open now
         if self._gripper is not None:
             self._gripper.stop()

@@ -148,7 +148,7 @@ def test_frozen_simulator_gives_clear_error_then_reconnects() -> None:
                     time.sleep(0.1)
             detected_s = time.monotonic() - frozen_at
             print(f"frozen simulator detected after {detected_s:.2f} s: {info.value}")
-            assert detected_s < 3.0
+            assert detected_s < 5.0  # libfranka: 1 s UDP timeout; more on a loaded machine
             assert not robot.is_connected
             sim.resume()
             assert robot.wait_connected(10.0), robot.last_error
