@@ -11,6 +11,7 @@ Commands: Heartbeat (-> Ack), GetStatus (-> Status with state and counters), Sub
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import sys
 import time
@@ -118,14 +119,15 @@ def main(argv: list[str]) -> int:
         try:
             for name, call in ours.items():
                 body = recorded[name][0]
+                raw = functools.partial(raw_call, body)
                 measure(call, 50, None)
-                measure(lambda body=body: raw_call(body), 50, None)
+                measure(raw, 50, None)
                 for mode, n, hz in (("back_to_back", args.n, None), ("paced_30hz", args.paced_n, 30.0)):
                     o: list[float] = []
                     r: list[float] = []
                     for _ in range(args.rounds):
                         o += measure(call, n // args.rounds, hz)
-                        r += measure(lambda body=body: raw_call(body), n // args.rounds, hz)
+                        r += measure(raw, n // args.rounds, hz)
                     os_, rs = stats_us(o), stats_us(r)
                     results[f"{name}/{mode}"] = {
                         "ours_robot_client": os_,
