@@ -165,8 +165,16 @@ class Health(Message):
 
 
 Request = (
-    Hello | Heartbeat | SubmitChunk | Reset | GripperCommand | Stop | EStop | ReleaseEStop
-    | GetStatus | Health
+    Hello
+    | Heartbeat
+    | SubmitChunk
+    | Reset
+    | GripperCommand
+    | Stop
+    | EStop
+    | ReleaseEStop
+    | GetStatus
+    | Health
 )
 
 
