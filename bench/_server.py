@@ -24,10 +24,15 @@ class ServerSpec:
     control_rate_hz: float = 10.0
     camera_fps: float = 30.0
     pacing: str = "realtime"
+    rt_priority: int = 0
 
 
 def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
+    import sys
+
     from _common import jpeg_frame
+
+    sys.setswitchinterval(0.001)  # as `pde robot-server` does
 
     from robot_server.server import RobotServer
     from robot_server.settings import RobotServerSettings
@@ -41,6 +46,7 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
         image_width=spec.width,
         image_height=spec.height,
         cameras=list(spec.cameras),
+        rt_priority=spec.rt_priority,
     )
     if spec.backend == "sim":
         from robot_server.backends import build_backend
