@@ -27,9 +27,13 @@ RATE_HZ = 10.0
 ROWS = 10
 
 
-def bare_loop(seconds: float, rate_hz: float, conn: Any) -> None:
-    """The reference: wake on a fixed grid with the same primitive the executor uses."""
+def bare_loop(seconds: float, rate_hz: float, rt_priority: int, conn: Any) -> None:
+    """The reference: wake on a fixed grid with the same primitive and priority as the executor."""
+    import os
+
     sys.setswitchinterval(0.001)
+    if rt_priority > 0:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(rt_priority))
     wake = threading.Event()
     period = 1.0 / rate_hz
     lateness = []
@@ -59,7 +63,7 @@ def main(argv: list[str]) -> int:
     # Reference first, alone.
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
-    ref = ctx.Process(target=bare_loop, args=(args.seconds, RATE_HZ, child), daemon=True)
+    ref = ctx.Process(target=bare_loop, args=(args.seconds, RATE_HZ, args.rt_priority, child), daemon=True)
     ref.start()
     ref_lateness = conn.recv()
     ref.join(5)
