@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -375,3 +376,50 @@ def test_starts_and_stops_cleanly_many_times() -> None:
             rc = srv.stop()
         assert rc == 0, f"run {i}: exit code {rc}\n" + "".join(srv.lines)
         assert any("robot-server stopped" in line for line in srv.lines)
+
+
+def test_watch_prints_the_stream(server: ServerProc, tmp_path: Path) -> None:
+    out = subprocess.run(
+        pde_command(
+            "robot-server",
+            "watch",
+            "--cmd",
+            server.cmd_endpoint,
+            "--seconds",
+            "2.5",
+            "--save-dir",
+            str(tmp_path),
+        ),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "connected to pde-robot-server (sim" in out.stdout
+    assert "obs#" in out.stdout and "external:224x224" in out.stdout
+    assert (tmp_path / "wrist.jpg").read_bytes()[:2] == b"\xff\xd8"
+
+
+def test_bad_settings_are_refused_with_a_message() -> None:
+    port = str(free_port())
+    out = subprocess.run(
+        pde_command("robot-server", "--backend", "sim", "--cmd-port", port, "--obs-port", port),
+        env=subprocess_env(MUJOCO_GL="egl"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "give them different ports" in out.stderr
+
+
+def test_watch_without_a_server_says_so() -> None:
+    out = subprocess.run(
+        pde_command("robot-server", "watch", "--cmd", f"tcp://127.0.0.1:{free_port()}", "--seconds", "1"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1 and "is `pde robot-server` running" in out.stderr
