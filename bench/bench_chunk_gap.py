@@ -12,6 +12,7 @@ sleep-until loop at the same rate in its own process in the same run (the floor 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import sys
 import threading
@@ -49,26 +50,49 @@ def bare_loop(seconds: float, rate_hz: float, rt_priority: int, conn: Any) -> No
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--seconds", type=float, default=30.0, help="per configuration")
     ap.add_argument(
         "--lead-rows", type=int, default=3, help="send the next chunk when this many rows are left"
     )
-    ap.add_argument("--rt-priority", type=int, default=0, help="SCHED_FIFO priority of the control thread")
+    ap.add_argument(
+        "--rt-priority",
+        type=int,
+        default=10,
+        help="also measure with the control thread and the reference at this SCHED_FIFO priority (0: skip)",
+    )
     ap.add_argument("--backend", default="sim", choices=["sim", "fake"])
     args = ap.parse_args(argv)
+    configs = {"normal_priority": run_config(args, 0)}
+    if args.rt_priority > 0:
+        configs[f"sched_fifo_{args.rt_priority}"] = run_config(args, args.rt_priority)
+    write_result(
+        "chunk_gap",
+        {
+            "goal": "gap 0 ms between chunks that arrive in time; tick jitter p99 <= 2 ms",
+            "backend": args.backend,
+            "control_rate_hz": RATE_HZ,
+            "rows_per_chunk": ROWS,
+            "lead_rows": args.lead_rows,
+            "results": configs,
+        },
+        "python bench/bench_chunk_gap.py " + " ".join(argv),
+    )
+    return 0
 
+
+def run_config(args: argparse.Namespace, rt_priority: int) -> dict[str, Any]:
     from pde_contract.client import RobotClient
     from pde_contract.messages import ActionChunk, ActionSpace
 
     # Reference first, alone.
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
-    ref = ctx.Process(target=bare_loop, args=(args.seconds, RATE_HZ, args.rt_priority, child), daemon=True)
+    ref = ctx.Process(target=bare_loop, args=(args.seconds, RATE_HZ, rt_priority, child), daemon=True)
     ref.start()
     ref_lateness = conn.recv()
     ref.join(5)
 
-    spec = ServerSpec(backend=args.backend, control_rate_hz=RATE_HZ, rt_priority=args.rt_priority)
+    spec = ServerSpec(backend=args.backend, control_rate_hz=RATE_HZ, rt_priority=rt_priority)
     sent: list[tuple[int, float]] = []
     with (
         ServerProcess(spec) as srv,
@@ -126,12 +150,7 @@ def main(argv: list[str]) -> int:
     hold_ticks_inside = sum(1 for i in range(first, last + 1) if seqs[i] < 0)
     window_late = late[first : last + 1]
     result = {
-        "goal": "gap 0 ms between chunks that arrive in time; tick jitter p99 <= 2 ms",
-        "backend": args.backend,
-        "control_rate_hz": RATE_HZ,
-        "rows_per_chunk": ROWS,
-        "lead_rows": args.lead_rows,
-        "rt_priority": args.rt_priority,
+        "rt_priority": rt_priority,
         "chunks": len(gaps_ms) + 1,
         "gap_ms": {
             "max": float(max(gaps_ms)) if gaps_ms else None,
@@ -151,8 +170,8 @@ def main(argv: list[str]) -> int:
             k: counters[k] for k in ("chunks_executed", "chunks_preempted", "watchdog_trips", "tick_overruns")
         },
     }
-    write_result("chunk_gap", result, "python bench/bench_chunk_gap.py " + " ".join(argv))
-    return 0
+    print(json.dumps(result), flush=True)
+    return result
 
 
 if __name__ == "__main__":
