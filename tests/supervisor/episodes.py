@@ -17,7 +17,7 @@ def jpeg_frame(
     img = np.full((height, width, 3), 40, np.uint8)
     if texture:
         img = np.random.default_rng(i).integers(0, 90, (height, width, 3), dtype=np.uint8)
-        img = cv2.GaussianBlur(img, (3, 3), 0)
+        img = np.asarray(cv2.GaussianBlur(img, (3, 3), 0), np.uint8)
     x = (i * 7) % max(1, width - 20)
     img[height // 2 - 10 : height // 2 + 10, x : x + 20] = (0, 200, 0)
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])

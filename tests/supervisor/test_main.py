@@ -20,7 +20,9 @@ def test_shared_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDE_DATABASE_URL", "sqlite:////tmp/x.db")
     monkeypatch.setenv("PDE_DATA_DIR", "/tmp/pde-data")
     monkeypatch.setenv("PDE_SUPERVISOR_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
+    monkeypatch.setenv("PDE_LOOP_ROLLOUTS_PER_PROMPT", "6")
     s = SupervisorSettings()
+    assert s.rollouts_n == 6  # the loop's N, so candidates are judged when the loop stops
     assert s.database_url == "sqlite:////tmp/x.db" and s.media_dir == Path("/tmp/pde-data/media")
     assert s.model == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert "BASE_URL is empty" in SupervisorSettings(base_url="").vlm_configured()
