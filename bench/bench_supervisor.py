@@ -20,11 +20,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
+from pydantic import SecretStr
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -77,7 +79,9 @@ def naive(path: Path, s: SupervisorSettings) -> int:
 
 
 def main() -> int:
-    s = settings = SupervisorSettings(base_url="http://127.0.0.1:9/v1", api_key="unused", model="bench")
+    s = settings = SupervisorSettings(
+        base_url="http://127.0.0.1:9/v1", api_key=SecretStr("unused"), model="bench"
+    )
     vlm = OpenAIVLM(settings)  # never contacted: only its request building is timed
     results: dict[str, Any] = {
         "what": "supervisor overhead per episode excluding VLM latency (success-proposal request, 8 frames)",
@@ -92,8 +96,8 @@ def main() -> int:
             path = Path(tmp) / f"ep_{w}x{h}.msgpack"
             write_episode(path, make_episode(n_chunks=N_CHUNKS, size_px=w, height_px=h, texture=True))
             ep = read_episode(path)
-            t_read = timed(lambda p=path: read_episode(p))
-            t_frames = timed(lambda e=ep: rollout_frames(e, s.camera, 8, s.image_max_side_px, s.jpeg_quality))
+            t_read = timed(partial(read_episode, path))
+            t_frames = timed(partial(rollout_frames, ep, s.camera, 8, s.image_max_side_px, s.jpeg_quality))
             frames = rollout_frames(ep, s.camera, 8, s.image_max_side_px, s.jpeg_quality)
 
             def build(fr: list[bytes] = frames) -> int:
@@ -101,8 +105,8 @@ def main() -> int:
                 return len(json.dumps({"messages": vlm.build_messages(prompts.success_prompt(req, 8))}))
 
             t_build = timed(build)
-            t_total = timed(lambda p=path: ours(p, vlm, s))
-            t_naive = timed(lambda p=path: naive(p, s))
+            t_total = timed(partial(ours, path, vlm, s))
+            t_naive = timed(partial(naive, path, s))
             total, ref = statistics.median(t_total), statistics.median(t_naive)
             results["frame_sizes"][f"{w}x{h}"] = {
                 "episode_file_bytes": path.stat().st_size,

@@ -261,3 +261,25 @@ def test_offline_mode_without_vlm(store: Any, embedder: MiniLMEmbedder) -> None:
         assert all(e.vlm_proposal is None for e in store.episodes(task=TASK))
     finally:
         service.close()
+
+
+def test_vlm_labels_never_admit_a_prompt(store: Any, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    store.set_task_state(TASK, iteration=1)
+    judged = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
+    unlabelled = store.add_prompt(TASK, "drop the green container inside the bowl", "candidate", "vlm", 1)
+    for eid in rollout(store, judged.id, [False, False]):
+        store.add_label(eid, True, source="vlm", reason="looks done")  # a false positive
+    for _ in range(2):  # VLM-only labels: not enough to judge
+        row = store.create_episode(TASK, unlabelled.id, 0, "bootstrap")
+        store.finish_episode(row.id, make_episode(str(row.id), TASK, GOAL, unlabelled.text, n_chunks=12))
+        store.add_label(row.id, True, source="vlm", reason="looks done")
+    service = make_service(store, make_settings(proposer="offline"), embedder, vlm=False)
+    try:
+        for _ in range(3):
+            service.step()
+        status = {p.id: p.status for p in store.prompts(TASK)}
+        assert status[judged.id] == "rejected" and status[unlabelled.id] == "candidate"
+        assert store.task_state(TASK).iteration == 1  # still waiting for the operator's labels
+    finally:
+        service.close()
