@@ -1,0 +1,352 @@
+"""EpisodeLoop: one episode after another, every step persisted in the store so that a restart
+(even after kill -9) resumes where it stopped."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from learner.loop.schedule import Plan, choose_next
+from learner.loop.settings import LoopSettings
+from learner.loop.tasks import canonical_prompt
+from learner.loop.training import BackgroundTrainer
+from pde_contract.episodes import EpisodeFile
+from pde_storage import EpisodeRow, Store, intents
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "loop"
+CANONICAL_WINDOW = 20  # canonical-prompt success plotted over the last this many labelled episodes
+
+
+class RobotLike(Protocol):
+    def reset(self, task: str = "", seed: int | None = None) -> None: ...
+    def stop(self) -> None: ...
+
+
+class ActorLike(Protocol):
+    def run_episode(
+        self,
+        *,
+        episode_id: str,
+        task: str,
+        canonical_prompt: str,
+        rollout_prompt: str,
+        max_chunks: int,
+        should_stop: Callable[[], bool] = ...,
+        seed: int | None = None,
+    ) -> EpisodeFile: ...
+    def set_policy(self, policy: Any) -> None: ...
+
+
+class LoopStopped(Exception):
+    """The loop was asked to stop while it waited."""
+
+
+def interrupted_reason() -> str:
+    return (
+        "interrupted: the loop process stopped mid-episode (killed or crashed); "
+        f"found running at restart {datetime.now(UTC).isoformat(timespec='seconds')}"
+    )
+
+
+class EpisodeLoop:
+    def __init__(
+        self,
+        store: Store,
+        robot: RobotLike,
+        actor: ActorLike,
+        settings: LoopSettings,
+        trainer: BackgroundTrainer | None = None,
+        policy_version: int = 0,
+        trained_through_episode_id: int = 0,
+    ) -> None:
+        self.store = store
+        self.robot = robot
+        self.actor = actor
+        self.settings = settings
+        self.trainer = trainer
+        self.policy_version = policy_version
+        self.trained_through = trained_through_episode_id
+        self.rng = random.Random(settings.seed)
+        self.stop_event = threading.Event()
+        self.episodes_run = 0
+        self._state: dict[str, Any] = {}
+        self._last_beat = 0.0
+        self.last_error = ""
+
+    # --- state for the page -------------------------------------------------------------------
+
+    def _publish(self, phase: str, **fields: Any) -> None:
+        self._state = {
+            "phase": phase,
+            "pid": os.getpid(),
+            "policy_version": self.policy_version,
+            "training": bool(self.trainer and self.trainer.busy),
+            "auto_start": self.settings.auto_start,
+            "auto_label": self.settings.auto_label,
+            "last_error": self.last_error,
+            **fields,
+        }
+        self.store.set_service_state(SERVICE_NAME, self._state)
+        self._last_beat = time.monotonic()
+
+    def _beat(self) -> None:
+        if time.monotonic() - self._last_beat >= self.settings.heartbeat_period_s:
+            self.store.set_service_state(
+                SERVICE_NAME, {**self._state, "training": bool(self.trainer and self.trainer.busy)}
+            )
+            self._last_beat = time.monotonic()
+
+    def _wait(self, what: Callable[[], Any]) -> Any:
+        """Poll ``what`` until it returns something truthy; raises LoopStopped on stop()."""
+        while True:
+            got = what()
+            if got:
+                return got
+            if self.stop_event.is_set():
+                raise LoopStopped()
+            self._beat()
+            self._swap_weights()
+            time.sleep(self.settings.poll_period_s)
+
+    # --- start-up -------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Make the stored state consistent after a restart: create the tasks, mark episodes
+        left running by a dead process aborted, drop start clicks meant for that process."""
+        for task in self.settings.tasks:
+            self.store.ensure_task(task, canonical_prompt(task))
+        aborted = self.store.abort_running_episodes(interrupted_reason())
+        if aborted:
+            log.warning("marked interrupted episode(s) %s aborted", aborted)
+        self.store.discard_intents(intents.START_EPISODE)
+        self.store.discard_intents(intents.ABORT_EPISODE)
+
+    # --- one episode ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Episodes until stop() or settings.max_episodes; returns how many ran."""
+        self.recover()
+        try:
+            self._finish_pending_labels()
+            while not self.stop_event.is_set():
+                if self.settings.max_episodes is not None and self.episodes_run >= self.settings.max_episodes:
+                    break
+                self.step()
+        except LoopStopped:
+            pass
+        finally:
+            self._publish("stopped")
+        return self.episodes_run
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def step(self) -> EpisodeRow | None:
+        self._swap_weights()
+        plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+        if plan is None:
+            self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
+            self._wait(
+                lambda: (
+                    choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+                    is not None
+                )
+            )
+            return None
+        seed = self.rng.randrange(2**31)
+        plan_fields = {
+            "task": plan.task,
+            "prompt": plan.prompt,
+            "prompt_id": plan.prompt_id,
+            "stage": plan.stage,
+            "why": plan.why,
+            "seed": seed,
+        }
+        self._publish("resetting", **plan_fields)
+        try:
+            self.robot.reset(plan.task, seed)
+        except Exception as e:  # e-stop latched, server down: show it and retry later
+            self._robot_error(f"reset failed: {e}", plan_fields)
+            return None
+        if not self.settings.auto_start:
+            self._publish("awaiting_start", **plan_fields)
+            self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
+        return self._run_episode(plan, seed, plan_fields)
+
+    def _run_episode(self, plan: Plan, seed: int, plan_fields: dict[str, Any]) -> EpisodeRow | None:
+        ep = self.store.create_episode(plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=seed)
+        self.episodes_run += 1
+        self._publish("running", episode_id=ep.id, **plan_fields)
+        abort_requested: list[str] = []
+
+        def should_stop() -> bool:
+            if self.stop_event.is_set():
+                abort_requested.append("the loop was asked to stop mid-episode")
+            elif self.store.take_intent(intents.ABORT_EPISODE) is not None:
+                abort_requested.append("the operator aborted the episode from the page")
+            return bool(abort_requested)
+
+        try:
+            episode_file = self.actor.run_episode(
+                episode_id=str(ep.id),
+                task=plan.task,
+                canonical_prompt=plan.canonical_prompt,
+                rollout_prompt=plan.prompt,
+                max_chunks=self.settings.max_chunks,
+                should_stop=should_stop,
+                seed=seed,
+            )
+        except Exception as e:
+            self.store.abort_episode(
+                ep.id, f"robot or policy error during the episode: {type(e).__name__}: {e}"
+            )
+            self._robot_error(f"episode {ep.id} aborted: {e}", plan_fields)
+            return self.store.episode(ep.id)
+        if abort_requested:
+            self.store.abort_episode(ep.id, abort_requested[0])
+            return self.store.episode(ep.id)
+        self.store.finish_episode(ep.id, episode_file)
+        self._label(ep.id, episode_file.success, plan_fields)
+        return self.store.episode(ep.id)
+
+    def _robot_error(self, message: str, plan_fields: dict[str, Any]) -> None:
+        log.error("%s", message)
+        self.last_error = message
+        self._publish("robot_error", **plan_fields)
+        deadline = time.monotonic() + self.settings.error_backoff_s
+        self._wait(lambda: time.monotonic() >= deadline)
+
+    # --- labels, supervisor trigger, PPO --------------------------------------------------------
+
+    def _label(self, episode_id: int, sim_success: bool | None, plan_fields: dict[str, Any]) -> None:
+        if self.settings.auto_label:
+            self.store.add_label(
+                episode_id,
+                bool(sim_success),
+                source="simulator",
+                reason="simulator success check"
+                if sim_success is not None
+                else "no success check reported: failure",
+            )
+        else:
+            self._publish("awaiting_label", episode_id=episode_id, **plan_fields)
+            self._wait(lambda: self.store.episode(episode_id).status in ("labelled", "aborted"))
+        self._after_label(self.store.episode(episode_id))
+
+    def _finish_pending_labels(self) -> None:
+        """Episodes that ended before a restart but have no label yet: label or wait, as before."""
+        for ep in self.store.episodes(status="awaiting_label"):
+            if ep.task not in self.settings.tasks:
+                continue
+            sim = self.store.load_episode_file(ep.id).success if self.settings.auto_label else None
+            self._label(
+                ep.id,
+                sim,
+                {
+                    "task": ep.task,
+                    "prompt": ep.rollout_prompt,
+                    "prompt_id": ep.prompt_id,
+                    "stage": ep.stage,
+                    "why": "label of an episode from before the restart",
+                },
+            )
+
+    def _after_label(self, ep: EpisodeRow) -> None:
+        if ep.status != "labelled":
+            return
+        prompt = self.store.prompt(ep.prompt_id)
+        state = self.store.task_state(ep.task)
+        if state.stage == "bootstrap" and prompt.n_episodes == self.settings.rollouts_per_prompt:
+            self.store.add_intent(
+                intents.PROMPT_ROLLOUTS_DONE,
+                {
+                    "task": ep.task,
+                    "prompt_id": prompt.id,
+                    "n_episodes": prompt.n_episodes,
+                    "success_rate": prompt.success_rate,
+                },
+            )
+        self._record_curves(ep.task)
+        self._maybe_start_update()
+
+    def _record_curves(self, task: str) -> None:
+        step = self.store.count_episodes(status="labelled")
+        canon = self.store.prompts(task, "canonical")[0]
+        recent = self.store.episodes(
+            task=task, status="labelled", prompt_id=canon.id, newest_first=True, limit=CANONICAL_WINDOW
+        )
+        if recent:
+            self.store.add_metric(
+                f"{task}/canonical_success", sum(bool(e.success) for e in recent) / len(recent), step
+            )
+        self.store.add_metric(f"{task}/alpha", self.store.task_state(task).alpha, step)
+        self.store.add_metric(f"{task}/pool_size", len(self.store.prompts(task, "pool")), step)
+
+    def _maybe_start_update(self) -> None:
+        if self.trainer is None or self.trainer.busy:
+            return
+        ready = [
+            e
+            for e in self.store.episodes(status="labelled", since_id=self.trained_through)
+            if e.stage == "rl" and e.task in self.settings.tasks
+        ]
+        if len(ready) < self.settings.batch_size:
+            return
+        chosen = ready[: self.settings.batch_size]
+        batch = [(self.store.load_episode_file(e.id), 1.0 if e.success else 0.0) for e in chosen]
+        self.trained_through = chosen[-1].id
+        self._update_alpha(chosen)
+        self.trainer.start(batch, [e.id for e in chosen], self.policy_version + 1)
+        self._publish(
+            self._state.get("phase", "running"),
+            **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
+        )
+
+    def _update_alpha(self, batch: list[EpisodeRow]) -> None:
+        """Adaptive alpha per task, once per PPO iteration, from s_t(p_g) in this batch."""
+        from learner.mixture import AlphaSchedule
+
+        for task in sorted({e.task for e in batch}):
+            canon = [e for e in batch if e.task == task and e.rollout_prompt == e.canonical_prompt]
+            state = self.store.task_state(task)
+            if not canon:
+                self.store.set_task_state(task, iteration=state.iteration + 1)
+                continue
+            schedule = AlphaSchedule(
+                beta=self.settings.beta,
+                consolidation_target=self.settings.consolidation_target,
+                alpha_min=self.settings.alpha_min,
+                ema_success=state.ema_success or 0.0,
+            )
+            alpha = schedule.update(sum(bool(e.success) for e in canon) / len(canon))
+            self.store.set_task_state(
+                task, alpha=alpha, ema_success=schedule.ema_success, iteration=state.iteration + 1
+            )
+
+    def _swap_weights(self) -> None:
+        """Between episodes only (callers never run this while an episode executes)."""
+        if self.trainer is None:
+            return
+        result = self.trainer.poll()
+        if result is None:
+            return
+        if result.policy is None:
+            self.last_error = f"PPO update to version {result.version} failed: {result.error}"
+            log.error("%s", self.last_error)
+            return
+        self.actor.set_policy(result.policy)
+        self.policy_version = result.version
+        for k, v in result.stats.items():
+            if math.isfinite(float(v)):
+                self.store.add_metric(f"ppo/{k}", float(v), result.version)
+        self.store.add_metric("ppo/update_s", result.duration_s, result.version)
+        log.info("policy version %d in use (update took %.1f s)", result.version, result.duration_s)

@@ -1,0 +1,72 @@
+"""Which task and prompt to roll out next (Algorithm 1 + the two-stage schedule of App. A.2).
+
+Bootstrap stage (policy frozen): first N rollouts of the canonical prompt (the baseline the
+supervisor compares against), then N rollouts of each candidate the supervisor proposed; nothing
+to do means waiting for the supervisor. RL stage (pool frozen): one draw from
+alpha * delta(canonical) + (1 - alpha) * Uniform(pool) per episode, via learner.mixture.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from pde_storage import PromptRow, Store
+
+
+@dataclass(frozen=True)
+class Plan:
+    task: str
+    prompt_id: int
+    prompt: str
+    canonical_prompt: str
+    stage: str
+    why: str  # shown on the operator page
+
+
+def _bootstrap_plan(task: str, prompts: list[PromptRow], n_per_prompt: int) -> Plan | None:
+    canon = next(p for p in prompts if p.status == "canonical")
+    if canon.n_finished < n_per_prompt:
+        return Plan(
+            task,
+            canon.id,
+            canon.text,
+            canon.text,
+            "bootstrap",
+            f"canonical baseline {canon.n_finished + 1}/{n_per_prompt}",
+        )
+    todo = [p for p in prompts if p.status == "candidate" and p.n_finished < n_per_prompt]
+    if not todo:
+        return None
+    p = min(todo, key=lambda q: (q.n_finished, q.id))
+    return Plan(
+        task, p.id, p.text, canon.text, "bootstrap", f"candidate rollout {p.n_finished + 1}/{n_per_prompt}"
+    )
+
+
+def _rl_plan(task: str, prompts: list[PromptRow], alpha: float, rng: random.Random) -> Plan:
+    from learner.mixture import sample_prompt  # the learner's mixture (alpha-delta + uniform pool)
+
+    canon = next(p for p in prompts if p.status == "canonical")
+    pool = [p for p in prompts if p.status == "pool"]
+    text = sample_prompt(canon.text, [p.text for p in pool], alpha, rng)
+    chosen = canon if text == canon.text else next(p for p in pool if p.text == text)
+    kind = "canonical" if chosen is canon else "pool"
+    return Plan(task, chosen.id, chosen.text, canon.text, "rl", f"mixture draw ({kind}, alpha {alpha:.2f})")
+
+
+def choose_next(store: Store, tasks: list[str], n_per_prompt: int, rng: random.Random) -> Plan | None:
+    """The next episode's plan; None when every task waits for the supervisor. Among tasks with
+    something to run, the one with the fewest finished episodes goes first (balanced batches)."""
+    options: list[tuple[int, int, Plan]] = []
+    for order, task in enumerate(tasks):
+        prompts = store.prompts(task)
+        state = store.task_state(task)
+        plan = (
+            _rl_plan(task, prompts, state.alpha, rng)
+            if state.stage == "rl"
+            else _bootstrap_plan(task, prompts, n_per_prompt)
+        )
+        if plan is not None:
+            options.append((sum(p.n_finished for p in prompts), order, plan))
+    return min(options, key=lambda o: (o[0], o[1]))[2] if options else None

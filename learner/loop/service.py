@@ -1,0 +1,126 @@
+"""``pde learner run`` / ``pde loop``: the episode loop with the real robot client, actor, trainer
+and checkpoints wired together."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from learner.loop.core import EpisodeLoop
+from learner.loop.settings import LoopSettings
+from learner.loop.training import BackgroundTrainer
+from pde_storage import ConflictError, Store
+
+log = logging.getLogger("pde.loop")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
+    p = argparse.ArgumentParser(prog="pde learner run", description="The PDE episode loop (Algorithm 1).")
+    p.add_argument("--database-url", help="default: $PDE_DATABASE_URL or sqlite:///data/pde.db")
+    p.add_argument("--data-dir", type=Path, help="media and checkpoints (default: $PDE_DATA_DIR or data)")
+    p.add_argument("--robot", dest="robot_cmd_endpoint", help="robot server command endpoint")
+    p.add_argument("--tasks", help="comma-separated task names (default: the paper's tasks 1, 8, 10)")
+    p.add_argument(
+        "--auto-start", action="store_true", default=None, help="do not wait for the operator's start"
+    )
+    p.add_argument(
+        "--auto-label",
+        action="store_true",
+        default=None,
+        help="label with the simulator's success check instead of the operator",
+    )
+    p.add_argument("--auto", action="store_true", help="--auto-start and --auto-label (simulation)")
+    p.add_argument("--max-episodes", type=int)
+    p.add_argument("--max-chunks", type=int)
+    p.add_argument("--batch-size", type=int, help="labelled RL rollouts per PPO update (default 64)")
+    p.add_argument("--rollouts-per-prompt", type=int, help="N rollouts per candidate prompt (default 10)")
+    p.add_argument("--seed", type=int)
+    args = p.parse_args(argv)
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if v is not None and k not in ("tasks", "auto")
+    }
+    if args.tasks:
+        overrides["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if args.auto:
+        overrides["auto_start"] = overrides["auto_label"] = True
+    return args, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        settings = LoopSettings(**overrides)
+    except ValueError as e:
+        print(f"pde loop: invalid settings: {e}", file=sys.stderr)
+        return 2
+    # Heavy imports (torch) only once the arguments are known to be good.
+    from pde_contract.client import RobotClient, RobotServerError
+
+    from learner.actor import Actor, ActorSettings
+    from learner.checkpoints import CheckpointStore
+    from learner.trainer import Trainer
+
+    store = Store.open(settings.database_url, settings.data_dir / "media")
+    checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
+    loaded = checkpoints.latest()
+    if loaded is None:
+        print(
+            f"pde loop: no policy checkpoint in {checkpoints.directory}; train the SFT policy first "
+            "(`pde learner sft ...`)",
+            file=sys.stderr,
+        )
+        return 2
+    with contextlib.suppress(ConflictError):
+        store.add_checkpoint(loaded.version, loaded.path, {k: float(v) for k, v in loaded.metrics.items()})
+    client = RobotClient(settings.robot_cmd_endpoint, name="learner", timeout_s=2.0)
+    try:
+        info = client.connect()
+    except RobotServerError as e:
+        print(
+            f"pde loop: cannot reach the robot server at {settings.robot_cmd_endpoint}: {e}", file=sys.stderr
+        )
+        return 2
+    trainer = Trainer(copy.deepcopy(loaded.policy))
+    if loaded.trainer_state:
+        trainer.load_state_dict(loaded.trainer_state)
+    actor = Actor(
+        loaded.policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False)
+    )
+
+    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
+        path = checkpoints.save(policy, version, metrics, trainer.state_dict())
+        store.add_checkpoint(version, path, metrics)
+        return str(path)
+
+    loop = EpisodeLoop(
+        store,
+        client,
+        actor,
+        settings,
+        BackgroundTrainer(trainer, save),
+        policy_version=loaded.version,
+        trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
+    )
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    signal.signal(signal.SIGINT, lambda *_: loop.stop())
+    log.info(
+        "episode loop on %s (robot %s, backend %s), policy version %d",
+        store.url.split("@")[-1],
+        settings.robot_cmd_endpoint,
+        info.backend,
+        loaded.version,
+    )
+    try:
+        n = loop.run()
+    finally:
+        client.close()
+        store.close()
+    log.info("stopped after %d episode(s)", n)
+    return 0

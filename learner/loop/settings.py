@@ -1,0 +1,70 @@
+"""Settings of the episode loop (env prefix PDE_LOOP_; the shared PDE_DATABASE_URL, PDE_DATA_DIR
+and PDE_ROBOT_CMD_ENDPOINT are read too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from learner.loop.tasks import HEADLINE_TASKS, PAPER_TASKS
+
+
+class LoopSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDE_LOOP_", populate_by_name=True)
+
+    database_url: str = Field(
+        "sqlite:///data/pde.db", validation_alias=AliasChoices("PDE_LOOP_DATABASE_URL", "PDE_DATABASE_URL")
+    )
+    """SQLAlchemy URL of the shared database (sqlite:///... or postgresql+psycopg://...)."""
+    data_dir: Path = Field(Path("data"), validation_alias=AliasChoices("PDE_LOOP_DATA_DIR", "PDE_DATA_DIR"))
+    """Episode files and videos go to <data_dir>/media, checkpoints to <data_dir>/checkpoints."""
+    robot_cmd_endpoint: str = Field(
+        "tcp://127.0.0.1:5556",
+        validation_alias=AliasChoices("PDE_LOOP_ROBOT_CMD_ENDPOINT", "PDE_ROBOT_CMD_ENDPOINT"),
+    )
+    tasks: list[str] = list(HEADLINE_TASKS)
+    """Tasks to train (snake_case names of the paper's list)."""
+    auto_start: bool = False
+    """Start each episode without waiting for the operator's "scene reset — start" (simulation)."""
+    auto_label: bool = False
+    """Label each episode with the simulator's success check instead of waiting for the operator."""
+    rollouts_per_prompt: int = 10
+    """N: rollouts of each candidate prompt (and of the canonical prompt) in the bootstrap stage."""
+    batch_size: int = 64
+    """Labelled RL-stage rollouts per PPO update."""
+    max_chunks: int = 30
+    """Longest episode, in action chunks."""
+    max_episodes: int | None = None
+    """Stop after this many episodes (None: run until stopped)."""
+    beta: float = 0.3
+    """EMA factor of the canonical prompt's success (adaptive alpha)."""
+    consolidation_target: float = 0.5
+    """c in alpha = clip(s_bar / c, alpha_min, 1)."""
+    alpha_min: float = 0.05
+    poll_period_s: float = 0.01
+    """How often the loop looks for the operator's start intent and label."""
+    heartbeat_period_s: float = 1.0
+    """How often the loop's state is written for the page's health panel while it waits."""
+    error_backoff_s: float = 2.0
+    """Pause after a robot error (e.g. e-stop latched) before trying again."""
+    seed: int = 0
+    """Seeds the prompt sampler and the per-episode scene seeds."""
+
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, v: list[str]) -> list[str]:
+        bad = [t for t in v if t not in PAPER_TASKS]
+        if bad or not v:
+            raise ValueError(
+                f"unknown task(s) {bad or '(none given)'}; valid tasks: {', '.join(PAPER_TASKS)}"
+            )
+        return v
+
+    @field_validator("rollouts_per_prompt", "batch_size", "max_chunks")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"must be >= 1, got {v}")
+        return v

@@ -1,0 +1,38 @@
+"""Shared state of the PDE system (tasks, prompts, episodes, labels, checkpoints, metrics) in
+SQLite or PostgreSQL, plus the episode files and videos under a media folder.
+
+    store = Store.open(url="sqlite:///data/pde.db", media_dir="data/media")
+"""
+
+from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError, StoreError
+from pde_storage.rows import (
+    CheckpointRow,
+    ChunkInfo,
+    EpisodeRow,
+    IntentRow,
+    LabelRow,
+    PromptRow,
+    ServiceStateRow,
+    SupervisorCallRow,
+    TaskRow,
+    TaskState,
+)
+from pde_storage.store import Store
+
+__all__ = [
+    "CheckpointRow",
+    "ChunkInfo",
+    "ConflictError",
+    "EpisodeRow",
+    "IntentRow",
+    "InvalidArgumentError",
+    "LabelRow",
+    "NotFoundError",
+    "PromptRow",
+    "ServiceStateRow",
+    "Store",
+    "StoreError",
+    "SupervisorCallRow",
+    "TaskRow",
+    "TaskState",
+]

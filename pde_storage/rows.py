@@ -1,0 +1,143 @@
+"""Plain immutable rows handed out by the Store (never live ORM objects, so callers cannot
+mutate the database by accident or trip over expired sessions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Stage = Literal["bootstrap", "rl"]
+PromptStatus = Literal["canonical", "candidate", "pool", "rejected"]
+EpisodeStatus = Literal["running", "awaiting_label", "labelled", "aborted"]
+LabelSource = Literal["operator", "simulator", "vlm"]
+
+STAGES: tuple[str, ...] = ("bootstrap", "rl")
+PROMPT_STATUSES: tuple[str, ...] = ("canonical", "candidate", "pool", "rejected")
+PROMPT_SOURCES: tuple[str, ...] = ("canonical", "vlm", "offline", "operator")
+EPISODE_STATUSES: tuple[str, ...] = ("running", "awaiting_label", "labelled", "aborted")
+LABEL_SOURCES: tuple[str, ...] = ("operator", "simulator", "vlm")
+# Operator and simulator labels decide the reward; a VLM label is only shown as a proposal.
+AUTHORITATIVE_SOURCES: tuple[str, ...] = ("operator", "simulator")
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: int
+    name: str
+    canonical_prompt: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class TaskState:
+    task: str
+    stage: str
+    iteration: int
+    alpha: float
+    ema_success: float | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    id: int
+    task: str
+    text: str
+    status: str
+    source: str
+    iteration: int
+    summary: str
+    n_episodes: int  # episodes with an authoritative label
+    n_success: int
+    n_finished: int  # episodes that ended (labelled or awaiting a label)
+    created_at: datetime
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.n_success / self.n_episodes if self.n_episodes else None
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    id: int
+    task: str
+    rollout_prompt: str
+    canonical_prompt: str
+    prompt_id: int
+    policy_version: int
+    stage: str
+    status: str
+    success: bool | None  # latest operator/simulator label
+    vlm_proposal: bool | None  # latest VLM label, a proposal only
+    vlm_reason: str
+    file_path: str  # absolute; "" until the episode ends
+    video_paths: dict[str, str]  # camera -> absolute mp4 path
+    created_at: datetime
+    finished_at: datetime | None
+    labelled_at: datetime | None
+    abort_reason: str
+    seed: int | None
+    n_chunks: int
+
+
+@dataclass(frozen=True)
+class LabelRow:
+    id: int
+    episode_id: int
+    success: bool
+    source: str
+    reason: str
+    created_at: datetime
+
+    @property
+    def authoritative(self) -> bool:
+        return self.source in AUTHORITATIVE_SOURCES
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    episode_id: int
+    index: int
+    observation_time_s: float
+    n_steps: int
+    inference_s: float | None
+    sent_time_s: float | None
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    version: int
+    path: str
+    metrics: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class SupervisorCallRow:
+    id: int
+    kind: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_s: float
+    ok: bool
+    error: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class IntentRow:
+    id: int
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    consumed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ServiceStateRow:
+    name: str
+    state: dict[str, Any]
+    updated_at: datetime

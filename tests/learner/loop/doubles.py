@@ -1,0 +1,103 @@
+"""Test doubles for the loop's neighbours (named Fake...): a robot that records resets, an actor
+that returns small real episode files with scripted simulator outcomes, a trainer that records
+its batches. The store under them is real."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pde_contract.episodes import EpisodeFile
+from tests.storage.factories import make_episode_file
+
+
+class FakeRobot:
+    def __init__(self) -> None:
+        self.resets: list[tuple[str, int | None]] = []
+        self.stops = 0
+        self.fail_resets = 0  # the next this many resets raise (e.g. e-stop latched)
+
+    def reset(self, task: str = "", seed: int | None = None) -> None:
+        if self.fail_resets:
+            self.fail_resets -= 1
+            raise RuntimeError("[estopped] e-stop latched: release it on the page")
+        self.resets.append((task, seed))
+
+    def stop(self) -> None:
+        self.stops += 1
+
+
+class FakeActor:
+    def __init__(
+        self,
+        outcomes: Callable[[int], bool | None] = lambda i: i % 2 == 0,
+        chunk_time_s: float = 0.0,
+        n_chunks: int = 3,
+    ) -> None:
+        self.outcomes = outcomes
+        self.chunk_time_s = chunk_time_s
+        self.n_chunks = n_chunks
+        self.calls: list[dict[str, Any]] = []
+        self.policies: list[Any] = []
+        self.fail_next: Exception | None = None
+        self.started = threading.Event()
+
+    def run_episode(
+        self,
+        *,
+        episode_id: str,
+        task: str,
+        canonical_prompt: str,
+        rollout_prompt: str,
+        max_chunks: int,
+        should_stop: Callable[[], bool] = lambda: False,
+        seed: int | None = None,
+    ) -> EpisodeFile:
+        self.calls.append(
+            dict(
+                episode_id=episode_id,
+                task=task,
+                canonical_prompt=canonical_prompt,
+                rollout_prompt=rollout_prompt,
+                max_chunks=max_chunks,
+                seed=seed,
+            )
+        )
+        self.started.set()
+        if self.fail_next is not None:
+            err, self.fail_next = self.fail_next, None
+            raise err
+        n = 0
+        for _ in range(min(self.n_chunks, max_chunks)):
+            if should_stop():
+                break
+            time.sleep(self.chunk_time_s)
+            n += 1
+        ef = make_episode_file(
+            int(episode_id), task, n_chunks=max(n, 1), success=self.outcomes(len(self.calls) - 1)
+        )
+        return ef
+
+    def set_policy(self, policy: Any) -> None:
+        self.policies.append(policy)
+
+
+class FakeTrainer:
+    def __init__(self, update_time_s: float = 0.0, fail: bool = False) -> None:
+        self.batches: list[list[tuple[EpisodeFile, float]]] = []
+        self.update_time_s = update_time_s
+        self.fail = fail
+        self.n_updates = 0
+
+    def update(self, batch: Any) -> dict[str, float]:
+        time.sleep(self.update_time_s)
+        if self.fail:
+            raise RuntimeError("loss is NaN")
+        self.batches.append(list(batch))
+        self.n_updates += 1
+        return {"pg_loss": 0.1 * self.n_updates, "approx_kl": 0.01, "explained_variance": float("nan")}
+
+    def policy_snapshot(self) -> Any:
+        return f"policy-after-update-{self.n_updates}"

@@ -1,0 +1,196 @@
+"""The episode loop's state machine with a real store and Fake robot/actor/trainer doubles."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from learner.loop.core import EpisodeLoop
+from learner.loop.settings import LoopSettings
+from learner.loop.training import BackgroundTrainer
+from pde_storage import Store, intents
+from tests.learner.loop.doubles import FakeActor, FakeRobot, FakeTrainer
+
+TASK = "put_green_container_in_bowl"
+CANON = "put the green container in the bowl"
+
+
+def _settings(**kw: Any) -> LoopSettings:
+    base: dict[str, Any] = dict(
+        tasks=[TASK],
+        auto_start=True,
+        auto_label=True,
+        rollouts_per_prompt=2,
+        batch_size=4,
+        max_chunks=5,
+        poll_period_s=0.005,
+        error_backoff_s=0.05,
+    )
+    base.update(kw)
+    return LoopSettings(**base)
+
+
+def _until(cond: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+def _run_in_thread(loop: EpisodeLoop) -> threading.Thread:
+    t = threading.Thread(target=loop.run, daemon=True)
+    t.start()
+    return t
+
+
+def _phase(store: Store) -> str | None:
+    s = store.service_states().get("loop")
+    return None if s is None else s.state.get("phase")
+
+
+def test_bootstrap_canonical_baseline_then_candidates(store: Store) -> None:
+    robot, actor = FakeRobot(), FakeActor(outcomes=lambda i: i % 2 == 0)
+    loop = EpisodeLoop(store, robot, actor, _settings())
+    t = _run_in_thread(loop)
+    _until(lambda: _phase(store) == "waiting_for_supervisor")
+    eps = store.episodes()
+    assert [e.rollout_prompt for e in eps] == [CANON, CANON]
+    assert [(e.status, e.success) for e in eps] == [("labelled", True), ("labelled", False)]
+    assert [lab.source for lab in store.labels(eps[0].id)] == ["simulator"]
+    done = store.pending_intents(intents.PROMPT_ROLLOUTS_DONE)
+    assert [d.payload["prompt_id"] for d in done] == [eps[0].prompt_id]
+    assert done[0].payload["success_rate"] == 0.5
+    # The supervisor proposes two candidates: each gets N = 2 rollouts, fewest-first.
+    a = store.add_prompt(TASK, "drop the green box into the bowl")
+    b = store.add_prompt(TASK, "lift the green container and place it in the bowl")
+    _until(lambda: len(store.pending_intents(intents.PROMPT_ROLLOUTS_DONE)) == 3)
+    loop.stop()
+    t.join(5)
+    assert not t.is_alive()
+    ran = [e.prompt_id for e in store.episodes()][2:]
+    assert ran == [a.id, b.id, a.id, b.id]
+    assert [c["seed"] for c in actor.calls] == [s for _, s in robot.resets]  # reset before each episode
+    assert all(task == TASK for task, _ in robot.resets)
+    assert store.prompt(a.id).n_episodes == 2 and store.metrics(f"{TASK}/canonical_success")
+    assert _phase(store) == "stopped"
+
+
+def test_operator_mode_waits_for_start_and_label(store: Store) -> None:
+    robot, actor = FakeRobot(), FakeActor()
+    loop = EpisodeLoop(store, robot, actor, _settings(auto_start=False, auto_label=False, max_episodes=1))
+    t = _run_in_thread(loop)
+    _until(lambda: _phase(store) == "awaiting_start")
+    time.sleep(0.1)
+    assert store.episodes() == [] and actor.calls == []  # nothing moves before the operator says so
+    assert len(robot.resets) == 1  # home / scene re-laid while the operator resets the scene
+    store.add_intent(intents.START_EPISODE)
+    _until(lambda: _phase(store) == "awaiting_label")
+    [ep] = store.episodes()
+    assert ep.status == "awaiting_label" and ep.video_paths
+    store.add_label(ep.id, True, source="operator")
+    t.join(5)
+    assert not t.is_alive() and store.episode(ep.id).success is True
+
+
+def test_operator_abort_marks_episode_aborted(store: Store) -> None:
+    actor = FakeActor(chunk_time_s=0.05, n_chunks=200)
+    loop = EpisodeLoop(store, FakeRobot(), actor, _settings(max_episodes=1, max_chunks=200))
+    t = _run_in_thread(loop)
+    actor.started.wait(5)
+    store.add_intent(intents.ABORT_EPISODE)
+    t.join(10)
+    [ep] = store.episodes()
+    assert ep.status == "aborted" and "operator aborted" in ep.abort_reason
+
+
+def test_robot_errors_abort_the_episode_and_the_loop_goes_on(store: Store) -> None:
+    robot, actor = FakeRobot(), FakeActor()
+    actor.fail_next = RuntimeError("e-stop latched during the episode: operator")
+    robot.fail_resets = 0
+    loop = EpisodeLoop(store, robot, actor, _settings(max_episodes=2))
+    loop.run()
+    first, second = store.episodes()
+    assert first.status == "aborted" and "e-stop latched" in first.abort_reason
+    assert second.status == "labelled"
+    robot.fail_resets = 1  # a failing reset creates no episode at all
+    loop2 = EpisodeLoop(store, robot, actor, _settings(max_episodes=1))
+    loop2.run()
+    assert len(store.episodes()) == 3 and "reset failed" in loop2.last_error
+
+
+def test_recover_aborts_running_and_finishes_pending_labels(store: Store, tmp_path: Any) -> None:
+    store.ensure_task(TASK, CANON)
+    pid = store.prompts(TASK)[0].id
+    left_running = store.create_episode(TASK, pid, 0, "bootstrap").id
+    loop = EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(max_episodes=0, auto_label=False))
+    t = _run_in_thread(loop)
+    t.join(5)
+    e = store.episode(left_running)
+    assert e.status == "aborted" and "interrupted" in e.abort_reason
+
+
+@pytest.fixture
+def rl_store(store: Store) -> Store:
+    pytest.importorskip("learner.mixture", reason="learner.mixture (learner team) not on this branch yet")
+    store.ensure_task(TASK, CANON)
+    store.set_task_state(TASK, stage="rl", alpha=0.5, ema_success=0.25)
+    for text in ("drop the green box into the bowl", "place the green container inside the bowl"):
+        store.set_prompt_status(store.add_prompt(TASK, text).id, "pool")
+    return store
+
+
+def test_rl_stage_ppo_in_background_and_weight_swap(rl_store: Store) -> None:
+    store = rl_store
+    trainer = FakeTrainer(update_time_s=0.3)
+    saved: list[tuple[Any, int, dict[str, float]]] = []
+
+    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
+        saved.append((policy, version, metrics))
+        store.add_checkpoint(version, f"/ck/{version}", metrics)
+        return f"/ck/{version}"
+
+    actor = FakeActor(outcomes=lambda i: i % 3 == 0, chunk_time_s=0.02)
+    loop = EpisodeLoop(
+        store,
+        FakeRobot(),
+        actor,
+        _settings(batch_size=4, max_episodes=10),
+        trainer=BackgroundTrainer(trainer, save),
+    )
+    loop.run()
+    eps = store.episodes()
+    assert len(eps) == 10 and all(e.stage == "rl" for e in eps)
+    assert {e.rollout_prompt for e in eps} <= {p.text for p in store.prompts(TASK)}
+    # First batch = the first 4 labelled episodes, reward = label.
+    first = trainer.batches[0]
+    assert [int(ef.episode_id) for ef, _ in first] == [e.id for e in eps[:4]]
+    assert [r for _, r in first] == [1.0 if e.success else 0.0 for e in eps[:4]]
+    # The update ran while episodes continued (never stopping the robot); its weights came in
+    # between episodes and later episodes carry the new version.
+    assert actor.policies[0] == "policy-after-update-1"
+    assert eps[4].policy_version == 0 and eps[-1].policy_version >= 1
+    assert saved[0][1] == 1 and saved[0][2]["trained_through_episode_id"] == eps[3].id
+    st = store.task_state(TASK)
+    assert st.iteration >= 1 and 0.05 <= st.alpha <= 1.0
+    assert [s for s, _, _ in store.metrics("ppo/pg_loss")][:1] == [1]
+    assert store.metrics("ppo/explained_variance") == []  # NaN diagnostics are not stored
+
+
+def test_failed_update_keeps_old_weights(rl_store: Store) -> None:
+    loop = EpisodeLoop(
+        rl_store,
+        FakeRobot(),
+        FakeActor(),
+        _settings(batch_size=2, max_episodes=5),
+        trainer=BackgroundTrainer(FakeTrainer(fail=True), lambda p, v, m: ""),
+    )
+    loop.run()
+    assert all(e.policy_version == 0 for e in rl_store.episodes())
+    assert "loss is NaN" in loop.last_error

@@ -1,0 +1,270 @@
+"""The Store API on SQLite and on a real PostgreSQL server (see conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, text
+
+from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
+from pde_storage.db import head_revision, normalise_url
+from pde_storage.models import Base
+from tests.storage.factories import make_episode_file
+
+TASK = "put_green_container_in_bowl"
+CANON = "put the green container in the bowl"
+
+
+def _finished_episode(store: Store, prompt_text: str | None = None, n_chunks: int = 4) -> int:
+    store.ensure_task(TASK, CANON)
+    pid = store.prompts(TASK, "canonical")[0].id
+    if prompt_text is not None:
+        pid = store.add_prompt(TASK, prompt_text).id
+    ep = store.create_episode(TASK, pid, policy_version=0, stage="bootstrap")
+    store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=n_chunks))
+    return ep.id
+
+
+def test_migrations_reach_head_and_match_the_models(store: Store, db_url: str) -> None:
+    engine = create_engine(normalise_url(db_url))
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn)
+        assert ctx.get_current_revision() == head_revision()
+        assert compare_metadata(ctx, Base.metadata) == []
+    engine.dispose()
+    # Opening again (a second service) is a no-op, not an error.
+    Store.open(db_url, store.media_dir).close()
+
+
+def test_sqlite_uses_wal(tmp_path: Path) -> None:
+    with Store.open(f"sqlite:///{tmp_path}/w.db", tmp_path / "m") as s, s._read_engine.connect() as c:
+        assert c.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+
+
+def test_tasks_and_task_state(store: Store) -> None:
+    row = store.ensure_task(TASK, CANON)
+    assert store.ensure_task(TASK, CANON).id == row.id
+    with pytest.raises(ConflictError, match="canonical prompt never changes"):
+        store.ensure_task(TASK, "something else")
+    [canon] = store.prompts(TASK)
+    assert (canon.text, canon.status, canon.source) == (CANON, "canonical", "canonical")
+    st = store.task_state(TASK)
+    assert (st.stage, st.iteration, st.alpha, st.ema_success) == ("bootstrap", 0, 1.0, None)
+    st = store.set_task_state(TASK, stage="rl", iteration=3, alpha=0.4, ema_success=0.2)
+    assert (st.stage, st.iteration, st.alpha, st.ema_success) == ("rl", 3, 0.4, 0.2)
+    with pytest.raises(InvalidArgumentError, match="unknown task-state field"):
+        store.set_task_state(TASK, beta=0.3)
+    with pytest.raises(InvalidArgumentError, match="stage 'warmup' is not one of"):
+        store.set_task_state(TASK, stage="warmup")
+    with pytest.raises(NotFoundError, match="unknown task 'nope'"):
+        store.task_state("nope")
+    assert store.task_state(TASK).stage == "rl"
+
+
+def test_prompts_status_and_dedup(store: Store) -> None:
+    store.ensure_task(TASK, CANON)
+    p = store.add_prompt(TASK, "grab the  green box and drop it in the bowl", iteration=2)
+    assert p.text == "grab the green box and drop it in the bowl"  # whitespace normalised
+    assert (p.status, p.source, p.iteration, p.success_rate) == ("candidate", "vlm", 2, None)
+    assert store.add_prompt(TASK, p.text).id == p.id
+    p2 = store.set_prompt_status(p.id, "pool", summary="grasps the box, drops it beside the bowl")
+    assert (p2.status, p2.summary) == ("pool", "grasps the box, drops it beside the bowl")
+    assert [x.id for x in store.prompts(TASK, "pool")] == [p.id]
+    assert len(store.prompts(TASK, ["pool", "canonical"])) == 2
+    canon = store.prompts(TASK, "canonical")[0]
+    with pytest.raises(ConflictError, match="canonical prompt"):
+        store.set_prompt_status(canon.id, "rejected")
+    with pytest.raises(InvalidArgumentError):
+        store.set_prompt_status(p.id, "great")
+    with pytest.raises(NotFoundError):
+        store.set_prompt_status(9999, "pool")
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        store.add_prompt(TASK, "   ")
+
+
+def test_episode_lifecycle_files_videos_chunks(store: Store) -> None:
+    store.ensure_task(TASK, CANON)
+    pid = store.add_prompt(TASK, "lift the green container into the bowl").id
+    ep = store.create_episode(TASK, pid, policy_version=7, stage="bootstrap", seed=11)
+    assert (ep.status, ep.rollout_prompt, ep.canonical_prompt, ep.policy_version) == (
+        "running",
+        "lift the green container into the bowl",
+        CANON,
+        7,
+    )
+    assert store.episodes(status="running")[0].id == ep.id
+    ef = make_episode_file(ep.id, TASK, n_chunks=5)
+    done = store.finish_episode(ep.id, ef)
+    assert done.status == "awaiting_label" and done.finished_at is not None and done.n_chunks == 5
+    assert Path(done.file_path).is_file()
+    assert sorted(done.video_paths) == ["external", "wrist"]
+    back = store.load_episode_file(ep.id)
+    assert len(back.chunks) == 5 and back.task == TASK
+    np.testing.assert_array_equal(back.chunks[3].actions, ef.chunks[3].actions)
+    chunks = store.chunks(ep.id)
+    assert [c.index for c in chunks] == list(range(5))
+    assert chunks[2].n_steps == 10 and chunks[2].inference_s == pytest.approx(0.022)
+    for path in done.video_paths.values():
+        with av.open(path) as f:
+            s = f.streams.video[0]
+            assert s.codec_context.name == "h264" and s.codec_context.pix_fmt == "yuv420p"
+            assert sum(1 for _ in f.decode(s)) == 5
+    with pytest.raises(ConflictError, match="not running"):
+        store.finish_episode(ep.id, ef)
+
+
+def test_labels_relabel_history_and_prompt_stats(store: Store) -> None:
+    eid = _finished_episode(store, "place the green box in the bowl")
+    pid = store.episode(eid).prompt_id
+    assert store.prompt(pid).n_finished == 1 and store.prompt(pid).n_episodes == 0
+    store.add_label(eid, True, source="vlm", reason="container ends inside the bowl")
+    e = store.episode(eid)
+    assert (e.status, e.success, e.vlm_proposal) == ("awaiting_label", None, True)
+    store.add_label(eid, False, source="operator")
+    assert (store.episode(eid).status, store.episode(eid).success) == ("labelled", False)
+    p = store.prompt(pid)
+    assert (p.n_episodes, p.n_success, p.success_rate) == (1, 0, 0.0)
+    with pytest.raises(ConflictError, match="already labelled failure"):
+        store.add_label(eid, True, source="operator")
+    assert store.episode(eid).success is False  # nothing changed
+    store.add_label(eid, True, source="operator", reason="misclick", relabel=True)
+    assert store.episode(eid).success is True
+    assert store.prompt(pid).success_rate == 1.0
+    hist = store.labels(eid)
+    assert [(lab.source, lab.success) for lab in hist] == [
+        ("vlm", True),
+        ("operator", False),
+        ("operator", True),
+    ]
+    assert [lab.authoritative for lab in hist] == [False, True, True]
+
+
+def test_bad_labels_are_refused_and_change_nothing(store: Store) -> None:
+    store.ensure_task(TASK, CANON)
+    pid = store.prompts(TASK)[0].id
+    running = store.create_episode(TASK, pid, 0, "bootstrap")
+    with pytest.raises(ConflictError, match="still running"):
+        store.add_label(running.id, True)
+    with pytest.raises(NotFoundError, match="unknown episode id 424242"):
+        store.add_label(424242, True)
+    with pytest.raises(InvalidArgumentError, match="label source"):
+        store.add_label(running.id, True, source="intern")
+    store.abort_episode(running.id, "operator pressed e-stop")
+    with pytest.raises(ConflictError, match="aborted"):
+        store.add_label(running.id, True)
+    assert store.labels(running.id) == []
+    assert store.episode(running.id).status == "aborted"
+
+
+def test_abort_running_after_crash(store: Store) -> None:
+    eid = _finished_episode(store)
+    pid = store.episode(eid).prompt_id
+    store.add_label(eid, True, source="simulator")
+    r1 = store.create_episode(TASK, pid, 0, "rl").id
+    ids = store.abort_running_episodes("loop restarted mid-episode")
+    assert ids == [r1]
+    e = store.episode(r1)
+    assert (e.status, e.abort_reason) == ("aborted", "loop restarted mid-episode")
+    assert store.episode(eid).status == "labelled"
+    with pytest.raises(ConflictError):
+        store.finish_episode(r1, make_episode_file(r1, TASK))
+    with pytest.raises(InvalidArgumentError, match="needs a reason"):
+        store.abort_episode(r1, "")
+
+
+def test_episodes_query(store: Store) -> None:
+    ids = [_finished_episode(store) for _ in range(3)]
+    store.add_label(ids[0], True, source="operator")
+    assert [e.id for e in store.episodes()] == ids
+    assert [e.id for e in store.episodes(since_id=ids[0])] == ids[1:]
+    assert [e.id for e in store.episodes(newest_first=True, limit=2)] == ids[::-1][:2]
+    assert [e.id for e in store.episodes(task=TASK, status="awaiting_label")] == ids[1:]
+    assert store.count_episodes(TASK, "labelled") == 1
+    with pytest.raises(InvalidArgumentError):
+        store.episodes(status="done")
+
+
+def test_concurrent_double_label_only_one_wins(store: Store) -> None:
+    eid = _finished_episode(store, n_chunks=2)
+    barrier = threading.Barrier(4)
+    outcomes: list[str] = []
+
+    def label(ok: bool) -> None:
+        barrier.wait()
+        try:
+            store.add_label(eid, ok, source="operator")
+            outcomes.append("ok")
+        except ConflictError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=label, args=(i % 2 == 0,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * 3 + ["ok"]
+    assert len(store.labels(eid)) == 1
+
+
+def test_checkpoints_calls_metrics(store: Store) -> None:
+    assert store.latest_checkpoint() is None
+    store.add_checkpoint(0, "/ck/v0.pt", {"sft_loss": 0.5})
+    store.add_checkpoint(1, "/ck/v1.pt", {"pg_loss": 0.1})
+    c = store.latest_checkpoint()
+    assert c is not None and (c.version, c.path, c.metrics) == (1, "/ck/v1.pt", {"pg_loss": 0.1})
+    with pytest.raises(ConflictError):
+        store.add_checkpoint(1, "/ck/again.pt", {})
+    call = store.record_supervisor_call("candidates", "gpt-x", 1200, 300, 0.004, 2.5, True)
+    store.record_supervisor_call("summary", "gpt-x", 800, 40, 0.001, 1.1, False, error="timeout")
+    calls = store.supervisor_calls()
+    assert [x.kind for x in calls] == ["summary", "candidates"] and calls[1].id == call.id
+    assert calls[0].error == "timeout" and not calls[0].ok
+    for step, v in [(2, 0.3), (1, 0.1), (3, 0.5)]:
+        store.add_metric("alpha/t", v, step)
+    assert [(s, v) for s, v, _ in store.metrics("alpha/t")] == [(1, 0.1), (2, 0.3), (3, 0.5)]
+    assert store.metric_names() == ["alpha/t"]
+    with pytest.raises(InvalidArgumentError, match="not finite"):
+        store.add_metric("alpha/t", float("nan"), 4)
+
+
+def test_intents_are_consumed_once(store: Store) -> None:
+    assert store.take_intent("start_episode") is None
+    a = store.add_intent("start_episode", {"by": "operator"})
+    store.add_intent("start_episode")
+    assert len(store.pending_intents("start_episode")) == 2
+    got = store.take_intent("start_episode")
+    assert got is not None and got.id == a.id and got.payload == {"by": "operator"}
+    assert store.discard_intents("start_episode") == 1
+    assert store.take_intent("start_episode") is None
+
+
+def test_service_states(store: Store) -> None:
+    store.set_service_state("loop", {"phase": "awaiting_reset"})
+    store.set_service_state("loop", {"phase": "running", "episode_id": 3})
+    states = store.service_states()
+    assert states["loop"].state == {"phase": "running", "episode_id": 3}
+
+
+def test_state_survives_reopen(db_url: str, tmp_path: Path) -> None:
+    s1 = Store.open(db_url, tmp_path / "media")
+    eid = _finished_episode(s1)
+    s1.add_label(eid, True, source="operator")
+    s1.close()
+    with Store.open(db_url, tmp_path / "media") as s2:
+        e = s2.episode(eid)
+        assert (e.status, e.success) == ("labelled", True)
+        assert Path(e.video_paths["wrist"]).is_file()
+
+
+def test_json_columns_take_nan_and_numpy(store: Store) -> None:
+    store.add_checkpoint(3, "/ck/3", {"ev": float("nan"), "kl": np.float32(0.5), "n": np.int64(4)})
+    c = store.latest_checkpoint()
+    assert c is not None and c.metrics == {"ev": None, "kl": 0.5, "n": 4}
+    store.set_service_state("x", {"v": float("inf"), "l": [np.float64(1.5)]})
+    assert store.service_states()["x"].state == {"v": None, "l": [1.5]}
