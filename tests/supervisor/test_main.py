@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pde_storage import Store
 from supervisor.main import main
 from supervisor.settings import SupervisorSettings
 from tests.fakes.fake_openai import FakeOpenAIServer
@@ -44,9 +45,8 @@ def test_bad_setting_is_a_clear_error(
 
 
 def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
-    store_mod = pytest.importorskip("pde_storage", reason="pde_storage not merged yet")
     url = f"sqlite:///{tmp_path}/pde.db"
-    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
     store.ensure_task(TASK, GOAL)
     store.close()
     with FakeOpenAIServer() as fake:
@@ -73,7 +73,7 @@ def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert [r["kind"] for r in fake.requests] == ["candidates"]
-    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
     try:
         cands = store.prompts(TASK, "candidate")
         assert len(cands) == 3 and {p.source for p in cands} == {"vlm"}

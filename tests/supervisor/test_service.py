@@ -1,7 +1,7 @@
 """The supervisor service on recorded episodes: bootstrap to RL, VLM failures and fallbacks.
 
 The VLM is FakeOpenAIServer behind the real ``openai`` client; episodes are real EpisodeFiles with
-JPEG frames, stored through the real ``pde_storage.Store`` on SQLite when it is importable.
+JPEG frames, stored through the real ``pde_storage.Store`` on SQLite.
 """
 
 from __future__ import annotations
@@ -13,24 +13,19 @@ from typing import Any
 
 import pytest
 
+from pde_storage import Store
 from supervisor.dedup import MiniLMEmbedder
 from supervisor.service import SupervisorService
 from supervisor.settings import SupervisorSettings
 from supervisor.vlm.openai_vlm import OpenAIVLM
 from tests.fakes.fake_openai import FakeOpenAIServer
-from tests.fakes.fake_store import FakeStore
 from tests.supervisor.episodes import make_episode
 
 TASK, GOAL = "put_green_container_in_bowl", "put the green container in the bowl"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Any]:
-    try:
-        from pde_storage import Store
-    except ImportError:
-        yield FakeStore(tmp_path / "media")
-        return
+def store(tmp_path: Path) -> Iterator[Store]:
     s = Store.open(url=f"sqlite:///{tmp_path}/pde.db", media_dir=str(tmp_path / "media"))
     yield s
     s.close()
