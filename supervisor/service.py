@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pde_contract.episodes import read_episode
+from pde_storage.intents import PROMPT_ROLLOUTS_DONE
 from supervisor.dedup import DuplicateFilter, Embedder
 from supervisor.frames import rollout_frames
 from supervisor.pool import (
@@ -85,6 +86,7 @@ class SupervisorStore(Protocol):
         error: str = "",
     ) -> Any: ...
     def set_service_state(self, name: str, state: dict[str, Any]) -> None: ...
+    def take_intent(self, kind: str) -> Any: ...
 
 
 class VLMHealth:
@@ -162,6 +164,7 @@ class SupervisorService:
         self._gave_up: set[tuple[str, int | str]] = set()  # success proposals that failed; not retried
         self.counters = {"polls": 0, "vlm_ok": 0, "vlm_failed": 0, "fallbacks": 0, "errors": 0}
         self.last_analysis: dict[str, str] = {}
+        self._loop_done: set[int] = set()
         if vlm is not None:
             vlm._on_call = self._on_call  # record every call, from any worker thread
 
@@ -194,6 +197,7 @@ class SupervisorService:
         self.counters["polls"] += 1
         self._collect()
         self._flush_calls()
+        self._take_loop_reports()
         for task, canonical in self._tasks():
             self._step_task(task, canonical)
         if self.settings.score_episodes and self.vlm is not None:
@@ -213,9 +217,16 @@ class SupervisorService:
         count_labels(records, (LabelledRollout(e.prompt_id, e.success, e.stage) for e in episodes))
         return TaskHistory(task, canonical, records, state.stage, state.iteration), episodes
 
+    def _take_loop_reports(self) -> None:
+        """The loop says when it has rolled a candidate out N times (its N may differ from ours)."""
+        while (intent := self.store.take_intent(PROMPT_ROLLOUTS_DONE)) is not None:
+            pid = intent.payload.get("prompt_id")
+            if isinstance(pid, int):
+                self._loop_done.add(pid)
+
     def _step_task(self, task: str, canonical: str) -> None:
         history, episodes = self.load_history(task, canonical)
-        p = plan(history, self.cfg)
+        p = plan(history, self.cfg, frozenset(self._loop_done))
         for record, verdict in p.verdicts:
             log.info(
                 "task %s: prompt #%d %r -> %s (%d/%d successes)",

@@ -278,3 +278,20 @@ def test_vlm_labels_never_admit_a_prompt(store: Any, embedder: MiniLMEmbedder) -
         assert store.task_state(TASK).iteration == 1  # still waiting for the operator's labels
     finally:
         service.close()
+
+
+def test_loop_report_judges_a_candidate_with_fewer_rollouts(store: Any, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    store.set_task_state(TASK, iteration=1)
+    cand = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
+    rollout(store, cand.id, [True])  # the loop ran its N = 1; ours is 2
+    service = make_service(store, make_settings(proposer="offline"), embedder, vlm=False)
+    try:
+        service.step()
+        assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "candidate"
+        store.add_intent("prompt_rollouts_done", {"task": TASK, "prompt_id": cand.id, "n_episodes": 1})
+        service.step()
+        assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "pool"
+        assert store.pending_intents("prompt_rollouts_done") == []
+    finally:
+        service.close()
