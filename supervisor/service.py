@@ -55,6 +55,7 @@ from supervisor.vlm.base import (
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "supervisor"
+PUBLISH_S = 5.0  # how often the confusion matrix is recomputed from all episodes
 TREND_WINDOW = 5  # canonical-prompt rollouts per window when comparing recent and earlier success
 
 
@@ -165,6 +166,9 @@ class SupervisorService:
         self.counters = {"polls": 0, "vlm_ok": 0, "vlm_failed": 0, "fallbacks": 0, "errors": 0}
         self.last_analysis: dict[str, str] = {}
         self._loop_done: set[int] = set()
+        self._labelled_watermark = 0  # labelled episodes up to this id need no success proposal
+        self._next_publish = 0.0
+        self._confusion: dict[str, Any] = {}
         if vlm is not None:
             vlm._on_call = self._on_call  # record every call, from any worker thread
 
@@ -202,7 +206,7 @@ class SupervisorService:
             self._step_task(task, canonical)
         if self.settings.score_episodes and self.vlm is not None:
             self._submit_success_proposals()
-        self._publish()
+        self.publish()
 
     def _tasks(self) -> list[tuple[str, str]]:
         rows = [(t.name, t.canonical_prompt) for t in self.store.tasks()]
@@ -225,6 +229,8 @@ class SupervisorService:
                 self._loop_done.add(pid)
 
     def _step_task(self, task: str, canonical: str) -> None:
+        if self.store.task_state(task).stage == "rl":
+            return  # pool frozen: nothing to judge or propose, no need to read the history
         history, episodes = self.load_history(task, canonical)
         p = plan(history, self.cfg, frozenset(self._loop_done))
         for record, verdict in p.verdicts:
@@ -351,9 +357,17 @@ class SupervisorService:
         room = self.settings.workers * 2 - len(self._inflight)
         if room <= 0:
             return
-        # Episodes waiting for the operator first: that is where a proposal helps now.
-        pending = [*self.store.episodes(status="awaiting_label"), *self.store.episodes(status="labelled")]
-        for e in pending:
+        # Episodes waiting for the operator first: that is where a proposal helps now. Labelled ones
+        # (e.g. by the simulator) are scanned from a watermark so a long run is not re-read each poll.
+        waiting = self.store.episodes(status="awaiting_label")
+        labelled = self.store.episodes(status="labelled", since_id=self._labelled_watermark, limit=200)
+        contiguous = True
+        for e in labelled:
+            handled = e.vlm_proposal is not None or not e.file_path or ("success", e.id) in self._gave_up
+            contiguous = contiguous and handled
+            if contiguous:
+                self._labelled_watermark = e.id
+        for e in [*waiting, *labelled]:
             key = ("success", e.id)
             if e.vlm_proposal is not None or not e.file_path or key in self._inflight or key in self._gave_up:
                 continue
@@ -429,9 +443,12 @@ class SupervisorService:
                 c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.latency_s, c.ok, error
             )
 
-    def _publish(self) -> None:
-        eps = self.store.episodes()
-        cm = confusion((e.vlm_proposal, e.success) for e in eps)
+    def publish(self, force: bool = False) -> None:
+        """Service state for the page and health checks; the confusion matrix every PUBLISH_S."""
+        now = time.monotonic()
+        if force or now >= self._next_publish:
+            self._next_publish = now + PUBLISH_S
+            self._confusion = confusion((e.vlm_proposal, e.success) for e in self.store.episodes()).as_dict()
         self.store.set_service_state(
             SERVICE_NAME,
             {
@@ -439,7 +456,7 @@ class SupervisorService:
                 "vlm_available": self.health.available,
                 "last_vlm_error": self.health.last_error,
                 "inflight": sorted(f"{k}:{v}" for k, v in self._inflight),
-                "confusion": cm.as_dict(),
+                "confusion": self._confusion,
                 "analysis": dict(self.last_analysis),
                 **self.counters,
                 "time": time.time(),

@@ -136,6 +136,7 @@ def test_bootstrap_to_rl_on_recorded_episodes(
             service,
             lambda: service.idle() and all(e.vlm_proposal is not None for e in store.episodes(task=TASK)),
         )
+        service.publish(force=True)
         cm = store.service_states()["supervisor"].state["confusion"]
         assert cm["n"] == 8 and cm["true_pos"] == 3 and cm["false_pos"] == 5
         kinds = {c.kind for c in store.supervisor_calls(limit=500)}
