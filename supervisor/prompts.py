@@ -73,7 +73,7 @@ def _evidence_line(p: PromptEvidence) -> str:
     if p.success_rate is not None and p.success_rate >= 1.0:
         line += " | solved: keep it as it is, do not rephrase it"
     if p.summary:
-        line += f" | seen before: {p.summary}"
+        line += f" | observed: {p.summary}"
     return line
 
 
