@@ -81,7 +81,7 @@ def candidate_prompt(req: CandidateRequest, frames_per_rollout: int) -> Rendered
     parts: list[Part] = [
         f"Prompt search, iteration {req.iteration}, task {req.task}.\n\n"
         f'TASK: "{req.goal}"\n'
-        f'Canonical instruction: "{req.goal}" | smoothed success {_rate(req.canonical_ema_success)} '
+        f'Canonical instruction: "{req.goal}" | success (moving average) {_rate(req.canonical_ema_success)} '
         f"| recent trend: {req.canonical_trend}\n\n"
         "Instructions in the pool (they worked at least sometimes), each with frames from its rollouts:"
     ]
