@@ -36,7 +36,10 @@ def _until(cond: Any, timeout_s: float, what: str) -> None:
     raise AssertionError(f"{what}: not reached in {timeout_s}s")
 
 
-def test_loop_and_supervisor_reach_rl_with_the_earned_pool(store: Store, embedder: MiniLMEmbedder) -> None:
+def run_together(
+    store: Store, embedder: MiniLMEmbedder, fake: FakeOpenAIServer, until_labelled: int, **supervisor: Any
+) -> SupervisorService:
+    """Loop and supervisor in threads until the task is in RL with ``until_labelled`` episodes."""
     store.ensure_task(TASK, GOAL)
     actor: FakeActor
     actor = FakeActor(outcomes=lambda i: actor.calls[i]["rollout_prompt"].startswith(GOOD_VERBS))
@@ -44,31 +47,36 @@ def test_loop_and_supervisor_reach_rl_with_the_earned_pool(store: Store, embedde
         tasks=[TASK], auto_start=True, auto_label=True, rollouts_per_prompt=2, batch_size=4,
         max_chunks=3, poll_period_s=0.01, error_backoff_s=0.05,
     )  # fmt: skip
-    loop_settings = LoopSettings(**loop_values)
-    with FakeOpenAIServer() as fake:
-        settings = SupervisorSettings(
-            base_url=fake.base_url, model="fake-vlm", api_key="k", request_timeout_s=5.0,  # type: ignore[arg-type]
-            iterations_t0=5, candidates_k=2, rollouts_n=2, eta=0.5, pool_min_m=2, poll_interval_s=0.02,
-        )  # fmt: skip
-        service = SupervisorService(store, settings, OpenAIVLM(settings), embedder, seed=0)
-        trainer = BackgroundTrainer(FakeTrainer(), lambda policy, version, metrics: "")
-        loop = EpisodeLoop(store, FakeRobot(), actor, loop_settings, trainer=trainer)
-        stop = threading.Event()
-        threads = [
-            threading.Thread(target=loop.run, daemon=True),
-            threading.Thread(target=service.run, args=(stop,)),
-        ]
+    values: dict[str, Any] = dict(
+        base_url=fake.base_url, model="fake-vlm", api_key="k", request_timeout_s=5.0, iterations_t0=5,
+        candidates_k=2, rollouts_n=2, eta=0.5, pool_min_m=2, poll_interval_s=0.02,
+    )  # fmt: skip
+    settings = SupervisorSettings(**(values | supervisor))
+    service = SupervisorService(store, settings, OpenAIVLM(settings), embedder, seed=0)
+    trainer = BackgroundTrainer(FakeTrainer(), lambda policy, version, metrics: "")
+    loop = EpisodeLoop(store, FakeRobot(), actor, LoopSettings(**loop_values), trainer=trainer)
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=loop.run, daemon=True),
+        threading.Thread(target=service.run, args=(stop,)),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        _until(lambda: store.task_state(TASK).stage == "rl", 120, "RL stage")
+        _until(lambda: len(store.episodes(task=TASK, status="labelled")) >= until_labelled, 60, "RL rollouts")
+    finally:
+        loop.stop()
+        stop.set()
         for t in threads:
-            t.start()
-        try:
-            _until(lambda: store.task_state(TASK).stage == "rl", 120, "RL stage")
-            _until(lambda: len(store.episodes(task=TASK, status="labelled")) >= 16, 60, "RL rollouts")
-        finally:
-            loop.stop()
-            stop.set()
-            for t in threads:
-                t.join(15)
+            t.join(15)
     assert not any(t.is_alive() for t in threads)
+    return service
+
+
+def test_loop_and_supervisor_reach_rl_with_the_earned_pool(store: Store, embedder: MiniLMEmbedder) -> None:
+    with FakeOpenAIServer() as fake:
+        service = run_together(store, embedder, fake, until_labelled=16)
     pool = [p.text for p in store.prompts(TASK, "pool")]
     rejected = [p.text for p in store.prompts(TASK, "rejected")]
     assert len(pool) == 2 and all(p.startswith(GOOD_VERBS) for p in pool)
@@ -78,3 +86,22 @@ def test_loop_and_supervisor_reach_rl_with_the_earned_pool(store: Store, embedde
     assert rl and {e.rollout_prompt for e in rl} <= {GOAL, *pool}
     assert all(not r["problems"] for r in fake.requests)
     assert service.counters["errors"] == 0 and service.counters["vlm_failed"] == 0
+
+
+def test_dead_vlm_falls_back_to_the_canonical_prompt_and_the_loop_goes_on(
+    store: Store, embedder: MiniLMEmbedder
+) -> None:
+    with FakeOpenAIServer(script=[{"status": 500}] * 1000) as fake:
+        service = run_together(
+            store, embedder, fake, until_labelled=10, fallback="canonical", iterations_t0=2,
+            max_attempts=2, backoff_initial_s=0.01, max_consecutive_failures=1, cooldown_s=600.0,
+        )  # fmt: skip
+    assert [p.status for p in store.prompts(TASK)] == ["canonical"]  # nothing proposed, nothing lost
+    eps = store.episodes(task=TASK)
+    assert len(eps) >= 10 and {e.rollout_prompt for e in eps} == {GOAL}
+    assert any(e.stage == "rl" for e in eps)  # PPO went on with the canonical prompt
+    assert all(e.status == "labelled" for e in eps if e.stage == "bootstrap")
+    calls = store.supervisor_calls(limit=100)
+    assert calls and not any(c.ok for c in calls) and all("500" in c.error for c in calls)
+    assert len(fake.requests) == 2 * len(calls)  # two attempts (with backoff) per failed call
+    assert service.counters["fallbacks"] >= 1
