@@ -87,6 +87,7 @@ class SupervisorStore(Protocol):
         error: str = "",
     ) -> Any: ...
     def set_service_state(self, name: str, state: dict[str, Any]) -> None: ...
+    def add_metric(self, name: str, value: float, step: int) -> None: ...
     def take_intent(self, kind: str) -> Any: ...
 
 
@@ -170,7 +171,7 @@ class SupervisorService:
         self._next_publish = 0.0
         self._confusion: dict[str, Any] = {}
         if vlm is not None:
-            vlm._on_call = self._on_call  # record every call, from any worker thread
+            vlm.set_call_sink(self._on_call)  # every call is stored, from any worker thread
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -448,7 +449,11 @@ class SupervisorService:
         now = time.monotonic()
         if force or now >= self._next_publish:
             self._next_publish = now + PUBLISH_S
-            self._confusion = confusion((e.vlm_proposal, e.success) for e in self.store.episodes()).as_dict()
+            cm = confusion((e.vlm_proposal, e.success) for e in self.store.episodes())
+            if cm.agreement is not None and cm.n != self._confusion.get("n"):
+                # A curve for the page: how often the VLM's proposal matched the operator's label.
+                self.store.add_metric("supervisor/vlm_agreement", cm.agreement, cm.n)
+            self._confusion = cm.as_dict()
         self.store.set_service_state(
             SERVICE_NAME,
             {

@@ -139,6 +139,7 @@ def test_bootstrap_to_rl_on_recorded_episodes(
         service.publish(force=True)
         cm = store.service_states()["supervisor"].state["confusion"]
         assert cm["n"] == 8 and cm["true_pos"] == 3 and cm["false_pos"] == 5
+        assert store.metrics("supervisor/vlm_agreement")[-1][:2] == (8, 3 / 8)
         kinds = {c.kind for c in store.supervisor_calls(limit=500)}
         assert {"candidates", "summary", "success"} <= kinds
         assert all(c.ok and c.prompt_tokens > 0 for c in store.supervisor_calls(limit=500))
