@@ -95,6 +95,10 @@ class Observation(Message):
     episode_id: str = ""  # episode of the chunk executing now ("" when idle)
     executing_chunk_seq: int = -1
     estopped: bool = False
+    # Seq of the most recently accepted chunk and rows of it still to run: a client knows its
+    # chunk has finished when last_chunk_seq == its seq and steps_remaining == 0.
+    last_chunk_seq: int = -1
+    steps_remaining: int = 0
     # Simulator only: does the scene satisfy the current task's success check? None on hardware.
     task_success: bool | None = None
 
@@ -201,6 +205,10 @@ class Counters(Message):
     backend_errors: int = 0
     backend_recoveries: int = 0
     commands_malformed: int = 0
+    commands_too_large: int = 0
+    commands_unknown: int = 0
+    commands_total: int = 0
+    tick_overruns: int = 0  # control ticks that started more than one period late
 
 
 class Status(Message):

@@ -1,0 +1,74 @@
+"""Shared bits of the robot-server benchmarks: statistics, payloads, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # `python bench/bench_x.py` from a checkout
+    sys.path.insert(0, str(REPO_ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+SIZES: dict[str, tuple[int, int]] = {"224x224": (224, 224), "640x480": (640, 480)}
+
+
+def stats_us(samples_s: list[float] | np.ndarray) -> dict[str, float]:
+    a = np.asarray(samples_s, dtype=np.float64) * 1e6
+    return {
+        "n": int(a.size),
+        "p50_us": round(float(np.percentile(a, 50)), 1),
+        "p90_us": round(float(np.percentile(a, 90)), 1),
+        "p99_us": round(float(np.percentile(a, 99)), 1),
+        "max_us": round(float(a.max()), 1),
+        "mean_us": round(float(a.mean()), 1),
+    }
+
+
+def jpeg_frame(width: int, height: int, seed: int) -> bytes:
+    """A JPEG (quality 90) of a smooth random picture: sizes like a real camera frame."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    small = (rng.random((height // 8, width // 8, 3)) * 255).astype(np.uint8)
+    img = cv2.GaussianBlur(cv2.resize(small, (width, height)), (5, 5), 0)
+    noise = rng.integers(0, 12, img.shape, dtype=np.uint8)
+    ok, buf = cv2.imencode(".jpg", cv2.add(img, noise), [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return buf.tobytes()
+
+
+def sleep_until(t_mono: float) -> None:
+    while True:
+        d = t_mono - time.monotonic()
+        if d <= 0:
+            return
+        time.sleep(d)
+
+
+def write_result(name: str, result: dict[str, Any], command: str) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = {
+        "benchmark": name,
+        "command": command,
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        **result,
+    }
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    print(f"wrote {path}")
+    return path

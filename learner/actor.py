@@ -1,0 +1,183 @@
+"""Actor: runs one episode on the robot server with the policy in-process.
+
+Per chunk: latest observation -> policy.sample(obs, rollout prompt) -> submit the chunk -> wait until
+the server has executed it -> record (observation, actions, log_prob, value, chain). The finished
+episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal reward comes
+later from the label (``reward_from_label``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from learner.policies.base import Policy
+from pde_contract.episodes import ChunkRecord, EpisodeFile
+from pde_contract.messages import ActionChunk, ChunkAccepted, Observation, Status
+
+log = logging.getLogger(__name__)
+
+
+class RobotClientLike(Protocol):
+    """The part of pde_contract.client.RobotClient the actor uses."""
+
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted: ...
+    def reset(self, task: str = "", seed: int | None = None) -> None: ...
+    def stop(self) -> None: ...
+    def status(self) -> Status: ...
+    def start_heartbeat(self, period_s: float = 0.05) -> None: ...
+    def stop_heartbeat(self) -> None: ...
+    def latest_observation(self, timeout_s: float = 1.0) -> Observation: ...
+
+
+class ActorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDE_ACTOR_")
+
+    control_rate_hz: float = 10.0
+    """Must match the robot server's control rate (ServerInfo.control_rate_hz)."""
+    heartbeat_period_s: float = 0.05
+    """Heartbeat period while an episode runs (server timeout is 200 ms)."""
+    obs_timeout_s: float = 2.0
+    """Longest wait for a fresh observation."""
+    chunk_timeout_s: float = 30.0
+    """Longest wait for a submitted chunk to finish executing."""
+    poll_period_s: float = 0.005
+    """Status polling period while a chunk executes."""
+    reset_before_episode: bool = True
+    """Send Reset(task, seed) before the first chunk (sim re-lays the scene; hardware homes)."""
+    stop_on_success: bool = True
+    """End the episode early when the simulator reports task success (hardware never reports it)."""
+    deterministic: bool = False
+    """Sample the mean chunk (evaluation) instead of a stochastic chain."""
+
+
+def reward_from_label(success: bool | None) -> float:
+    """Terminal chunk-level reward: 1 for a success label, 0 otherwise (reward from the task, not
+    the prompt)."""
+    return 1.0 if success else 0.0
+
+
+class Actor:
+    def __init__(
+        self, policy: Policy, client: RobotClientLike, settings: ActorSettings | None = None
+    ) -> None:
+        self.client = client
+        self.settings = settings or ActorSettings()
+        self._policy = policy
+        self._lock = threading.Lock()
+        # Chunk seqs must increase across episodes and restarts of this client: start from the clock.
+        self._seq = int(time.time() * 1000)
+
+    def set_policy(self, policy: Policy) -> None:
+        """Swap weights; takes effect at the next episode (never mid-episode)."""
+        with self._lock:
+            self._policy = policy
+
+    @property
+    def policy(self) -> Policy:
+        with self._lock:
+            return self._policy
+
+    def _fresh_observation(self, newer_than_seq: int) -> Observation:
+        deadline = time.monotonic() + self.settings.obs_timeout_s
+        while True:
+            obs = self.client.latest_observation(timeout_s=self.settings.obs_timeout_s)
+            if obs.seq > newer_than_seq:
+                return obs
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no observation newer than seq {newer_than_seq} within {self.settings.obs_timeout_s} s; "
+                    "is the robot server publishing?"
+                )
+            time.sleep(self.settings.poll_period_s)
+
+    def _wait_chunk_done(self, seq: int) -> None:
+        deadline = time.monotonic() + self.settings.chunk_timeout_s
+        while True:
+            status = self.client.status()
+            if status.estopped:
+                raise RuntimeError(f"e-stop latched during the episode: {status.estop_reason}")
+            if status.executing_chunk_seq != seq or status.steps_remaining == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"chunk {seq} still executing after {self.settings.chunk_timeout_s} s")
+            time.sleep(self.settings.poll_period_s)
+
+    def run_episode(
+        self,
+        *,
+        episode_id: str,
+        task: str,
+        canonical_prompt: str,
+        rollout_prompt: str,
+        max_chunks: int,
+        should_stop: Callable[[], bool] = lambda: False,
+        seed: int | None = None,
+    ) -> EpisodeFile:
+        """Roll out one episode under ``rollout_prompt``. Stops after ``max_chunks``, on simulated
+        success, or as soon as ``should_stop()`` is true (the robot is told to hold)."""
+        if max_chunks < 1:
+            raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
+        policy = self.policy
+        cfg = self.settings
+        if cfg.reset_before_episode:
+            self.client.reset(task=task, seed=seed)
+        chunks: list[ChunkRecord] = []
+        success: bool | None = None
+        last_seq = -1
+        self.client.start_heartbeat(cfg.heartbeat_period_s)
+        try:
+            obs = self._fresh_observation(last_seq)
+            for _ in range(max_chunks):
+                if should_stop():
+                    self.client.stop()
+                    break
+                sample = policy.sample(
+                    policy.preprocess([obs]), [rollout_prompt], deterministic=cfg.deterministic
+                )
+                self._seq += 1
+                chunk = ActionChunk(
+                    seq=self._seq,
+                    episode_id=episode_id,
+                    action_space=policy.action_space,
+                    actions=sample.actions[0],
+                    control_rate_hz=cfg.control_rate_hz,
+                    sent_time_s=time.time(),
+                )
+                self.client.submit_chunk(chunk)
+                chunks.append(
+                    ChunkRecord(
+                        observation=obs,
+                        actions=sample.actions[0],
+                        extras={
+                            "log_prob": sample.log_prob[:1].copy(),
+                            "value": sample.value[:1].copy(),
+                            "chain": sample.chain[0],
+                        },
+                    )
+                )
+                self._wait_chunk_done(chunk.seq)
+                last_seq = obs.seq
+                obs = self._fresh_observation(last_seq)
+                success = obs.task_success
+                if success and cfg.stop_on_success:
+                    break
+        finally:
+            self.client.stop_heartbeat()
+        return EpisodeFile(
+            episode_id=episode_id,
+            task=task,
+            canonical_prompt=canonical_prompt,
+            rollout_prompt=rollout_prompt,
+            action_space=policy.action_space,
+            control_rate_hz=cfg.control_rate_hz,
+            chunks=chunks,
+            success=success,
+            seed=seed,
+            source=f"policy:{getattr(policy, 'version', 'unknown')}",
+        )

@@ -1,0 +1,102 @@
+"""Versioned policy checkpoints: ``<dir>/policy-<version:06d>.pt``, written atomically (temp file,
+fsync, rename) so a crash never leaves a truncated checkpoint under a final name. ``latest()``
+returns the highest version that loads."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learner.policies import policy_from_checkpoint_state
+from learner.policies.base import Policy
+
+log = logging.getLogger(__name__)
+_NAME = re.compile(r"^policy-(\d{6,})\.pt$")
+
+
+@dataclass
+class LoadedCheckpoint:
+    version: int
+    path: Path
+    policy: Policy
+    metrics: dict[str, float]
+    trainer_state: dict[str, Any] | None
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class CheckpointStore:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def path_for(self, version: int) -> Path:
+        return self.directory / f"policy-{version:06d}.pt"
+
+    def save(
+        self,
+        policy: Policy,
+        version: int,
+        metrics: dict[str, float] | None = None,
+        trainer_state: dict[str, Any] | None = None,
+    ) -> Path:
+        if version < 0:
+            raise ValueError(f"checkpoint version must be >= 0, got {version}")
+        path = self.path_for(version)
+        payload = {
+            "version": version,
+            "policy": policy.checkpoint_state(),
+            "metrics": dict(metrics or {}),
+            "trainer_state": trainer_state,
+        }
+        atomic_torch_save(payload, path)
+        return path
+
+    def versions(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _NAME.match(p.name)))
+
+    @staticmethod
+    def load(path: str | Path) -> LoadedCheckpoint:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no checkpoint at {path}; train one with `pde learner sft` first")
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+        policy = policy_from_checkpoint_state(payload["policy"])
+        policy.eval()
+        policy.version = int(payload["version"])
+        return LoadedCheckpoint(
+            version=int(payload["version"]),
+            path=path,
+            policy=policy,
+            metrics=dict(payload.get("metrics", {})),
+            trainer_state=payload.get("trainer_state"),
+        )
+
+    def latest(self) -> LoadedCheckpoint | None:
+        """The newest checkpoint that loads; unreadable ones are skipped with a warning."""
+        for version in reversed(self.versions()):
+            try:
+                return self.load(self.path_for(version))
+            except Exception as e:  # a damaged file must not block resuming from an older one
+                log.warning("checkpoint %s unreadable (%s); trying an older one", self.path_for(version), e)
+        return None

@@ -1,0 +1,183 @@
+"""The Policy boundary: what the actor and PPO need from any prompt-conditioned action-chunk policy
+(the small CPU policy in ``vla.py``, π0.5 in ``pi05.py``).
+
+A policy turns a batch of observations + prompts into an action chunk with its log-probability and
+value, and re-evaluates stored chunks (their stochastic chain) under any prompt. The expensive part,
+the observation encoding, is computed once per sample and shared between the rollout prompt and the
+canonical prompt; rows whose rollout prompt is the canonical one get no second pass.
+
+Subclasses implement five hooks (observation encoding, prompt conditioning, head log-prob/means,
+value, sampling); ``evaluate`` and ``evaluate_pair`` are written once here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from pde_contract.messages import ActionSpace, Observation
+
+
+@dataclass
+class ObsBatch:
+    """Preprocessed observations: tensors ready for the network."""
+
+    images: torch.Tensor  # uint8 [B, n_cameras, 3, H, W]
+    state: torch.Tensor  # float32 [B, state_dim], raw units (the policy normalises)
+
+    def __len__(self) -> int:
+        return int(self.state.shape[0])
+
+    def index(self, idx: torch.Tensor | slice | np.ndarray) -> ObsBatch:
+        if isinstance(idx, np.ndarray):
+            idx = torch.as_tensor(idx)
+        return ObsBatch(images=self.images[idx], state=self.state[idx])
+
+    @staticmethod
+    def cat(batches: Sequence[ObsBatch]) -> ObsBatch:
+        return ObsBatch(
+            images=torch.cat([b.images for b in batches]), state=torch.cat([b.state for b in batches])
+        )
+
+
+@dataclass
+class ChunkSample:
+    """What the actor sends and records for each sample of a batch (numpy, detached)."""
+
+    actions: np.ndarray  # [B, T, D] in the action space's units (denormalised)
+    log_prob: np.ndarray  # [B] log-probability of the chain under the prompt it was sampled with
+    value: np.ndarray  # [B]
+    chain: np.ndarray  # [B, K+1, T, D] normalised; chain[:, -1] is the executed chunk
+
+
+@dataclass
+class ChunkEvaluation:
+    log_prob: torch.Tensor  # [B]
+    entropy: torch.Tensor  # [B]
+    value: torch.Tensor  # [B]
+
+
+@dataclass
+class PairEvaluation:
+    """Evaluation of stored chunks under their rollout prompt and the canonical prompt."""
+
+    rollout: ChunkEvaluation
+    canonical_log_prob: torch.Tensor  # [B]; equals rollout.log_prob where the prompts are equal
+    prompt_kl: torch.Tensor  # [B] KL(pi(.|o,p) || pi(.|o,p_g)); 0 where the prompts are equal
+    n_second_pass: int  # rows that needed the canonical pass
+
+
+class Policy(nn.Module, ABC):
+    """Prompt-conditioned action-chunk policy with a value head."""
+
+    action_space: ActionSpace
+    chunk_len: int
+    action_dim: int
+    version: int = 0  # checkpoint version the weights came from (set by CheckpointStore.load)
+
+    # --- hooks -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
+        """Decode camera frames and state into tensors (no parameters involved)."""
+
+    @abstractmethod
+    def encode_observations(self, obs: ObsBatch) -> torch.Tensor:
+        """Observation features [B, F]; the part shared between prompts."""
+
+    @abstractmethod
+    def condition(self, obs_features: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
+        """Fuse observation features with prompts: conditioning [B, C] for the heads."""
+
+    @abstractmethod
+    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+        """Distribution parameters of every stochastic step of stored chains [B, K+1, T, D]
+        (transition means for flow-SDE, the chunk mean for a Gaussian head): [B, K, T, D]."""
+
+    @abstractmethod
+    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log_prob [B], entropy [B]) of chains given ``head_means``."""
+
+    @abstractmethod
+    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
+        """KL between the two conditioned distributions along the stored chains, [B]."""
+
+    @abstractmethod
+    def value(self, cond: torch.Tensor) -> torch.Tensor:
+        """State value [B] under the conditioning's prompt."""
+
+    @abstractmethod
+    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(chain [B, K+1, T, D] normalised, log_prob [B])."""
+
+    @abstractmethod
+    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
+        """Normalised chunk [B, T, D] -> action-space units."""
+
+    @abstractmethod
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything needed to rebuild this policy (config, weights, statistics, caches)."""
+
+    # --- written once ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
+        _check_len(obs, prompts, "prompts")
+        cond = self.condition(self.encode_observations(obs), prompts)
+        chain, log_prob = self.sample_chain(cond, deterministic)
+        actions = self.denormalize_actions(chain[:, -1])
+        return ChunkSample(
+            actions=actions.cpu().numpy().astype(np.float64),
+            log_prob=log_prob.cpu().numpy().astype(np.float64),
+            value=self.value(cond).cpu().numpy().astype(np.float64),
+            chain=chain.cpu().numpy().astype(np.float32),
+        )
+
+    def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
+        _check_len(obs, prompts, "prompts")
+        cond = self.condition(self.encode_observations(obs), prompts)
+        log_prob, entropy = self.head_log_prob(chain, self.head_means(cond, chain))
+        return ChunkEvaluation(log_prob=log_prob, entropy=entropy, value=self.value(cond))
+
+    def evaluate_pair(
+        self,
+        obs: ObsBatch,
+        rollout_prompts: Sequence[str],
+        canonical_prompts: Sequence[str],
+        chain: torch.Tensor,
+    ) -> PairEvaluation:
+        """Both prompts in one batched pass: the observation encoding is computed once; rows whose
+        rollout prompt is the canonical prompt are not evaluated twice."""
+        _check_len(obs, rollout_prompts, "rollout_prompts")
+        _check_len(obs, canonical_prompts, "canonical_prompts")
+        feats = self.encode_observations(obs)
+        differs = [r != c for r, c in zip(rollout_prompts, canonical_prompts, strict=True)]
+        second = torch.tensor([i for i, d in enumerate(differs) if d], dtype=torch.long)
+        n2 = int(second.numel())
+        prompts = list(rollout_prompts) + [canonical_prompts[i] for i in second.tolist()]
+        cond = self.condition(torch.cat([feats, feats[second]]), prompts)
+        chains = torch.cat([chain, chain[second]])
+        means = self.head_means(cond, chains)
+        log_prob, entropy = self.head_log_prob(chains, means)
+        b = len(obs)
+        rollout = ChunkEvaluation(log_prob=log_prob[:b], entropy=entropy[:b], value=self.value(cond[:b]))
+        canonical_log_prob = log_prob[:b].clone()
+        prompt_kl = torch.zeros(b, dtype=log_prob.dtype, device=log_prob.device)
+        if n2:
+            canonical_log_prob = canonical_log_prob.index_copy(0, second.to(log_prob.device), log_prob[b:])
+            kl = self.head_kl(means[:b][second], means[b:])
+            prompt_kl = prompt_kl.index_copy(0, second.to(log_prob.device), kl)
+        return PairEvaluation(
+            rollout=rollout, canonical_log_prob=canonical_log_prob, prompt_kl=prompt_kl, n_second_pass=n2
+        )
+
+
+def _check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:
+    if len(prompts) != len(obs):
+        raise ValueError(f"{name} has {len(prompts)} entries for {len(obs)} observations")

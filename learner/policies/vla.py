@@ -1,0 +1,265 @@
+r"""A small VLA-like policy that trains on a CPU: CNN over both cameras, frozen MiniLM prompt
+embedding, robot state, and an action-chunk head — flow matching with a flow-SDE chain (as π0.5
+under PPO) or a diagonal Gaussian — plus a value head.
+
+    images --CNN--> \
+                     obs features [B, F]  (shared between prompts)  --+
+    state --MLP---> /                                                 |--> cond [B, C] --> value
+    prompt --MiniLM (frozen, cached)--> proj ------------------------+          \--> action head
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from learner.policies import flow_sde
+from learner.policies.base import ObsBatch, Policy
+from learner.policies.observations import STATE_DIM, preprocess
+from learner.policies.text import FakeTextEncoder, MiniLMTextEncoder, PromptEmbeddingCache
+from pde_contract.messages import ACTION_DIMS, ActionSpace, Observation
+
+HeadKind = Literal["flow", "gaussian"]
+
+
+@dataclass
+class VLAConfig:
+    image_size_px: int = 64
+    """Camera frames are downscaled to a square of this many pixels."""
+    cameras: tuple[str, ...] = ("external", "wrist")
+    """Camera names, in the order the encoder sees them."""
+    chunk_len: int = 8
+    """Rows T per action chunk (at the server's control rate)."""
+    action_space: str = ActionSpace.EE_DELTA.value
+    """Action space of the chunk rows (pde_contract.messages.ActionSpace)."""
+    head: HeadKind = "flow"
+    """'flow': flow matching with a flow-SDE chain (π0.5-like); 'gaussian': diagonal Gaussian chunk."""
+    flow_steps: int = 5
+    """Denoising steps K of the flow chain."""
+    flow_noise_level: float = 0.5
+    """a in sigma_i = a * sqrt(t_i / (1 - t_i)) (flow-SDE exploration noise)."""
+    gaussian_init_log_std: float = -1.5
+    """Initial log std (normalised action units) of the Gaussian head."""
+    hidden_dim: int = 256
+    """Width of the trunk and heads."""
+    text_encoder: str = MiniLMTextEncoder.name
+    """Frozen prompt encoder ('all-MiniLM-L6-v2'; 'fake-hashing' in unit tests)."""
+    text_dim: int = 384
+    """Prompt embedding width."""
+    action_clip_std: float = 4.0
+    """Executed actions are clamped to this many demo standard deviations around the demo mean."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes stored with the checkpoint (e.g. SFT data and wording)."""
+
+    @property
+    def action_dim(self) -> int:
+        return ACTION_DIMS[ActionSpace(self.action_space)]
+
+
+def _time_features(t: torch.Tensor, n: int = 16) -> torch.Tensor:
+    freqs = torch.exp(torch.linspace(0.0, math.log(1000.0), n // 2, device=t.device))
+    ang = t.unsqueeze(-1) * freqs * math.pi
+    return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+
+
+class ImageEncoder(nn.Module):
+    """Shared conv stack per camera; spatial features flattened (positions matter for reaching)."""
+
+    def __init__(self, n_cameras: int, size_px: int, out_dim: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(3, 32, 5, stride=2, padding=2),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(64, 32, 3, stride=2, padding=1),
+            nn.ReLU(),
+        )
+        side = math.ceil(size_px / 16)
+        self.proj = nn.Linear(n_cameras * 32 * side * side, out_dim)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        b = images.shape[0]
+        x = images.flatten(0, 1).float() / 255.0 - 0.5
+        return torch.relu(self.proj(self.conv(x).reshape(b, -1)))
+
+
+class SmallVLAPolicy(Policy):
+    action_mean: torch.Tensor
+    action_std: torch.Tensor
+    state_mean: torch.Tensor
+    state_std: torch.Tensor
+
+    def __init__(self, config: VLAConfig, prompt_cache: PromptEmbeddingCache | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.action_space = ActionSpace(config.action_space)
+        self.chunk_len = config.chunk_len
+        self.action_dim = config.action_dim
+        h = config.hidden_dim
+        td = self.chunk_len * self.action_dim
+        self.prompt_cache = prompt_cache or PromptEmbeddingCache(config.text_encoder)
+        self.image_encoder = ImageEncoder(len(config.cameras), config.image_size_px, h)
+        self.state_encoder = nn.Sequential(nn.Linear(STATE_DIM, 64), nn.ReLU())
+        self.obs_fuse = nn.Sequential(nn.Linear(h + 64, h), nn.ReLU())
+        self.prompt_proj = nn.Sequential(nn.Linear(config.text_dim, h), nn.ReLU())
+        self.cond_mlp = nn.Sequential(nn.Linear(2 * h, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU())
+        self.value_head = nn.Sequential(nn.Linear(h, h), nn.Tanh(), nn.Linear(h, 1))
+        if config.head == "flow":
+            self.schedule = flow_sde.make_schedule(config.flow_steps, config.flow_noise_level)
+            self.velocity = nn.Sequential(
+                nn.Linear(td + 16 + h, h), nn.SiLU(), nn.Linear(h, h), nn.SiLU(), nn.Linear(h, td)
+            )
+        elif config.head == "gaussian":
+            self.mean_head = nn.Linear(h, td)
+            self.log_std = nn.Parameter(torch.full((td,), config.gaussian_init_log_std))
+        else:
+            raise ValueError(f"unknown head {config.head!r}: use 'flow' or 'gaussian'")
+        # Normalisation statistics (set from the demonstrations by SFT).
+        self.register_buffer("action_mean", torch.zeros(self.action_dim))
+        self.register_buffer("action_std", torch.ones(self.action_dim))
+        self.register_buffer("state_mean", torch.zeros(STATE_DIM))
+        self.register_buffer("state_std", torch.ones(STATE_DIM))
+
+    # --- normalisation ---------------------------------------------------------------------------
+
+    def set_normalization(
+        self, action_mean: np.ndarray, action_std: np.ndarray, state_mean: np.ndarray, state_std: np.ndarray
+    ) -> None:
+        for name, arr in (
+            ("action_mean", action_mean),
+            ("action_std", np.maximum(action_std, 1e-4)),
+            ("state_mean", state_mean),
+            ("state_std", np.maximum(state_std, 1e-4)),
+        ):
+            getattr(self, name).copy_(torch.as_tensor(arr, dtype=torch.float32))
+
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return (actions - self.action_mean) / self.action_std
+
+    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
+        clip = self.config.action_clip_std
+        return actions_norm.clamp(-clip, clip) * self.action_std + self.action_mean
+
+    # --- hooks -----------------------------------------------------------------------------------
+
+    def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
+        return preprocess(observations, self.config.cameras, self.config.image_size_px)
+
+    def encode_observations(self, obs: ObsBatch) -> torch.Tensor:
+        state = (obs.state - self.state_mean) / self.state_std
+        return self.obs_fuse(torch.cat([self.image_encoder(obs.images), self.state_encoder(state)], dim=-1))
+
+    def prompt_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
+        return torch.from_numpy(self.prompt_cache.get(prompts)).to(self.action_mean.device)
+
+    def condition(self, obs_features: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
+        p = self.prompt_proj(self.prompt_embeddings(prompts))
+        return self.cond_mlp(torch.cat([obs_features, p], dim=-1))
+
+    def value(self, cond: torch.Tensor) -> torch.Tensor:
+        return self.value_head(cond).squeeze(-1)
+
+    def _velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
+        def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            b, k, tt, d = x.shape
+            feats = torch.cat(
+                [
+                    x.reshape(b, k, tt * d),
+                    _time_features(t).unsqueeze(0).expand(b, k, -1),
+                    cond.unsqueeze(1).expand(b, k, -1),
+                ],
+                dim=-1,
+            )
+            return self.velocity(feats).reshape(b, k, tt, d)
+
+        return velocity
+
+    def velocity_at(self, cond: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """v(x [B, T, D], t [B]) for flow-matching training."""
+        feats = torch.cat([x.flatten(1), _time_features(t), cond], dim=-1)
+        return self.velocity(feats).reshape(x.shape)
+
+    def gaussian_mean(self, cond: torch.Tensor) -> torch.Tensor:
+        return self.mean_head(cond).reshape(-1, self.chunk_len, self.action_dim)
+
+    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+        if self.config.head == "flow":
+            return flow_sde.chain_means(self._velocity_fn(cond), chain, self.schedule)
+        return self.gaussian_mean(cond).unsqueeze(1)
+
+    def _gaussian_std(self) -> torch.Tensor:
+        return self.log_std.exp().reshape(1, 1, self.chunk_len, self.action_dim)
+
+    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = chain.shape[0]
+        if self.config.head == "flow":
+            log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)
+            ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
+            return log_prob, torch.full((b,), ent, dtype=log_prob.dtype, device=log_prob.device)
+        std = self._gaussian_std()
+        log_prob = flow_sde.gaussian_log_prob(chain[:, 1:], means, std).flatten(1).sum(1)
+        entropy = (0.5 * (1.0 + math.log(2 * math.pi)) + self.log_std).sum().expand(b)
+        return log_prob, entropy
+
+    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
+        if self.config.head == "flow":
+            return flow_sde.chain_kl(means_p, means_q, self.schedule)
+        return (((means_p - means_q) / self._gaussian_std()) ** 2 / 2.0).flatten(1).sum(1)
+
+    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        b = cond.shape[0]
+        shape = (b, self.chunk_len, self.action_dim)
+        if self.config.head == "flow":
+            noise = torch.randn(shape, device=cond.device)
+            return flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
+        mean = self.gaussian_mean(cond)
+        std = self._gaussian_std().squeeze(1)
+        action = mean if deterministic else mean + std * torch.randn_like(mean)
+        chain = torch.stack([torch.zeros_like(action), action], dim=1)
+        log_prob = flow_sde.gaussian_log_prob(action, mean, std).flatten(1).sum(1)
+        if deterministic:
+            log_prob = torch.full_like(log_prob, float("nan"))
+        return chain, log_prob
+
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        cfg = asdict(self.config)
+        cfg["cameras"] = list(self.config.cameras)
+        return {
+            "kind": "small_vla",
+            "config": cfg,
+            "state_dict": {k: v.detach().cpu().clone() for k, v in self.state_dict().items()},
+            "prompt_embeddings": {k: torch.from_numpy(v) for k, v in self.prompt_cache.state().items()},
+        }
+
+    @classmethod
+    def from_checkpoint_state(cls, state: dict[str, Any]) -> SmallVLAPolicy:
+        cfg = dict(state["config"])
+        cfg["cameras"] = tuple(cfg["cameras"])
+        config = VLAConfig(**cfg)
+        cache = PromptEmbeddingCache(
+            config.text_encoder, {k: v.numpy() for k, v in state.get("prompt_embeddings", {}).items()}
+        )
+        policy = cls(config, cache)
+        policy.load_state_dict(state["state_dict"])
+        return policy
+
+
+def make_test_policy(head: HeadKind = "flow", **overrides: Any) -> SmallVLAPolicy:
+    """A tiny policy with the fake text encoder, for unit tests and smoke runs."""
+    cfg = VLAConfig(
+        head=head, image_size_px=16, hidden_dim=32, chunk_len=4, text_encoder=FakeTextEncoder.name
+    )
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    return SmallVLAPolicy(cfg)

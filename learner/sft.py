@@ -1,0 +1,231 @@
+"""Supervised fine-tuning (behaviour cloning) from demonstration EpisodeFiles: a weak start for PPO.
+
+demo files (<= episodes_per_task per task) --> (observation at each chunk start, next T action rows)
+--> normalisation statistics from the demos --> flow-matching (or Gaussian-mean) regression,
+each sample labelled with its canonical prompt or a paraphrase (learner/paraphrases.py)
+--> cached checkpoint (re-used when demos and settings are unchanged)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from learner.checkpoints import CheckpointStore
+from learner.paraphrases import training_prompt
+from learner.policies.base import ObsBatch
+from learner.policies.vla import SmallVLAPolicy, VLAConfig
+from pde_contract.episodes import EpisodeFile, read_episode
+from pde_contract.messages import ActionSpace
+
+log = logging.getLogger(__name__)
+EPISODE_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")
+
+
+@dataclass
+class SFTConfig:
+    episodes_per_task: int = 40
+    """Demonstrations used per task (the paper: 40)."""
+    steps: int = 2000
+    """Gradient steps."""
+    batch_size: int = 64
+    """Samples per step."""
+    learning_rate: float = 3e-4
+    """AdamW step size."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay."""
+    image_shift_px: int = 2
+    """Random image shift augmentation (pixels, after downscaling)."""
+    seed: int = 0
+    """Seed for the model init, sampling and prompts."""
+
+
+@dataclass
+class SFTDataset:
+    obs: ObsBatch
+    actions: np.ndarray  # [N, T, D] action-space units
+    canonical_prompts: list[str]
+    tasks: list[str]
+
+    def __len__(self) -> int:
+        return len(self.canonical_prompts)
+
+
+def select_demo_files(
+    demo_dir: str | Path, episodes_per_task: int, tasks: list[str] | None = None
+) -> list[Path]:
+    """The first ``episodes_per_task`` successful demo files of each task (sorted by file name)."""
+    demo_dir = Path(demo_dir)
+    files = sorted(p for p in demo_dir.rglob("*") if p.suffix in EPISODE_SUFFIXES and p.is_file())
+    if not files:
+        raise FileNotFoundError(
+            f"no demonstration files ({', '.join(EPISODE_SUFFIXES)}) under {demo_dir}; record them with "
+            "`pde sim record --tasks all --episodes-per-task 40 --out data/demos`"
+        )
+    chosen: dict[str, list[Path]] = {}
+    for path in files:
+        ep = read_episode(path)
+        if tasks is not None and ep.task not in tasks:
+            continue
+        if ep.success is False or not ep.chunks:
+            continue
+        bucket = chosen.setdefault(ep.task, [])
+        if len(bucket) < episodes_per_task:
+            bucket.append(path)
+    return [p for task in sorted(chosen) for p in chosen[task]]
+
+
+def action_windows(episode: EpisodeFile, chunk_len: int) -> list[np.ndarray]:
+    """For each recorded chunk start, the next ``chunk_len`` rows of the episode's actions; past the
+    end the robot holds (zero deltas, last gripper width)."""
+    rows = np.concatenate([np.asarray(c.actions, dtype=np.float64) for c in episode.chunks])
+    if episode.action_space == ActionSpace.EE_DELTA:
+        hold = np.zeros(rows.shape[1])
+        hold[-1] = rows[-1, -1]
+    else:
+        hold = rows[-1]
+    padded = np.concatenate([rows, np.tile(hold, (chunk_len, 1))])
+    starts = np.cumsum([0] + [len(c.actions) for c in episode.chunks[:-1]])
+    return [padded[s : s + chunk_len] for s in starts]
+
+
+def build_dataset(policy: SmallVLAPolicy, files: list[Path]) -> SFTDataset:
+    obs_batches, actions, prompts, tasks = [], [], [], []
+    for path in files:
+        ep = read_episode(path)
+        if ep.action_space != policy.action_space:
+            raise ValueError(
+                f"{path}: actions are {ep.action_space}, the policy acts in {policy.action_space}"
+            )
+        obs_batches.append(policy.preprocess([c.observation for c in ep.chunks]))
+        actions += action_windows(ep, policy.chunk_len)
+        prompts += [ep.canonical_prompt] * len(ep.chunks)
+        tasks += [ep.task] * len(ep.chunks)
+    return SFTDataset(ObsBatch.cat(obs_batches), np.stack(actions), prompts, tasks)
+
+
+def set_normalization_from(policy: SmallVLAPolicy, data: SFTDataset) -> None:
+    rows = data.actions.reshape(-1, data.actions.shape[-1])
+    state = data.obs.state.numpy()
+    policy.set_normalization(rows.mean(0), rows.std(0), state.mean(0), state.std(0))
+
+
+def shift_images(images: torch.Tensor, max_shift_px: int, gen: torch.Generator) -> torch.Tensor:
+    """Random translation by up to ``max_shift_px`` (replicate padding), one shift per sample."""
+    if max_shift_px <= 0:
+        return images
+    b, c, ch, h, w = images.shape
+    pad = torch.nn.functional.pad(images.flatten(0, 1).float(), [max_shift_px] * 4, mode="replicate")
+    pad = pad.view(b, c, ch, h + 2 * max_shift_px, w + 2 * max_shift_px)
+    dx = torch.randint(0, 2 * max_shift_px + 1, (b,), generator=gen)
+    dy = torch.randint(0, 2 * max_shift_px + 1, (b,), generator=gen)
+    out = torch.stack([pad[i, :, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w] for i in range(b)])
+    return out.to(images.dtype)
+
+
+def sft_loss(
+    policy: SmallVLAPolicy, obs: ObsBatch, prompts: list[str], actions: torch.Tensor
+) -> torch.Tensor:
+    """Flow head: flow-matching velocity regression; Gaussian head: mean regression (the std stays
+    at its initial value so PPO has exploration noise)."""
+    cond = policy.condition(policy.encode_observations(obs), prompts)
+    target = policy.normalize_actions(actions)
+    if policy.config.head == "flow":
+        noise = torch.randn_like(target)
+        t = torch.rand(target.shape[0])
+        x_t = (1 - t.view(-1, 1, 1)) * target + t.view(-1, 1, 1) * noise
+        return ((policy.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
+    return ((policy.gaussian_mean(cond) - target) ** 2).mean()
+
+
+def train_sft(
+    policy: SmallVLAPolicy,
+    data: SFTDataset,
+    cfg: SFTConfig,
+    on_step: Callable[[int, float], None] | None = None,
+) -> dict[str, float]:
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    set_normalization_from(policy, data)
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.steps))
+    actions = torch.from_numpy(data.actions).float()
+    policy.train()
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    for step in range(cfg.steps):
+        idx = torch.randint(0, len(data), (min(cfg.batch_size, len(data)),), generator=gen)
+        obs = data.obs.index(idx)
+        obs = ObsBatch(images=shift_images(obs.images, cfg.image_shift_px, gen), state=obs.state)
+        prompts = [training_prompt(data.canonical_prompts[i], rng) for i in idx.tolist()]
+        loss = sft_loss(policy, obs, prompts, actions[idx])
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step, losses[-1])
+    policy.eval()
+    tail = losses[-max(1, len(losses) // 10) :]
+    return {
+        "sft_loss_first": losses[0] if losses else float("nan"),
+        "sft_loss_last": float(np.mean(tail)) if tail else float("nan"),
+        "sft_samples": float(len(data)),
+        "sft_seconds": time.perf_counter() - t0,
+    }
+
+
+def cache_key(files: list[Path], vla: VLAConfig, cfg: SFTConfig) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    h.update(json.dumps([asdict(vla), asdict(cfg)], sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def run_sft(
+    demo_dir: str | Path,
+    checkpoint_dir: str | Path,
+    vla: VLAConfig,
+    cfg: SFTConfig,
+    tasks: list[str] | None = None,
+    force: bool = False,
+    on_step: Callable[[int, float], None] | None = None,
+) -> tuple[Path, dict[str, float], bool]:
+    """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
+    Returns (path, metrics, cached)."""
+    files = select_demo_files(demo_dir, cfg.episodes_per_task, tasks)
+    key = cache_key(files, vla, cfg)
+    store = CheckpointStore(checkpoint_dir)
+    path = store.path_for(0)
+    if path.is_file() and not force:
+        try:
+            cached = store.load(path)
+            if cached.metrics.get("sft_key_int") == float(int(key, 16) % (1 << 52)):
+                return path, cached.metrics, True
+        except Exception as e:  # unreadable cache: train again
+            log.warning("SFT cache %s unreadable (%s); retraining", path, e)
+    torch.manual_seed(cfg.seed)
+    vla = replace(
+        vla, extra={"sft_demo_files": len(files), "sft_wording": "canonical p=.5, else 1 of 4 paraphrases"}
+    )
+    policy = SmallVLAPolicy(vla)
+    data = build_dataset(policy, files)
+    metrics = train_sft(policy, data, cfg, on_step)
+    metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))
+    metrics["sft_episodes"] = float(len(files))
+    store.save(policy, 0, metrics)
+    return path, metrics, False

@@ -1,0 +1,303 @@
+"""``RobotClient``: what the learner, the operator page and the tests use to talk to the robot
+server. Commands go over one DEALER socket (request id in every envelope, so a late reply to a
+timed-out request is recognised and dropped); observations come from a SUB socket that is drained
+on every read so the caller always gets the newest one.
+
+The client is thread-safe: requests are serialised by a lock, so the heartbeat thread and the
+caller share one socket (and one identity: the server's watchdog sees them as one client).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import zmq
+
+from pde_contract.codec import CodecError, packb, unpackb
+from pde_contract.messages import (
+    OBS_TOPIC,
+    PROTOCOL_VERSION,
+    Ack,
+    ActionChunk,
+    ChunkAccepted,
+    Envelope,
+    ErrorCode,
+    EStop,
+    GetStatus,
+    GripperCommand,
+    Health,
+    HealthInfo,
+    Heartbeat,
+    Hello,
+    Observation,
+    ReleaseEStop,
+    Reply,
+    Request,
+    Reset,
+    ServerInfo,
+    Status,
+    Stop,
+    SubmitChunk,
+)
+
+P = TypeVar("P")
+
+
+class RobotServerError(RuntimeError):
+    """The server refused a request, or did not answer. ``code`` says which (``TIMEOUT`` when no
+    reply came), ``message`` what was wrong and what to do."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"[{code.value}] {message}")
+        self.code = code
+        self.message = message
+
+
+class ProtocolVersionError(RobotServerError):
+    """Client and server speak different protocol versions."""
+
+
+class RobotClient:
+    def __init__(
+        self,
+        cmd_endpoint: str = "tcp://127.0.0.1:5556",
+        name: str = "client",
+        timeout_s: float = 1.0,
+        obs_endpoint: str | None = None,
+        context: zmq.Context | None = None,
+    ) -> None:
+        self.cmd_endpoint = cmd_endpoint
+        self.name = name
+        self.timeout_s = timeout_s
+        self.info: ServerInfo | None = None
+        self.last_reply: Reply | None = None
+        self._obs_endpoint = obs_endpoint
+        self._ctx = context or zmq.Context.instance()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._dealer = self._ctx.socket(zmq.DEALER)
+        self._dealer.setsockopt(zmq.LINGER, 0)
+        self._dealer.connect(cmd_endpoint)
+        self._sub: _LatestOnlySubscriber | None = None
+        self._hb_thread: threading.Thread | None = None
+        self._hb_stop = threading.Event()
+        self.heartbeat_failures = 0
+        self._closed = False
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def request(self, request: Request, timeout_s: float | None = None) -> Reply:
+        """Send one request and wait for its reply; raises RobotServerError when it is not ok."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        with self._lock:
+            if self._closed:
+                raise RobotServerError(ErrorCode.INTERNAL, "client is closed: create a new RobotClient")
+            rid = next(self._ids)
+            self._dealer.send(packb(Envelope(request_id=rid, request=request)))
+            deadline = time.monotonic() + timeout
+            while True:
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0 or not self._dealer.poll(left_ms):
+                    raise RobotServerError(
+                        ErrorCode.TIMEOUT,
+                        f"no reply to {type(request).__name__} from {self.cmd_endpoint} within {timeout} s: "
+                        "is `pde robot-server` running and reachable?",
+                    )
+                data = self._dealer.recv()
+                try:
+                    reply = unpackb(data, Reply)
+                except CodecError as e:
+                    raise ProtocolVersionError(
+                        ErrorCode.MALFORMED, f"cannot read the server's reply ({e}): versions differ?"
+                    ) from e
+                if reply.request_id == rid:
+                    break
+                # a late reply to an earlier, timed-out request: drop it
+        self.last_reply = reply
+        if not reply.ok:
+            cls = ProtocolVersionError if reply.code is ErrorCode.VERSION_MISMATCH else RobotServerError
+            raise cls(reply.code, reply.message)
+        return reply
+
+    def _payload(self, request: Request, kind: type[P], timeout_s: float | None = None) -> P:
+        reply = self.request(request, timeout_s)
+        if not isinstance(reply.payload, kind):
+            raise RobotServerError(
+                ErrorCode.INTERNAL,
+                f"expected a {kind.__name__} reply to {type(request).__name__}, "
+                f"got {type(reply.payload).__name__}",
+            )
+        return reply.payload
+
+    def connect(self) -> ServerInfo:
+        """Protocol handshake. Raises ProtocolVersionError when the versions differ."""
+        self.info = self._payload(Hello(protocol_version=PROTOCOL_VERSION, client_name=self.name), ServerInfo)
+        return self.info
+
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
+        return self._payload(SubmitChunk(chunk=chunk), ChunkAccepted)
+
+    def reset(self, task: str = "", seed: int | None = None, timeout_s: float = 60.0) -> None:
+        self._payload(Reset(task=task, seed=seed), Ack, timeout_s)
+
+    def gripper(self, width_m: float) -> None:
+        self._payload(GripperCommand(width_m=width_m), Ack)
+
+    def stop(self) -> None:
+        self._payload(Stop(), Ack)
+
+    def estop(self, reason: str = "") -> None:
+        self._payload(EStop(reason=reason), Ack)
+
+    def release_estop(self) -> None:
+        self._payload(ReleaseEStop(), Ack)
+
+    def status(self) -> Status:
+        return self._payload(GetStatus(), Status)
+
+    def health(self) -> HealthInfo:
+        return self._payload(Health(), HealthInfo)
+
+    def heartbeat(self) -> None:
+        self._payload(Heartbeat(), Ack)
+
+    # --- heartbeat --------------------------------------------------------------------------------
+
+    def start_heartbeat(self, period_s: float = 0.05) -> None:
+        """Keep the server's watchdog fed from a background thread while a chunk runs."""
+        if self._hb_thread is not None:
+            return
+        self._hb_stop.clear()
+
+        def beat() -> None:
+            while not self._hb_stop.wait(period_s):
+                try:
+                    self.request(Heartbeat(), timeout_s=max(period_s * 4, 0.2))
+                except RobotServerError:
+                    self.heartbeat_failures += 1
+
+        self._hb_thread = threading.Thread(target=beat, name=f"{self.name}-heartbeat", daemon=True)
+        self._hb_thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._hb_stop.set()
+        if self._hb_thread is not None:
+            self._hb_thread.join(2.0)
+            self._hb_thread = None
+
+    # --- observations -----------------------------------------------------------------------------
+
+    @property
+    def obs_endpoint(self) -> str:
+        if self._obs_endpoint is None:
+            info = self.info or self.connect()
+            # The server may advertise a wildcard bind address: reach it on the command host.
+            obs = urlsplit(info.obs_endpoint)
+            cmd = urlsplit(self.cmd_endpoint)
+            host = cmd.hostname if obs.hostname in (None, "*", "0.0.0.0") else obs.hostname
+            self._obs_endpoint = f"tcp://{host}:{obs.port}"
+        return self._obs_endpoint
+
+    def _ensure_subscriber(self) -> _LatestOnlySubscriber:
+        if self._sub is None:
+            self._sub = _LatestOnlySubscriber(self._ctx, self.obs_endpoint)
+        return self._sub
+
+    def latest_observation(self, timeout_s: float = 1.0) -> Observation:
+        """The newest observation that arrived since the previous call (waiting up to ``timeout_s``
+        for one); older ones are discarded without decoding."""
+        data = self.latest_observation_bytes(timeout_s)
+        try:
+            return unpackb(data, Observation)
+        except CodecError as e:
+            raise RobotServerError(ErrorCode.MALFORMED, f"unreadable observation: {e}") from e
+
+    def latest_observation_bytes(self, timeout_s: float = 1.0) -> memoryview:
+        data = self._ensure_subscriber().newest(timeout_s)
+        if data is None:
+            raise RobotServerError(
+                ErrorCode.TIMEOUT,
+                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running?",
+            )
+        return data
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.stop_heartbeat()
+        with self._lock:
+            self._closed = True
+            self._dealer.close(linger=0)
+            if self._sub is not None:
+                self._sub.close()
+                self._sub = None
+
+    def __enter__(self) -> RobotClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _LatestOnlySubscriber:
+    """A SUB socket that always yields the newest message.
+
+    Draining on read is not enough: while nobody reads, the subscriber's queue and the kernel
+    buffers fill, after which the PUB side drops the *newest* messages, so a drain would return an
+    old one. A background thread therefore drains every ``drain_period_s`` into a one-message slot;
+    a caller that waits reads the socket itself (same lock), so a fresh message reaches it without
+    a thread hand-off.
+    """
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, drain_period_s: float = 0.01) -> None:
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 4)
+        sock.setsockopt(zmq.SUBSCRIBE, OBS_TOPIC)
+        sock.connect(endpoint)
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._slot: Any = None  # newest message's frames
+        self._count = 0  # messages received
+        self._returned = 0  # value of _count at the last newest() that returned
+        self._stop = threading.Event()
+        self._period_s = drain_period_s
+        self._thread = threading.Thread(target=self._drain_loop, name="obs-drain", daemon=True)
+        self._thread.start()
+
+    def _drain_locked(self) -> None:
+        try:
+            while True:
+                self._slot = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                self._count += 1
+        except zmq.Again:
+            pass
+
+    def _drain_loop(self) -> None:
+        while not self._stop.wait(self._period_s):
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self._drain_locked()
+
+    def newest(self, timeout_s: float) -> memoryview | None:
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                self._drain_locked()
+                if self._count > self._returned:
+                    self._returned = self._count
+                    return memoryview(self._slot[-1].buffer)
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0 or not self._sock.poll(left_ms):
+                    return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(1.0)
+        with self._lock:
+            self._sock.close(linger=0)

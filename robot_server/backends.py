@@ -1,0 +1,59 @@
+"""Backend factory: ``sim`` (MuJoCo FR3 + rendered cameras) or ``franka`` (franky-control +
+RealSense). Imported lazily so the sim never needs franky/pyrealsense2 and the robot PC never
+needs MuJoCo."""
+
+from __future__ import annotations
+
+from robot_server.cameras.base import Camera
+from robot_server.robots.base import Robot
+from robot_server.settings import RobotServerSettings
+
+
+class BackendUnavailableError(RuntimeError):
+    """The backend's packages are missing or it could not be built; the message says what to do."""
+
+
+def build_backend(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
+    if settings.backend == "sim":
+        return _build_sim(settings)
+    if settings.backend == "franka":
+        return _build_franka(settings)
+    raise BackendUnavailableError(f"unknown backend {settings.backend!r}: use 'sim' or 'franka'")
+
+
+def _build_sim(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
+    try:
+        from robot_server.cameras.sim import SimCamera
+        from robot_server.robots.sim import SimRobot
+        from robot_server.sim.world import SimWorld, SimWorldConfig
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"the sim backend cannot be imported ({e}): install the robot extra "
+            "(`pip install -e .[robot]`) and set MUJOCO_GL=egl (or osmesa) on a headless machine"
+        ) from e
+    world = SimWorld(SimWorldConfig(image_width=settings.image_width, image_height=settings.image_height))
+    robot: Robot = SimRobot(world)
+    cameras: list[Camera] = [SimCamera(world, name) for name in settings.cameras]
+    return robot, cameras
+
+
+def _build_franka(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
+    try:
+        from robot_server.cameras.realsense import RealSenseCamera
+        from robot_server.robots.franka import FrankaRobot
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"the franka backend cannot be imported ({e}): install franky-control==2.0.0 and "
+            "pyrealsense2 (the robot extra) and libusb-1.0-0"
+        ) from e
+    robot: Robot = FrankaRobot(fci_host=settings.fci_host)
+    missing = [n for n in settings.cameras if n not in settings.realsense_serials]
+    if missing:
+        raise BackendUnavailableError(
+            f"no RealSense serial for camera(s) {missing}: set PDE_ROBOT_REALSENSE_SERIALS, e.g. "
+            '\'{"external": "123456789012", "wrist": "234567890123"}\''
+        )
+    cameras: list[Camera] = [
+        RealSenseCamera(name=n, serial=settings.realsense_serials[n]) for n in settings.cameras
+    ]
+    return robot, cameras

@@ -1,0 +1,483 @@
+"""The chunk executor: one control thread that owns the Robot. Every call into the backend
+(command, hold, home, read_state) happens on that thread; other threads only change what it will
+do next, under a lock, and wake it.
+
+Per tick the thread commands the next row of the executing chunk, or the held target when there is
+none (the arm holds when a chunk runs out). A newer chunk replaces the rest of the older one at the
+next tick. The watchdog drops the chunk and holds when its client has been silent for
+``heartbeat_timeout_s``; the e-stop holds and latches.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import msgspec
+
+from pde_contract.messages import (
+    ActionChunk,
+    ActionSpace,
+    ChunkAccepted,
+    Counters,
+    ErrorCode,
+    RobotState,
+)
+from robot_server.robots.base import Robot, RobotTarget
+from robot_server.safety import (
+    PlanStart,
+    SafetyError,
+    SafetyLimits,
+    check_chunk,
+    check_gripper_width,
+    plan_chunk,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    control_rate_hz: float = 10.0
+    realtime: bool = True  # False: chunk rows back to back (idle ticks stay at the control rate)
+    heartbeat_timeout_s: float = 0.2  # <= 0 disables the watchdog
+    limits: SafetyLimits = field(default_factory=SafetyLimits)
+    action_spaces: tuple[ActionSpace, ...] = (ActionSpace.EE_DELTA, ActionSpace.JOINT_ABS)
+    tick_log_size: int = 4096
+    reconnect_period_s: float = 1.0
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+
+@dataclass(frozen=True, slots=True)
+class TickRecord:
+    """One control tick, for jitter and chunk-gap measurements."""
+
+    start_s: float  # time.monotonic() when the tick began
+    scheduled_s: float  # when it should have begun (realtime pacing)
+    chunk_seq: int  # -1: holding
+    row: int
+
+
+@dataclass
+class _Running:
+    seq: int
+    episode_id: str
+    targets: list[RobotTarget]
+    controller: bytes
+    next_row: int = 0
+
+
+@dataclass
+class _ResetRequest:
+    task: str
+    seed: int | None
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutorSnapshot:
+    state: RobotState | None
+    executing_chunk_seq: int
+    episode_id: str
+    steps_remaining: int
+    last_chunk_seq: int
+    estopped: bool
+    estop_reason: str
+    resetting: bool
+    task: str
+    task_success: bool | None
+    connected: bool
+    last_error: str
+    counters: Counters
+
+
+def target_from_state(state: RobotState, gripper_width_m: float, like: RobotTarget | None) -> RobotTarget:
+    """Hold where the arm is, in the same kind of target as ``like`` (pose by default)."""
+    if like is not None and like.joint_positions_rad is not None:
+        return RobotTarget(
+            gripper_width_m=gripper_width_m, joint_positions_rad=state.joint_positions_rad.copy()
+        )
+    return RobotTarget(
+        gripper_width_m=gripper_width_m,
+        ee_position_m=state.ee_position_m.copy(),
+        ee_quat_xyzw=state.ee_quat_xyzw.copy(),
+    )
+
+
+class ChunkExecutor:
+    def __init__(
+        self,
+        robot: Robot,
+        config: ExecutorConfig,
+        on_tick: Callable[[RobotState], None] | None = None,
+    ) -> None:
+        self.robot = robot
+        self.config = config
+        self._on_tick = on_tick
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.counters = Counters()
+        self.tick_log: collections.deque[TickRecord] = collections.deque(maxlen=max(1, config.tick_log_size))
+        self._chunk: _Running | None = None
+        self._held: RobotTarget | None = None
+        self._last_target: RobotTarget | None = None
+        self._state: RobotState | None = None
+        self._hold_requested = False
+        self._estopped = False
+        self._estop_reason = ""
+        self._reset: _ResetRequest | None = None
+        self._last_seq = -1
+        self._last_episode: str | None = None
+        self._last_seen: dict[bytes, float] = {}
+        self._task = ""
+        self._task_success: bool | None = None
+        self._last_error = ""
+        self._connected = False
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.robot.is_connected:
+            self.robot.connect()
+        state = self.robot.read_state()
+        with self._lock:
+            self._state = state
+            self._connected = True
+            self._held = target_from_state(state, state.gripper_width_m, None)
+            self._last_target = self._held
+        self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._closing.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        try:
+            if self.robot.is_connected:
+                self.robot.hold()
+                self.robot.disconnect()
+        except Exception as e:  # closing: report, never raise
+            log.warning("robot disconnect failed: %s", e)
+
+    # --- commands (any thread) ------------------------------------------------------------------
+
+    def note_activity(self, client_id: bytes) -> None:
+        with self._lock:
+            self._last_seen[client_id] = time.monotonic()
+
+    def submit(self, chunk: ActionChunk, client_id: bytes) -> tuple[ChunkAccepted, list[str]]:
+        """Validate and plan ``chunk``; it starts at the next tick, preempting the running one."""
+        cfg = self.config
+        with self._lock:
+            self.counters.chunks_received += 1
+            try:
+                if self._estopped:
+                    raise SafetyError(
+                        ErrorCode.ESTOPPED,
+                        f"e-stop is latched ({self._estop_reason or 'no reason given'}): "
+                        "check the cell, then call release_estop() before sending motion",
+                    )
+                if self._reset is not None:
+                    raise SafetyError(ErrorCode.BUSY, "a reset is in progress: send chunks after it returns")
+                actions = check_chunk(chunk, cfg.control_rate_hz, list(cfg.action_spaces), cfg.limits)
+                if chunk.episode_id == self._last_episode and chunk.seq <= self._last_seq:
+                    raise SafetyError(
+                        ErrorCode.STALE,
+                        f"chunk seq {chunk.seq} is not newer than {self._last_seq} of episode "
+                        f"{chunk.episode_id!r}: dropped (seq must increase within an episode)",
+                    )
+                plan = plan_chunk(actions, chunk.action_space, self._plan_start(), cfg.limits, cfg.period_s)
+            except SafetyError as e:
+                if e.code is ErrorCode.STALE:
+                    self.counters.chunks_stale += 1
+                else:
+                    self.counters.chunks_rejected += 1
+                raise
+            if self._chunk is not None:
+                self.counters.chunks_preempted += 1
+                if self._chunk.next_row > 0:
+                    self.counters.chunks_executed += 1
+            self._chunk = _Running(chunk.seq, chunk.episode_id, plan.targets, client_id)
+            self._last_seq, self._last_episode = chunk.seq, chunk.episode_id
+            self._last_seen[client_id] = time.monotonic()
+            self.counters.steps_clipped += plan.steps_clipped
+        if not cfg.realtime:
+            self._wake.set()
+        return ChunkAccepted(
+            seq=chunk.seq, steps=len(plan.targets), steps_clipped=plan.steps_clipped
+        ), plan.notes
+
+    def stop(self) -> None:
+        with self._lock:
+            self._drop_chunk()
+            self._hold_requested = True
+        self._wake.set()
+
+    def estop(self, reason: str) -> None:
+        with self._lock:
+            self._drop_chunk()
+            if not self._estopped:
+                self.counters.estops += 1
+            self._estopped = True
+            self._estop_reason = reason
+            self._hold_requested = True
+        self._wake.set()
+
+    def release_estop(self) -> None:
+        with self._lock:
+            self._estopped = False
+            self._estop_reason = ""
+
+    def gripper(self, width_m: float) -> None:
+        with self._lock:
+            if self._estopped:
+                raise SafetyError(ErrorCode.ESTOPPED, "e-stop is latched: call release_estop() first")
+            if self._chunk is not None:
+                raise SafetyError(
+                    ErrorCode.BUSY,
+                    "a chunk is executing and its last column sets the gripper: stop() first, or put "
+                    "the width in the chunk",
+                )
+            width = check_gripper_width(width_m, self.config.limits)
+            assert self._held is not None
+            self._held = replace(self._held, gripper_width_m=width)
+
+    def reset(self, task: str, seed: int | None, timeout_s: float) -> None:
+        """Blocking: the control thread drops any chunk and moves home (re-laying a sim scene)."""
+        with self._lock:
+            if self._estopped:
+                raise SafetyError(ErrorCode.ESTOPPED, "e-stop is latched: call release_estop() before reset")
+            if self._reset is not None:
+                raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
+            self._drop_chunk()
+            req = self._reset = _ResetRequest(task, seed)
+        self._wake.set()
+        if not req.done.wait(timeout_s):
+            raise SafetyError(ErrorCode.BACKEND_ERROR, f"reset did not finish within {timeout_s} s")
+        if req.error:
+            raise SafetyError(ErrorCode.BACKEND_ERROR, f"reset failed: {req.error}")
+
+    def snapshot(self) -> ExecutorSnapshot:
+        with self._lock:
+            ch = self._chunk
+            return ExecutorSnapshot(
+                state=self._state,
+                executing_chunk_seq=ch.seq if ch else -1,
+                episode_id=ch.episode_id if ch else "",
+                steps_remaining=len(ch.targets) - ch.next_row if ch else 0,
+                last_chunk_seq=self._last_seq,
+                estopped=self._estopped,
+                estop_reason=self._estop_reason,
+                resetting=self._reset is not None,
+                task=self._task,
+                task_success=self._task_success,
+                connected=self._connected,
+                last_error=self._last_error,
+                counters=msgspec.structs.replace(self.counters),
+            )
+
+    def measured_rate_hz(self, window_s: float = 2.0) -> float:
+        with self._lock:
+            starts = [r.start_s for r in self.tick_log]
+        now = time.monotonic()
+        recent = [s for s in starts if now - s <= window_s]
+        if len(recent) < 2:
+            return 0.0
+        return (len(recent) - 1) / max(recent[-1] - recent[0], 1e-9)
+
+    # --- control thread ---------------------------------------------------------------------------
+
+    def _drop_chunk(self) -> None:
+        # caller holds the lock
+        if self._chunk is not None and self._chunk.next_row > 0:
+            self.counters.chunks_executed += 1
+        self._chunk = None
+
+    def _plan_start(self) -> PlanStart:
+        # caller holds the lock. Deltas continue from the last commanded target.
+        assert self._state is not None and self._last_target is not None
+        last, st = self._last_target, self._state
+        pose_src = last if last.ee_position_m is not None else None
+        return PlanStart(
+            ee_position_m=pose_src.ee_position_m if pose_src else st.ee_position_m,  # type: ignore[arg-type]
+            ee_quat_xyzw=pose_src.ee_quat_xyzw if pose_src else st.ee_quat_xyzw,  # type: ignore[arg-type]
+            joint_positions_rad=(
+                last.joint_positions_rad if last.joint_positions_rad is not None else st.joint_positions_rad
+            ),
+            gripper_width_m=last.gripper_width_m,
+        )
+
+    def _watchdog_deadline(self) -> float:
+        # caller holds the lock
+        t = self.config.heartbeat_timeout_s
+        if t <= 0 or self._chunk is None:
+            return math.inf
+        return self._last_seen.get(self._chunk.controller, 0.0) + t
+
+    def _trip_watchdog(self) -> None:
+        # caller holds the lock
+        self._drop_chunk()
+        self._hold_requested = True
+        self.counters.watchdog_trips += 1
+        self._last_error = (
+            f"watchdog: no heartbeat or command from the controlling client for "
+            f"{self.config.heartbeat_timeout_s * 1000:.0f} ms; chunk dropped, arm held"
+        )
+        log.warning(self._last_error)
+
+    def _wait_for_tick(self, next_t: float) -> None:
+        """Sleep until ``next_t``, waking early to trip the watchdog or to act on a stop/e-stop."""
+        while not self._closing.is_set():
+            now = time.monotonic()
+            with self._lock:
+                deadline = self._watchdog_deadline()
+                if now >= deadline:
+                    self._trip_watchdog()
+                    deadline = math.inf
+                urgent = self._hold_requested or self._reset is not None
+                running_fast = not self.config.realtime and self._chunk is not None
+            if urgent:
+                self._do_hold_if_requested()
+                with self._lock:
+                    if self._reset is not None:
+                        return
+            if now >= next_t or running_fast:
+                return
+            self._wake.wait(min(next_t, deadline) - now)
+            self._wake.clear()
+
+    def _do_hold_if_requested(self) -> None:
+        with self._lock:
+            if not self._hold_requested:
+                return
+            self._hold_requested = False
+            held = self._held
+        try:
+            self.robot.hold()
+            state = self.robot.read_state()
+        except Exception as e:
+            self._backend_failed(e)
+            return
+        with self._lock:
+            width = held.gripper_width_m if held else state.gripper_width_m
+            self._held = target_from_state(state, width, self._last_target)
+            self._last_target = self._held
+            self._state = state
+
+    def _do_reset(self, req: _ResetRequest) -> None:
+        try:
+            self.robot.home(task=req.task, seed=req.seed)
+            state = self.robot.read_state()
+            success = self.robot.task_success()
+        except Exception as e:
+            self._backend_failed(e)
+            req.error = str(e) or type(e).__name__
+        else:
+            with self._lock:
+                self._state = state
+                self._held = target_from_state(state, state.gripper_width_m, None)
+                self._last_target = self._held
+                self._task = req.task
+                self._task_success = success
+                self._last_seq, self._last_episode = -1, None
+        with self._lock:
+            self._reset = None
+        req.done.set()
+
+    def _backend_failed(self, e: BaseException) -> None:
+        log.error("backend error: %s", e)
+        with self._lock:
+            self.counters.backend_errors += 1
+            self._last_error = f"backend error: {e}"
+            self._drop_chunk()
+            self._connected = self.robot.is_connected
+
+    def _try_reconnect(self) -> None:
+        try:
+            self.robot.connect()
+            state = self.robot.read_state()
+        except Exception as e:
+            log.warning("reconnect failed: %s", e)
+            return
+        with self._lock:
+            self.counters.backend_recoveries += 1
+            self._connected = True
+            self._state = state
+            self._held = target_from_state(state, state.gripper_width_m, None)
+            self._last_target = self._held
+
+    def _run(self) -> None:
+        cfg = self.config
+        period = cfg.period_s
+        next_t = time.monotonic()
+        last_reconnect = 0.0
+        while not self._closing.is_set():
+            self._wait_for_tick(next_t)
+            if self._closing.is_set():
+                break
+            start = time.monotonic()
+            with self._lock:
+                reset = self._reset
+            if reset is not None:
+                self._do_reset(reset)
+                next_t = time.monotonic()
+                continue
+            if not self._connected:
+                if start - last_reconnect >= cfg.reconnect_period_s:
+                    last_reconnect = start
+                    self._try_reconnect()
+                next_t = start + period
+                continue
+            with self._lock:
+                ch = self._chunk
+                if ch is not None and not self._estopped:
+                    target = ch.targets[ch.next_row]
+                    seq, row = ch.seq, ch.next_row
+                    ch.next_row += 1
+                    self.counters.steps_executed += 1
+                    if ch.next_row == len(ch.targets):
+                        self._chunk = None
+                        self.counters.chunks_executed += 1
+                        self._held = target
+                else:
+                    assert self._held is not None
+                    target, seq, row = self._held, -1, -1
+                self._last_target = target
+                self.tick_log.append(TickRecord(start, next_t, seq, row))
+            try:
+                self.robot.command(target, period)
+                state = self.robot.read_state()
+                success = self.robot.task_success()
+            except Exception as e:
+                self._backend_failed(e)
+            else:
+                with self._lock:
+                    self._state = state
+                    self._task_success = success
+                if self._on_tick is not None:
+                    try:
+                        self._on_tick(state)
+                    except Exception:
+                        log.exception("on_tick callback failed")
+            now = time.monotonic()
+            if not cfg.realtime and seq >= 0:
+                next_t = now + period  # fast pacing: idle ticks resume at the rate from here
+            else:
+                next_t += period
+                if now - next_t > period:
+                    with self._lock:
+                        self.counters.tick_overruns += 1
+                    next_t = now

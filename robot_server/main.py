@@ -1,0 +1,170 @@
+"""``pde robot-server``: run the server, or ``pde robot-server watch`` to look at its stream.
+
+    pde robot-server --backend sim                      # realtime, 10 Hz, ports 5556 / 5555
+    pde robot-server --backend sim --pacing fast --cmd-port 7000 --obs-port 7001
+    pde robot-server watch --cmd tcp://127.0.0.1:5556 --save-dir /tmp/frames
+
+Every option is also an environment variable ``PDE_ROBOT_<OPTION>`` (flags win).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+log = logging.getLogger("robot_server")
+
+
+def _server_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pde robot-server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--backend", choices=["sim", "franka"], help="sim (MuJoCo) or franka (FR3 over FCI)")
+    p.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--advertise-host", help="host name clients use to reach this machine")
+    p.add_argument("--cmd-port", type=int, help="ROUTER port for commands (default 5556)")
+    p.add_argument("--obs-port", type=int, help="PUB port for observations (default 5555)")
+    p.add_argument("--control-rate-hz", type=float, help="control ticks per second (default 10)")
+    p.add_argument(
+        "--pacing", choices=["realtime", "fast"], help="realtime, or fast (sim: chunks back to back)"
+    )
+    p.add_argument("--camera-fps", type=float, help="observation rate in realtime pacing (default 30)")
+    p.add_argument("--heartbeat-timeout-s", type=float, help="watchdog timeout (default 0.2; 0 disables)")
+    p.add_argument("--image-size", help="sim camera size WIDTHxHEIGHT (default 224x224)")
+    p.add_argument(
+        "--clip-policy", choices=["clip", "reject"], help="targets beyond the limits: clip or reject"
+    )
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out = {k: v for k, v in vars(args).items() if v is not None and k not in ("image_size", "log_level")}
+    if args.image_size:
+        try:
+            w, h = (int(x) for x in args.image_size.lower().split("x"))
+        except ValueError:
+            raise SystemExit(
+                f"pde robot-server: --image-size {args.image_size!r} must look like 224x224"
+            ) from None
+        out["image_width"], out["image_height"] = w, h
+    return out
+
+
+def serve(argv: list[str]) -> int:
+    args = _server_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from robot_server.backends import BackendUnavailableError, build_backend
+    from robot_server.server import RobotServer
+    from robot_server.settings import RobotServerSettings
+
+    try:
+        settings = RobotServerSettings(**_overrides(args))
+    except ValidationError as e:
+        print(f"pde robot-server: invalid settings:\n{e}", file=sys.stderr)
+        return 2
+    try:
+        robot, cameras = build_backend(settings)
+    except BackendUnavailableError as e:
+        print(f"pde robot-server: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server = RobotServer(robot, cameras, settings)
+    try:
+        server.start()
+    except Exception as e:
+        print(
+            f"pde robot-server: could not start ({type(e).__name__}: {e}); is the port in use?",
+            file=sys.stderr,
+        )
+        server.close()
+        return 1
+    print(
+        f"robot-server ready: backend={settings.backend} commands={settings.cmd_endpoint} "
+        f"observations={settings.obs_endpoint} control={settings.control_rate_hz} Hz "
+        f"pacing={settings.pacing}",
+        flush=True,
+    )
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.close()
+        print("robot-server stopped", flush=True)
+    return 0
+
+
+def watch(argv: list[str]) -> int:
+    """Print the stream once per second; optionally save the newest frame of each camera."""
+    p = argparse.ArgumentParser(prog="pde robot-server watch")
+    p.add_argument("--cmd", default="tcp://127.0.0.1:5556", help="the server's command endpoint")
+    p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: until Ctrl-C)")
+    p.add_argument("--save-dir", type=Path, help="write <camera>.jpg here, refreshed every second")
+    args = p.parse_args(argv)
+    from pde_contract.client import RobotClient, RobotServerError
+
+    with RobotClient(cmd_endpoint=args.cmd, name="watch", timeout_s=2.0) as client:
+        try:
+            info = client.connect()
+        except RobotServerError as e:
+            print(f"pde robot-server watch: {e}", file=sys.stderr)
+            return 1
+        print(
+            f"connected to {info.server_name} ({info.backend}, {info.control_rate_hz} Hz), "
+            f"cameras {info.cameras}, observations on {info.obs_endpoint}",
+            flush=True,
+        )
+        t_end = time.monotonic() + args.seconds if args.seconds > 0 else float("inf")
+        n, t_report = 0, time.monotonic()
+        try:
+            while time.monotonic() < t_end:
+                obs = client.latest_observation(timeout_s=2.0)
+                n += 1
+                now = time.monotonic()
+                if now - t_report < 1.0:
+                    continue
+                recv_s = time.time()
+                cams = " ".join(
+                    f"{f.name}:{f.width}x{f.height}#{f.frame_index}"
+                    f"({(recv_s - f.capture_time_s) * 1e3:.1f}ms)"
+                    for f in obs.cameras
+                )
+                pos = " ".join(f"{x:+.3f}" for x in obs.state.ee_position_m)
+                print(
+                    f"obs#{obs.seq} {n / (now - t_report):5.1f}/s ee=[{pos}] m "
+                    f"gripper={obs.state.gripper_width_m:.3f} m chunk={obs.executing_chunk_seq} "
+                    f"estop={obs.estopped} {cams}",
+                    flush=True,
+                )
+                if args.save_dir:
+                    args.save_dir.mkdir(parents=True, exist_ok=True)
+                    for f in obs.cameras:
+                        (args.save_dir / f"{f.name}.jpg").write_bytes(f.jpeg)
+                n, t_report = 0, now
+        except KeyboardInterrupt:
+            pass
+        except RobotServerError as e:
+            print(f"pde robot-server watch: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "watch":
+        return watch(argv[1:])
+    return serve(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Settings of the FR3 backend (env prefix ``PDE_FRANKA_``) and the FR3's own dynamics figures."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from robot_server.robots.franka.streaming import StrategyName
+
+# FR3 datasheet values (franky's defaults are the Panda's, higher for several of these).
+FR3_JOINT_VELOCITY_RAD_S = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
+FR3_JOINT_ACCELERATION_RAD_S2 = (10.0,) * 7
+FR3_JOINT_JERK_RAD_S3 = (5000.0,) * 7
+FR3_TRANSLATION_VELOCITY_M_S = 3.0
+FR3_TRANSLATION_ACCELERATION_M_S2 = 9.0
+FR3_TRANSLATION_JERK_M_S3 = 4500.0
+FR3_ROTATION_VELOCITY_RAD_S = 2.5
+FR3_ROTATION_ACCELERATION_RAD_S2 = 17.0
+FR3_ROTATION_JERK_RAD_S3 = 8500.0
+# The elbow is joint 3's position: it gets joint 3's limits.
+FR3_ELBOW_VELOCITY_RAD_S = 2.62
+FR3_ELBOW_ACCELERATION_RAD_S2 = 10.0
+FR3_ELBOW_JERK_RAD_S3 = 5000.0
+FR3_JOINT_LOWER_RAD = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
+FR3_JOINT_UPPER_RAD = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
+FR3_GRIPPER_MAX_WIDTH_M = 0.08
+
+DEFAULT_HOME_JOINTS_RAD = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
+
+
+class FrankaConfig(BaseSettings):
+    """The FR3 backend. Every field can be set from the environment, e.g. ``PDE_FRANKA_HOST``."""
+
+    model_config = SettingsConfigDict(env_prefix="PDE_FRANKA_", extra="forbid")
+
+    host: str = Field(
+        default="172.16.0.2", description="FCI address of the robot (Desk > Settings > Network)"
+    )
+    realtime: Literal["enforce", "ignore"] = Field(
+        default="enforce",
+        description="libfranka real-time check. 'ignore' is for franky-sim and dry runs only: on the "
+        "real arm it causes communication_constraints_violation reflexes.",
+    )
+    relative_dynamics_factor: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="scales the FR3 velocity/acceleration/jerk limits for all motions",
+    )
+    home_dynamics_factor: float = Field(
+        default=0.15, gt=0.0, le=1.0, description="extra factor for home moves"
+    )
+    streaming: StrategyName = Field(
+        default="timed_preempt", description="how per-tick targets become motions (see streaming.py)"
+    )
+    connect_timeout_s: float = Field(default=3.0, gt=0.0, description="deadline for the FCI handshake")
+    stall_timeout_s: float = Field(
+        default=2.0, gt=0.0, description="a motion command unanswered this long counts as a lost connection"
+    )
+    reconnect_interval_s: float = Field(
+        default=0.5, gt=0.0, description="pause between reconnection attempts"
+    )
+    home_timeout_s: float = Field(default=30.0, gt=0.0)
+    # Collision thresholds (libfranka set_collision_behavior): reflex above these.
+    torque_thresholds_nm: tuple[float, float, float, float, float, float, float] = (20.0,) * 7
+    force_thresholds_n: tuple[float, float, float, float, float, float] = (30.0,) * 6
+    # Automatic recovery from reflexes: at most this many within the window, then a hard error.
+    max_recoveries: int = Field(default=3, ge=0)
+    recovery_window_s: float = Field(default=60.0, gt=0.0)
+    home_joints_rad: tuple[float, float, float, float, float, float, float] = DEFAULT_HOME_JOINTS_RAD
+    gripper: bool = Field(default=True, description="a Franka Hand is mounted")
+    gripper_speed_m_s: float = Field(default=0.1, gt=0.0, le=0.2)
+    gripper_force_n: float = Field(default=20.0, gt=0.0, le=70.0)
+    gripper_deadband_m: float = Field(
+        default=0.005,
+        ge=0.0,
+        description="width changes smaller than this are not sent (each call takes ~0.5 s)",
+    )
+    # Optional Desk (FR3 System 5+): unlock brakes and enable FCI on connect. Both or neither.
+    desk_user: str = ""
+    desk_password: str = ""
+
+    @field_validator("torque_thresholds_nm", "force_thresholds_n")
+    @classmethod
+    def _positive(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if any(v <= 0.0 for v in value):
+            raise ValueError(f"collision thresholds must be positive, got {value}")
+        return value
+
+    @field_validator("home_joints_rad")
+    @classmethod
+    def _home_within_limits(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        for i, (q, lo, hi) in enumerate(zip(value, FR3_JOINT_LOWER_RAD, FR3_JOINT_UPPER_RAD, strict=True)):
+            if not lo <= q <= hi:
+                raise ValueError(f"home joint {i + 1} = {q} rad is outside the FR3 range [{lo}, {hi}]")
+        return value
+
+    @model_validator(mode="after")
+    def _desk_pair(self) -> FrankaConfig:
+        if bool(self.desk_user) != bool(self.desk_password):
+            raise ValueError("set both PDE_FRANKA_DESK_USER and PDE_FRANKA_DESK_PASSWORD, or neither")
+        return self
+
+    @property
+    def desk_enabled(self) -> bool:
+        return bool(self.desk_user and self.desk_password)

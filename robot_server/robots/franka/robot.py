@@ -1,0 +1,607 @@
+"""The FR3 through franky-control (libfranka). Runs unchanged against franky-sim.
+
+Threads: the server's control loop calls ``command()``, which only records the newest target; a
+motion worker hands it to franky (``move`` can block for as long as the controller does not
+answer). The gripper has its own worker (gripper.py). After a network failure the franky
+``Robot`` object is unusable and a background thread builds a new one.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from pde_contract.messages import RobotState
+from robot_server.robots.base import Robot, RobotError, RobotNotConnectedError, RobotTarget
+from robot_server.robots.franka import config as fr3
+from robot_server.robots.franka.config import FrankaConfig
+from robot_server.robots.franka.deadline import DeadlineExceeded, PendingCall, call_with_deadline
+from robot_server.robots.franka.gripper import GripperWorker
+from robot_server.robots.franka.streaming import CartesianStreamer, make_streamer
+
+logger = logging.getLogger(__name__)
+
+_REALTIME_WARNING = """
+*****************************************************************************************
+*  PDE_FRANKA_REALTIME=ignore: libfranka's real-time check is OFF.                      *
+*  Use this only against franky-sim or for a dry run. On the real FR3 without a          *
+*  PREEMPT_RT kernel expect communication_constraints_violation reflexes and jerky       *
+*  motion. See docs/lab-setup.md.                                                        *
+*****************************************************************************************"""
+
+
+def _franky() -> Any:
+    import franky
+
+    return franky
+
+
+def _capped(values: Any, maximum: Any) -> Any:
+    return np.minimum(np.asarray(values, float), np.asarray(maximum, float))
+
+
+def apply_fr3_dynamics_limits(robot: Any) -> None:
+    """Set the FR3's own limits (franky starts with the Panda's), never above what franky allows."""
+    robot.joint_velocity_limit.set(_capped(fr3.FR3_JOINT_VELOCITY_RAD_S, robot.joint_velocity_limit.max))
+    robot.joint_acceleration_limit.set(
+        _capped(fr3.FR3_JOINT_ACCELERATION_RAD_S2, robot.joint_acceleration_limit.max)
+    )
+    robot.joint_jerk_limit.set(_capped(fr3.FR3_JOINT_JERK_RAD_S3, robot.joint_jerk_limit.max))
+    for limit, value in (
+        (robot.translation_velocity_limit, fr3.FR3_TRANSLATION_VELOCITY_M_S),
+        (robot.translation_acceleration_limit, fr3.FR3_TRANSLATION_ACCELERATION_M_S2),
+        (robot.translation_jerk_limit, fr3.FR3_TRANSLATION_JERK_M_S3),
+        (robot.rotation_velocity_limit, fr3.FR3_ROTATION_VELOCITY_RAD_S),
+        (robot.rotation_acceleration_limit, fr3.FR3_ROTATION_ACCELERATION_RAD_S2),
+        (robot.rotation_jerk_limit, fr3.FR3_ROTATION_JERK_RAD_S3),
+        (robot.elbow_velocity_limit, fr3.FR3_ELBOW_VELOCITY_RAD_S),
+        (robot.elbow_acceleration_limit, fr3.FR3_ELBOW_ACCELERATION_RAD_S2),
+        (robot.elbow_jerk_limit, fr3.FR3_ELBOW_JERK_RAD_S3),
+    ):
+        limit.set(min(value, float(limit.max)))
+
+
+def explain_connect_error(e: BaseException, host: str, timeout_s: float) -> str:
+    """What went wrong while connecting, and what to do about it."""
+    kind = type(e).__name__
+    text = str(e)
+    if isinstance(e, DeadlineExceeded):
+        return (
+            f"The FR3 at {host} accepted the connection but did not answer the FCI handshake within "
+            f"{timeout_s:.1f} s. Something at that address listens on TCP 1337 but does not speak FCI, "
+            "or the controller hangs (a frozen franky-sim looks the same). Check PDE_FRANKA_HOST, "
+            "restart the controller (or the simulator) and try again."
+        )
+    if kind == "RealtimeException":
+        return (
+            f"libfranka refused to run without a real-time kernel ({text}). Boot the PREEMPT_RT kernel "
+            "and grant rtprio/memlock (docs/lab-setup.md). Against franky-sim only, set "
+            "PDE_FRANKA_REALTIME=ignore."
+        )
+    if kind == "IncompatibleVersionException":
+        return (
+            f"The FR3 at {host} runs a system version that libfranka 0.21 (franky-control 2.0.0) does "
+            f"not support ({text}). Match the robot's system version and libfranka (Franka's "
+            "compatibility table) before connecting."
+        )
+    if "refused" in text.lower():
+        return (
+            f"The FR3 at {host} refused the FCI connection ({text}). Unlock the brakes and enable FCI "
+            "in Desk (or set PDE_FRANKA_DESK_USER/PASSWORD to do it on connect), make sure no other "
+            "program holds the FCI connection, and check PDE_FRANKA_HOST."
+        )
+    if kind == "NetworkException":
+        return (
+            f"No FCI connection to {host} ({text}). Check the cable to the robot's control box (not "
+            "the arm base), the dedicated NIC's address on the robot's subnet, and PDE_FRANKA_HOST "
+            "(docs/lab-setup.md)."
+        )
+    return f"Connecting to the FR3 at {host} failed: {kind}: {text}"
+
+
+class FrankaRobot(Robot):
+    """An FR3 with a Franka Hand, through franky-control."""
+
+    name = "franka"
+
+    def __init__(self, config: FrankaConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            config = FrankaConfig(**overrides)
+        elif overrides:
+            config = FrankaConfig(**{**config.model_dump(), **overrides})
+        self.config = config
+        self._robot: Any = None
+        self._streamer: CartesianStreamer | None = None
+        self._gripper: GripperWorker | None = None
+        # Serialises every franky motion call between the motion worker, home() and disconnect().
+        self._franky_lock = threading.RLock()
+        self._cond = threading.Condition()
+        self._pending: tuple[str, Any] | None = None
+        self._busy_since: float | None = None
+        self._worker: threading.Thread | None = None
+        self._closing = False
+        self._lost_reason = ""
+        self._failed_reason = ""  # reflex budget exhausted: refuse motion until home()
+        self._reconnect_thread: threading.Thread | None = None
+        self._mode: str | None = None  # "cartesian" / "joint": franky cannot switch while moving
+        # (robot time in ms, monotonic time it was first seen) while motion is commanded: the
+        # robot clock stops when the controller hangs, and franky does not always notice.
+        self._watch: tuple[int, float] | None = None
+        self._last_joint_target: np.ndarray | None = None
+        self._recovery_times: collections.deque[float] = collections.deque()
+        self.reflex_recoveries = 0
+        self.reconnects = 0
+        self.network_errors = 0
+        self.last_error = ""
+
+    # --- connection -----------------------------------------------------------------------------
+
+    def _build(self) -> Any:
+        """Construct and configure a franky Robot. Runs in a deadline thread."""
+        franky = _franky()
+        realtime = (
+            franky.RealtimeConfig.Enforce
+            if self.config.realtime == "enforce"
+            else franky.RealtimeConfig.Ignore
+        )
+        robot = franky.Robot(
+            self.config.host,
+            relative_dynamics_factor=self.config.relative_dynamics_factor,
+            realtime_config=realtime,
+        )
+        apply_fr3_dynamics_limits(robot)
+        robot.set_collision_behavior(
+            list(self.config.torque_thresholds_nm), list(self.config.force_thresholds_n)
+        )
+        if robot.has_errors:
+            robot.recover_from_errors()
+        return robot
+
+    def _build_gripper(self) -> Any:
+        return _franky().Gripper(self.config.host)
+
+    def connect(self) -> None:
+        if self.is_connected:
+            return
+        self._closing = False
+        if self.config.realtime == "ignore":
+            logger.warning("%s", _REALTIME_WARNING)
+        if self.config.desk_enabled:
+            from robot_server.desk import DeskHelper
+
+            DeskHelper(self.config.host, self.config.desk_user, self.config.desk_password).prepare()
+        try:
+            robot = call_with_deadline(self._build, self.config.connect_timeout_s, "franka-connect")
+        except Exception as e:
+            self.last_error = explain_connect_error(e, self.config.host, self.config.connect_timeout_s)
+            raise RobotNotConnectedError(self.last_error) from e
+        self._install(robot)
+        if self.config.gripper and self._gripper is None:
+            gripper = GripperWorker(
+                self._build_gripper,
+                self.config.connect_timeout_s,
+                self.config.gripper_speed_m_s,
+                self.config.gripper_force_n,
+                self.config.gripper_deadband_m,
+                fr3.FR3_GRIPPER_MAX_WIDTH_M,
+            )
+            try:
+                gripper.start()
+            except Exception as e:
+                self.last_error = (
+                    "The arm connected but the Franka Hand did not: "
+                    + explain_connect_error(e, self.config.host, self.config.connect_timeout_s)
+                    + " If no hand is mounted, set PDE_FRANKA_GRIPPER=false."
+                )
+                self._drop_robot()
+                raise RobotNotConnectedError(self.last_error) from e
+            self._gripper = gripper
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._motion_loop, name="franka-motion", daemon=True)
+            self._worker.start()
+        logger.info("connected to the FR3 at %s (streaming: %s)", self.config.host, self.config.streaming)
+
+    def _install(self, robot: Any) -> None:
+        with self._franky_lock:
+            self._robot = robot
+            self._streamer = make_streamer(self.config.streaming, robot)
+            self._mode = None
+            self._lost_reason = ""
+
+    def _drop_robot(self) -> None:
+        # Dropping the last reference closes libfranka's connection, so a new one is accepted. A
+        # worker stuck inside franky may hold the lock: do not wait for it.
+        locked = self._franky_lock.acquire(timeout=0.5)
+        try:
+            self._robot = None
+            self._streamer = None
+            self._watch = None
+        finally:
+            if locked:
+                self._franky_lock.release()
+
+    def disconnect(self) -> None:
+        self._closing = True
+        with self._cond:
+            self._pending = None
+            self._cond.notify_all()
+        robot = self._robot
+        if robot is not None and not self._lost_reason:
+            try:
+                # A stop that cannot reach the robot must not hang shutdown.
+                call_with_deadline(lambda: self._stop_and_wait(robot, 2.0), 3.0, "franka-stop")
+            except Exception as e:
+                logger.warning("stopping the arm on disconnect failed: %s: %s", type(e).__name__, e)
+        if self._worker is not None:
+            self._worker.join(timeout=1.0)
+            self._worker = None
+        if self._gripper is not None:
+            self._gripper.stop()
+            self._gripper = None
+        self._drop_robot()
+
+    @property
+    def is_connected(self) -> bool:
+        return self._robot is not None and not self._lost_reason and not self._stalled()
+
+    def _stalled(self) -> bool:
+        busy = self._busy_since
+        return busy is not None and time.monotonic() - busy > self.config.stall_timeout_s
+
+    def _lose(self, reason: str) -> None:
+        """The franky Robot is unusable: drop it and rebuild in the background."""
+        if self._closing:
+            return
+        self.network_errors += 1
+        self._lost_reason = reason
+        self.last_error = reason
+        logger.error("%s", reason)
+        self._drop_robot()
+        if self._reconnect_thread is None or not self._reconnect_thread.is_alive():
+            self._reconnect_thread = threading.Thread(
+                target=self._reconnect_loop, name="franka-reconnect", daemon=True
+            )
+            self._reconnect_thread.start()
+
+    def _reconnect_loop(self) -> None:
+        attempt = 0
+        pending: PendingCall[Any] | None = None
+        waited_s = 0.0
+        while not self._closing:
+            if pending is None:
+                attempt += 1
+                pending = PendingCall(self._build, "franka-reconnect-attempt")
+                waited_s = 0.0
+            try:
+                robot = pending.wait(self.config.connect_timeout_s)
+            except DeadlineExceeded as e:
+                # A hung handshake often completes once the controller answers again; only give up
+                # on it after a few deadlines (a new attempt would queue behind it anyway).
+                waited_s += self.config.connect_timeout_s
+                if waited_s >= 3 * self.config.connect_timeout_s:
+                    pending.abandon()
+                    pending = None
+                self.last_error = (
+                    f"{self._lost_reason} Reconnection attempt {attempt}: "
+                    + explain_connect_error(e, self.config.host, self.config.connect_timeout_s)
+                )
+                continue
+            except Exception as e:
+                pending = None
+                self.last_error = (
+                    f"{self._lost_reason} Reconnection attempt {attempt}: "
+                    + explain_connect_error(e, self.config.host, self.config.connect_timeout_s)
+                )
+                time.sleep(self.config.reconnect_interval_s)
+                continue
+            if self._closing:
+                return
+            self._install(robot)
+            self.reconnects += 1
+            logger.warning("reconnected to the FR3 at %s (attempt %d)", self.config.host, attempt)
+            return
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Wait for a background reconnection (tests, home())."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.is_connected:
+                return True
+            time.sleep(0.02)
+        return self.is_connected
+
+    def _require(self) -> Any:
+        if self._lost_reason:
+            raise RobotNotConnectedError(
+                f"{self.last_error or self._lost_reason} Reconnecting in the background; the arm is not "
+                "moving. Commands resume when the connection is back."
+            )
+        if self._robot is None:
+            raise RobotNotConnectedError(
+                f"Not connected to the FR3 at {self.config.host}: call connect() first."
+            )
+        if self._stalled():
+            raise RobotNotConnectedError(
+                f"The FR3 at {self.config.host} has not answered a motion command for more than "
+                f"{self.config.stall_timeout_s:.1f} s (controller or network hung). Check the robot's "
+                "lights and Desk; the backend reconnects when libfranka reports the timeout."
+            )
+        if self._failed_reason:
+            raise RobotError(self._failed_reason)
+        return self._robot
+
+    # --- motion -------------------------------------------------------------------------------
+
+    def _check_alive(self, robot: Any) -> None:
+        try:
+            robot_time_ms = int(robot.state.time.to_msec())
+        except Exception as e:  # franky raises NetworkException once its control thread timed out
+            self._lose(f"Lost the FCI connection to the FR3 at {self.config.host} ({e}); the arm stopped.")
+            self._require()
+            raise
+        now = time.monotonic()
+        if self._watch is None or self._watch[0] != robot_time_ms:
+            self._watch = (robot_time_ms, now)
+            return
+        silent_s = now - self._watch[1]
+        if silent_s > self.config.stall_timeout_s:
+            self._lose(
+                f"The FR3 at {self.config.host} sent no state for {silent_s:.1f} s while moving "
+                "(controller hung or network down)."
+            )
+            self._require()
+
+    def command(self, target: RobotTarget, period_s: float) -> None:
+        self._check_alive(self._require())
+        if target.joint_positions_rad is not None:
+            item: tuple[str, Any] = (
+                "joint",
+                (np.asarray(target.joint_positions_rad, float).copy(), period_s),
+            )
+        elif target.ee_position_m is not None and target.ee_quat_xyzw is not None:
+            item = (
+                "cartesian",
+                (
+                    np.asarray(target.ee_position_m, float).copy(),
+                    np.asarray(target.ee_quat_xyzw, float).copy(),
+                    period_s,
+                ),
+            )
+        else:
+            raise RobotError("RobotTarget needs either joint_positions_rad or ee_position_m + ee_quat_xyzw")
+        with self._cond:
+            self._pending = item  # the newest target wins
+            self._cond.notify_all()
+        if self._gripper is not None:
+            self._gripper.request(target.gripper_width_m)
+
+    def hold(self) -> None:
+        if self._robot is None or self._lost_reason:
+            return  # nothing is moving: a lost connection already stopped the arm
+        with self._cond:
+            self._pending = ("hold", None)
+            self._cond.notify_all()
+        self._watch = None
+
+    def _motion_loop(self) -> None:
+        while not self._closing:
+            with self._cond:
+                while self._pending is None and not self._closing:
+                    self._cond.wait(0.2)
+                if self._closing:
+                    return
+                item, self._pending = self._pending, None
+                self._busy_since = time.monotonic()
+            assert item is not None
+            try:
+                with self._franky_lock:
+                    robot, streamer = self._robot, self._streamer
+                    if robot is None or streamer is None or self._failed_reason:
+                        continue
+                    self._execute(robot, streamer, item)
+            except Exception as e:
+                self._on_motion_error(e)
+            finally:
+                self._busy_since = None
+
+    def _execute(self, robot: Any, streamer: CartesianStreamer, item: tuple[str, Any]) -> None:
+        franky = _franky()
+        kind, payload = item
+        if kind == "hold":
+            if robot.is_in_control:
+                if self._mode == "joint":
+                    robot.move(franky.JointStopMotion(), asynchronous=True)
+                else:
+                    streamer.stop()
+            streamer.reset()
+            self._last_joint_target = None
+            return
+        if self._mode is not None and self._mode != kind and robot.is_in_control:
+            # franky cannot change the control signal type of a running motion.
+            self._stop_and_wait(robot, self.config.stall_timeout_s)
+            streamer.reset()
+        self._mode = kind
+        if kind == "cartesian":
+            position, quat, period_s = payload
+            streamer.send(position, quat, period_s)
+            return
+        q, period_s = payload
+        velocity = np.zeros(7)
+        if self._last_joint_target is not None and period_s > 0.0:
+            velocity = np.clip((q - self._last_joint_target) / period_s, -1.0, 1.0)
+        waypoint = franky.JointWaypoint(
+            franky.JointState(q, velocity),
+            franky.ReferenceType.Absolute,
+            minimum_time=franky.Duration(max(1, round(period_s * 1000.0))),
+        )
+        robot.move(franky.JointWaypointMotion([waypoint], return_when_finished=False), asynchronous=True)
+        self._last_joint_target = q
+
+    def _stop_and_wait(self, robot: Any, timeout_s: float) -> None:
+        franky = _franky()
+        if robot.is_in_control:
+            stop = franky.JointStopMotion() if self._mode == "joint" else franky.CartesianStopMotion()
+            robot.move(stop, asynchronous=True)
+        try:
+            robot.join_motion(timeout_s)
+        except franky.ControlException as e:
+            if "preempted" not in str(e):
+                raise
+        self._mode = None
+
+    def _on_motion_error(self, e: Exception) -> None:
+        franky = _franky()
+        if isinstance(e, franky.NetworkException):
+            self._lose(
+                f"Lost the FCI connection to the FR3 at {self.config.host} ({e}); libfranka stopped the arm."
+            )
+            return
+        if isinstance(e, franky.ControlException):
+            self._recover_from_reflex(e)
+            return
+        if isinstance(e, franky.InvalidMotionTypeException):
+            self.last_error = f"motion type changed while moving ({e}); stopping before the next target"
+            logger.warning("%s", self.last_error)
+            with self._franky_lock:
+                if self._robot is not None:
+                    self._stop_and_wait(self._robot, self.config.stall_timeout_s)
+            return
+        # e.g. RuntimeError('Motion planner failed ...') for a target the planner cannot reach.
+        self.last_error = (
+            f"franky rejected a target: {type(e).__name__}: {e}. The safety layer should not let such "
+            "a target through; holding position."
+        )
+        logger.error("%s", self.last_error)
+        if self._streamer is not None:
+            self._streamer.reset()
+
+    def _recover_from_reflex(self, e: Exception) -> None:
+        now = time.monotonic()
+        while self._recovery_times and now - self._recovery_times[0] > self.config.recovery_window_s:
+            self._recovery_times.popleft()
+        reason = f"FR3 reflex/control error: {e}"
+        if len(self._recovery_times) >= self.config.max_recoveries:
+            self._failed_reason = (
+                f"{reason}. That is more than {self.config.max_recoveries} automatic recoveries within "
+                f"{self.config.recovery_window_s:.0f} s: motion is refused. Check the workspace for "
+                "collisions and the collision thresholds, then reset (home) to resume."
+            )
+            self.last_error = self._failed_reason
+            logger.error("%s", self._failed_reason)
+            return
+        self._recovery_times.append(now)
+        with self._franky_lock:
+            robot = self._robot
+            if robot is None:
+                return
+            ok = bool(robot.recover_from_errors())
+            if self._streamer is not None:
+                self._streamer.reset()
+            self._last_joint_target = None
+            self._mode = None
+        self.reflex_recoveries += 1
+        self.last_error = f"{reason} (automatic recovery {'succeeded' if ok else 'FAILED'})"
+        logger.warning("%s", self.last_error)
+        if not ok:
+            self._failed_reason = (
+                f"{reason}; automatic recovery failed. Clear the error in Desk (or press the pilot's "
+                "confirm button), then reset (home) to resume."
+            )
+
+    def home(self, task: str = "", seed: int | None = None) -> None:
+        franky = _franky()
+        if self._lost_reason and not self.wait_connected(self.config.connect_timeout_s):
+            self._require()
+        if self._robot is None:
+            self.connect()
+        with self._cond:
+            self._pending = None
+        if not self._franky_lock.acquire(timeout=self.config.stall_timeout_s):
+            raise RobotNotConnectedError(
+                f"The FR3 at {self.config.host} is not answering motion commands; cannot home."
+            )
+        try:
+            robot = self._robot
+            if robot is None:
+                self._require()
+            try:
+                self._stop_and_wait(robot, self.config.stall_timeout_s)
+                if robot.has_errors and not robot.recover_from_errors():
+                    raise RobotError(
+                        "The FR3 reports an error that automatic recovery cannot clear. Clear it in Desk, "
+                        "then reset again."
+                    )
+                self._failed_reason = ""
+                self._recovery_times.clear()
+                if self._streamer is not None:
+                    self._streamer.reset()
+                self._last_joint_target = None
+                motion = franky.JointMotion(
+                    [float(q) for q in self.config.home_joints_rad],
+                    relative_dynamics_factor=self.config.home_dynamics_factor,
+                )
+                self._mode = "joint"
+                robot.move(motion, asynchronous=True)
+                if not robot.join_motion(self.config.home_timeout_s):
+                    robot.stop()
+                    raise RobotError(
+                        f"Home move did not finish within {self.config.home_timeout_s:.0f} s; stopped. "
+                        "Check for obstacles or raise PDE_FRANKA_HOME_TIMEOUT_S."
+                    )
+                self._mode = None
+                self._watch = None
+            except (franky.NetworkException, RuntimeError) as e:
+                if isinstance(e, RuntimeError) and "Net" not in str(e):
+                    raise RobotError(f"Home move failed: {e}.") from e
+                self._lose(f"Lost the FCI connection to the FR3 at {self.config.host} during home ({e}).")
+                raise RobotNotConnectedError(self.last_error) from e
+            except franky.ControlException as e:
+                raise RobotError(
+                    f"Home move failed: {e}. Check the arm and the workspace, clear the error (Desk) and "
+                    "reset again."
+                ) from e
+        finally:
+            self._franky_lock.release()
+        if self._gripper is not None:
+            self._gripper.request(self._gripper.max_width_m)
+            if not self._gripper.wait_idle(5.0):
+                logger.warning("the gripper did not open within 5 s after home")
+
+    # --- state --------------------------------------------------------------------------------
+
+    def read_state(self) -> RobotState:
+        robot = self._robot
+        if robot is None:
+            self._require()
+        state = robot.state
+        pose = state.O_T_EE
+        return RobotState(
+            joint_positions_rad=np.asarray(state.q, float).reshape(7).copy(),
+            joint_velocities_rad_s=np.asarray(state.dq, float).reshape(7).copy(),
+            ee_position_m=np.asarray(pose.translation, float).reshape(3).copy(),
+            ee_quat_xyzw=np.asarray(pose.quaternion, float).reshape(4).copy(),
+            gripper_width_m=self._gripper.width_m if self._gripper is not None else 0.0,
+            robot_time_s=state.time.to_msec() / 1000.0,
+        )
+
+    @property
+    def counters(self) -> dict[str, int]:
+        gripper = self._gripper
+        return {
+            "reflex_recoveries": self.reflex_recoveries,
+            "reconnects": self.reconnects,
+            "network_errors": self.network_errors,
+            "gripper_commands": gripper.commands_executed if gripper else 0,
+            "gripper_commands_dropped": gripper.commands_dropped if gripper else 0,
+            "gripper_errors": gripper.errors if gripper else 0,
+        }
+
+    @property
+    def franky_robot(self) -> Any:
+        """The underlying franky ``Robot`` (benchmarks, diagnostics). None while reconnecting."""
+        return self._robot

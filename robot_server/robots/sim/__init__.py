@@ -1,0 +1,5 @@
+"""The simulated FR3 backend (MuJoCo)."""
+
+from robot_server.robots.sim.robot_sim import SimRobot
+
+__all__ = ["SimRobot"]

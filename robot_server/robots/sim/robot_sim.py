@@ -1,0 +1,166 @@
+"""SimRobot: the Robot ABC on a SimWorld. ``command()`` solves differential IK toward the absolute
+TCP target (or takes joint targets), ramps the joint servos' setpoints over the first half of the
+period and advances physics by ``period_s``."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import mujoco
+import numpy as np
+
+from pde_contract.messages import RobotState
+from robot_server.robots.base import Robot, RobotError, RobotNotConnectedError, RobotTarget
+from robot_server.sim import fr3
+from robot_server.sim.ik import DifferentialIK
+from robot_server.sim.rotations import mat_to_quat_wxyz, wxyz_to_xyzw, xyzw_to_wxyz
+from robot_server.sim.tasks.base import Task
+from robot_server.sim.world import SimWorld
+
+# Physics time that the scene gets to settle after a reset (objects resting, fingers open).
+SETTLE_S = 0.2
+
+
+class SimRobot(Robot):
+    name = "sim"
+
+    def __init__(self, world: SimWorld) -> None:
+        self.world = world
+        self.ik = DifferentialIK(world.model, world.tcp_site_id, world.arm_qpos_adr, world.arm_dof_adr)
+        self._connected = False
+        self._q_cmd = fr3.HOME_Q_RAD.copy()  # the servos' current setpoint
+        self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2  # current per-finger setpoint
+        self.task_name = ""
+        self.seed: int | None = None
+        self._task: Task | None = None
+        self._reset_lock = threading.Lock()
+        self.home()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        self._connected = True
+
+    def disconnect(self) -> None:
+        self._connected = False
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    def _require_connected(self) -> None:
+        if not self._connected:
+            raise RobotNotConnectedError("SimRobot is not connected: call connect() first")
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def read_state(self) -> RobotState:
+        w = self.world
+        with w.lock:
+            q = w.data.qpos[w.arm_qpos_adr].copy()
+            dq = w.data.qvel[w.arm_dof_adr].copy()
+            pos, mat = w.tcp_pose()
+            width = w.gripper_width_m()
+            t = float(w.data.time)
+        return RobotState(
+            joint_positions_rad=q,
+            joint_velocities_rad_s=dq,
+            ee_position_m=pos,
+            ee_quat_xyzw=wxyz_to_xyzw(mat_to_quat_wxyz(mat)),
+            gripper_width_m=width,
+            robot_time_s=t,
+        )
+
+    @property
+    def commanded_joint_positions_rad(self) -> np.ndarray:
+        return self._q_cmd.copy()
+
+    # --- motion ----------------------------------------------------------------------------------
+
+    def command(self, target: RobotTarget, period_s: float) -> None:
+        self._require_connected()
+        w = self.world
+        n_steps = max(1, round(period_s / w.timestep_s))
+        with w.lock:
+            if target.joint_positions_rad is not None:
+                q_goal = np.clip(
+                    np.asarray(target.joint_positions_rad, dtype=np.float64),
+                    fr3.JOINT_LOWER_RAD,
+                    fr3.JOINT_UPPER_RAD,
+                )
+            elif target.ee_position_m is not None and target.ee_quat_xyzw is not None:
+                quat = xyzw_to_wxyz(np.asarray(target.ee_quat_xyzw, dtype=np.float64))
+                quat /= np.linalg.norm(quat)
+                q_goal = self.ik.solve(self._q_cmd, np.asarray(target.ee_position_m, dtype=np.float64), quat)
+            else:
+                raise RobotError(
+                    "RobotTarget needs either joint_positions_rad or ee_position_m + ee_quat_xyzw"
+                )
+            if not np.all(np.isfinite(q_goal)):
+                raise RobotError("IK produced a non-finite joint target; target rejected, arm holds")
+            self._step(q_goal, float(target.gripper_width_m), n_steps)
+
+    def _step(self, q_goal: np.ndarray, gripper_width_m: float, n_steps: int) -> None:
+        w = self.world
+        m, d = w.model, w.data
+        q_start = self._q_cmd
+        ramp_steps = max(1, n_steps // 2)
+        grip_goal = min(max(gripper_width_m / 2, 0.0), fr3.GRIPPER_MAX_WIDTH_M / 2)
+        grip_step = w.config.gripper_speed_m_s / 2 * w.timestep_s
+        for i in range(n_steps):
+            alpha = min(1.0, (i + 1) / ramp_steps)
+            d.ctrl[w.arm_actuator_ids] = q_start + alpha * (q_goal - q_start)
+            self._gripper_ctrl += float(np.clip(grip_goal - self._gripper_ctrl, -grip_step, grip_step))
+            d.ctrl[w.gripper_actuator_id] = self._gripper_ctrl
+            mujoco.mj_step(m, d)
+        # Positions, sites and contacts consistent with the new qpos (for state and rendering).
+        mujoco.mj_fwdPosition(m, d)
+        self._q_cmd = q_goal.copy()
+        if not np.all(np.isfinite(d.qpos)):
+            raise RobotError("the simulation diverged (non-finite state): call home() to reset it")
+
+    def hold(self) -> None:
+        w = self.world
+        with w.lock:
+            self._q_cmd = w.data.qpos[w.arm_qpos_adr].copy()
+            w.data.ctrl[w.arm_actuator_ids] = self._q_cmd
+
+    def step_idle(self, period_s: float) -> None:
+        """Advance physics with the current setpoints (holding still)."""
+        with self.world.lock:
+            self._step(self._q_cmd, self._gripper_ctrl * 2, max(1, round(period_s / self.world.timestep_s)))
+
+    def home(self, task: str = "", seed: int | None = None) -> None:
+        """Reset physics to the home pose with the gripper open; with ``task``, lay out its scene from
+        ``seed`` (a random seed when None)."""
+        from robot_server.sim import tasks  # tasks import the world; import here to avoid a cycle
+
+        new_task = tasks.load(task) if task else None
+        if seed is None:
+            seed = random.SystemRandom().randrange(2**31)
+        w = self.world
+        with self._reset_lock, w.lock:
+            m, d = w.model, w.data
+            mujoco.mj_resetData(m, d)
+            d.qpos[w.arm_qpos_adr] = fr3.HOME_Q_RAD
+            d.qpos[w.finger_qpos_adr] = fr3.GRIPPER_MAX_WIDTH_M / 2
+            if new_task is not None:
+                new_task.reset(w, np.random.default_rng(seed))
+            mujoco.mj_forward(m, d)
+            self._q_cmd = fr3.HOME_Q_RAD.copy()
+            self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2
+            self._step(self._q_cmd, fr3.GRIPPER_MAX_WIDTH_M, max(1, round(SETTLE_S / w.timestep_s)))
+            self._task, self.task_name, self.seed = new_task, task, seed
+
+    def task_success(self) -> bool | None:
+        if self._task is None:
+            return None
+        with self.world.lock:
+            return bool(self._task.success(self.world))
+
+    @property
+    def home_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """TCP (position, quaternion xyzw) at the home joint angles."""
+        pos, quat = self.ik.forward(fr3.HOME_Q_RAD)
+        return pos, wxyz_to_xyzw(quat)

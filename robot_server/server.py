@@ -1,0 +1,482 @@
+"""The robot server's sockets: observations on PUB, commands on ROUTER.
+
+Threads:
+- control loop (``ChunkExecutor``): the only thread that calls the Robot;
+- one capture thread per camera (realtime pacing): reads at ``camera_fps``; the thread whose
+  frame completes a set (every camera has a fresh frame) publishes the observation at once, so a
+  frame waits for no timer. With fast pacing the control loop reads the cameras and publishes once
+  per tick instead;
+- the command thread: owns the ROUTER socket, answers every request with one ``Reply``; a Reset
+  runs on a worker thread and its reply is sent when it finishes, so the socket keeps serving
+  (e-stop during a reset works).
+
+The PUB socket has a small send high-water mark: a slow subscriber loses old observations, it never
+stalls the robot. Subscribers keep only the newest (``RobotClient.latest_observation``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import zmq
+
+from pde_contract.codec import CodecError, packb, unpackb
+from pde_contract.messages import (
+    MAX_COMMAND_BYTES,
+    OBS_TOPIC,
+    PROTOCOL_VERSION,
+    Ack,
+    ActionSpace,
+    CameraFrame,
+    Envelope,
+    ErrorCode,
+    EStop,
+    GetStatus,
+    GripperCommand,
+    Health,
+    HealthInfo,
+    Heartbeat,
+    Hello,
+    Observation,
+    ReleaseEStop,
+    Reply,
+    ReplyPayload,
+    Reset,
+    ServerInfo,
+    Status,
+    Stop,
+    SubmitChunk,
+)
+from robot_server.cameras.base import Camera, CameraError
+from robot_server.executor import ChunkExecutor, ExecutorConfig
+from robot_server.robots.base import Robot
+from robot_server.safety import SafetyError
+from robot_server.settings import RobotServerSettings
+
+log = logging.getLogger(__name__)
+
+# Messages far above MAX_COMMAND_BYTES make libzmq drop the connection instead of buffering them;
+# anything between gets a TOO_LARGE reply.
+_HARD_MAX_MESSAGE_BYTES = 16 * MAX_COMMAND_BYTES
+_CAMERA_MAX_AGE_S = 1.0  # frames older than this are left out of observations
+_REQUEST_TAGS: dict[str, type] = {
+    str(cls.__struct_config__.tag): cls
+    for cls in (
+        Hello,
+        Heartbeat,
+        SubmitChunk,
+        Reset,
+        GripperCommand,
+        Stop,
+        EStop,
+        ReleaseEStop,
+        GetStatus,
+        Health,
+    )
+}
+
+
+@dataclass
+class _CameraSlot:
+    camera: Camera
+    latest: CameraFrame | None = None
+    fresh: bool = False
+    last_ok_s: float = 0.0
+    errors: int = 0
+
+
+class RobotServer:
+    def __init__(
+        self,
+        robot: Robot,
+        cameras: Sequence[Camera],
+        settings: RobotServerSettings,
+        context: zmq.Context | None = None,
+    ) -> None:
+        self.settings = settings
+        self.robot = robot
+        self._slots = [_CameraSlot(c) for c in cameras]
+        self._ctx = context or zmq.Context.instance()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._pub_lock = threading.Lock()  # guards the PUB socket and the camera slots
+        self._obs_seq = 0
+        self._deferred: queue.Queue[tuple[bytes, Reply]] = queue.Queue()
+        self._started_s = time.monotonic()
+        self._camera_epoch_s = self._started_s
+        self._pub: zmq.Socket | None = None
+        self._router: zmq.Socket | None = None
+        self.executor = ChunkExecutor(
+            robot,
+            ExecutorConfig(
+                control_rate_hz=settings.control_rate_hz,
+                realtime=settings.pacing == "realtime",
+                heartbeat_timeout_s=settings.heartbeat_timeout_s,
+                limits=settings.safety_limits(),
+            ),
+            on_tick=self._publish_from_tick if settings.pacing == "fast" else None,
+        )
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        s = self.settings
+        self._pub = self._ctx.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.SNDHWM, s.obs_sndhwm)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.MAXMSGSIZE, _HARD_MAX_MESSAGE_BYTES)
+        self._router.bind(f"tcp://{s.host}:{s.cmd_port}")
+        for slot in self._slots:
+            slot.camera.connect()
+        self.executor.start()
+        self._spawn(self._serve_commands, "commands")
+        if s.pacing == "realtime":
+            for slot in self._slots:
+                self._spawn(lambda slot=slot: self._capture(slot), f"camera-{slot.camera.name}")
+            if not self._slots:
+                self._spawn(self._publish_state_only, "publish-state")
+
+    def close(self) -> None:
+        self._closing.set()
+        for t in self._threads:
+            t.join(5.0)
+        self._threads.clear()
+        self.executor.close()
+        for slot in self._slots:
+            try:
+                slot.camera.disconnect()
+            except Exception as e:
+                log.warning("camera %s disconnect failed: %s", slot.camera.name, e)
+        for sock in (self._pub, self._router):
+            if sock is not None:
+                sock.close(linger=0)
+        self._pub = self._router = None
+
+    def __enter__(self) -> RobotServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _spawn(self, fn: object, name: str) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)  # type: ignore[arg-type]
+        t.start()
+        self._threads.append(t)
+
+    # --- observations -----------------------------------------------------------------------------
+
+    def _capture(self, slot: _CameraSlot) -> None:
+        # Every camera thread reads on the same time grid, so frames of one observation are
+        # captured together and the first never waits a whole period for the others.
+        period = 1.0 / self.settings.camera_fps
+        while not self._closing.is_set():
+            now = time.monotonic()
+            k = math.floor((now - self._camera_epoch_s) / period) + 1
+            if self._closing.wait(self._camera_epoch_s + k * period - now):
+                break
+            try:
+                frame = slot.camera.read(timeout_s=0.5)
+            except Exception as e:
+                slot.errors += 1
+                if isinstance(e, CameraError):
+                    log.warning("camera %s: %s", slot.camera.name, e)
+                else:
+                    log.exception("camera %s failed", slot.camera.name)
+                self._closing.wait(0.1)
+                continue
+            with self._pub_lock:
+                lapped = slot.fresh  # its previous frame was never published: another camera lags
+                slot.latest, slot.fresh, slot.last_ok_s = frame, True, time.monotonic()
+                if lapped or all(s.fresh for s in self._slots):
+                    self._publish_locked()
+
+    def _publish_from_tick(self, _state: object) -> None:
+        """Fast pacing: one observation per control tick, frames read right after the step."""
+        for slot in self._slots:
+            try:
+                frame = slot.camera.read(timeout_s=0.5)
+            except Exception as e:
+                slot.errors += 1
+                log.warning("camera %s: %s", slot.camera.name, e)
+                continue
+            slot.latest, slot.fresh, slot.last_ok_s = frame, True, time.monotonic()
+        with self._pub_lock:
+            self._publish_locked()
+
+    def _publish_state_only(self) -> None:
+        period = 1.0 / self.settings.camera_fps
+        while not self._closing.wait(period):
+            with self._pub_lock:
+                self._publish_locked()
+
+    def _publish_locked(self) -> None:
+        # caller holds _pub_lock
+        if self._pub is None:
+            return
+        snap = self.executor.snapshot()
+        if snap.state is None:
+            return
+        now_s = time.time()
+        frames = [
+            s.latest
+            for s in self._slots
+            if s.latest is not None and now_s - s.latest.capture_time_s < _CAMERA_MAX_AGE_S
+        ]
+        for s in self._slots:
+            s.fresh = False
+        obs = Observation(
+            seq=self._obs_seq,
+            publish_time_s=now_s,
+            state=snap.state,
+            cameras=frames,
+            episode_id=snap.episode_id,
+            executing_chunk_seq=snap.executing_chunk_seq,
+            estopped=snap.estopped,
+            task_success=snap.task_success,
+            last_chunk_seq=snap.last_chunk_seq,
+            steps_remaining=snap.steps_remaining,
+        )
+        self._obs_seq += 1
+        # PUB drops rather than blocks; a slow subscriber loses old observations
+        with contextlib.suppress(zmq.Again):
+            self._pub.send_multipart([OBS_TOPIC, packb(obs)], flags=zmq.NOBLOCK)
+
+    # --- commands ---------------------------------------------------------------------------------
+
+    def _serve_commands(self) -> None:
+        assert self._router is not None
+        router = self._router
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        while not self._closing.is_set():
+            while True:
+                try:
+                    ident, deferred = self._deferred.get_nowait()
+                except queue.Empty:
+                    break
+                self._send(ident, deferred)
+            if not poller.poll(10):
+                continue
+            frames = router.recv_multipart(copy=True)
+            t0 = time.perf_counter()
+            ident = frames[0]
+            self.executor.counters.commands_total += 1
+            reply = self._handle(ident, frames[1:])
+            if reply is None:
+                continue  # answered later (reset)
+            reply.handle_time_s = time.perf_counter() - t0
+            self._send(ident, reply)
+
+    def _send(self, ident: bytes, reply: Reply) -> None:
+        assert self._router is not None
+        reply.server_time_s = time.time()
+        try:
+            self._router.send_multipart([ident, packb(reply)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError as e:  # client gone: nothing to deliver to
+            log.debug("reply not delivered: %s", e)
+
+    def _error(self, code: ErrorCode, message: str, request_id: int = 0) -> Reply:
+        return Reply(ok=False, code=code, message=message, request_id=request_id)
+
+    def _decode(self, body: bytes) -> Envelope | Reply:
+        """The request, or the error reply explaining why it cannot be read."""
+        counters = self.executor.counters
+        if len(body) > MAX_COMMAND_BYTES:
+            counters.commands_too_large += 1
+            return self._error(
+                ErrorCode.TOO_LARGE,
+                f"command is {len(body)} bytes, the limit is {MAX_COMMAND_BYTES}: send shorter chunks",
+            )
+        try:
+            return unpackb(body, Envelope)
+        except CodecError as e:
+            typed_error = str(e)
+        # Diagnose with a loose decode so the reply names the actual problem.
+        request_id = 0
+        try:
+            raw = unpackb(body)
+        except CodecError:
+            raw = None
+        if isinstance(raw, dict):
+            rid = raw.get("request_id")
+            request_id = rid if isinstance(rid, int) else 0
+            req = raw.get("request")
+            tag = req.get("type") if isinstance(req, dict) else None
+            if isinstance(tag, str) and tag not in _REQUEST_TAGS:
+                counters.commands_unknown += 1
+                return self._error(
+                    ErrorCode.UNKNOWN_COMMAND,
+                    f"unknown command {tag!r}: known commands are {', '.join(sorted(_REQUEST_TAGS))}",
+                    request_id,
+                )
+            chunk = req.get("chunk") if isinstance(req, dict) and tag == "SubmitChunk" else None
+            if isinstance(chunk, dict):
+                space = chunk.get("action_space")
+                if space not in {s.value for s in ActionSpace}:
+                    counters.chunks_received += 1
+                    counters.chunks_rejected += 1
+                    return self._error(
+                        ErrorCode.INVALID_ACTION,
+                        f"unknown action space {space!r}: use one of "
+                        + ", ".join(s.value for s in ActionSpace),
+                        request_id,
+                    )
+        counters.commands_malformed += 1
+        return self._error(
+            ErrorCode.MALFORMED,
+            f"{typed_error}. Send a msgpack Envelope(request_id, request) built from "
+            "pde_contract.messages (RobotClient does this)",
+            request_id,
+        )
+
+    def _handle(self, ident: bytes, body_frames: list[bytes]) -> Reply | None:
+        if len(body_frames) != 1:
+            self.executor.counters.commands_malformed += 1
+            return self._error(
+                ErrorCode.MALFORMED,
+                f"expected one message frame after the identity, got {len(body_frames)}: use a DEALER "
+                "socket and send one msgpack Envelope per message",
+            )
+        env = self._decode(body_frames[0])
+        if isinstance(env, Reply):
+            return env
+        self.executor.note_activity(ident)
+        req, rid = env.request, env.request_id
+        try:
+            payload = self._dispatch(ident, req, rid)
+        except SafetyError as e:
+            return Reply(ok=False, code=e.code, message=e.message, request_id=rid)
+        except Exception as e:
+            log.exception("request %s failed", type(req).__name__)
+            return Reply(
+                ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
+            )
+        if payload is _DEFERRED:
+            return None
+        if isinstance(payload, Reply):
+            payload.request_id = rid
+            return payload
+        return Reply(ok=True, payload=payload, request_id=rid)  # type: ignore[arg-type]
+
+    def _dispatch(self, ident: bytes, req: object, rid: int) -> ReplyPayload | Reply | object:
+        ex = self.executor
+        match req:
+            case Hello(protocol_version=v, client_name=name):
+                if v != PROTOCOL_VERSION:
+                    return self._error(
+                        ErrorCode.VERSION_MISMATCH,
+                        f"client {name!r} speaks protocol {v}, this server speaks {PROTOCOL_VERSION}: "
+                        "install the same pde_contract version on both machines",
+                    )
+                return self.server_info()
+            case Heartbeat():
+                return Ack()
+            case SubmitChunk(chunk=chunk):
+                accepted, notes = ex.submit(chunk, ident)
+                msg = ("clipped: " + "; ".join(notes)) if notes else ""
+                return Reply(ok=True, payload=accepted, message=msg)
+            case Reset(task=task, seed=seed):
+                snap = ex.snapshot()
+                if snap.estopped:
+                    raise SafetyError(
+                        ErrorCode.ESTOPPED, "e-stop is latched: call release_estop() before reset"
+                    )
+                if snap.resetting:
+                    raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
+                threading.Thread(
+                    target=self._run_reset, args=(ident, rid, task, seed), name="reset", daemon=True
+                ).start()
+                return _DEFERRED
+            case GripperCommand(width_m=w):
+                ex.gripper(w)
+                return Ack()
+            case Stop():
+                ex.stop()
+                return Ack()
+            case EStop(reason=reason):
+                ex.estop(reason or "e-stop requested")
+                return Ack()
+            case ReleaseEStop():
+                ex.release_estop()
+                return Ack()
+            case GetStatus():
+                return self.status()
+            case Health():
+                return self.health()
+        raise SafetyError(ErrorCode.UNKNOWN_COMMAND, f"unhandled command {type(req).__name__}")
+
+    def _run_reset(self, ident: bytes, rid: int, task: str, seed: int | None) -> None:
+        try:
+            self.executor.reset(task, seed, self.settings.reset_timeout_s)
+            reply = Reply(ok=True, payload=Ack(), request_id=rid)
+        except SafetyError as e:
+            reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
+        self._deferred.put((ident, reply))
+
+    # --- introspection ----------------------------------------------------------------------------
+
+    def server_info(self) -> ServerInfo:
+        s = self.settings
+        return ServerInfo(
+            protocol_version=PROTOCOL_VERSION,
+            server_name=s.server_name,
+            backend=s.backend,
+            control_rate_hz=s.control_rate_hz,
+            action_spaces=list(self.executor.config.action_spaces),
+            cameras=[slot.camera.name for slot in self._slots],
+            obs_endpoint=s.obs_endpoint,
+            heartbeat_timeout_s=s.heartbeat_timeout_s,
+        )
+
+    def status(self) -> Status:
+        snap = self.executor.snapshot()
+        return Status(
+            backend=self.settings.backend,
+            connected=snap.connected,
+            estopped=snap.estopped,
+            estop_reason=snap.estop_reason,
+            executing_chunk_seq=snap.executing_chunk_seq,
+            episode_id=snap.episode_id,
+            steps_remaining=snap.steps_remaining,
+            holding=snap.executing_chunk_seq < 0,
+            counters=snap.counters,
+            state=snap.state,
+            uptime_s=time.monotonic() - self._started_s,
+            last_error=snap.last_error,
+            task=snap.task,
+        )
+
+    def health(self) -> HealthInfo:
+        snap = self.executor.snapshot()
+        now = time.monotonic()
+        cams = {
+            s.camera.name: s.latest is not None and now - s.last_ok_s < _CAMERA_MAX_AGE_S for s in self._slots
+        }
+        rate = self.executor.measured_rate_hz()
+        problems = []
+        if not snap.connected:
+            problems.append(f"robot not connected ({snap.last_error})")
+        problems += [
+            f"camera {n} has no frame in the last {_CAMERA_MAX_AGE_S} s" for n, ok in cams.items() if not ok
+        ]
+        return HealthInfo(
+            ok=not problems,
+            backend_connected=snap.connected,
+            cameras_ok=cams,
+            control_loop_hz=rate,
+            detail="; ".join(problems),
+        )
+
+
+_DEFERRED = object()

@@ -1,0 +1,85 @@
+"""Settings of ``pde robot-server``: environment variables ``PDE_ROBOT_<FIELD>`` (e.g.
+``PDE_ROBOT_CONTROL_RATE_HZ=15``), overridden by command-line flags."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from robot_server.safety import ClipPolicy, SafetyLimits
+
+
+class RobotServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDE_ROBOT_", extra="ignore")
+
+    backend: Literal["sim", "franka"] = "sim"
+    server_name: str = "pde-robot-server"
+    # Interface to bind; the one advertised to clients is ``advertise_host`` (bind host if empty).
+    host: str = "127.0.0.1"
+    advertise_host: str = ""
+    cmd_port: int = Field(default=5556, ge=1, le=65535)
+    obs_port: int = Field(default=5555, ge=1, le=65535)
+
+    control_rate_hz: float = Field(default=10.0, gt=0, le=100)
+    # realtime: one tick per period (demo, operator page, hardware). fast: chunk rows run back to
+    # back and observations are published once per tick (tests, benchmarks, sim only); an idle
+    # arm still ticks at the control rate so the stream never stops.
+    pacing: Literal["realtime", "fast"] = "realtime"
+    camera_fps: float = Field(default=30.0, gt=0, le=120)
+    heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
+    obs_sndhwm: int = Field(default=2, ge=1)  # messages queued per subscriber before dropping
+    reset_timeout_s: float = Field(default=60.0, gt=0)
+
+    # Sim backend
+    image_width: int = Field(default=224, ge=16)
+    image_height: int = Field(default=224, ge=16)
+    cameras: list[str] = ["external", "wrist"]
+    # Franka backend
+    fci_host: str = "172.16.0.2"
+    realsense_serials: dict[str, str] = {}  # camera name -> serial number
+
+    # Safety (see robot_server/safety.py for the clip policy)
+    clip_policy: ClipPolicy = ClipPolicy.CLIP
+    workspace_min_m: tuple[float, float, float] = (0.15, -0.6, 0.01)
+    workspace_max_m: tuple[float, float, float] = (0.85, 0.6, 0.85)
+    max_step_translation_m: float = Field(default=0.05, gt=0)
+    max_step_rotation_rad: float = Field(default=0.3, gt=0)
+    joint_margin_rad: float = Field(default=0.05, ge=0)
+    joint_velocity_fraction: float = Field(default=0.5, gt=0, le=1)
+    max_chunk_steps: int = Field(default=256, ge=1)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _known_backend(cls, v: object) -> object:
+        if v not in ("sim", "franka"):
+            raise ValueError(f"unknown backend {v!r}: use 'sim' or 'franka'")
+        return v
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> RobotServerSettings:
+        if self.cmd_port == self.obs_port:
+            raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")
+        self.safety_limits()  # validates the box and ranges, naming the bad value
+        return self
+
+    def safety_limits(self) -> SafetyLimits:
+        return SafetyLimits(
+            workspace_min_m=self.workspace_min_m,
+            workspace_max_m=self.workspace_max_m,
+            max_step_translation_m=self.max_step_translation_m,
+            max_step_rotation_rad=self.max_step_rotation_rad,
+            joint_margin_rad=self.joint_margin_rad,
+            joint_velocity_fraction=self.joint_velocity_fraction,
+            max_chunk_steps=self.max_chunk_steps,
+            clip_policy=self.clip_policy,
+        )
+
+    @property
+    def cmd_endpoint(self) -> str:
+        return f"tcp://{self.advertise_host or self.host}:{self.cmd_port}"
+
+    @property
+    def obs_endpoint(self) -> str:
+        return f"tcp://{self.advertise_host or self.host}:{self.obs_port}"

@@ -1,0 +1,158 @@
+"""The prompt pool and compressed history of one task, and the bootstrap schedule (App. A.1-A.2).
+
+Pure logic over small dataclasses: the service loads a ``TaskHistory`` from the store, asks
+``plan`` what to do, and writes the decisions back. Nothing here talks to a database or a VLM.
+
+Success rates come only from authoritative labels (operator or simulator). The VLM's own verdict
+is a proposal and never counts: one false positive would admit a useless prompt to the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+Status = Literal["canonical", "candidate", "pool", "rejected"]
+Stage = Literal["bootstrap", "rl"]
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """Appendix A.2 defaults: T0 = 10 iterations x K = 5 candidates x N = 10 rollouts."""
+
+    iterations_t0: int = 10
+    candidates_k: int = 5
+    rollouts_n: int = 10
+    eta: float = 0.1  # admit when measured success >= eta; must be > 0
+    pool_min_m: int = 3  # enter RL once the pool has this many prompts
+
+    def __post_init__(self) -> None:
+        if not 0 < self.eta <= 1:
+            raise ValueError(f"eta={self.eta}: the admission threshold must be in (0, 1]")
+        for name in ("iterations_t0", "candidates_k", "rollouts_n", "pool_min_m"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+
+
+@dataclass
+class PromptRecord:
+    """One entry of the compressed history H_g: (prompt, summary, measured success)."""
+
+    id: int
+    text: str
+    status: Status
+    iteration: int = 0
+    n_episodes: int = 0  # rollouts with an authoritative label
+    n_success: int = 0
+    summary: str = ""
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.n_success / self.n_episodes if self.n_episodes else None
+
+
+@dataclass(frozen=True)
+class LabelledRollout:
+    """What the pool needs from one stored episode."""
+
+    prompt_id: int | None
+    success: bool | None  # authoritative label (operator/simulator); None = not labelled yet
+    stage: str = "bootstrap"
+
+
+@dataclass
+class TaskHistory:
+    task: str
+    canonical: str
+    prompts: list[PromptRecord]
+    stage: Stage = "bootstrap"
+    iteration: int = 0  # prompt-search iterations started so far
+
+    def with_status(self, *statuses: Status) -> list[PromptRecord]:
+        return [p for p in self.prompts if p.status in statuses]
+
+    @property
+    def pool(self) -> list[PromptRecord]:
+        return self.with_status("pool")
+
+    @property
+    def failed(self) -> list[PromptRecord]:
+        return self.with_status("rejected")
+
+    @property
+    def candidates(self) -> list[PromptRecord]:
+        return self.with_status("candidate")
+
+    def known_texts(self) -> list[str]:
+        """Every wording already tried or queued, the canonical prompt included."""
+        return [self.canonical, *(p.text for p in self.prompts)]
+
+
+def count_labels(prompts: Iterable[PromptRecord], rollouts: Iterable[LabelledRollout]) -> None:
+    """Set each prompt's n_episodes/n_success from bootstrap rollouts with authoritative labels.
+
+    RL-stage rollouts do not count: the policy was frozen while prompts were being compared.
+    """
+    by_id = {p.id: p for p in prompts}
+    for rec in by_id.values():
+        rec.n_episodes = rec.n_success = 0
+    for r in rollouts:
+        hit = by_id.get(r.prompt_id) if r.prompt_id is not None else None
+        if hit is None or r.success is None or r.stage != "bootstrap":
+            continue
+        hit.n_episodes += 1
+        hit.n_success += int(r.success)
+
+
+def judge(record: PromptRecord, cfg: BootstrapConfig) -> Status | None:
+    """``pool`` / ``rejected`` once a candidate has N labelled rollouts, else None (keep waiting)."""
+    if record.status != "candidate" or record.n_episodes < cfg.rollouts_n:
+        return None
+    rate = record.n_success / record.n_episodes
+    return "pool" if rate >= cfg.eta else "rejected"
+
+
+@dataclass
+class Plan:
+    """What the supervisor should do next for one task."""
+
+    verdicts: list[tuple[PromptRecord, Status]] = field(default_factory=list)
+    action: Literal["wait", "propose", "enter_rl", "frozen"] = "wait"
+    reason: str = ""
+    next_iteration: int = 0
+    n_new: int = 0
+
+
+def plan(history: TaskHistory, cfg: BootstrapConfig) -> Plan:
+    """Judge the candidates that have their N rollouts, then: wait, propose, or enter RL."""
+    if history.stage == "rl":
+        return Plan(action="frozen", reason="RL stage: the pool is frozen")
+    verdicts = [(p, v) for p in history.candidates if (v := judge(p, cfg)) is not None]
+    judged = {p.id for p, _ in verdicts}
+    waiting = [p for p in history.candidates if p.id not in judged]
+    n_pool = len(history.pool) + sum(v == "pool" for _, v in verdicts)
+    if waiting:
+        need = ", ".join(f"#{p.id} {p.n_episodes}/{cfg.rollouts_n}" for p in waiting)
+        return Plan(verdicts, "wait", f"candidates still need labelled rollouts: {need}")
+    if n_pool >= cfg.pool_min_m:
+        return Plan(verdicts, "enter_rl", f"pool has {n_pool} prompts (M_min = {cfg.pool_min_m})")
+    if history.iteration >= cfg.iterations_t0:
+        return Plan(
+            verdicts, "enter_rl", f"search budget spent ({cfg.iterations_t0} iterations), pool has {n_pool}"
+        )
+    return Plan(
+        verdicts,
+        "propose",
+        f"iteration {history.iteration + 1}/{cfg.iterations_t0}, pool has {n_pool}",
+        next_iteration=history.iteration + 1,
+        n_new=cfg.candidates_k,
+    )
+
+
+def apply(history: TaskHistory, p: Plan) -> None:
+    """Record the plan's verdicts in the history (the service persists the same changes)."""
+    for record, status in p.verdicts:
+        record.status = status
+    if p.action == "enter_rl":
+        history.stage = "rl"

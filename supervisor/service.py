@@ -1,0 +1,528 @@
+"""``pde supervisor`` as a service: poll the database, hand VLM work to threads, write results back.
+
+The robot and the operator never wait on the supervisor: it is a separate process that only reads
+episodes and writes proposals, and inside it every VLM request runs on a worker thread while the
+poll loop keeps going. Only the poll thread touches the store; workers get plain data (file
+paths, texts) and return plain results.
+
+When the VLM fails ``max_consecutive_failures`` times in a row the service stops asking it for
+``cooldown_s`` and falls back: candidates come from the offline paraphraser (or none, leaving the
+learner on the canonical prompt), summaries become a count of outcomes, success proposals wait.
+Nothing already stored is ever deleted or overwritten by a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pde_contract.episodes import read_episode
+from supervisor.dedup import DuplicateFilter, Embedder
+from supervisor.frames import rollout_frames
+from supervisor.pool import (
+    BootstrapConfig,
+    LabelledRollout,
+    Plan,
+    PromptRecord,
+    TaskHistory,
+    count_labels,
+    plan,
+)
+from supervisor.proposers import PromptProposer, RandomParaphraseProposer, VLMProposer
+from supervisor.scoring import confusion
+from supervisor.settings import SupervisorSettings
+from supervisor.vlm.base import (
+    VLM,
+    CallRecord,
+    CandidateRequest,
+    CandidateResult,
+    PromptEvidence,
+    RolloutFrames,
+    SuccessRequest,
+    SuccessResult,
+    SummaryRequest,
+    SummaryResult,
+    VLMError,
+)
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "supervisor"
+TREND_WINDOW = 5  # canonical-prompt rollouts per window when comparing recent and earlier success
+
+
+class SupervisorStore(Protocol):
+    """The part of ``pde_storage.Store`` the supervisor uses."""
+
+    def tasks(self) -> list[Any]: ...
+    def task_state(self, task: str) -> Any: ...
+    def set_task_state(self, task: str, **fields: Any) -> Any: ...
+    def prompts(self, task: str, status: Any = None) -> list[Any]: ...
+    def add_prompt(
+        self, task: str, text: str, status: str = ..., source: str = ..., iteration: int = ...
+    ) -> Any: ...
+    def set_prompt_status(self, prompt_id: int, status: str, summary: str = "") -> Any: ...
+    def set_prompt_summary(self, prompt_id: int, summary: str) -> Any: ...
+    def episodes(
+        self, task: str | None = None, status: Any = None, since_id: int = 0, limit: int | None = None
+    ) -> list[Any]: ...
+    def add_label(self, episode_id: int, success: bool, source: str = ..., reason: str = "") -> Any: ...
+    def record_supervisor_call(
+        self,
+        kind: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float,
+        latency_s: float,
+        ok: bool,
+        error: str = "",
+    ) -> Any: ...
+    def set_service_state(self, name: str, state: dict[str, Any]) -> None: ...
+
+
+class VLMHealth:
+    """Consecutive-failure breaker: after N failures in a row, stay on the fallback for a while."""
+
+    def __init__(
+        self, max_failures: int, cooldown_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_failures = max_failures
+        self.cooldown_s = cooldown_s
+        self.clock = clock
+        self.failures = 0
+        self.open_until = 0.0
+        self.last_error = ""
+
+    @property
+    def available(self) -> bool:
+        return self.clock() >= self.open_until
+
+    def success(self) -> None:
+        self.failures = 0
+
+    def failure(self, error: str) -> None:
+        self.failures += 1
+        self.last_error = error
+        if self.failures >= self.max_failures:
+            self.open_until = self.clock() + self.cooldown_s
+            self.failures = 0
+            log.warning(
+                "VLM failed %d times in a row (%s); using the fallback for %.0fs",
+                self.max_failures,
+                error,
+                self.cooldown_s,
+            )
+
+
+@dataclass(frozen=True)
+class _Job:
+    kind: str  # "candidates" / "summary" / "success"
+    key: int | str  # task name, prompt id or episode id
+    task: str
+    context: Any  # what the poll thread needs to apply the result
+
+
+class SupervisorService:
+    def __init__(
+        self,
+        store: SupervisorStore,
+        settings: SupervisorSettings,
+        vlm: VLM | None,
+        embedder: Embedder | None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.vlm = vlm
+        self.cfg = BootstrapConfig(
+            iterations_t0=settings.iterations_t0,
+            candidates_k=settings.candidates_k,
+            rollouts_n=settings.rollouts_n,
+            eta=settings.eta,
+            pool_min_m=settings.pool_min_m,
+        )
+        self.dedup = DuplicateFilter(embedder, settings.duplicate_cosine)
+        self.offline = RandomParaphraseProposer(seed if seed is not None else random.randrange(1 << 30))
+        self.proposer: PromptProposer = (
+            VLMProposer(vlm) if vlm is not None and settings.proposer == "vlm" else self.offline
+        )
+        self.health = VLMHealth(settings.max_consecutive_failures, settings.cooldown_s)
+        self._executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="vlm")
+        self._inflight: dict[tuple[str, int | str], tuple[_Job, Future[Any]]] = {}
+        self._calls: list[CallRecord] = []
+        self._calls_lock = threading.Lock()
+        self._gave_up: set[tuple[str, int | str]] = set()  # success proposals that failed; not retried
+        self.counters = {"polls": 0, "vlm_ok": 0, "vlm_failed": 0, "fallbacks": 0, "errors": 0}
+        self.last_analysis: dict[str, str] = {}
+        if vlm is not None:
+            vlm._on_call = self._on_call  # record every call, from any worker thread
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        log.info(
+            "supervisor polling every %.1fs (proposer: %s)",
+            self.settings.poll_interval_s,
+            self.proposer.source,
+        )
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # a bad row or a database hiccup must not end the service
+                self.counters["errors"] += 1
+                log.exception("supervisor poll failed; trying again next poll")
+            stop.wait(self.settings.poll_interval_s)
+        self.close()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def idle(self) -> bool:
+        return not self._inflight
+
+    # --- one poll ---------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        self.counters["polls"] += 1
+        self._collect()
+        self._flush_calls()
+        for task, canonical in self._tasks():
+            self._step_task(task, canonical)
+        if self.settings.score_episodes and self.vlm is not None:
+            self._submit_success_proposals()
+        self._publish()
+
+    def _tasks(self) -> list[tuple[str, str]]:
+        rows = [(t.name, t.canonical_prompt) for t in self.store.tasks()]
+        wanted = set(self.settings.tasks)
+        return [r for r in rows if not wanted or r[0] in wanted]
+
+    def load_history(self, task: str, canonical: str) -> tuple[TaskHistory, list[Any]]:
+        state = self.store.task_state(task)
+        rows = [p for p in self.store.prompts(task) if p.status != "canonical"]
+        records = [PromptRecord(p.id, p.text, p.status, p.iteration, summary=p.summary) for p in rows]
+        episodes = self.store.episodes(task=task)
+        count_labels(records, (LabelledRollout(e.prompt_id, e.success, e.stage) for e in episodes))
+        return TaskHistory(task, canonical, records, state.stage, state.iteration), episodes
+
+    def _step_task(self, task: str, canonical: str) -> None:
+        history, episodes = self.load_history(task, canonical)
+        p = plan(history, self.cfg)
+        for record, verdict in p.verdicts:
+            log.info(
+                "task %s: prompt #%d %r -> %s (%d/%d successes)",
+                task,
+                record.id,
+                record.text,
+                verdict,
+                record.n_success,
+                record.n_episodes,
+            )
+            self.store.set_prompt_status(record.id, verdict)
+            record.status = verdict
+        self._submit_summaries(history, episodes)
+        if p.action == "enter_rl":
+            log.info("task %s: entering RL, pool frozen: %s", task, p.reason)
+            self.store.set_task_state(task, stage="rl")
+        elif p.action == "propose" and ("candidates", task) not in self._inflight:
+            self._start_proposal(history, episodes, p)
+
+    # --- candidates -------------------------------------------------------------------------------
+
+    def _start_proposal(self, history: TaskHistory, episodes: list[Any], p: Plan) -> None:
+        request_parts = self._candidate_inputs(history, episodes, p.n_new, p.next_iteration)
+        if isinstance(self.proposer, VLMProposer) and not self.health.available:
+            self._fallback_proposal(history, p, request_parts, "VLM unavailable: " + self.health.last_error)
+            return
+        job = _Job("candidates", history.task, history.task, (history, p, request_parts))
+        self._submit(job, _build_and_propose, self.proposer, request_parts, self.settings)
+
+    def _candidate_inputs(
+        self, h: TaskHistory, episodes: list[Any], n_new: int, iteration: int
+    ) -> dict[str, Any]:
+        """Plain data for the worker: texts, rates and the episode files whose frames it should send."""
+        s = self.settings
+        budget = s.max_images_per_request // s.frames_per_rollout  # rollouts with frames
+        labelled = [e for e in episodes if e.success is not None and e.file_path]
+        pool: list[tuple[PromptRecord, list[tuple[str, bool]]]] = []
+        # Best prompts first; prompts at 100% need no refinement, so they get no frames.
+        for rec in sorted(h.pool, key=lambda r: -(r.success_rate or 0.0)):
+            files: list[tuple[str, bool]] = []
+            if budget > 0 and (rec.success_rate or 0.0) < 1.0:
+                mine = [e for e in labelled if e.prompt_id == rec.id]
+                pick = _pick_rollouts(mine, 1)
+                files = [(e.file_path, bool(e.success)) for e in pick]
+                budget -= len(files)
+            pool.append((rec, files))
+        canon = [e for e in labelled if e.rollout_prompt == h.canonical]
+        state = self.store.task_state(h.task)
+        ema = state.ema_success if state.ema_success is not None else _rate([e.success for e in canon])
+        return {
+            "task": h.task,
+            "goal": h.canonical,
+            "ema": ema,
+            "trend": _trend([bool(e.success) for e in canon]),
+            "iteration": iteration,
+            "n_new": n_new,
+            "pool": pool,
+            "failed": list(h.failed),
+        }
+
+    def _apply_proposal(self, history: TaskHistory, p: Plan, result: CandidateResult) -> None:
+        fresh, _ = self.load_history(history.task, history.canonical)  # the store may have moved on
+        screened = self.dedup.screen(result.new_prompts, fresh.known_texts())
+        for text, why in screened.refused:
+            log.info("task %s: refused candidate %r: %s", history.task, text, why)
+        for text in screened.accepted[: p.n_new]:
+            self.store.add_prompt(
+                history.task, text, status="candidate", source=result.source, iteration=p.next_iteration
+            )
+        by_text = {r.text: r for r in fresh.prompts}
+        for text, line in result.summaries.items():
+            rec = by_text.get(" ".join(text.split()))
+            if rec is not None and not rec.summary:
+                self.store.set_prompt_summary(rec.id, line)
+        self.last_analysis[history.task] = result.analysis
+        # A round that produced only duplicates still spends one iteration: the budget stays finite.
+        self.store.set_task_state(history.task, iteration=p.next_iteration)
+        log.info(
+            "task %s: iteration %d, %d new candidate(s) from %s (%d refused)",
+            history.task,
+            p.next_iteration,
+            len(screened.accepted[: p.n_new]),
+            result.source,
+            len(screened.refused),
+        )
+
+    def _fallback_proposal(self, history: TaskHistory, p: Plan, parts: dict[str, Any], why: str) -> None:
+        self.counters["fallbacks"] += 1
+        if self.settings.fallback == "canonical":
+            log.warning(
+                "task %s: %s; no candidates this iteration, the canonical prompt stays", history.task, why
+            )
+            self.store.set_task_state(history.task, iteration=p.next_iteration)
+            return
+        log.warning("task %s: %s; offline paraphrases instead", history.task, why)
+        self._apply_proposal(history, p, self.offline.propose(_candidate_request(parts, self.settings)))
+
+    # --- summaries --------------------------------------------------------------------------------
+
+    def _submit_summaries(self, h: TaskHistory, episodes: list[Any]) -> None:
+        s = self.settings
+        for rec in h.with_status("pool", "rejected"):
+            key = ("summary", rec.id)
+            if rec.summary or key in self._inflight or rec.n_episodes == 0:
+                continue
+            mine = [e for e in episodes if e.prompt_id == rec.id and e.success is not None and e.file_path]
+            if self.vlm is None or not self.health.available:
+                self.store.set_prompt_summary(rec.id, _counted_summary(rec, "no VLM summary"))
+                continue
+            files = [
+                (e.file_path, bool(e.success))
+                for e in _pick_rollouts(mine, s.max_images_per_request // s.frames_per_rollout)
+            ]
+            req = (h.task, h.canonical, rec.text, files, rec.success_rate)
+            self._submit(_Job("summary", rec.id, h.task, rec), _build_and_summarize, self.vlm, req, s)
+
+    # --- success proposals ------------------------------------------------------------------------
+
+    def _submit_success_proposals(self) -> None:
+        if not self.health.available:
+            return
+        room = self.settings.workers * 2 - len(self._inflight)
+        if room <= 0:
+            return
+        # Episodes waiting for the operator first: that is where a proposal helps now.
+        pending = [*self.store.episodes(status="awaiting_label"), *self.store.episodes(status="labelled")]
+        for e in pending:
+            key = ("success", e.id)
+            if e.vlm_proposal is not None or not e.file_path or key in self._inflight or key in self._gave_up:
+                continue
+            req = (e.task, e.canonical_prompt, e.rollout_prompt, e.file_path)
+            assert self.vlm is not None
+            self._submit(_Job("success", e.id, e.task, e), _build_and_judge, self.vlm, req, self.settings)
+            room -= 1
+            if room <= 0:
+                return
+
+    # --- workers and their results -----------------------------------------------------------------
+
+    def _submit(self, job: _Job, fn: Callable[..., Any], *args: Any) -> None:
+        self._inflight[(job.kind, job.key)] = (job, self._executor.submit(fn, *args))
+
+    def _collect(self) -> None:
+        for key, (job, fut) in list(self._inflight.items()):
+            if not fut.done():
+                continue
+            del self._inflight[key]
+            try:
+                result = fut.result()
+            except VLMError as e:
+                if not e.retryable and job.kind == "summary":  # e.g. unreadable files: do not ask again
+                    self.store.set_prompt_summary(job.context.id, _counted_summary(job.context, str(e)))
+                    continue
+                self._failed(job, str(e))
+                continue
+            except Exception as e:  # a broken episode file, a bug: log it, keep serving
+                log.exception("supervisor %s job for %s failed", job.kind, job.key)
+                self._failed(job, f"{type(e).__name__}: {e}")
+                continue
+            if job.kind != "candidates" or isinstance(self.proposer, VLMProposer):
+                self.health.success()
+                self.counters["vlm_ok"] += 1
+            self._apply(job, result)
+
+    def _apply(self, job: _Job, result: Any) -> None:
+        if job.kind == "candidates":
+            history, p, _ = job.context
+            self._apply_proposal(history, p, result)
+        elif job.kind == "summary":
+            assert isinstance(result, SummaryResult)
+            self.store.set_prompt_summary(job.context.id, result.summary)
+        elif job.kind == "success":
+            assert isinstance(result, SuccessResult)
+            try:
+                self.store.add_label(job.context.id, result.success, source="vlm", reason=result.reason)
+            except Exception as e:  # aborted meanwhile: the proposal has nowhere to go
+                log.info("episode %s: VLM proposal not stored (%s)", job.context.id, e)
+
+    def _failed(self, job: _Job, error: str) -> None:
+        self.counters["vlm_failed"] += 1
+        self.health.failure(error)
+        log.warning("VLM %s for %s failed: %s", job.kind, job.key, error)
+        if job.kind == "candidates" and not self.health.available:
+            history, p, parts = job.context
+            self._fallback_proposal(history, p, parts, error)
+        elif job.kind == "success":
+            self._gave_up.add((job.kind, job.key))
+        # a failed summary or candidate round is simply asked again on a later poll
+
+    def _on_call(self, record: CallRecord) -> None:
+        with self._calls_lock:
+            self._calls.append(record)
+
+    def _flush_calls(self) -> None:
+        with self._calls_lock:
+            calls, self._calls = self._calls, []
+        for c in calls:
+            error = c.error if c.attempts <= 1 else f"{c.error} [{c.attempts} attempts]".strip()
+            self.store.record_supervisor_call(
+                c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.latency_s, c.ok, error
+            )
+
+    def _publish(self) -> None:
+        eps = self.store.episodes()
+        cm = confusion((e.vlm_proposal, e.success) for e in eps)
+        self.store.set_service_state(
+            SERVICE_NAME,
+            {
+                "proposer": self.proposer.source,
+                "vlm_available": self.health.available,
+                "last_vlm_error": self.health.last_error,
+                "inflight": sorted(f"{k}:{v}" for k, v in self._inflight),
+                "confusion": cm.as_dict(),
+                "analysis": dict(self.last_analysis),
+                **self.counters,
+                "time": time.time(),
+            },
+        )
+
+
+# --- worker-side functions: files and the VLM only, never the store ---------------------------------
+
+
+def _frames(path: str, success: bool | None, s: SupervisorSettings) -> RolloutFrames | None:
+    try:
+        ep = read_episode(path)
+        return RolloutFrames(
+            rollout_frames(ep, s.camera, s.frames_per_rollout, s.image_max_side_px, s.jpeg_quality), success
+        )
+    except (OSError, ValueError) as e:
+        log.warning("cannot read frames from %s: %s", path, e)
+        return None
+
+
+def _candidate_request(
+    parts: dict[str, Any], s: SupervisorSettings, with_frames: bool = False
+) -> CandidateRequest:
+    pool = []
+    for rec, files in parts["pool"]:
+        rollouts = [f for f in (_frames(p, ok, s) for p, ok in files) if f is not None] if with_frames else []
+        pool.append(PromptEvidence(rec.text, rec.success_rate, rec.n_episodes, rec.summary, rollouts))
+    failed = [PromptEvidence(r.text, r.success_rate, r.n_episodes, r.summary) for r in parts["failed"]]
+    return CandidateRequest(
+        parts["task"],
+        parts["goal"],
+        parts["ema"],
+        parts["trend"],
+        parts["iteration"],
+        parts["n_new"],
+        pool,
+        failed,
+    )
+
+
+def _build_and_propose(
+    proposer: PromptProposer, parts: dict[str, Any], s: SupervisorSettings
+) -> CandidateResult:
+    return proposer.propose(_candidate_request(parts, s, with_frames=isinstance(proposer, VLMProposer)))
+
+
+def _build_and_summarize(vlm: VLM, req: tuple[Any, ...], s: SupervisorSettings) -> SummaryResult:
+    task, goal, prompt, files, rate = req
+    rollouts = [f for f in (_frames(p, ok, s) for p, ok in files) if f is not None]
+    if not rollouts:
+        raise VLMError("no readable rollout frames to summarise", retryable=False)
+    return vlm.summarize_rollouts(SummaryRequest(task, goal, prompt, rollouts, rate))
+
+
+def _build_and_judge(vlm: VLM, req: tuple[Any, ...], s: SupervisorSettings) -> SuccessResult:
+    task, goal, prompt, path = req
+    frames = _frames(path, None, s)
+    if frames is None:
+        raise VLMError(f"no readable frames in {path}", retryable=False)
+    return vlm.judge_success(SuccessRequest(task, goal, prompt, frames))
+
+
+# --- small helpers -------------------------------------------------------------------------------
+
+
+def _pick_rollouts(episodes: list[Any], n: int) -> list[Any]:
+    """Up to n rollouts, newest first, successes and failures alternating (both are informative)."""
+    wins = [e for e in reversed(episodes) if e.success]
+    losses = [e for e in reversed(episodes) if not e.success]
+    out: list[Any] = []
+    while len(out) < n and (wins or losses):
+        for group in (wins, losses):
+            if group and len(out) < n:
+                out.append(group.pop(0))
+    return out
+
+
+def _rate(outcomes: list[bool | None]) -> float | None:
+    known = [bool(o) for o in outcomes if o is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _trend(outcomes: list[bool]) -> str:
+    if len(outcomes) < 2 * TREND_WINDOW:
+        return "unknown (too few canonical rollouts)"
+    recent = sum(outcomes[-TREND_WINDOW:]) / TREND_WINDOW
+    before = sum(outcomes[-2 * TREND_WINDOW : -TREND_WINDOW]) / TREND_WINDOW
+    if recent > before:
+        return f"rising ({before:.0%} -> {recent:.0%})"
+    if recent < before:
+        return f"falling ({before:.0%} -> {recent:.0%})"
+    return f"flat ({recent:.0%})"
+
+
+def _counted_summary(rec: PromptRecord, why: str) -> str:
+    return f"{rec.n_success}/{rec.n_episodes} labelled rollouts succeeded ({why})."

@@ -1,0 +1,222 @@
+"""RobotClient against a real RobotServer (sockets on loopback) with a FakeRobot and FakeCameras."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import msgspec
+import numpy as np
+import pytest
+import zmq
+
+from pde_contract.client import ProtocolVersionError, RobotClient, RobotServerError
+from pde_contract.codec import packb, unpackb
+from pde_contract.messages import (
+    MAX_COMMAND_BYTES,
+    ActionChunk,
+    ActionSpace,
+    Envelope,
+    ErrorCode,
+    Hello,
+    Reply,
+    Reset,
+    Status,
+    SubmitChunk,
+)
+from robot_server.server import RobotServer
+from robot_server.settings import RobotServerSettings
+from tests.helpers import free_port
+from tests.robot_server.fakes import FakeCamera, FakeRobot
+
+
+@pytest.fixture
+def server() -> Iterator[RobotServer]:
+    settings = RobotServerSettings(cmd_port=free_port(), obs_port=free_port(), control_rate_hz=20.0)
+    srv = RobotServer(FakeRobot(home_time_s=0.3), [FakeCamera("external"), FakeCamera("wrist")], settings)
+    srv.start()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def client(server: RobotServer) -> Iterator[RobotClient]:
+    with RobotClient(server.settings.cmd_endpoint, name="test", timeout_s=2.0) as c:
+        c.connect()
+        yield c
+
+
+def chunk(seq: int, rows: int = 4, rate_hz: float = 20.0) -> ActionChunk:
+    a = np.zeros((rows, 7), np.float32)
+    a[:, 0] = 0.005
+    a[:, 6] = 0.08
+    return ActionChunk(
+        seq=seq, episode_id="ep", action_space=ActionSpace.EE_DELTA, actions=a, control_rate_hz=rate_hz
+    )
+
+
+def wait_healthy(client: RobotClient, timeout_s: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (h := client.health()).ok:
+        assert time.monotonic() < deadline, f"server not healthy: {h.detail}"
+        time.sleep(0.02)
+
+
+def raw_request(server: RobotServer, frames: list[bytes]) -> Reply:
+    ctx: zmq.Context = zmq.Context.instance()
+    with ctx.socket(zmq.DEALER) as s:
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(server.settings.cmd_endpoint)
+        s.send_multipart(frames)
+        assert s.poll(3000), "the server must answer every message"
+        return unpackb(s.recv(), Reply)
+
+
+def test_handshake_reports_the_server(client: RobotClient) -> None:
+    info = client.connect()
+    assert info.protocol_version == 1 and info.control_rate_hz == 20.0
+    assert info.cameras == ["external", "wrist"] and info.heartbeat_timeout_s == 0.2
+    wait_healthy(client)
+
+
+def test_version_mismatch_raises(client: RobotClient) -> None:
+    with pytest.raises(ProtocolVersionError, match="protocol 99") as ei:
+        client.request(Hello(protocol_version=99, client_name="old"))
+    assert ei.value.code is ErrorCode.VERSION_MISMATCH
+
+
+def test_no_server_times_out_with_a_hint() -> None:
+    with RobotClient(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.2) as c:
+        t0 = time.monotonic()
+        with pytest.raises(RobotServerError, match="is `pde robot-server` running") as ei:
+            c.connect()
+        assert ei.value.code is ErrorCode.TIMEOUT and time.monotonic() - t0 < 1.0
+
+
+def test_chunk_round_trip_and_status(client: RobotClient) -> None:
+    client.start_heartbeat()
+    acc = client.submit_chunk(chunk(0))
+    assert acc.seq == 0 and acc.steps == 4
+    deadline = time.monotonic() + 3
+    while client.status().counters.chunks_executed < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    st = client.status()
+    assert st.counters.steps_executed == 4 and st.holding and st.state is not None
+    np.testing.assert_allclose(st.state.ee_position_m[0], 0.45 + 0.02)
+    with pytest.raises(RobotServerError) as ei:
+        client.submit_chunk(chunk(0))
+    assert ei.value.code is ErrorCode.STALE
+
+
+def test_bad_chunks_get_typed_errors(client: RobotClient) -> None:
+    bad = chunk(1)
+    bad.actions[0, 0] = np.inf
+    for c, code in ((bad, ErrorCode.INVALID_ACTION), (chunk(2, rate_hz=15.0), ErrorCode.INVALID_ACTION)):
+        with pytest.raises(RobotServerError) as ei:
+            client.submit_chunk(c)
+        assert ei.value.code is code and ei.value.message
+    assert client.status().counters.chunks_rejected == 2
+
+
+def test_late_reply_of_a_timed_out_request_is_ignored(client: RobotClient) -> None:
+    with pytest.raises(RobotServerError) as ei:
+        client.request(Reset(task="t"), timeout_s=0.05)  # the fake takes 0.3 s to home
+    assert ei.value.code is ErrorCode.TIMEOUT
+    time.sleep(0.4)  # the reset's Ack is now waiting on the socket
+    assert isinstance(client.status(), Status)
+
+
+def test_reset_blocks_until_home_and_estop_still_answers(server: RobotServer, client: RobotClient) -> None:
+    other = RobotClient(server.settings.cmd_endpoint, name="ui", timeout_s=1.0)
+    try:
+        t0 = time.monotonic()
+        client.reset(task="pick", seed=3)
+        assert time.monotonic() - t0 >= 0.3
+        assert server.robot.homes == [("pick", 3)]  # type: ignore[attr-defined]
+        # the command socket serves others while a reset runs
+        th = threading.Thread(target=client.reset, kwargs={"task": "again"})
+        th.start()
+        time.sleep(0.05)
+        t1 = time.monotonic()
+        other.estop("during reset")
+        assert time.monotonic() - t1 < 0.2
+        th.join()
+        with pytest.raises(RobotServerError) as ei:
+            client.submit_chunk(chunk(5))
+        assert ei.value.code is ErrorCode.ESTOPPED
+        client.release_estop()
+        client.submit_chunk(chunk(6))
+    finally:
+        other.close()
+
+
+def test_malformed_oversized_and_unknown_messages_are_answered(
+    server: RobotServer, client: RobotClient
+) -> None:
+    r = raw_request(server, [b"\xc1 definitely not msgpack"])
+    assert r.code is ErrorCode.MALFORMED and "Envelope" in r.message
+    r = raw_request(server, [b"x" * (MAX_COMMAND_BYTES + 1)])
+    assert r.code is ErrorCode.TOO_LARGE and str(MAX_COMMAND_BYTES) in r.message
+    r = raw_request(server, [msgspec.msgpack.encode({"request_id": 7, "request": {"type": "Dance"}})])
+    assert r.code is ErrorCode.UNKNOWN_COMMAND and r.request_id == 7 and "Hello" in r.message
+    env = msgspec.msgpack.decode(packb(Envelope(request_id=8, request=SubmitChunk(chunk=chunk(9)))))
+    env["request"]["chunk"]["action_space"] = "cartesian_velocity"
+    r = raw_request(server, [msgspec.msgpack.encode(env)])
+    assert r.code is ErrorCode.INVALID_ACTION and "ee_delta" in r.message
+    r = raw_request(server, [b"a", b"b"])
+    assert r.code is ErrorCode.MALFORMED and "one message frame" in r.message
+    r = raw_request(
+        server, [msgspec.msgpack.encode({"request_id": 9, "request": {"type": "GripperCommand"}})]
+    )
+    assert r.code is ErrorCode.MALFORMED and "width_m" in r.message
+    c = client.status().counters
+    assert (c.commands_malformed, c.commands_too_large, c.commands_unknown, c.chunks_rejected) == (3, 1, 1, 1)
+    wait_healthy(client)  # still serving
+
+
+def test_latest_observation_is_the_newest(client: RobotClient) -> None:
+    first = client.latest_observation()
+    assert {f.name for f in first.cameras} == {"external", "wrist"}
+    time.sleep(0.5)  # ~15 observations queue up meanwhile
+    obs = client.latest_observation()
+    age_s = time.time() - max(f.capture_time_s for f in obs.cameras)
+    assert age_s < 0.05, "a stale queued observation was returned"
+    assert obs.seq > first.seq + 5
+
+
+def test_slow_subscriber_never_stalls_the_robot(server: RobotServer, client: RobotClient) -> None:
+    ctx: zmq.Context = zmq.Context.instance()
+    lazy = ctx.socket(zmq.SUB)  # subscribes and never reads
+    lazy.setsockopt(zmq.SUBSCRIBE, b"")
+    lazy.setsockopt(zmq.RCVHWM, 1)
+    lazy.connect(client.obs_endpoint)
+    try:
+        time.sleep(1.0)
+        c = client.status().counters
+        assert c.tick_overruns == 0
+        assert 17 < client.health().control_loop_hz < 23
+        t0 = time.time()
+        obs = client.latest_observation()
+        assert obs.publish_time_s > t0 - 0.05
+    finally:
+        lazy.close(linger=0)
+
+
+def test_heartbeat_thread_feeds_the_watchdog(client: RobotClient) -> None:
+    client.start_heartbeat(period_s=0.05)
+    client.submit_chunk(chunk(10, rows=12))  # 0.6 s at 20 Hz
+    time.sleep(0.8)
+    assert client.status().counters.watchdog_trips == 0
+    client.stop_heartbeat()
+    client.submit_chunk(chunk(11, rows=40))
+    time.sleep(0.45)
+    assert client.status().counters.watchdog_trips == 1
+
+
+def test_closed_client_refuses_requests(server: RobotServer) -> None:
+    c = RobotClient(server.settings.cmd_endpoint)
+    c.close()
+    with pytest.raises(RobotServerError, match="closed"):
+        c.status()

@@ -1,0 +1,124 @@
+import numpy as np
+import pytest
+
+from learner.actor import Actor, ActorSettings, reward_from_label
+from learner.policies.vla import make_test_policy
+from learner.synthetic import synthetic_observation
+from learner.trainer import Trainer
+from pde_contract.messages import ActionChunk, ChunkAccepted, Counters, Observation, Status
+
+
+class FakeRobotClient:
+    """Stands in for pde_contract.client.RobotClient: executes chunks instantly and reports task
+    success after ``succeed_after`` chunks (None: never)."""
+
+    def __init__(self, succeed_after: int | None = None) -> None:
+        self.rng = np.random.default_rng(0)
+        self.obs_seq = 0
+        self.chunks: list[ActionChunk] = []
+        self.succeed_after = succeed_after
+        self.calls: list[str] = []
+        self.heartbeat = False
+
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
+        assert self.heartbeat, "chunks must be sent while the heartbeat runs"
+        if self.chunks:
+            assert chunk.seq > self.chunks[-1].seq
+        self.chunks.append(chunk)
+        return ChunkAccepted(seq=chunk.seq, steps=len(chunk.actions))
+
+    def reset(self, task: str = "", seed: int | None = None) -> None:
+        self.calls.append(f"reset:{task}:{seed}")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def status(self) -> Status:
+        return Status(
+            backend="fake",
+            connected=True,
+            estopped=False,
+            estop_reason="",
+            episode_id="",
+            executing_chunk_seq=self.chunks[-1].seq if self.chunks else -1,
+            steps_remaining=0,
+            holding=True,
+            counters=Counters(),
+        )
+
+    def start_heartbeat(self, period_s: float = 0.05) -> None:
+        self.heartbeat = True
+
+    def stop_heartbeat(self) -> None:
+        self.heartbeat = False
+
+    def latest_observation(self, timeout_s: float = 1.0) -> Observation:
+        self.obs_seq += 1
+        obs = synthetic_observation(self.rng, 20, seq=self.obs_seq)
+        if self.succeed_after is not None:
+            obs.task_success = len(self.chunks) >= self.succeed_after
+        return obs
+
+
+def _run(client, max_chunks=4, should_stop=lambda: False):
+    policy = make_test_policy("flow")
+    actor = Actor(policy, client, ActorSettings(poll_period_s=0.0))
+    ep = actor.run_episode(
+        episode_id="ep1",
+        task="put_green_container_in_bowl",
+        canonical_prompt="put the green container in the bowl",
+        rollout_prompt="drop the green box into the bowl",
+        max_chunks=max_chunks,
+        should_stop=should_stop,
+        seed=7,
+    )
+    return policy, actor, ep
+
+
+def test_episode_records_every_chunk_for_ppo():
+    client = FakeRobotClient()
+    policy, _, ep = _run(client)
+    assert client.calls == ["reset:put_green_container_in_bowl:7"] and not client.heartbeat
+    assert len(ep.chunks) == 4 == len(client.chunks)
+    assert ep.rollout_prompt == "drop the green box into the bowl"
+    assert ep.canonical_prompt == "put the green container in the bowl"
+    for rec, sent in zip(ep.chunks, client.chunks, strict=True):
+        assert np.array_equal(rec.actions, sent.actions) and sent.actions.shape == (4, 7)
+        assert set(rec.extras) == {"log_prob", "value", "chain"}
+    # observations are distinct and in order
+    assert [c.observation.seq for c in ep.chunks] == sorted({c.observation.seq for c in ep.chunks})
+    # recorded episode trains directly
+    stats = Trainer(policy).update([(ep, reward_from_label(True))])
+    assert stats["n_chunks"] == 4
+
+
+def test_episode_ends_on_simulated_success():
+    _, _, ep = _run(FakeRobotClient(succeed_after=2), max_chunks=10)
+    assert len(ep.chunks) == 2 and ep.success is True
+
+
+def test_should_stop_holds_the_robot_and_returns_partial_episode():
+    client = FakeRobotClient()
+    n = iter(range(100))
+    _, _, ep = _run(client, max_chunks=10, should_stop=lambda: next(n) >= 2)
+    assert len(ep.chunks) == 2 and "stop" in client.calls and not client.heartbeat
+
+
+def test_set_policy_swaps_between_episodes():
+    client = FakeRobotClient()
+    _, actor, _ = _run(client, max_chunks=1)
+    new = make_test_policy("gaussian")
+    actor.set_policy(new)
+    ep = actor.run_episode(episode_id="e2", task="t", canonical_prompt="a", rollout_prompt="a", max_chunks=1)
+    assert ep.chunks[0].extras["chain"].shape[0] == 2  # the Gaussian head's chain
+
+
+def test_bad_max_chunks():
+    with pytest.raises(ValueError, match="max_chunks"):
+        _run(FakeRobotClient(), max_chunks=0)
+
+
+def test_reward_from_label():
+    assert (
+        reward_from_label(True) == 1.0 and reward_from_label(False) == 0.0 and reward_from_label(None) == 0.0
+    )

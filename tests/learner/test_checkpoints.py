@@ -1,0 +1,111 @@
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from learner.checkpoints import CheckpointStore
+from learner.policies.vla import SmallVLAPolicy, make_test_policy
+from learner.ppo import PPOConfig
+from learner.synthetic import synthetic_episode, synthetic_observation
+from learner.trainer import Trainer
+from tests.helpers import subprocess_env
+
+
+@pytest.mark.parametrize("head", ["flow", "gaussian"])
+def test_save_load_round_trip(tmp_path, head):
+    torch.manual_seed(0)
+    policy = make_test_policy(head)
+    policy.set_normalization(np.arange(7) * 0.1, np.ones(7) * 0.5, np.zeros(15), np.ones(15) * 2)
+    obs = policy.preprocess([synthetic_observation(np.random.default_rng(0), 20)])
+    sample = policy.sample(obs, ["open the top drawer"])
+    store = CheckpointStore(tmp_path)
+    path = store.save(policy, 3, {"success": 0.25})
+    loaded = store.load(path)
+    assert isinstance(loaded.policy, SmallVLAPolicy)
+    assert loaded.version == 3 and loaded.metrics == {"success": 0.25}
+    chain = torch.from_numpy(sample.chain)
+    a = policy.evaluate(obs, ["open the top drawer"], chain)
+    b = loaded.policy.evaluate(obs, ["open the top drawer"], chain)
+    assert torch.allclose(a.log_prob, b.log_prob) and torch.allclose(a.value, b.value)
+    # the prompt embedding travels with the checkpoint: no encoder needed for known prompts
+    assert "open the top drawer" in loaded.policy.prompt_cache.state()
+    assert torch.equal(loaded.policy.action_mean, policy.action_mean)
+
+
+def test_latest_skips_damaged_and_missing(tmp_path):
+    store = CheckpointStore(tmp_path)
+    assert store.latest() is None
+    policy = make_test_policy("flow")
+    store.save(policy, 1)
+    store.save(policy, 2)
+    store.path_for(3).write_bytes(b"truncated")
+    latest = store.latest()
+    assert latest is not None and latest.version == 2
+    with pytest.raises(FileNotFoundError, match="sft"):
+        store.load(tmp_path / "nope.pt")
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, numpy as np, torch
+    from learner.checkpoints import CheckpointStore
+    from learner.policies.vla import SmallVLAPolicy, make_test_policy
+    from learner.ppo import PPOConfig
+    from learner.synthetic import synthetic_episode
+    from learner.trainer import Trainer
+    torch.manual_seed(0)
+    policy = make_test_policy("flow")
+    trainer = Trainer(policy, PPOConfig(minibatch_size=4))
+    store = CheckpointStore(sys.argv[1])
+    rng = np.random.default_rng(0)
+    eps = [synthetic_episode(policy, rng, 2, "p", "p", bool(i % 2), size_px=20) for i in range(2)]
+    batch = [(ep, float(i % 2)) for i, ep in enumerate(eps)]
+    version = 0
+    while True:
+        trainer.update(batch)
+        version += 1
+        store.save(policy, version, {"v": version}, trainer.state_dict())
+        print("saved", version, flush=True)
+    """
+)
+
+
+def test_resume_after_kill(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    saved: list[int] = []
+    deadline = time.monotonic() + 120
+    try:
+        while len(saved) < 3 and time.monotonic() < deadline:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line:
+                break
+            saved.append(int(line.split()[1]))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert len(saved) >= 3, "the writer did not save three checkpoints"
+    store = CheckpointStore(tmp_path)
+    latest = store.latest()
+    assert latest is not None and latest.version >= saved[-1]
+    assert latest.trainer_state is not None and latest.trainer_state["n_updates"] == latest.version
+    # resume: same policy weights, optimiser state restored, training continues to the next version
+    trainer = Trainer(latest.policy, PPOConfig(minibatch_size=4))
+    trainer.load_state_dict(latest.trainer_state)
+    rng = np.random.default_rng(1)
+    batch = [(synthetic_episode(latest.policy, rng, 2, "p", "p", True, size_px=20), 1.0)]
+    trainer.update(batch)
+    store.save(latest.policy, latest.version + 1, {}, trainer.state_dict())
+    again = store.latest()
+    assert again is not None and again.version == latest.version + 1
+    assert again.trainer_state is not None and again.trainer_state["n_updates"] == latest.version + 1

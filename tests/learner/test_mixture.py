@@ -1,0 +1,42 @@
+import random
+
+import pytest
+
+from learner.mixture import AlphaSchedule, sample_prompt
+
+
+def test_alpha_schedule_hand_computed():
+    sched = AlphaSchedule()  # beta .3, c .5, alpha_min .05
+    assert sched.alpha == pytest.approx(0.05)  # s_bar 0 -> floor
+    assert sched.update(0.2) == pytest.approx(0.12)  # s_bar .06 -> .06/.5
+    assert sched.ema_success == pytest.approx(0.06)
+    assert sched.update(1.0) == pytest.approx((0.3 + 0.7 * 0.06) / 0.5)  # s_bar .342 -> .684
+    sched.update(1.0)  # s_bar .5394 -> clipped to 1
+    assert sched.alpha == 1.0
+    sched2 = AlphaSchedule(ema_success=0.01)
+    assert sched2.alpha == pytest.approx(0.05)  # .02 < alpha_min
+
+
+def test_alpha_schedule_rejects_bad_values():
+    with pytest.raises(ValueError, match="success rate"):
+        AlphaSchedule().update(1.5)
+    with pytest.raises(ValueError, match="beta"):
+        AlphaSchedule(beta=0.0)
+
+
+def test_sample_prompt_frequencies():
+    rng = random.Random(0)
+    pool = ["a", "b"]
+    draws = [sample_prompt("canon", pool, 0.3, rng) for _ in range(20000)]
+    assert draws.count("canon") / len(draws) == pytest.approx(0.3, abs=0.02)
+    assert draws.count("a") / len(draws) == pytest.approx(0.35, abs=0.02)
+    assert draws.count("b") / len(draws) == pytest.approx(0.35, abs=0.02)
+
+
+def test_sample_prompt_edge_cases():
+    rng = random.Random(0)
+    assert {sample_prompt("canon", [], 0.05, rng) for _ in range(50)} == {"canon"}
+    assert {sample_prompt("canon", ["x"], 1.0, rng) for _ in range(50)} == {"canon"}
+    assert {sample_prompt("canon", ["x"], 0.0, rng) for _ in range(50)} == {"x"}
+    with pytest.raises(ValueError, match="alpha"):
+        sample_prompt("canon", ["x"], 1.2, rng)

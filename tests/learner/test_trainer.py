@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+import torch
+
+from learner.policies.vla import make_test_policy
+from learner.ppo import RATIO_VARIANTS, PPOConfig
+from learner.synthetic import synthetic_episode
+from learner.trainer import Trainer
+
+CANON = "put the green container in the bowl"
+
+
+def _batch(policy, rollout_prompt, seed=0, n_eps=4):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n_eps):
+        p = rollout_prompt if i % 2 else CANON
+        success = i in (0, 1)
+        out.append(
+            (
+                synthetic_episode(policy, rng, 3, p, CANON, success, size_px=20, episode_id=f"e{i}"),
+                float(success),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("variant", [v for v in RATIO_VARIANTS if v != "plain"])
+def test_update_returns_finite_diagnostics(variant):
+    torch.manual_seed(0)
+    policy = make_test_policy("flow")
+    stats = Trainer(policy, PPOConfig(ratio_variant=variant, minibatch_size=4)).update(
+        _batch(policy, "drop the green box into the bowl")
+    )
+    for key in (
+        "pg_loss",
+        "v_loss",
+        "approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "w0_mean",
+        "prompt_kl",
+        "prompt_ratio_mean",
+        "w0_guarded_frac",
+    ):
+        assert key in stats and np.isfinite(stats[key]), key
+    assert stats["n_chunks"] == 12 and stats["n_other_prompt_chunks"] == 6
+
+
+def test_plain_variant_refuses_other_prompts():
+    policy = make_test_policy("flow")
+    with pytest.raises(ValueError, match="plain"):
+        Trainer(policy, PPOConfig(ratio_variant="plain")).update(_batch(policy, "something else"))
+    stats = Trainer(policy, PPOConfig(ratio_variant="plain", minibatch_size=4)).update(_batch(policy, CANON))
+    assert stats["n_other_prompt_chunks"] == 0 and "prompt_kl" not in stats
+
+
+@pytest.mark.parametrize("head", ["flow", "gaussian"])
+def test_update_raises_likelihood_of_successful_chunks(head):
+    torch.manual_seed(0)
+    policy = make_test_policy(head)
+    batch = _batch(policy, CANON, n_eps=4)
+    trainer = Trainer(policy, PPOConfig(minibatch_size=12, learning_rate=1e-3, w0_guard="none"))
+
+    def mean_logp(eps):
+        from learner.trainer import build_rollout_batch
+
+        rb = build_rollout_batch(policy, eps)
+        with torch.no_grad():
+            return policy.evaluate(rb.obs, rb.rollout_prompts, rb.chains).log_prob.mean().item()
+
+    good, bad = batch[:2], batch[2:]
+    before = mean_logp(good) - mean_logp(bad)
+    for _ in range(3):
+        trainer.update(batch)
+    assert mean_logp(good) - mean_logp(bad) > before
+
+
+def test_demo_episodes_without_policy_extras_are_refused():
+    policy = make_test_policy("flow")
+    (ep, r), *_ = _batch(policy, CANON)
+    for c in ep.chunks:
+        c.extras = {}
+    with pytest.raises(ValueError, match="sft"):
+        Trainer(policy).update([(ep, r)])

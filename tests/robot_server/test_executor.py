@@ -1,0 +1,211 @@
+"""The control loop against a FakeRobot (kinematic, test-only): rows one per tick, preemption,
+hold, stale chunks, watchdog, e-stop latch, reset, backend errors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode
+from robot_server.executor import ChunkExecutor, ExecutorConfig
+from robot_server.safety import SafetyError
+from tests.robot_server.fakes import HOME_POS, FakeRobot
+
+CLIENT = b"client-1"
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.002)
+
+
+def ee_chunk(
+    seq: int, rows: int = 5, dx: float = 0.01, rate_hz: float = 50.0, episode: str = "e"
+) -> ActionChunk:
+    a = np.zeros((rows, 7))
+    a[:, 0] = dx
+    a[:, 6] = 0.08
+    return ActionChunk(
+        seq=seq, episode_id=episode, action_space=ActionSpace.EE_DELTA, actions=a, control_rate_hz=rate_hz
+    )
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., tuple[ChunkExecutor, FakeRobot]]]:
+    made: list[ChunkExecutor] = []
+
+    def _make(**kw: object) -> tuple[ChunkExecutor, FakeRobot]:
+        robot = FakeRobot(home_time_s=float(kw.pop("home_time_s", 0.0)))  # type: ignore[arg-type]
+        cfg = ExecutorConfig(**{"control_rate_hz": 50.0, "heartbeat_timeout_s": 0.0, **kw})  # type: ignore[arg-type]
+        ex = ChunkExecutor(robot, cfg)
+        ex.start()
+        made.append(ex)
+        return ex, robot
+
+    yield _make
+    for ex in made:
+        ex.close()
+
+
+def test_rows_execute_one_per_tick_then_hold(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make()
+    acc, notes = ex.submit(ee_chunk(0, rows=5), CLIENT)
+    assert acc.steps == 5 and acc.steps_clipped == 0 and notes == []
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+    n_after = len(robot.commands)
+    time.sleep(0.1)
+    snap = ex.snapshot()
+    assert snap.executing_chunk_seq == -1 and snap.steps_remaining == 0 and snap.last_chunk_seq == 0
+    np.testing.assert_allclose(robot.pos, HOME_POS + np.array([0.05, 0, 0]))
+    # holding: the last target keeps being commanded, the arm does not move
+    assert len(robot.commands) > n_after
+    np.testing.assert_allclose(robot.commands[-1][1].ee_position_m, HOME_POS + np.array([0.05, 0, 0]))  # type: ignore[arg-type]
+    rows = [r for r in ex.tick_log if r.chunk_seq == 0]
+    assert [r.row for r in rows] == [0, 1, 2, 3, 4]
+    gaps = np.diff([r.start_s for r in rows])
+    assert np.all(gaps > 0.01)  # one row per 20 ms tick, not all at once
+
+
+def test_newer_chunk_preempts_the_rest(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make(control_rate_hz=20.0)
+    ex.submit(ee_chunk(0, rows=20, dx=0.01, rate_hz=20.0), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.steps_executed >= 3)
+    ex.submit(ee_chunk(1, rows=2, dx=-0.01, rate_hz=20.0), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 2)
+    c = ex.snapshot().counters
+    assert c.chunks_preempted == 1
+    assert c.steps_executed < 20
+    seqs = [r.chunk_seq for r in ex.tick_log if r.chunk_seq >= 0]
+    assert seqs[-2:] == [1, 1] and seqs.count(0) < 20
+    # the new chunk continued from the last commanded target: it undoes its last two rows
+    executed_0 = seqs.count(0)
+    np.testing.assert_allclose(robot.pos[0], HOME_POS[0] + 0.01 * (executed_0 - 2), atol=1e-12)
+
+
+def test_stale_chunk_is_dropped(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, _ = make()
+    ex.submit(ee_chunk(5), CLIENT)
+    for seq in (5, 4):
+        with pytest.raises(SafetyError, match="not newer") as ei:
+            ex.submit(ee_chunk(seq), CLIENT)
+        assert ei.value.code is ErrorCode.STALE
+    assert ex.snapshot().counters.chunks_stale == 2
+    ex.submit(ee_chunk(0, episode="next"), CLIENT)  # a new episode starts its own sequence
+
+
+def test_invalid_chunk_moves_nothing(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make()
+    bad = ee_chunk(0)
+    bad.actions[2, 1] = np.nan
+    with pytest.raises(SafetyError) as ei:
+        ex.submit(bad, CLIENT)
+    assert ei.value.code is ErrorCode.INVALID_ACTION
+    time.sleep(0.05)
+    np.testing.assert_allclose(robot.pos, HOME_POS)
+    assert ex.snapshot().counters.chunks_rejected == 1
+
+
+def test_watchdog_drops_the_chunk_and_holds(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make(control_rate_hz=20.0, heartbeat_timeout_s=0.2)
+    t0 = time.monotonic()
+    ex.submit(ee_chunk(0, rows=100, dx=0.0005, rate_hz=20.0), CLIENT)  # 5 s of motion
+    wait_for(lambda: ex.snapshot().counters.watchdog_trips == 1, timeout_s=2.0)
+    tripped_after = time.monotonic() - t0
+    assert 0.19 <= tripped_after < 0.3
+    snap = ex.snapshot()
+    assert snap.executing_chunk_seq == -1 and "watchdog" in snap.last_error
+    wait_for(lambda: robot.holds >= 1)
+    pos = robot.pos.copy()
+    time.sleep(0.15)
+    np.testing.assert_allclose(robot.pos, pos)
+
+
+def test_heartbeats_keep_the_chunk_running(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, _ = make(control_rate_hz=20.0, heartbeat_timeout_s=0.2)
+    ex.submit(ee_chunk(0, rows=10, dx=0.001, rate_hz=20.0), CLIENT)  # 0.5 s
+    while ex.snapshot().executing_chunk_seq == 0:
+        ex.note_activity(CLIENT)
+        time.sleep(0.05)
+    c = ex.snapshot().counters
+    assert c.watchdog_trips == 0 and c.steps_executed == 10
+
+
+def test_estop_latches_until_released(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make()
+    ex.submit(ee_chunk(0, rows=50), CLIENT)
+    ex.estop("operator")
+    wait_for(lambda: robot.holds >= 1)
+    pos = robot.pos.copy()
+    for call in (
+        lambda: ex.submit(ee_chunk(1), CLIENT),
+        lambda: ex.gripper(0.02),
+        lambda: ex.reset("", None, 1.0),
+    ):
+        with pytest.raises(SafetyError, match="release_estop") as ei:
+            call()
+        assert ei.value.code is ErrorCode.ESTOPPED
+    time.sleep(0.1)
+    np.testing.assert_allclose(robot.pos, pos)
+    snap = ex.snapshot()
+    assert snap.estopped and snap.estop_reason == "operator" and snap.counters.estops == 1
+    ex.release_estop()
+    ex.submit(ee_chunk(1, rows=2), CLIENT)
+    wait_for(lambda: [r.row for r in ex.tick_log if r.chunk_seq == 1] == [0, 1])
+
+
+def test_stop_holds_without_latching(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make()
+    ex.submit(ee_chunk(0, rows=50), CLIENT)
+    ex.stop()
+    wait_for(lambda: robot.holds >= 1)
+    assert ex.snapshot().executing_chunk_seq == -1
+    ex.submit(ee_chunk(1, rows=1), CLIENT)
+
+
+def test_reset_homes_and_restarts_sequences(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make(home_time_s=0.2)
+    ex.submit(ee_chunk(3, rows=2), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+    ex.reset("pick", 7, timeout_s=5.0)
+    assert robot.homes == [("pick", 7)]
+    np.testing.assert_allclose(robot.pos, HOME_POS)
+    assert ex.snapshot().task == "pick"
+    ex.submit(ee_chunk(0, rows=1), CLIENT)  # seq restarts after a reset
+
+
+def test_gripper_when_idle_busy_when_moving(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make()
+    ex.gripper(0.02)
+    wait_for(lambda: robot.width == 0.02)
+    ex.submit(ee_chunk(0, rows=50), CLIENT)
+    with pytest.raises(SafetyError) as ei:
+        ex.gripper(0.05)
+    assert ei.value.code is ErrorCode.BUSY
+    with pytest.raises(SafetyError, match="outside"):
+        ex.stop()
+        ex.gripper(0.5)
+
+
+def test_fast_pacing_runs_rows_back_to_back(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, _ = make(control_rate_hz=10.0, realtime=False)
+    t0 = time.monotonic()
+    ex.submit(ee_chunk(0, rows=50, dx=0.001, rate_hz=10.0), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+    assert time.monotonic() - t0 < 1.0  # 5 s of control at 10 Hz
+
+
+def test_backend_error_is_counted_and_recovered(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
+    ex, robot = make(reconnect_period_s=0.05)
+    robot.fail_next_command = True
+    wait_for(lambda: ex.snapshot().counters.backend_errors == 1)
+    wait_for(lambda: ex.snapshot().counters.backend_recoveries == 1)
+    snap = ex.snapshot()
+    assert snap.connected and "fake network drop" in snap.last_error
+    ex.submit(ee_chunk(0, rows=2), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)

@@ -1,0 +1,202 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode
+from robot_server.safety import (
+    FR3_JOINT_LOWER_RAD,
+    FR3_JOINT_UPPER_RAD,
+    ClipPolicy,
+    PlanStart,
+    SafetyError,
+    SafetyLimits,
+    check_chunk,
+    check_gripper_width,
+    plan_chunk,
+    quat_angle_rad,
+    quat_multiply,
+    rotvec_to_quat,
+)
+
+LIMITS = SafetyLimits()
+PERIOD_S = 0.1
+SPACES = [ActionSpace.EE_DELTA, ActionSpace.JOINT_ABS]
+START = PlanStart(
+    ee_position_m=np.array([0.45, 0.0, 0.35]),
+    ee_quat_xyzw=np.array([1.0, 0.0, 0.0, 0.0]),
+    joint_positions_rad=np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785]),
+    gripper_width_m=0.08,
+)
+
+
+def chunk(
+    actions: np.ndarray, space: ActionSpace = ActionSpace.EE_DELTA, rate_hz: float = 10.0
+) -> ActionChunk:
+    return ActionChunk(seq=0, episode_id="e", action_space=space, actions=actions, control_rate_hz=rate_hz)
+
+
+def refused(c: ActionChunk, code: ErrorCode = ErrorCode.INVALID_ACTION) -> str:
+    with pytest.raises(SafetyError) as ei:
+        check_chunk(c, 10.0, SPACES, LIMITS)
+    assert ei.value.code is code
+    return ei.value.message
+
+
+def test_valid_chunk_passes_as_float64() -> None:
+    out = check_chunk(chunk(np.zeros((10, 7), np.float32)), 10.0, SPACES, LIMITS)
+    assert out.dtype == np.float64 and out.shape == (10, 7)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_refused_with_position(bad: float) -> None:
+    a = np.zeros((5, 7))
+    a[3, 2] = bad
+    msg = refused(chunk(a))
+    assert "row 3, column 2" in msg and "NaN/inf" in msg
+
+
+@pytest.mark.parametrize("shape", [(10,), (10, 6), (10, 8), (0, 7), (2, 3, 7)])
+def test_wrong_shapes_are_refused(shape: tuple[int, ...]) -> None:
+    msg = refused(chunk(np.zeros(shape)))
+    assert "[T, 7]" in msg
+
+
+def test_joint_space_needs_eight_columns() -> None:
+    assert "[T, 8]" in refused(chunk(np.zeros((4, 7)), ActionSpace.JOINT_ABS))
+
+
+def test_too_many_rows_are_refused() -> None:
+    assert "shorter chunks" in refused(chunk(np.zeros((LIMITS.max_chunk_steps + 1, 7))))
+
+
+def test_wrong_control_rate_is_refused() -> None:
+    msg = refused(chunk(np.zeros((4, 7)), rate_hz=15.0))
+    assert "15.0" in msg and "10.0 Hz" in msg and "resample" in msg
+
+
+def test_unsupported_action_space_is_refused() -> None:
+    with pytest.raises(SafetyError, match="use one of ee_delta") as ei:
+        check_chunk(chunk(np.zeros((4, 8)), ActionSpace.JOINT_ABS), 10.0, [ActionSpace.EE_DELTA], LIMITS)
+    assert ei.value.code is ErrorCode.INVALID_ACTION
+
+
+def test_non_float_actions_are_refused() -> None:
+    assert "float array" in refused(chunk(np.zeros((4, 7), dtype=bool)))
+
+
+def test_small_deltas_are_applied_exactly() -> None:
+    a = np.zeros((4, 7))
+    a[:, 0] = 0.01
+    a[:, 6] = 0.03
+    plan = plan_chunk(a, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    assert plan.steps_clipped == 0
+    np.testing.assert_allclose([t.ee_position_m[0] for t in plan.targets], [0.46, 0.47, 0.48, 0.49])  # type: ignore[index]
+    assert all(t.gripper_width_m == 0.03 for t in plan.targets)
+
+
+def test_rotation_deltas_compose_in_base_frame() -> None:
+    a = np.zeros((2, 7))
+    a[:, 5] = 0.1  # about base z
+    a[:, 6] = 0.08
+    plan = plan_chunk(a, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    assert plan.targets[-1].ee_quat_xyzw is not None
+    assert quat_angle_rad(START.ee_quat_xyzw, plan.targets[-1].ee_quat_xyzw) == pytest.approx(0.2, abs=1e-9)
+
+
+def test_big_translation_step_is_clipped_and_counted() -> None:
+    a = np.zeros((1, 7))
+    a[0, 1] = 0.3
+    a[0, 6] = 0.08
+    plan = plan_chunk(a, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    assert plan.steps_clipped == 1 and "translation step" in plan.notes[0]
+    assert plan.targets[0].ee_position_m is not None
+    assert np.linalg.norm(plan.targets[0].ee_position_m - START.ee_position_m) == pytest.approx(0.05)
+
+
+def test_target_below_table_is_clipped_to_workspace() -> None:
+    a = np.zeros((20, 7))
+    a[:, 2] = -0.04  # 0.8 m down from 0.35 m
+    a[:, 6] = 0.08
+    plan = plan_chunk(a, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    zs = [t.ee_position_m[2] for t in plan.targets]  # type: ignore[index]
+    assert min(zs) == pytest.approx(LIMITS.workspace_min_m[2])
+    assert plan.steps_clipped > 0 and "workspace" in " ".join(plan.notes)
+
+
+def test_reject_policy_refuses_instead_of_clipping() -> None:
+    a = np.zeros((3, 7))
+    a[1, 0] = 1.0
+    limits = SafetyLimits(clip_policy=ClipPolicy.REJECT)
+    with pytest.raises(SafetyError, match="row 1") as ei:
+        plan_chunk(a, ActionSpace.EE_DELTA, START, limits, PERIOD_S)
+    assert ei.value.code is ErrorCode.UNSAFE
+
+
+def test_joint_targets_respect_margins_and_velocity() -> None:
+    a = np.zeros((30, 8))
+    a[:, :7] = FR3_JOINT_UPPER_RAD + 1.0
+    a[:, 7] = 0.2  # gripper too wide
+    plan = plan_chunk(a, ActionSpace.JOINT_ABS, START, LIMITS, PERIOD_S)
+    q_prev = START.joint_positions_rad
+    max_step = LIMITS.max_joint_step_rad(PERIOD_S)
+    for t in plan.targets:
+        assert t.joint_positions_rad is not None
+        assert np.all(t.joint_positions_rad <= FR3_JOINT_UPPER_RAD - LIMITS.joint_margin_rad + 1e-12)
+        assert np.all(np.abs(t.joint_positions_rad - q_prev) <= max_step + 1e-12)
+        assert t.gripper_width_m == 0.08
+        q_prev = t.joint_positions_rad
+    assert plan.steps_clipped == 30
+
+
+def test_gripper_width_check() -> None:
+    assert check_gripper_width(0.05, LIMITS) == 0.05
+    for bad in (-0.01, 0.09, math.nan):
+        with pytest.raises(SafetyError, match=r"\[0.0, 0.08\]"):
+            check_gripper_width(bad, LIMITS)
+
+
+def test_limits_validate_themselves() -> None:
+    with pytest.raises(ValueError, match="must be below"):
+        SafetyLimits(workspace_min_m=(0.5, 0.0, 0.0), workspace_max_m=(0.4, 1.0, 1.0))
+    with pytest.raises(ValueError, match="stroke"):
+        SafetyLimits(gripper_max_m=0.1)
+
+
+def test_quaternion_helpers() -> None:
+    q = rotvec_to_quat(np.array([0.0, 0.0, math.pi / 2]))
+    np.testing.assert_allclose(q, [0, 0, math.sin(math.pi / 4), math.cos(math.pi / 4)])
+    assert quat_angle_rad(q, quat_multiply(q, rotvec_to_quat(np.array([0.3, 0, 0])))) == pytest.approx(0.3)
+    np.testing.assert_allclose(rotvec_to_quat(np.zeros(3)), [0, 0, 0, 1])
+
+
+finite = st.floats(min_value=-5.0, max_value=5.0, allow_nan=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 20), st.just(7)), elements=finite))
+def test_ee_plans_never_leave_the_limits(actions: np.ndarray) -> None:
+    plan = plan_chunk(actions, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    pos, quat = START.ee_position_m, START.ee_quat_xyzw
+    for t in plan.targets:
+        assert t.ee_position_m is not None and t.ee_quat_xyzw is not None
+        assert np.all(t.ee_position_m >= lo - 1e-12) and np.all(t.ee_position_m <= hi + 1e-12)
+        assert np.linalg.norm(t.ee_position_m - pos) <= LIMITS.max_step_translation_m + 1e-9
+        assert quat_angle_rad(quat, t.ee_quat_xyzw) <= LIMITS.max_step_rotation_rad + 1e-6
+        assert LIMITS.gripper_min_m <= t.gripper_width_m <= LIMITS.gripper_max_m
+        pos, quat = t.ee_position_m, t.ee_quat_xyzw
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 20), st.just(8)), elements=finite))
+def test_joint_plans_never_leave_the_limits(actions: np.ndarray) -> None:
+    plan = plan_chunk(actions, ActionSpace.JOINT_ABS, START, LIMITS, PERIOD_S)
+    for t in plan.targets:
+        q = t.joint_positions_rad
+        assert q is not None
+        assert np.all(q >= FR3_JOINT_LOWER_RAD + LIMITS.joint_margin_rad - 1e-12)
+        assert np.all(q <= FR3_JOINT_UPPER_RAD - LIMITS.joint_margin_rad + 1e-12)

@@ -1,0 +1,81 @@
+"""``pde supervisor`` as a process, and its settings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from supervisor.main import main
+from supervisor.settings import SupervisorSettings
+from tests.fakes.fake_openai import FakeOpenAIServer
+from tests.helpers import pde_command, subprocess_env
+
+TASK, GOAL = "put_green_container_in_bowl", "put the green container in the bowl"
+
+
+def test_shared_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PDE_DATABASE_URL", "sqlite:////tmp/x.db")
+    monkeypatch.setenv("PDE_DATA_DIR", "/tmp/pde-data")
+    monkeypatch.setenv("PDE_SUPERVISOR_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
+    s = SupervisorSettings()
+    assert s.database_url == "sqlite:////tmp/x.db" and s.media_dir == Path("/tmp/pde-data/media")
+    assert s.model == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert "BASE_URL is empty" in SupervisorSettings(base_url="").vlm_configured()
+    assert "API_KEY" in SupervisorSettings().vlm_configured()
+    assert SupervisorSettings(base_url="http://127.0.0.1:8001/v1").vlm_configured() == ""
+
+
+def test_missing_openai_key_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--base-url", "https://api.openai.com/v1", "--once"]) == 2
+    assert "PDE_SUPERVISOR_API_KEY is empty" in capsys.readouterr().err
+
+
+def test_bad_setting_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PDE_SUPERVISOR_FRAMES_PER_ROLLOUT", "40")
+    assert main(["--offline", "--once"]) == 2
+    assert "frames_per_rollout" in capsys.readouterr().err
+
+
+def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
+    store_mod = pytest.importorskip("pde_storage", reason="pde_storage not merged yet")
+    url = f"sqlite:///{tmp_path}/pde.db"
+    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store.ensure_task(TASK, GOAL)
+    store.close()
+    with FakeOpenAIServer() as fake:
+        env = subprocess_env(PDE_SUPERVISOR_API_KEY="k", PDE_SUPERVISOR_CANDIDATES_K="3")
+        proc = subprocess.run(
+            [
+                *pde_command(
+                    "supervisor",
+                    "--once",
+                    "--database-url",
+                    url,
+                    "--data-dir",
+                    str(tmp_path),
+                    "--base-url",
+                    fake.base_url,
+                    "--model",
+                    "fake-vlm",
+                )
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert [r["kind"] for r in fake.requests] == ["candidates"]
+    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    try:
+        cands = store.prompts(TASK, "candidate")
+        assert len(cands) == 3 and {p.source for p in cands} == {"vlm"}
+        state = store.service_states()["supervisor"].state
+        assert json.loads(json.dumps(state))["proposer"] == "vlm"
+    finally:
+        store.close()

@@ -1,0 +1,263 @@
+"""The supervisor service on recorded episodes: bootstrap to RL, VLM failures and fallbacks.
+
+The VLM is FakeOpenAIServer behind the real ``openai`` client; episodes are real EpisodeFiles with
+JPEG frames, stored through the real ``pde_storage.Store`` on SQLite when it is importable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from supervisor.dedup import MiniLMEmbedder
+from supervisor.service import SupervisorService
+from supervisor.settings import SupervisorSettings
+from supervisor.vlm.openai_vlm import OpenAIVLM
+from tests.fakes.fake_openai import FakeOpenAIServer
+from tests.fakes.fake_store import FakeStore
+from tests.supervisor.episodes import make_episode
+
+TASK, GOAL = "put_green_container_in_bowl", "put the green container in the bowl"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Any]:
+    try:
+        from pde_storage import Store
+    except ImportError:
+        yield FakeStore(tmp_path / "media")
+        return
+    s = Store.open(url=f"sqlite:///{tmp_path}/pde.db", media_dir=str(tmp_path / "media"))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def make_settings(base_url: str = "http://127.0.0.1:9/v1", **kw: Any) -> SupervisorSettings:
+    values: dict[str, Any] = dict(
+        base_url=base_url,
+        model="fake-vlm",
+        api_key="k",
+        request_timeout_s=0.3,
+        connect_timeout_s=0.3,
+        max_attempts=2,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.05,
+        iterations_t0=3,
+        candidates_k=2,
+        rollouts_n=2,
+        eta=0.5,
+        pool_min_m=2,
+        poll_interval_s=0.02,
+        max_consecutive_failures=3,
+        cooldown_s=30.0,
+        workers=2,
+    )
+    values.update(kw)
+    return SupervisorSettings(**values)
+
+
+def make_service(
+    store: Any, settings: SupervisorSettings, embedder: MiniLMEmbedder, vlm: bool = True
+) -> SupervisorService:
+    return SupervisorService(store, settings, OpenAIVLM(settings) if vlm else None, embedder, seed=3)
+
+
+def drive(service: SupervisorService, until: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        service.step()
+        if until():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"condition not reached in {timeout_s}s; state: {service.counters}")
+
+
+def rollout(store: Any, prompt_id: int, outcomes: list[bool], stage: str = "bootstrap") -> list[int]:
+    """Record one episode per outcome under the prompt and label it as the simulator would."""
+    ids = []
+    for ok in outcomes:
+        row = store.create_episode(TASK, prompt_id, 0, stage)
+        text = next(p.text for p in store.prompts(TASK) if p.id == prompt_id)
+        store.finish_episode(row.id, make_episode(str(row.id), TASK, GOAL, text, n_chunks=12))
+        store.add_label(row.id, ok, source="simulator")
+        ids.append(row.id)
+    return ids
+
+
+def by_status(store: Any, status: str) -> list[Any]:
+    return [p for p in store.prompts(TASK) if p.status == status]
+
+
+def snapshot(store: Any) -> tuple[Any, ...]:
+    prompts = sorted((p.id, p.text, p.status, p.summary) for p in store.prompts(TASK))
+    eps = sorted((e.id, e.status, e.success) for e in store.episodes(task=TASK))
+    return tuple(prompts), tuple(eps)
+
+
+def test_bootstrap_to_rl_on_recorded_episodes(
+    store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder
+) -> None:
+    store.ensure_task(TASK, GOAL)
+    service = make_service(store, make_settings(fake.base_url), embedder)
+    try:
+        # Iteration 1: the VLM proposes K = 2 candidates.
+        drive(service, lambda: len(by_status(store, "candidate")) == 2)
+        assert store.task_state(TASK).iteration == 1
+        assert {p.source for p in by_status(store, "candidate")} == {"vlm"}
+        a, b = sorted(by_status(store, "candidate"), key=lambda p: p.id)
+        rollout(store, a.id, [True, False])  # 0.5 >= eta: joins the pool
+        rollout(store, b.id, [False, False])  # stays as negative feedback
+        # Iteration 2: verdicts, one-sentence summaries, new candidates shown the pool's frames.
+        drive(service, lambda: store.task_state(TASK).iteration == 2 and service.idle())
+        assert [p.text for p in by_status(store, "pool")] == [a.text]
+        assert [p.text for p in by_status(store, "rejected")] == [b.text]
+        assert all(p.summary for p in store.prompts(TASK) if p.status in ("pool", "rejected"))
+        cand = fake.requests_of("candidates")
+        assert len(cand) == 2 and cand[0]["n_images"] == 0 and cand[1]["n_images"] == 8
+        assert all(not r["problems"] for r in fake.requests)
+        # The VLM's own verdicts (always "success" from the fake) never admit a prompt.
+        assert store.episodes(task=TASK)[-1].vlm_proposal in (True, None)
+        c, d = sorted(by_status(store, "candidate"), key=lambda p: p.id)
+        rollout(store, c.id, [True, True])
+        rollout(store, d.id, [False, False])
+        drive(service, lambda: store.task_state(TASK).stage == "rl")
+        assert len(by_status(store, "pool")) == 2  # M_min reached: pool frozen
+        n_prompts = len(store.prompts(TASK))
+        for _ in range(5):
+            service.step()
+        assert len(store.prompts(TASK)) == n_prompts
+        # Success proposals and their agreement with the simulator's labels.
+        drive(
+            service,
+            lambda: service.idle() and all(e.vlm_proposal is not None for e in store.episodes(task=TASK)),
+        )
+        cm = store.service_states()["supervisor"].state["confusion"]
+        assert cm["n"] == 8 and cm["true_pos"] == 3 and cm["false_pos"] == 5
+        kinds = {c.kind for c in store.supervisor_calls(limit=500)}
+        assert {"candidates", "summary", "success"} <= kinds
+        assert all(c.ok and c.prompt_tokens > 0 for c in store.supervisor_calls(limit=500))
+    finally:
+        service.close()
+
+
+def seed_history(store: Any) -> None:
+    """Iteration 1 already done: one pool prompt and one failure, both summarised."""
+    store.ensure_task(TASK, GOAL)
+    good = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
+    bad = store.add_prompt(TASK, "drop the green container inside the bowl", "candidate", "vlm", 1)
+    rollout(store, good.id, [True, True])
+    rollout(store, bad.id, [False, False])
+    store.set_prompt_status(good.id, "pool", summary="grasps the container and places it in the bowl")
+    store.set_prompt_status(bad.id, "rejected", summary="drops the container next to the bowl")
+    store.set_task_state(TASK, iteration=1)
+
+
+def test_vlm_failures_retry_then_fall_back_without_losing_history(
+    store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder
+) -> None:
+    seed_history(store)
+    before = snapshot(store)
+    # Three candidate rounds fail in three ways (2 attempts each): 429+500, bad JSON twice, timeouts.
+    bad = [
+        {"status": 429},
+        {"status": 500},
+        {"malformed": True},
+        {"invalid": True},
+        {"delay_s": 1.0},
+        {"delay_s": 1.0},
+    ]
+    fake.set_script({"candidates": bad})
+    service = make_service(store, make_settings(fake.base_url, score_episodes=False), embedder)
+    try:
+        drive(service, lambda: store.task_state(TASK).iteration == 2)
+        new = [p for p in store.prompts(TASK) if p.iteration == 2]
+        assert new and {p.source for p in new} == {"offline"}  # the fallback proposer
+        assert len(fake.requests_of("candidates")) == 6  # every attempt reached the server
+        assert service.counters["vlm_failed"] == 3 and service.counters["fallbacks"] == 1
+        calls = store.supervisor_calls(limit=100)
+        failed = [c for c in calls if not c.ok]
+        errors = " | ".join(c.error for c in failed)
+        assert len(failed) == 4, errors  # 429+500, not JSON, still invalid after repair, timeouts
+        assert "500" in errors and "invalid answer" in errors and "Timeout" in errors
+        state = store.service_states()["supervisor"].state
+        assert state["vlm_available"] is False and state["last_vlm_error"]
+        # Nothing stored before the failures changed or vanished.
+        prompts_before, eps_before = before
+        prompts_now, eps_now = snapshot(store)
+        assert set(prompts_before) <= set(prompts_now) and eps_now == eps_before
+    finally:
+        service.close()
+
+
+def test_vlm_back_after_cooldown(store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder) -> None:
+    seed_history(store)
+    fake.set_script({"candidates": [{"status": 500}] * 2})
+    settings = make_settings(fake.base_url, score_episodes=False, max_consecutive_failures=1, cooldown_s=0.3)
+    service = make_service(store, settings, embedder)
+    try:
+        drive(service, lambda: store.task_state(TASK).iteration == 2)
+        for p in (p for p in store.prompts(TASK) if p.iteration == 2):
+            rollout(store, p.id, [False, False])
+        time.sleep(0.35)
+        drive(service, lambda: store.task_state(TASK).iteration == 3)
+        assert {p.source for p in store.prompts(TASK) if p.iteration == 3} == {"vlm"}
+    finally:
+        service.close()
+
+
+def test_canonical_fallback_adds_nothing_and_keeps_going(
+    store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder
+) -> None:
+    seed_history(store)
+    fake.set_script({"candidates": [{"status": 503}] * 20})
+    settings = make_settings(
+        fake.base_url, score_episodes=False, fallback="canonical", max_consecutive_failures=1
+    )
+    service = make_service(store, settings, embedder)
+    try:
+        n = len(store.prompts(TASK))
+        drive(service, lambda: store.task_state(TASK).stage == "rl")  # budget spent, one pool prompt
+        assert len(store.prompts(TASK)) == n and store.task_state(TASK).iteration == 3
+    finally:
+        service.close()
+
+
+def test_slow_vlm_never_blocks_the_poll(store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    fake.set_script({"candidates": [{"delay_s": 3.0, "auto": True}]})
+    service = make_service(store, make_settings(fake.base_url, request_timeout_s=5.0), embedder)
+    try:
+        service.step()  # submits the candidate request
+        t0 = time.monotonic()
+        for _ in range(10):
+            service.step()
+        assert time.monotonic() - t0 < 1.5  # ten polls while the VLM sleeps 3 s
+        assert not service.idle() and store.task_state(TASK).iteration == 0
+    finally:
+        service.close()
+
+
+def test_offline_mode_without_vlm(store: Any, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    service = make_service(store, make_settings(proposer="offline"), embedder, vlm=False)
+    try:
+        drive(service, lambda: len(by_status(store, "candidate")) == 2)
+        cands = by_status(store, "candidate")
+        assert {p.source for p in cands} == {"offline"}
+        rollout(store, cands[0].id, [True, True])
+        rollout(store, cands[1].id, [False, False])
+        drive(service, lambda: store.task_state(TASK).iteration == 2)
+        assert by_status(store, "pool")[0].summary.startswith("2/2 labelled rollouts succeeded")
+        assert all(e.vlm_proposal is None for e in store.episodes(task=TASK))
+    finally:
+        service.close()
