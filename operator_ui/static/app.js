@@ -159,6 +159,7 @@ async function refreshHealth() {
   const rs = h.services.robot_server || {};
   $("#estop").classList.toggle("latched", rs.estopped === true);
   $("#robot-info").textContent = rs.estopped ? "E-STOP LATCHED" : rs.detail || "";
+  $("#robot-info").classList.toggle("error", rs.estopped === true);
 }
 
 // --- polling ---------------------------------------------------------------------------------

@@ -35,11 +35,16 @@ def test_label_then_relabel_keeps_history(client: TestClient, store: Store) -> N
     r = client.post(f"/api/episodes/{eid}/label", json={"success": True}, headers=AUTH)
     assert r.status_code == 200, r.text
     assert r.json()["episode"]["status"] == "labelled" and r.json()["episode"]["success"] is True
-    r = client.post(f"/api/episodes/{eid}/relabel", json={"success": False, "reason": "dropped"}, headers=AUTH)
+    r = client.post(
+        f"/api/episodes/{eid}/relabel", json={"success": False, "reason": "dropped"}, headers=AUTH
+    )
     assert r.status_code == 200
     detail = client.get(f"/api/episodes/{eid}").json()
     assert detail["success"] is False
-    assert [(lab["source"], lab["success"]) for lab in detail["labels"]] == [("operator", True), ("operator", False)]
+    assert [(lab["source"], lab["success"]) for lab in detail["labels"]] == [
+        ("operator", True),
+        ("operator", False),
+    ]
 
 
 def test_bad_requests_get_4xx_and_change_nothing(client: TestClient, store: Store) -> None:
@@ -49,7 +54,13 @@ def test_bad_requests_get_4xx_and_change_nothing(client: TestClient, store: Stor
     before = _snapshot(store)
     cases = [
         (f"/api/episodes/{done}/label", {"success": True}, {}, 401, "missing token"),
-        (f"/api/episodes/{done}/label", {"success": True}, {"Authorization": "Bearer nope"}, 403, "wrong token"),
+        (
+            f"/api/episodes/{done}/label",
+            {"success": True},
+            {"Authorization": "Bearer nope"},
+            403,
+            "wrong token",
+        ),
         (f"/api/episodes/{done}/label", {"success": True}, {"X-PDE-Token": "nope"}, 403, "wrong token"),
         ("/api/episodes/99999/label", {"success": True}, AUTH, 404, "unknown episode id 99999"),
         (f"/api/episodes/{running}/label", {"success": True}, AUTH, 409, "still running"),
@@ -117,9 +128,16 @@ def test_estop_without_robot_server_says_so(client: TestClient) -> None:
 
 @pytest.mark.parametrize(
     ("host", "token", "ok"),
-    [("127.0.0.1", "", True), ("localhost", "", True), ("::1", "changeme", True),
-     ("0.0.0.0", "", False), ("0.0.0.0", "changeme", False), ("192.168.1.5", "<your token>", False),
-     ("0.0.0.0", "short", False), ("0.0.0.0", "a-long-random-token-0123456789", True)],
+    [
+        ("127.0.0.1", "", True),
+        ("localhost", "", True),
+        ("::1", "changeme", True),
+        ("0.0.0.0", "", False),
+        ("0.0.0.0", "changeme", False),
+        ("192.168.1.5", "<your token>", False),
+        ("0.0.0.0", "short", False),
+        ("0.0.0.0", "a-long-random-token-0123456789", True),
+    ],
 )
 def test_refuses_exposure_without_real_token(host: str, token: str, ok: bool) -> None:
     s = UISettings.model_validate({"host": host, "token": token})
@@ -131,6 +149,11 @@ def test_refuses_exposure_without_real_token(host: str, token: str, ok: bool) ->
 
 
 def test_pde_ui_refuses_to_start_exposed_with_placeholder_token() -> None:
-    r = subprocess.run(pde_command("ui", "--host", "0.0.0.0"), env=subprocess_env(PDE_UI_TOKEN="changeme"),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        pde_command("ui", "--host", "0.0.0.0"),
+        env=subprocess_env(PDE_UI_TOKEN="changeme"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "refusing to bind 0.0.0.0" in r.stderr and "PDE_UI_TOKEN" in r.stderr

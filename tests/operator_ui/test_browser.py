@@ -20,7 +20,9 @@ from tests.operator_ui.conftest import TOKEN
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed at /usr/bin/chromium"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason="Debian chromium not installed at /usr/bin/chromium"
+    ),
 ]
 SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "screenshots"
 
@@ -37,10 +39,17 @@ def page() -> Iterator[Page]:
 def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/pde.db"
     store = Store.open(url, tmp_path / "media")
-    settings = LoopSettings.model_validate(dict(
-        tasks=["put_green_container_in_bowl"], auto_start=False, auto_label=False, max_episodes=2,
-        max_chunks=6, poll_period_s=0.01, rollouts_per_prompt=10,
-    ))
+    settings = LoopSettings.model_validate(
+        dict(
+            tasks=["put_green_container_in_bowl"],
+            auto_start=False,
+            auto_label=False,
+            max_episodes=2,
+            max_chunks=6,
+            poll_period_s=0.01,
+            rollouts_per_prompt=10,
+        )
+    )
     actor = FakeActor(chunk_time_s=0.05, n_chunks=6)
     loop = EpisodeLoop(store, FakeRobot(), actor, settings)
     t = threading.Thread(target=loop.run, daemon=True)
@@ -56,7 +65,9 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
         page.keyboard.press("Enter")  # the start shortcut
         expect(page.locator("#phase")).to_have_text("awaiting_label", timeout=15_000)
         [ep] = store.episodes()
-        store.add_label(ep.id, True, source="vlm", reason="the container rests inside the bowl")  # the supervisor
+        store.add_label(
+            ep.id, True, source="vlm", reason="the container rests inside the bowl"
+        )  # the supervisor
         expect(page.locator("#vlm")).to_contain_text("success", timeout=5_000)
         expect(page.locator("#label-success")).to_be_enabled()
         page.screenshot(path=str(SHOTS / "operator_awaiting_label.png"), full_page=True)
@@ -73,7 +84,9 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
         expect(video).to_be_visible()
         page.wait_for_function(
             "() => { const v = document.querySelector('#detail-videos video[data-camera=\"external\"]');"
-            " return v && v.readyState >= 2 && v.duration > 0 && v.videoWidth > 0; }", timeout=15_000)
+            " return v && v.readyState >= 2 && v.duration > 0 && v.videoWidth > 0; }",
+            timeout=15_000,
+        )
         page.locator("#relabel-success").click()
         expect(page.locator("#detail-labels tbody tr")).to_have_count(3, timeout=5_000)
         assert store.episode(ep.id).success is True
