@@ -150,6 +150,12 @@ class EpisodeLoop:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def finish_training(self, timeout_s: float | None = None) -> None:
+        """On a clean stop: let a running PPO update end and register its checkpoint."""
+        if self.trainer is not None:
+            self.trainer.join(timeout_s)
+            self._swap_weights()
+
     def step(self) -> EpisodeRow | None:
         self._swap_weights()
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import logging
 import signal
 import sys
@@ -87,12 +86,26 @@ def main(argv: list[str] | None = None) -> int:
             f"pde loop: cannot reach the robot server at {settings.robot_cmd_endpoint}: {e}", file=sys.stderr
         )
         return 2
-    trainer = Trainer(copy.deepcopy(loaded.policy))
+    # The trainer gets its own copy, loaded again (a deepcopy trips over the prompt cache's lock).
+    trainer = Trainer(CheckpointStore.load(loaded.path).policy)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
         loaded.policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False)
     )
+
+    from learner.policies import policy_from_checkpoint_state
+
+    class _SnapshotByState:
+        """Weights for the actor through the checkpoint state, not copy.deepcopy."""
+
+        def update(self, batch: Any) -> dict[str, float]:
+            return trainer.update(batch)
+
+        def policy_snapshot(self) -> Any:
+            snap = policy_from_checkpoint_state(trainer.policy.checkpoint_state())
+            snap.eval()
+            return snap
 
     def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
         path = checkpoints.save(policy, version, metrics, trainer.state_dict())
@@ -104,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         client,
         actor,
         settings,
-        BackgroundTrainer(trainer, save),
+        BackgroundTrainer(_SnapshotByState(), save),
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
     )
@@ -119,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         n = loop.run()
+        loop.finish_training(settings.final_update_timeout_s)
     finally:
         client.close()
         store.close()
