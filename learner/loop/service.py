@@ -60,11 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pde loop: invalid settings: {e}", file=sys.stderr)
         return 2
     # Heavy imports (torch) only once the arguments are known to be good.
-    from pde_contract.client import RobotClient, RobotServerError
-
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
     from learner.trainer import Trainer
+    from pde_contract.client import RobotClient, RobotServerError
 
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
