@@ -111,6 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         store.add_checkpoint(version, path, metrics)
         return str(path)
 
+    import torch
+
+    from learner.loop.schedule import Plan
+
+    def warm_up(plan: Plan) -> None:
+        policy = actor.policy
+        obs = client.latest_observation(timeout_s=2.0)
+        with torch.no_grad():
+            policy.sample(policy.preprocess([obs]), [plan.prompt], deterministic=True)
+
     loop = EpisodeLoop(
         store,
         client,
@@ -119,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         BackgroundTrainer(_SnapshotByState(), save),
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
+        warm_up=warm_up,
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
