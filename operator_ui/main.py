@@ -38,5 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     from operator_ui.app import create_app
 
     print(f"pde ui: open http://{settings.host}:{settings.port}/#token={token}", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(settings, token), host=settings.host, port=settings.port, log_level="warning")
+    # Open video downloads must not hold a shutdown for long.
+    uvicorn.run(
+        create_app(settings, token),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+    )
     return 0

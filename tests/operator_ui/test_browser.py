@@ -98,6 +98,7 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
         page.locator("#relabel-failure").click()
         expect(page.locator("#toast")).to_contain_text("401", timeout=5_000)
         assert store.episode(ep.id).success is True and len(store.labels(ep.id)) == 3
+        page.goto("about:blank")  # drop the video connections before the server goes
     loop.stop()
     t.join(5)
     store.close()
