@@ -46,8 +46,7 @@ def detect_in_files(paths: Iterable[Path], board: BoardSpec) -> tuple[list[Detec
         detection = detect(image, board, name=path.name)
         if detection is None:
             missed[path.name] = (
-                f"no {board.cols}x{board.rows} board found (all of it must be in view, sharp and "
-                "not glared)"
+                f"no {board.cols}x{board.rows} board found (all of it must be in view, sharp and not glared)"
             )
         else:
             detections.append(detection)
@@ -124,7 +123,9 @@ def calibrate(
         else ViewError(name=d.name, rms_px=rejected[i][0], used=False, reason=rejected[i][1])
         for i, d in enumerate(detections)
     ]
-    views += [ViewError(name=name, rms_px=float("nan"), used=False, reason=why) for name, why in missed.items()]
+    views += [
+        ViewError(name=name, rms_px=float("nan"), used=False, reason=why) for name, why in missed.items()
+    ]
     coverage = coverage_fraction([detections[i] for i in used])
     warnings = []
     if coverage < 0.6:
@@ -198,9 +199,7 @@ def compare(calibrated: CameraIntrinsics, reference: CameraIntrinsics) -> Intrin
             f"{reference.width}x{reference.height} intrinsics; use the factory values of the "
             "stream resolution that was calibrated"
         )
-    us, vs = np.meshgrid(
-        np.linspace(0, calibrated.width - 1, 33), np.linspace(0, calibrated.height - 1, 25)
-    )
+    us, vs = np.meshgrid(np.linspace(0, calibrated.width - 1, 33), np.linspace(0, calibrated.height - 1, 25))
     pixels = np.stack([us.ravel(), vs.ravel()], axis=1).reshape(-1, 1, 2)
     criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-10)
     rays = cv2.undistortPointsIter(
