@@ -100,7 +100,9 @@ def detect(image: np.ndarray, board: BoardSpec, name: str = "") -> Detection | N
     corners = corners.reshape(-1, 2)
     if _origin_square_is_white(gray, corners, board):
         corners = corners[::-1].copy()  # the detector started at the far corner: turn by 180°
-    return Detection(name=name, corners_px=corners.astype(np.float32), image_size=gray.shape[::-1])
+    return Detection(
+        name=name, corners_px=corners.astype(np.float32), image_size=(int(gray.shape[1]), int(gray.shape[0]))
+    )
 
 
 def _square_mean(gray: np.ndarray, quad: np.ndarray) -> float:
@@ -108,7 +110,7 @@ def _square_mean(gray: np.ndarray, quad: np.ndarray) -> float:
     centre = quad.mean(axis=0)
     inner = (centre + 0.5 * (quad - centre)).astype(np.int32)
     mask = np.zeros(gray.shape, np.uint8)
-    cv2.fillConvexPoly(mask, inner, 1)
+    cv2.fillConvexPoly(mask, inner, (1,))
     return float(cv2.mean(gray, mask=mask)[0])
 
 

@@ -162,8 +162,8 @@ def _fit(
         [object_points] * len(detections),
         [d.corners_px.reshape(-1, 1, 2) for d in detections],
         image_size,
-        None,
-        None,
+        np.zeros((3, 3)),  # no initial guess: OpenCV starts from the homographies
+        np.zeros(5),
         flags=flags,
         criteria=criteria,
     )
@@ -203,7 +203,7 @@ def compare(calibrated: CameraIntrinsics, reference: CameraIntrinsics) -> Intrin
     pixels = np.stack([us.ravel(), vs.ravel()], axis=1).reshape(-1, 1, 2)
     criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-10)
     rays = cv2.undistortPointsIter(
-        pixels, camera_matrix(calibrated), distortion_vector(calibrated), None, None, criteria
+        pixels, camera_matrix(calibrated), distortion_vector(calibrated), np.eye(3), np.eye(3), criteria
     ).reshape(-1, 2)
     points = np.column_stack([rays, np.ones(len(rays))])
     reprojected, _ = cv2.projectPoints(

@@ -69,7 +69,9 @@ def _pixel_rays(intrinsics: CameraIntrinsics, supersample: int) -> np.ndarray:
         criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-10)
         k, dist = camera_matrix(intrinsics), distortion_vector(intrinsics)
         _RAYS_CACHE.clear()  # one camera at a time is all the callers need; bounds memory
-        _RAYS_CACHE[key] = cv2.undistortPointsIter(pixels, k, dist, None, None, criteria).reshape(-1, 2)
+        _RAYS_CACHE[key] = cv2.undistortPointsIter(pixels, k, dist, np.eye(3), np.eye(3), criteria).reshape(
+            -1, 2
+        )
     return _RAYS_CACHE[key]
 
 
