@@ -2,9 +2,9 @@
 poses: ground truth for the tests and for checking the tool on a machine without cameras.
 
 Each output pixel is traced back: undistort it to a normalised ray, intersect the ray with the
-board plane (the inverse of the plane's homography) and read the checker colour there. Rendering
-at ``supersample`` times the resolution and averaging gives the anti-aliased edges a real lens
-produces, which is what sub-pixel corner refinement expects.
+board plane (the inverse of the plane's homography) and read the checker colour there, averaged
+over the pixel's footprint on the board: the anti-aliased edges a real lens produces, which is what
+sub-pixel corner refinement expects.
 """
 
 from __future__ import annotations
@@ -21,49 +21,61 @@ def render_board(
     intrinsics: CameraIntrinsics,
     board: BoardSpec,
     T_cam_board: np.ndarray,
-    supersample: int = 2,
     margin_squares: float = 1.0,
-    background: int = 90,
+    background: float = 90.0,
 ) -> np.ndarray:
     """A grey uint8 [height, width] image of the board at ``T_cam_board`` (board frame in the
     camera frame), with a white border ``margin_squares`` wide around the checker pattern."""
-    width, height, s = intrinsics.width, intrinsics.height, supersample
-    rays = _pixel_rays(intrinsics, s)
+    width, height = intrinsics.width, intrinsics.height
+    rays = _pixel_rays(intrinsics)
     homography = np.column_stack([T_cam_board[:3, 0], T_cam_board[:3, 1], T_cam_board[:3, 3]])
     board_h = np.linalg.solve(homography, np.column_stack([rays, np.ones(len(rays))]).T).T
-    in_front = board_h[:, 2] > 0  # rays that meet the plane behind the camera see background
-    bx = board_h[:, 0] / np.where(in_front, board_h[:, 2], 1.0) / board.square_m
-    by = board_h[:, 1] / np.where(in_front, board_h[:, 2], 1.0) / board.square_m
-    ix, iy = np.floor(bx).astype(np.int64), np.floor(by).astype(np.int64)
+    in_front = (board_h[:, 2] > 0).reshape(height, width)  # else the ray meets the plane behind us
+    depth = np.where(board_h[:, 2] > 0, board_h[:, 2], 1.0)
+    bx = (board_h[:, 0] / depth / board.square_m).reshape(height, width)
+    by = (board_h[:, 1] / depth / board.square_m).reshape(height, width)
+    # Box-filter each axis' square wave over the pixel's footprint on the board (in squares): the
+    # anti-aliased edges a lens gives, without supersampling.
+    dx_dv, dx_du = np.gradient(bx)
+    dy_dv, dy_du = np.gradient(by)
+    sx = _filtered_square_wave(bx, np.abs(dx_du) + np.abs(dx_dv))
+    sy = _filtered_square_wave(by, np.abs(dy_du) + np.abs(dy_dv))
+    black, white = 20.0, 235.0
     # Squares -1..cols-1 by -1..rows-1; (ix + iy) even is black, so the origin's diagonal is black.
-    on_checker = (ix >= -1) & (ix <= board.cols - 1) & (iy >= -1) & (iy <= board.rows - 1)
+    checker = (white + black) / 2 - (white - black) / 2 * sx * sy
+    on_checker = (bx >= -1) & (bx <= board.cols) & (by >= -1) & (by <= board.rows)
     on_paper = (
         (bx >= -1 - margin_squares)
         & (bx <= board.cols + margin_squares)
         & (by >= -1 - margin_squares)
         & (by <= board.rows + margin_squares)
     )
-    value = np.full(len(rays), float(background))
-    value[in_front & on_paper] = 235.0
-    value[in_front & on_checker & ((ix + iy) % 2 == 0)] = 20.0
-    image = value.reshape(height * s, width * s)
-    if s > 1:
-        image = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA)
+    image = np.full((height, width), background)
+    image[in_front & on_paper] = white
+    inside = in_front & on_checker
+    image[inside] = checker[inside]
     return np.clip(np.round(image), 0, 255).astype(np.uint8)
+
+
+def _filtered_square_wave(x: np.ndarray, footprint: np.ndarray) -> np.ndarray:
+    """+1 on even unit intervals, -1 on odd ones, averaged over a box ``footprint`` wide."""
+    whole = np.floor(x)
+    frac = x - whole
+    sign = np.where(whole % 2 == 0, 1.0, -1.0)
+    to_edge = np.minimum(frac, 1.0 - frac)
+    return np.asarray(sign * np.clip(to_edge / np.maximum(footprint / 2, 1e-9), 0.0, 1.0))
 
 
 _RAYS_CACHE: dict[bytes, np.ndarray] = {}
 
 
-def _pixel_rays(intrinsics: CameraIntrinsics, supersample: int) -> np.ndarray:
-    """Normalised undistorted rays of every (sub-)pixel centre; the same for every view of one
-    camera, so computed once (undistorting a million points is the slow part)."""
-    key = msgspec.msgpack.encode(intrinsics) + bytes([supersample])
+def _pixel_rays(intrinsics: CameraIntrinsics) -> np.ndarray:
+    """Normalised undistorted rays of every pixel centre; the same for every view of one camera,
+    so computed once (undistorting every pixel is the slow part)."""
+    key = msgspec.msgpack.encode(intrinsics)
     if key not in _RAYS_CACHE:
-        s = supersample
         us, vs = np.meshgrid(
-            (np.arange(intrinsics.width * s) + 0.5) / s - 0.5,
-            (np.arange(intrinsics.height * s) + 0.5) / s - 0.5,
+            np.arange(intrinsics.width, dtype=np.float64), np.arange(intrinsics.height, dtype=np.float64)
         )
         pixels = np.stack([us.ravel(), vs.ravel()], axis=1).reshape(-1, 1, 2)
         criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-10)
