@@ -99,9 +99,9 @@ def _require_sqlite_file(database_url: str) -> None:
     from sqlalchemy.engine import make_url
 
     url = make_url(database_url)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        if not Path(url.database).exists():
-            raise Unhealthy(f"the database file {url.database} does not exist (no service has started)")
+    file = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
+    if file and not Path(file).exists():
+        raise Unhealthy(f"the database file {url.database} does not exist (no service has started)")
 
 
 def _shared_database_url() -> str:
