@@ -3,8 +3,7 @@
 Stated tolerances: in realtime pacing at 10 Hz, a chunk moving the TCP at 0.1 m/s tracks its
 per-row targets within 10 mm while moving and ends within 3 mm of the last target; the watchdog
 drops the chunk 200 ms (+ one observation period, + 45 ms slack for a busy machine) after the
-last client message and the arm has
-stopped (< 3 mm further) 200 ms after that.
+last client message and the arm has stopped (< 3 mm further) 200 ms after that.
 """
 
 from __future__ import annotations
