@@ -253,11 +253,12 @@ def test_joint_targets_that_leave_the_workspace_hold() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(1, 12), st.just(7)), elements=st.floats(-0.02, 0.02)))
+@given(arrays(np.float64, st.tuples(st.integers(1, 6), st.just(7)), elements=st.floats(-0.02, 0.02)))
 def test_unclipped_fast_path_equals_the_row_by_row_plan(actions: np.ndarray) -> None:
     actions[:, 6] = 0.04
     fast = plan_chunk(actions, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
     slow = safety._plan_rows(actions, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    # 6 rows of at most 2 cm stay inside the default box from START: nothing to clip
     assert fast.steps_clipped == slow.steps_clipped == 0
     for a, b in zip(fast.targets, slow.targets, strict=True):
         np.testing.assert_allclose(a.ee_position_m, b.ee_position_m, atol=1e-12)  # type: ignore[arg-type]
