@@ -83,3 +83,13 @@ def test_demo_episodes_without_policy_extras_are_refused():
         c.extras = {}
     with pytest.raises(ValueError, match="sft"):
         Trainer(policy).update([(ep, r)])
+
+
+def test_policy_snapshot_is_an_independent_copy():
+    policy = make_test_policy("flow")
+    trainer = Trainer(policy, PPOConfig(minibatch_size=4))
+    snap = trainer.policy_snapshot()
+    trainer.update(_batch(policy, CANON, n_eps=2))
+    w_live = next(policy.parameters())
+    w_snap = next(snap.parameters())
+    assert not torch.equal(w_live, w_snap) and not snap.training
