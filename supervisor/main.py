@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from supervisor.service import SupervisorService
 
     store = Store.open(url=settings.database_url, media_dir=settings.media_dir)
-    service = SupervisorService(store, settings, vlm, MiniLMEmbedder())
+    service = SupervisorService(store, settings, vlm, MiniLMEmbedder(torch_threads=1))
     try:
         if args.once:
             service.step()
