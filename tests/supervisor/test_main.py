@@ -109,3 +109,15 @@ def test_heartbeat_for_pde_health(tmp_path: Path) -> None:
     with pytest.raises(Unhealthy, match="stopped"):
         check_heartbeat("supervisor", url, 30.0)
     store.close()
+
+
+def test_check_endpoint(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PDE_SUPERVISOR_API_KEY", "k")
+    monkeypatch.setenv("PDE_SUPERVISOR_BACKOFF_INITIAL_S", "0.01")
+    with FakeOpenAIServer() as fake:
+        assert main(["--check", "--base-url", fake.base_url, "--model", "m"]) == 0
+        assert [r["n_images"] for r in fake.requests] == [16] and not fake.requests[0]["problems"]
+        assert "ok:" in capsys.readouterr().out
+        fake.set_script([{"status": 400}])
+        assert main(["--check", "--base-url", fake.base_url, "--model", "m"]) == 1
+        assert "--limit-mm-per-prompt" in capsys.readouterr().err
