@@ -319,6 +319,8 @@ class SupervisorService:
             if rec is not None and not rec.summary:
                 self.store.set_prompt_summary(rec.id, line)
         self.last_analysis[history.task] = result.analysis
+        if result.analysis:
+            log.info("task %s: supervisor analysis: %s", history.task, result.analysis)
         # A round that produced only duplicates still spends one iteration: the budget stays finite.
         self.store.set_task_state(history.task, iteration=p.next_iteration)
         log.info(
