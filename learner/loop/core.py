@@ -174,6 +174,7 @@ class EpisodeLoop:
             return None
         seed = self.rng.randrange(2**31)
         plan_fields = {
+            "canonical_prompt": plan.canonical_prompt,
             "task": plan.task,
             "prompt": plan.prompt,
             "prompt_id": plan.prompt_id,

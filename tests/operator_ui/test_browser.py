@@ -90,6 +90,11 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
         page.locator("#relabel-success").click()
         expect(page.locator("#detail-labels tbody tr")).to_have_count(3, timeout=5_000)
         assert store.episode(ep.id).success is True
+        # The curves and the pool table follow the labels.
+        expect(page.locator('svg.plot[data-title="canonical-prompt success"]')).to_have_attribute(
+            "data-points", "1", timeout=10_000
+        )
+        expect(page.locator("#pools")).to_contain_text("1/1", timeout=10_000)
         page.screenshot(path=str(SHOTS / "operator_history_detail.png"), full_page=True)
 
         # Without the token the page shows the refusal and nothing changes.
