@@ -162,6 +162,7 @@ class EpisodeLoop:
 
     def step(self) -> EpisodeRow | None:
         self._swap_weights()
+        self._init_rl_alpha()
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
         if plan is None:
             self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
@@ -329,6 +330,31 @@ class EpisodeLoop:
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
+
+    def _init_rl_alpha(self) -> None:
+        """When a task has just entered RL (the supervisor sets the stage), start the EMA at the
+        canonical prompt's success over its labelled rollouts so far, so the first batch already
+        mixes in pool prompts when the canonical prompt rarely succeeds."""
+        from learner.mixture import AlphaSchedule
+
+        for task in self.settings.tasks:
+            state = self.store.task_state(task)
+            if state.stage != "rl" or state.ema_success is not None:
+                continue
+            canon = self.store.prompts(task, "canonical")[0]
+            schedule = AlphaSchedule(
+                beta=self.settings.beta,
+                consolidation_target=self.settings.consolidation_target,
+                alpha_min=self.settings.alpha_min,
+                ema_success=canon.success_rate or 0.0,
+            )
+            self.store.set_task_state(task, ema_success=schedule.ema_success, alpha=schedule.alpha)
+            log.info(
+                "task %s enters RL: canonical success %.2f -> alpha %.2f",
+                task,
+                schedule.ema_success,
+                schedule.alpha,
+            )
 
     def _update_alpha(self, batch: list[EpisodeRow]) -> None:
         """Adaptive alpha per task, once per PPO iteration, from s_t(p_g) in this batch."""
