@@ -9,6 +9,7 @@ answer). The gripper has its own worker (gripper.py). After a network failure th
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -110,6 +111,8 @@ class FrankaRobot(Robot):
     name = "franka"
 
     def __init__(self, config: FrankaConfig | None = None, **overrides: Any) -> None:
+        if "fci_host" in overrides:  # the server settings' name for it (PDE_ROBOT_FCI_HOST)
+            overrides["host"] = overrides.pop("fci_host")
         if config is None:
             config = FrankaConfig(**overrides)
         elif overrides:
@@ -230,16 +233,23 @@ class FrankaRobot(Robot):
         with self._cond:
             self._pending = None
             self._cond.notify_all()
+        # Let the motion worker finish its current call first: franky calls from two threads at
+        # once can deadlock, and a hung call would keep the FCI connection open.
+        if self._worker is not None:
+            self._worker.join(timeout=self.config.stall_timeout_s)
+            self._worker = None
         robot = self._robot
         if robot is not None and not self._lost_reason:
             try:
                 # A stop that cannot reach the robot must not hang shutdown.
-                call_with_deadline(lambda: self._stop_and_wait(robot, 2.0), 3.0, "franka-stop")
+                call_with_deadline(functools.partial(self._stop_and_wait, robot, 2.0), 3.0, "franka-stop")
             except Exception as e:
                 logger.warning("stopping the arm on disconnect failed: %s: %s", type(e).__name__, e)
-        if self._worker is not None:
-            self._worker.join(timeout=1.0)
-            self._worker = None
+                try:  # a motion still running keeps libfranka's connection open: end it hard
+                    call_with_deadline(robot.stop, 2.0, "franka-stop-hard")
+                except Exception as e2:
+                    logger.warning("robot.stop() on disconnect failed too: %s: %s", type(e2).__name__, e2)
+        robot = None  # only self._robot may keep the connection open now
         if self._gripper is not None:
             self._gripper.stop()
             self._gripper = None
@@ -445,8 +455,12 @@ class FrankaRobot(Robot):
     def _stop_and_wait(self, robot: Any, timeout_s: float) -> None:
         franky = _franky()
         if robot.is_in_control:
-            stop = franky.JointStopMotion() if self._mode == "joint" else franky.CartesianStopMotion()
-            robot.move(stop, asynchronous=True)
+            if self._mode == "joint":
+                robot.move(franky.JointStopMotion(), asynchronous=True)
+            elif self._streamer is not None:
+                self._streamer.stop()  # a stop of the streamer's own control type (pose or torque)
+            else:
+                robot.stop()
         try:
             robot.join_motion(timeout_s)
         except franky.ControlException as e:

@@ -1,0 +1,120 @@
+"""RealSenseCamera logic through FakeRealSense (no camera in CI), and the real import."""
+
+from __future__ import annotations
+
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+from robot_server.cameras.base import CameraError
+from robot_server.cameras.realsense import RealSenseCamera
+from tests.robot_server.realsense.fake_realsense import FakeRealSense, timestamp_domain
+
+
+def test_pyrealsense2_imports() -> None:
+    import pyrealsense2 as rs
+
+    assert hasattr(rs, "pipeline") and hasattr(rs, "context")
+
+
+def test_opens_by_serial_and_publishes_intrinsics_and_host_timestamps() -> None:
+    rs = FakeRealSense("111", "222")
+    cam = RealSenseCamera(name="wrist", serial="222", rs=rs)
+    cam.connect()
+    before = time.time()
+    frame = cam.read()
+    assert frame.name == "wrist" and (frame.width, frame.height) == (640, 480)
+    assert before - 0.05 <= frame.capture_time_s <= time.time()
+    image = cv2.imdecode(np.frombuffer(frame.jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert image.shape == (480, 640, 3)
+    assert frame.intrinsics is not None and frame.intrinsics.fx == pytest.approx(615.0)
+    assert frame.intrinsics.cx == pytest.approx(318.5) and len(frame.intrinsics.distortion) == 5
+    assert cam.intrinsics == frame.intrinsics
+    # Global time was switched on so stamps land on the host clock.
+    sensor = rs.devices["222"].sensors[0]
+    assert sensor.options[rs.option.global_time_enabled] == 1.0
+    assert cam.read().frame_index == frame.frame_index + 1
+
+
+def test_device_clock_stamps_are_replaced_by_host_arrival_time() -> None:
+    rs = FakeRealSense("111")
+    rs.devices["111"].domain = timestamp_domain.hardware_clock
+    cam = RealSenseCamera(name="external", serial="111", rs=rs)
+    cam.connect()
+    assert abs(cam.read().capture_time_s - time.time()) < 0.05
+
+
+def test_missing_serial_is_reported_without_starting_a_pipeline() -> None:
+    rs = FakeRealSense("111")
+    cam = RealSenseCamera(name="wrist", serial="999", rs=rs)
+    with pytest.raises(CameraError, match=r"serial 999\) is not connected; connected serials: \['111'\]"):
+        cam.connect()
+    assert rs.blocking_starts == 0  # never the 15-s block of starting with no device
+
+
+def test_stale_frames_are_refused() -> None:
+    rs = FakeRealSense("111")
+    cam = RealSenseCamera(name="wrist", serial="111", rs=rs, max_age_s=0.1)
+    cam.connect()
+    rs.devices["111"].lag_s = 0.5
+    with pytest.raises(CameraError, match=r"500 ms old \(max 100 ms\)"):
+        cam.read()
+    assert cam.stale_frames == 1
+    rs.devices["111"].lag_s = 0.0
+    cam.read()
+
+
+def test_unplug_then_replug_restarts_the_pipeline() -> None:
+    rs = FakeRealSense("111")
+    cam = RealSenseCamera(name="wrist", serial="111", rs=rs, reconnect_interval_s=0.0)
+    cam.connect()
+    cam.read()
+    rs.devices["111"].plugged = False
+    errors = []
+    for _ in range(5):
+        with pytest.raises(CameraError) as info:
+            cam.read(timeout_s=0.01)
+        errors.append(str(info.value))
+    assert not cam.is_connected
+    assert "unplugged" in errors[-1]
+    assert rs.blocking_starts == 0
+    rs.devices["111"].plugged = True
+    frame = cam.read()
+    assert frame.width == 640 and cam.is_connected and cam.restarts == 1
+
+
+def test_repeated_failed_restarts_trigger_a_hardware_reset() -> None:
+    rs = FakeRealSense("111")
+    cam = RealSenseCamera(
+        name="wrist",
+        serial="111",
+        rs=rs,
+        reconnect_interval_s=0.0,
+        failures_before_restart=2,
+        restarts_before_hardware_reset=2,
+    )
+    cam.connect()
+    rs.devices["111"].wedged = True  # enumerates, never delivers
+    for _ in range(12):
+        with pytest.raises(CameraError):
+            cam.read(timeout_s=0.01)
+        if rs.devices["111"].hardware_resets:
+            break
+    assert rs.devices["111"].hardware_resets == 1 and cam.hardware_resets == 1
+    frame = None
+    for _ in range(3):
+        try:
+            frame = cam.read()
+            break
+        except CameraError:
+            continue
+    assert frame is not None
+
+
+def test_bad_configuration_names_the_field() -> None:
+    with pytest.raises(ValueError, match="serial"):
+        RealSenseCamera(name="wrist", serial="")
+    with pytest.raises(ValueError, match="max_age_s"):
+        RealSenseCamera(name="wrist", serial="1", max_age_s=-1.0)
