@@ -83,13 +83,13 @@ class EpisodeLoop:
         self.stop_event = threading.Event()
         self.episodes_run = 0
         self._state: dict[str, Any] = {}
-        self._last_beat = 0.0
+        self._state_lock = threading.Lock()
         self.last_error = ""
 
     # --- state for the page -------------------------------------------------------------------
 
     def _publish(self, phase: str, **fields: Any) -> None:
-        self._state = {
+        state = {
             "phase": phase,
             "pid": os.getpid(),
             "policy_version": self.policy_version,
@@ -99,15 +99,20 @@ class EpisodeLoop:
             "last_error": self.last_error,
             **fields,
         }
-        self.store.set_service_state(SERVICE_NAME, self._state)
-        self._last_beat = time.monotonic()
+        with self._state_lock:  # never let a heartbeat write an older phase after this one
+            self._state = state
+            self.store.set_service_state(SERVICE_NAME, state)
 
-    def _beat(self) -> None:
-        if time.monotonic() - self._last_beat >= self.settings.heartbeat_period_s:
-            self.store.set_service_state(
-                SERVICE_NAME, {**self._state, "training": bool(self.trainer and self.trainer.busy)}
-            )
-            self._last_beat = time.monotonic()
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Keeps the state row fresh while an episode, a reset or a video encode takes long (the
+        page and `pde health learner` call a silent loop dead)."""
+        while not stop.wait(self.settings.heartbeat_period_s):
+            try:
+                with self._state_lock:
+                    training = bool(self.trainer and self.trainer.busy)
+                    self.store.set_service_state(SERVICE_NAME, {**self._state, "training": training})
+            except Exception as e:  # a busy database: the next beat will do
+                log.warning("loop heartbeat not written: %s", e)
 
     def _wait(self, what: Callable[[], Any]) -> Any:
         """Poll ``what`` until it returns something truthy; raises LoopStopped on stop()."""
@@ -117,7 +122,6 @@ class EpisodeLoop:
                 return got
             if self.stop_event.is_set():
                 raise LoopStopped()
-            self._beat()
             self._swap_weights()
             time.sleep(self.settings.poll_period_s)
 
@@ -139,6 +143,10 @@ class EpisodeLoop:
     def run(self) -> int:
         """Episodes until stop() or settings.max_episodes; returns how many ran."""
         self.recover()
+        self._publish("starting")
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), name="loop-heartbeat", daemon=True)
+        beat.start()
         try:
             self._finish_pending_labels()
             while not self.stop_event.is_set():
@@ -148,6 +156,8 @@ class EpisodeLoop:
         except LoopStopped:
             pass
         finally:
+            beat_stop.set()
+            beat.join(5)
             self._publish("stopped")
         return self.episodes_run
 

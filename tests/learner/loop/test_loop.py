@@ -208,3 +208,18 @@ def test_entering_rl_starts_alpha_from_canonical_success(store: Store) -> None:
     st = store.task_state(TASK)
     assert st.ema_success == 0.25 and st.alpha == pytest.approx(0.5)  # 0.25 / c, c = 0.5
     assert store.episodes()[-1].stage == "rl"
+
+
+def test_heartbeat_stays_fresh_during_a_long_episode(store: Store) -> None:
+    actor = FakeActor(chunk_time_s=0.1, n_chunks=15)
+    loop = EpisodeLoop(
+        store, FakeRobot(), actor, _settings(max_episodes=1, max_chunks=15, heartbeat_period_s=0.1)
+    )
+    t = _run_in_thread(loop)
+    _until(lambda: _phase(store) == "running")
+    first = store.service_states()["loop"].updated_at
+    time.sleep(0.6)
+    row = store.service_states()["loop"]
+    assert row.state["phase"] == "running" and (row.updated_at - first).total_seconds() >= 0.3
+    t.join(10)
+    assert _phase(store) == "stopped"
