@@ -33,6 +33,7 @@ def page() -> Iterator[Page]:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         yield pg
+        pg.close()
         browser.close()
 
 

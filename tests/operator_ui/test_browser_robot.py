@@ -25,7 +25,9 @@ SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "screenshots
 def page() -> Iterator[Page]:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": 1400, "height": 900})
+        pg = browser.new_page(viewport={"width": 1400, "height": 900})
+        yield pg
+        pg.close()
         browser.close()
 
 
@@ -40,6 +42,7 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
     ):
         observer.connect()
         assert observer.status().estopped is False
+        page.goto("about:blank")  # stop the page's polling before the servers go
         page.goto(f"{base}/#token={TOKEN}")
         for cam in ("external", "wrist"):
             page.wait_for_function(
@@ -58,3 +61,4 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
         page.locator("#release").click()
         expect(page.locator("#toast")).to_contain_text("released", timeout=5_000)
         assert observer.status().estopped is False
+        page.goto("about:blank")  # stop the page's polling before the servers go
