@@ -4,37 +4,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from pde_storage import Store
 from tests.helpers import free_port
 from tests.learner.loop.doubles import FakeActor, FakeRobot
-from tests.operator_ui.browser import CHROMIUM, CHROMIUM_ARGS, ui_process
+from tests.operator_ui.browser import SHOTS, ui_process
 from tests.operator_ui.conftest import TOKEN
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="Debian chromium not installed at /usr/bin/chromium"
-    ),
-]
-SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "screenshots"
-
-
-@pytest.fixture
-def page() -> Iterator[Page]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        yield pg
-        pg.close()
-        browser.close()
+pytestmark = [pytest.mark.browser]
 
 
 def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
