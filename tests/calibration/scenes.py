@@ -9,8 +9,8 @@ import numpy as np
 
 from calibration.board import BoardSpec
 from calibration.poses import invert, make_transform, matrix_to_quat_xyzw
-from calibration.results import SampleRecord, SampleSet, save_json
-from calibration.synthetic import look_at_board, render_board
+from calibration.results import Mount, SampleRecord, SampleSet, save_json
+from calibration.synthetic import look_at_board, project_corners, render_board
 from pde_contract.messages import CameraIntrinsics
 
 BOARD = BoardSpec(cols=9, rows=6, square_m=0.025)
@@ -42,17 +42,21 @@ T_TCP_BOARD = make_transform(cv2.Rodrigues(np.array([0.0, 0.0, 0.1]))[0], [-0.1,
 def board_views(n: int, seed: int, max_tilt_rad: float = 0.55) -> list[np.ndarray]:
     """T_cam_board for ``n`` views that keep the whole board in the image, tilted about every axis."""
     rng = np.random.default_rng(seed)
-    views = []
-    for _ in range(n):
+    views: list[np.ndarray] = []
+    while len(views) < n:
         tilt = np.array(
             [rng.uniform(-1, 1) * max_tilt_rad, rng.uniform(-1, 1) * max_tilt_rad, rng.uniform(-0.6, 0.6)]
         )
         offset = np.array([rng.uniform(-0.06, 0.06), rng.uniform(-0.04, 0.04), 0.0])
-        views.append(look_at_board(BOARD, rng.uniform(0.32, 0.42), tilt, offset))
+        view = look_at_board(BOARD, rng.uniform(0.32, 0.42), tilt, offset)
+        # The whole board and a margin around it in the image, as an operator would frame it.
+        corners = project_corners(CAMERA, BOARD, view)
+        if np.all(corners > 40) and np.all(corners < [CAMERA.width - 40, CAMERA.height - 40]):
+            views.append(view)
     return views
 
 
-def robot_poses(mount: str, views: list[np.ndarray]) -> list[np.ndarray]:
+def robot_poses(mount: Mount, views: list[np.ndarray]) -> list[np.ndarray]:
     """T_base_tcp that produce each board view: wrist camera over a board on the table (hand), or
     the gripper showing its board to the external camera (base)."""
     if mount == "hand":
@@ -60,7 +64,7 @@ def robot_poses(mount: str, views: list[np.ndarray]) -> list[np.ndarray]:
     return [T_BASE_EXTERNAL @ v @ invert(T_TCP_BOARD) for v in views]
 
 
-def truth(mount: str) -> np.ndarray:
+def truth(mount: Mount) -> np.ndarray:
     return T_TCP_CAM if mount == "hand" else T_BASE_EXTERNAL
 
 
@@ -72,7 +76,7 @@ def perturb(transform: np.ndarray, rng: np.random.Generator, sigma_mm: float, si
     )
 
 
-def write_session(directory: Path, camera: str, mount: str, views: list[np.ndarray]) -> Path:
+def write_session(directory: Path, camera: str, mount: Mount, views: list[np.ndarray]) -> Path:
     """Images and samples.json as ``pde calibrate collect`` writes them."""
     directory.mkdir(parents=True, exist_ok=True)
     sample_set = SampleSet(factory_intrinsics={camera: CAMERA})
