@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plan", action="store_true", help="drive a built-in set of poses around home, asking first"
     )
+    p.add_argument("--pivot-m", type=float, default=0.3, help="--plan tilts about this point below the TCP")
     p.add_argument("--reset", action="store_true", help="move home first")
     p.add_argument("--timeout-s", type=float, default=2.0, help="robot server reply timeout")
     _add_board_args(p)
@@ -218,7 +219,15 @@ def _collect(args: argparse.Namespace, board: BoardSpec) -> int:
     cameras = [c.strip() for c in args.cameras.split(",")] if args.cameras else None
     try:
         with RobotClient(cmd_endpoint=args.endpoint, name="calibrate", timeout_s=args.timeout_s) as client:
-            collect(client, args.out, board, cameras=cameras, plan=args.plan, reset_first=args.reset)
+            collect(
+                client,
+                args.out,
+                board,
+                cameras=cameras,
+                plan=args.plan,
+                reset_first=args.reset,
+                pivot_m=args.pivot_m,
+            )
     except (RobotServerError, CollectError) as e:
         print(f"pde calibrate collect: {e}", file=sys.stderr)
         return 1
