@@ -23,36 +23,24 @@ from calibration.results import HandEyeCalibration, SampleSet, load_json
 from calibration.synthetic import look_at_board, render_board
 from pde_contract.client import RobotClient
 from pde_contract.messages import CameraFrame, CameraIntrinsics
-from robot_server.cameras.base import Camera
 from robot_server.robots.base import Robot
 from robot_server.server import RobotServer
 from robot_server.settings import RobotServerSettings
 from tests.calibration.scenes import BOARD, CAMERA, T_TCP_CAM
 from tests.helpers import free_port
+from tests.robot_server.fakes import FakeCamera
 
 PIVOT_M = 0.45
 
 
-class FakeBoardWristCamera(Camera):
+class FakeBoardWristCamera(FakeCamera):
     """A wrist camera that sees a checkerboard lying still in the robot's base frame."""
 
     def __init__(self, robot: Robot, T_tcp_cam: np.ndarray, T_base_board: np.ndarray) -> None:
-        self.name = "wrist"
+        super().__init__("wrist", CAMERA.width, CAMERA.height)
         self.robot = robot
         self.T_tcp_cam = T_tcp_cam
         self.T_base_board = T_base_board
-        self._connected = False
-        self._index = 0
-
-    def connect(self) -> None:
-        self._connected = True
-
-    def disconnect(self) -> None:
-        self._connected = False
-
-    @property
-    def is_connected(self) -> bool:
-        return self._connected
 
     @property
     def intrinsics(self) -> CameraIntrinsics:
