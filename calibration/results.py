@@ -125,7 +125,6 @@ class SampleSet(msgspec.Struct, kw_only=True):
     kind: Literal["samples"] = "samples"
     format_version: int = FORMAT_VERSION
     factory_intrinsics: dict[str, CameraIntrinsics] = {}  # what each camera reported
-    serials: dict[str, str] = {}
     samples: list[SampleRecord] = []
     created_utc: str = msgspec.field(default_factory=utc_now_iso)
 

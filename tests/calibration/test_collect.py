@@ -164,3 +164,12 @@ def test_moving_robot_is_not_sampled(server: RobotServer, tmp_path: Path) -> Non
         mover.join(30)
     assert sample_set.samples == []
     assert any("still moving" in line for line in said), said
+
+
+def test_collect_without_a_server_exits_1_with_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    assert main(["collect", "--endpoint", endpoint, "--out", str(tmp_path), "--timeout-s", "0.3"]) == 1
+    assert "is `pde robot-server` running" in capsys.readouterr().err
+    assert not (tmp_path / SAMPLES_FILE).exists()
