@@ -179,7 +179,7 @@ def residuals(
             camera_pose = a @ X if mount == "hand" else invert(a) @ X  # in the board's still frame
             predicted = invert(camera_pose) @ mean
             rvec, _ = cv2.Rodrigues(np.ascontiguousarray(predicted[:3, :3]))
-            projected, _ = cv2.projectPoints(board.object_points(), rvec, predicted[:3, 3], k, dist)
+            projected, _ = cv2.projectPoints(detection.object_points(board), rvec, predicted[:3, 3], k, dist)
             squared.append(np.sum((projected.reshape(-1, 2) - detection.corners_px) ** 2, axis=1))
         reprojection = float(np.sqrt(np.mean(np.concatenate(squared))))
     result = MethodResult(
@@ -308,7 +308,7 @@ def calibrate_samples(
             )
         detection = detect(image, board, name=name)
         if detection is None:
-            rejected[name] = f"no {board.cols}x{board.rows} board found in {image_path.name}"
+            rejected[name] = f"no {board.describe()} found in {image_path.name}"
             continue
         pose = board_pose(detection, board, intrinsics)
         if pose.reprojection_rms_px > max_pnp_rms_px:

@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from calibration import handeye, intrinsics
@@ -33,8 +34,19 @@ from calibration.results import (
 
 
 def _add_board_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--board", default="9x6", help="inner corners COLSxROWS, one odd one even (default 9x6)")
+    p.add_argument(
+        "--board",
+        default="9x6",
+        help="inner corners COLSxROWS; a checkerboard needs one odd, one even (default 9x6)",
+    )
     p.add_argument("--square-mm", type=float, default=25.0, help="printed square size, measured (default 25)")
+    p.add_argument("--charuco", action="store_true", help="a ChArUco board (partial views count)")
+    p.add_argument(
+        "--marker-mm", type=float, default=0.0, help="ChArUco marker side (default 75%% of the square)"
+    )
+    p.add_argument(
+        "--dictionary", default="DICT_5X5_100", help="ChArUco ArUco dictionary (default DICT_5X5_100)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-rotation-span-deg", type=float, default=15.0)
     _add_board_args(p)
 
+    p = sub.add_parser("board", help="write the board as an image to print at a given resolution")
+    p.add_argument("--out", type=Path, required=True, help="PNG file")
+    p.add_argument("--dpi", type=int, default=300, help="printer resolution (print at 100%%, no scaling)")
+    _add_board_args(p)
+
     p = sub.add_parser("collect", help="save images and TCP poses at operator-confirmed poses")
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5556", help="robot server command endpoint")
     p.add_argument("--out", type=Path, required=True, help="session directory (extended if it exists)")
@@ -93,7 +110,9 @@ def _fail(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        board = BoardSpec.parse(args.board, args.square_mm)
+        board = BoardSpec.parse(args.board, args.square_mm, args.charuco, args.marker_mm, args.dictionary)
+        if args.command == "board":
+            return _board(args, board)
         if args.command == "intrinsics":
             return _intrinsics(args, board)
         if args.command == "handeye":
@@ -101,6 +120,24 @@ def main(argv: list[str] | None = None) -> int:
         return _collect(args, board)
     except (BoardError, CalibrationFileError, intrinsics.IntrinsicsError, handeye.HandEyeError) as e:
         return _fail(str(e))
+
+
+def _board(args: argparse.Namespace, board: BoardSpec) -> int:
+    px_per_square = round(board.square_m / 0.0254 * args.dpi)
+    if px_per_square < 20:
+        return _fail(f"{args.dpi} dpi gives {px_per_square} px per square; use a higher --dpi")
+    image = board.image(px_per_square, margin_px=px_per_square)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(args.out), image):
+        return _fail(f"cannot write {args.out}")
+    width_mm = image.shape[1] / args.dpi * 25.4
+    height_mm = image.shape[0] / args.dpi * 25.4
+    print(
+        f"wrote {args.out}: {board.describe()}, {image.shape[1]}x{image.shape[0]} px = "
+        f"{width_mm:.0f}x{height_mm:.0f} mm at {args.dpi} dpi. Print at 100% (no fit-to-page), glue it "
+        "flat and measure a square: pass that as --square-mm."
+    )
+    return 0
 
 
 def _intrinsics(args: argparse.Namespace, board: BoardSpec) -> int:

@@ -14,6 +14,7 @@ from calibration.synthetic import look_at_board, project_corners, render_board
 from pde_contract.messages import CameraIntrinsics
 
 BOARD = BoardSpec(cols=9, rows=6, square_m=0.025)
+CHARUCO = BoardSpec.parse("9x6", 25.0, charuco=True)
 # A D405-like wrist camera at 640x480 with visible barrel distortion.
 CAMERA = CameraIntrinsics(
     width=640,
@@ -39,19 +40,24 @@ T_BASE_BOARD = make_transform(
 T_TCP_BOARD = make_transform(cv2.Rodrigues(np.array([0.0, 0.0, 0.1]))[0], [-0.1, -0.06, 0.02])
 
 
-def board_views(n: int, seed: int, max_tilt_rad: float = 0.55) -> list[np.ndarray]:
-    """T_cam_board for ``n`` views that keep the whole board in the image, tilted about every axis."""
+def board_views(
+    n: int, seed: int, max_tilt_rad: float = 0.55, board: BoardSpec = BOARD, whole: bool = True
+) -> list[np.ndarray]:
+    """T_cam_board for ``n`` views tilted about every axis that keep the whole board in the image,
+    or (``whole=False``, for ChArUco) that push it against the image edges and corners."""
     rng = np.random.default_rng(seed)
     views: list[np.ndarray] = []
     while len(views) < n:
         tilt = np.array(
             [rng.uniform(-1, 1) * max_tilt_rad, rng.uniform(-1, 1) * max_tilt_rad, rng.uniform(-0.6, 0.6)]
         )
-        offset = np.array([rng.uniform(-0.06, 0.06), rng.uniform(-0.04, 0.04), 0.0])
-        view = look_at_board(BOARD, rng.uniform(0.32, 0.42), tilt, offset)
-        # The whole board and a margin around it in the image, as an operator would frame it.
-        corners = project_corners(CAMERA, BOARD, view)
-        if np.all(corners > 40) and np.all(corners < [CAMERA.width - 40, CAMERA.height - 40]):
+        reach = 1.0 if whole else 2.5
+        offset = np.array([rng.uniform(-0.06, 0.06) * reach, rng.uniform(-0.04, 0.04) * reach, 0.0])
+        view = look_at_board(board, rng.uniform(0.32, 0.42), tilt, offset)
+        corners = project_corners(CAMERA, board, view)
+        inside = np.all((corners > 40) & (corners < [CAMERA.width - 40, CAMERA.height - 40]), axis=1)
+        # The whole board and a margin around it, as an operator frames a checkerboard; or a part.
+        if inside.all() if whole else 15 <= inside.sum() <= 0.8 * len(inside):
             views.append(view)
     return views
 
@@ -76,13 +82,15 @@ def perturb(transform: np.ndarray, rng: np.random.Generator, sigma_mm: float, si
     )
 
 
-def write_session(directory: Path, camera: str, mount: Mount, views: list[np.ndarray]) -> Path:
+def write_session(
+    directory: Path, camera: str, mount: Mount, views: list[np.ndarray], board: BoardSpec = BOARD
+) -> Path:
     """Images and samples.json as ``pde calibrate collect`` writes them."""
     directory.mkdir(parents=True, exist_ok=True)
     sample_set = SampleSet(factory_intrinsics={camera: CAMERA})
     for index, (view, tcp) in enumerate(zip(views, robot_poses(mount, views), strict=True)):
         name = f"{camera}_{index:03d}.png"
-        cv2.imwrite(str(directory / name), render_board(CAMERA, BOARD, view))
+        cv2.imwrite(str(directory / name), render_board(CAMERA, board, view))
         sample_set.samples.append(
             SampleRecord(
                 index=index,

@@ -84,7 +84,7 @@ def test_from_rendered_images_through_the_cli(
     assert mm < 1.0 and deg < 0.1, (result.method, mm, deg)
     assert (
         list(result.samples_rejected) == ["sample 9"]
-        and "no 9x6 board" in result.samples_rejected["sample 9"]
+        and "no 9x6 checkerboard" in result.samples_rejected["sample 9"]
     )
     best = next(m for m in result.methods if m.method == result.method)
     assert ok(best.reprojection_rms_px) < 0.5
