@@ -157,10 +157,14 @@ def move_by(
     )
     client.submit_chunk(chunk)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        latest = client.latest_observation(1.0)
-        if latest.last_chunk_seq == seq and latest.steps_remaining == 0:
-            return
+    try:
+        while time.monotonic() < deadline:
+            latest = client.latest_observation(1.0)
+            if latest.last_chunk_seq == seq and latest.steps_remaining == 0:
+                return
+    except KeyboardInterrupt:
+        client.stop()  # Ctrl-C during a planned move halts the arm, not just this program
+        raise
     client.stop()
     raise CollectError(f"the move did not finish within {timeout_s:.0f} s; stopped the robot")
 

@@ -283,7 +283,8 @@ def calibrate_samples(
     intrinsics: CameraIntrinsics,
     intrinsics_source: str,
     max_pnp_rms_px: float = 2.0,
-    **kwargs: object,
+    min_samples: int = 5,
+    min_rotation_span_deg: float = 15.0,
 ) -> HandEyeCalibration:
     """Detect the board in each sample's image of ``camera``, find its pose, and calibrate."""
     T_base_tcp: list[np.ndarray] = []
@@ -326,7 +327,7 @@ def calibrate_samples(
     try:
         return calibrate(
             camera, mount, T_base_tcp, T_cam_board, board, intrinsics, detections, names, rejected,
-            intrinsics_source, **kwargs,  # type: ignore[arg-type]
+            intrinsics_source, min_samples=min_samples, min_rotation_span_deg=min_rotation_span_deg,
         )  # fmt: skip
     except HandEyeError as e:
         if rejected:
