@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=300, help="printer resolution (print at 100%%, no scaling)")
     _add_board_args(p)
 
+    p = sub.add_parser("selfcheck", help="run the whole tool on simulated sessions with a known answer")
+    p.add_argument("--views", type=int, default=12, help="views per session (default 12)")
+    p.add_argument("--image-noise", type=float, default=0.0, help="Gaussian image noise, grey levels")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="keep the sessions here (default: a temporary directory)")
+    _add_board_args(p)
+
     p = sub.add_parser("collect", help="save images and TCP poses at operator-confirmed poses")
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5556", help="robot server command endpoint")
     p.add_argument("--out", type=Path, required=True, help="session directory (extended if it exists)")
@@ -113,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         board = BoardSpec.parse(args.board, args.square_mm, args.charuco, args.marker_mm, args.dictionary)
         if args.command == "board":
             return _board(args, board)
+        if args.command == "selfcheck":
+            return _selfcheck(args, board)
         if args.command == "intrinsics":
             return _intrinsics(args, board)
         if args.command == "handeye":
@@ -138,6 +147,34 @@ def _board(args: argparse.Namespace, board: BoardSpec) -> int:
         "flat and measure a square: pass that as --square-mm."
     )
     return 0
+
+
+def _selfcheck(args: argparse.Namespace, board: BoardSpec) -> int:
+    import tempfile
+
+    from calibration import selfcheck
+
+    with tempfile.TemporaryDirectory(prefix="pde-calibrate-") as tmp:
+        directory: Path = args.out or Path(tmp)
+        report = selfcheck.run(directory, board, args.views, args.image_noise, args.seed)
+    print(
+        f"{board.describe()}, {report.views} views per session, image noise {report.image_noise} "
+        "grey levels\n"
+        f"intrinsics: fx {report.fx_error_percent:+.3f}%, fy {report.fy_error_percent:+.3f}%, "
+        f"cx {report.cx_error_px:+.2f} px, cy {report.cy_error_px:+.2f} px, rays within "
+        f"{report.max_ray_displacement_px:.2f} px of the truth; fit RMS {report.intrinsics_rms_px:.3f} px"
+    )
+    for check in report.handeye:
+        print(
+            f"hand-eye ({check.mount}): {check.error_mm:.3f} mm, {check.error_deg:.4f}° from the truth "
+            f"by {check.method}; reprojection {check.reprojection_rms_px or float('nan'):.3f} px"
+        )
+    limits = (
+        f"fx/fy ≤ {selfcheck.MAX_FOCAL_ERROR_PERCENT}%, rays ≤ {selfcheck.MAX_RAY_DISPLACEMENT_PX} px, "
+        f"hand-eye ≤ {selfcheck.MAX_HANDEYE_ERROR_MM} mm / {selfcheck.MAX_HANDEYE_ERROR_DEG}°"
+    )
+    print(("PASSED" if report.passed else "FAILED") + f" ({limits})")
+    return 0 if report.passed else 1
 
 
 def _intrinsics(args: argparse.Namespace, board: BoardSpec) -> int:

@@ -50,7 +50,7 @@ def test_intrinsics_from_views_reaching_the_image_corners() -> None:
 
 
 def test_handeye_for_the_external_camera_through_the_cli(tmp_path: Path) -> None:
-    samples = write_session(tmp_path, "external", "base", board_views(8, seed=4, board=CHARUCO), CHARUCO)
+    samples = write_session(tmp_path, "external", "base", board_views(6, seed=4, board=CHARUCO), CHARUCO)
     factory = tmp_path / "intrinsics.json"
     factory.write_bytes(msgspec.json.encode(CAMERA))
     args = ["handeye", "--samples", str(samples), "--camera", "external", "--intrinsics", str(factory)]

@@ -23,7 +23,7 @@ from tests.helpers import pde_command, subprocess_env
 
 @pytest.fixture(scope="module")
 def images() -> list[np.ndarray]:
-    return [render_board(CAMERA, BOARD, view) for view in board_views(16, seed=7)]
+    return [render_board(CAMERA, BOARD, view) for view in board_views(12, seed=7)]
 
 
 @pytest.fixture(scope="module")
