@@ -183,7 +183,13 @@ def _intrinsics(args: argparse.Namespace, board: BoardSpec) -> int:
     pattern = args.glob or (f"{args.camera}_*" if samples_path.is_file() else "*")
     paths = [p for p in intrinsics.list_images(directory) if p.match(pattern)]
     if not paths:
-        return _fail(f"no images matching {pattern!r} in {directory}")
+        hint = ""
+        if samples_path.is_file():
+            cameras = sorted(
+                {c for sample in load_json(samples_path, SampleSet).samples for c in sample.images}
+            )
+            hint = f"; this session has cameras {cameras}: pass one with --camera"
+        return _fail(f"no images matching {pattern!r} in {directory}{hint}")
     detections, missed = intrinsics.detect_in_files(paths, board)
     result = intrinsics.calibrate(
         detections,

@@ -104,6 +104,9 @@ def test_without_intrinsics_file_the_factory_values_are_used_with_a_warning(
     assert "factory intrinsics" in capsys.readouterr().out
     assert main(["handeye", "--samples", str(samples), "--camera", "external"]) == 2
     assert "no intrinsics for camera 'external'" in capsys.readouterr().err
+    # Intrinsics on a session folder need the camera's name; the message lists the session's.
+    assert main(["intrinsics", "--images", str(tmp_path)]) == 2
+    assert "this session has cameras ['wrist']: pass one with --camera" in capsys.readouterr().err
 
 
 def rotations_about(axis: np.ndarray, angles_deg: np.ndarray) -> list[np.ndarray]:
