@@ -25,7 +25,7 @@ from calibration.board import BoardSpec, detect
 from calibration.handeye import pose_diversity
 from calibration.poses import make_transform, pose_from_position_quat, rotation_angle_deg, rotation_axis
 from calibration.results import SampleRecord, SampleSet, load_json, save_json
-from pde_contract.client import RobotClient, RobotServerError
+from pde_contract.client import RobotClient
 from pde_contract.messages import ActionChunk, ActionSpace, Observation
 
 SAMPLES_FILE = "samples.json"
@@ -258,6 +258,3 @@ def plan_targets(home: np.ndarray, pivot_m: float) -> list[np.ndarray]:
         orientation = rotation @ home[:3, :3]
         targets.append(make_transform(orientation, pivot - pivot_m * orientation[:, 2]))
     return targets
-
-
-__all__ = ["CollectError", "RobotServerError", "collect"]
