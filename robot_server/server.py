@@ -120,6 +120,7 @@ class RobotServer:
                 realtime=settings.pacing == "realtime",
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
                 limits=settings.safety_limits(),
+                rt_priority=settings.rt_priority,
             ),
             on_tick=self._publish_from_tick if settings.pacing == "fast" else None,
         )

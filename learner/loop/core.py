@@ -67,6 +67,7 @@ class EpisodeLoop:
         trainer: BackgroundTrainer | None = None,
         policy_version: int = 0,
         trained_through_episode_id: int = 0,
+        warm_up: Callable[[Plan], None] | None = None,
     ) -> None:
         self.store = store
         self.robot = robot
@@ -75,6 +76,9 @@ class EpisodeLoop:
         self.trainer = trainer
         self.policy_version = policy_version
         self.trained_through = trained_through_episode_id
+        # Runs while the operator resets the scene (prompt embedding, first inference), so the
+        # first chunk after "start" does not pay for cold caches.
+        self.warm_up = warm_up
         self.rng = random.Random(settings.seed)
         self.stop_event = threading.Event()
         self.episodes_run = 0
@@ -150,6 +154,12 @@ class EpisodeLoop:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def finish_training(self, timeout_s: float | None = None) -> None:
+        """On a clean stop: let a running PPO update end and register its checkpoint."""
+        if self.trainer is not None:
+            self.trainer.join(timeout_s)
+            self._swap_weights()
+
     def step(self) -> EpisodeRow | None:
         self._swap_weights()
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
@@ -177,6 +187,11 @@ class EpisodeLoop:
         except Exception as e:  # e-stop latched, server down: show it and retry later
             self._robot_error(f"reset failed: {e}", plan_fields)
             return None
+        if self.warm_up is not None:
+            try:
+                self.warm_up(plan)
+            except Exception as e:  # only a speed-up: the episode itself will report real errors
+                log.warning("warm-up before the episode failed: %s", e)
         if not self.settings.auto_start:
             self._publish("awaiting_start", **plan_fields)
             self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
@@ -191,7 +206,10 @@ class EpisodeLoop:
         def should_stop() -> bool:
             if self.stop_event.is_set():
                 abort_requested.append("the loop was asked to stop mid-episode")
-            elif self.store.take_intent(intents.ABORT_EPISODE) is not None:
+            elif (
+                self.store.pending_intents(intents.ABORT_EPISODE)  # a read: no write lock per chunk
+                and self.store.take_intent(intents.ABORT_EPISODE) is not None
+            ):
                 abort_requested.append("the operator aborted the episode from the page")
             return bool(abort_requested)
 

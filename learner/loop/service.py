@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import logging
 import signal
 import sys
@@ -61,11 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pde loop: invalid settings: {e}", file=sys.stderr)
         return 2
     # Heavy imports (torch) only once the arguments are known to be good.
-    from pde_contract.client import RobotClient, RobotServerError
-
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
     from learner.trainer import Trainer
+    from pde_contract.client import RobotClient, RobotServerError
 
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
@@ -87,26 +85,51 @@ def main(argv: list[str] | None = None) -> int:
             f"pde loop: cannot reach the robot server at {settings.robot_cmd_endpoint}: {e}", file=sys.stderr
         )
         return 2
-    trainer = Trainer(copy.deepcopy(loaded.policy))
+    # The trainer gets its own copy, loaded again (a deepcopy trips over the prompt cache's lock).
+    trainer = Trainer(CheckpointStore.load(loaded.path).policy)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
         loaded.policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False)
     )
 
+    from learner.policies import policy_from_checkpoint_state
+
+    class _SnapshotByState:
+        """Weights for the actor through the checkpoint state, not copy.deepcopy."""
+
+        def update(self, batch: Any) -> dict[str, float]:
+            return trainer.update(batch)
+
+        def policy_snapshot(self) -> Any:
+            snap = policy_from_checkpoint_state(trainer.policy.checkpoint_state())
+            snap.eval()
+            return snap
+
     def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
         path = checkpoints.save(policy, version, metrics, trainer.state_dict())
         store.add_checkpoint(version, path, metrics)
         return str(path)
+
+    import torch
+
+    from learner.loop.schedule import Plan
+
+    def warm_up(plan: Plan) -> None:
+        policy = actor.policy
+        obs = client.latest_observation(timeout_s=2.0)
+        with torch.no_grad():
+            policy.sample(policy.preprocess([obs]), [plan.prompt], deterministic=True)
 
     loop = EpisodeLoop(
         store,
         client,
         actor,
         settings,
-        BackgroundTrainer(trainer, save),
+        BackgroundTrainer(_SnapshotByState(), save),
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
+        warm_up=warm_up,
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
@@ -119,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         n = loop.run()
+        loop.finish_training(settings.final_update_timeout_s)
     finally:
         client.close()
         store.close()

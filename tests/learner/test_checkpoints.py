@@ -80,7 +80,7 @@ def test_resume_after_kill(tmp_path):
         [sys.executable, "-c", _WRITER, str(tmp_path)],
         stdout=subprocess.PIPE,
         text=True,
-        env=subprocess_env(),
+        env=subprocess_env(OMP_NUM_THREADS="1"),
     )
     saved: list[int] = []
     deadline = time.monotonic() + 120

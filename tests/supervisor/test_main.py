@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pde_storage import Store
 from supervisor.main import main
 from supervisor.settings import SupervisorSettings
 from tests.fakes.fake_openai import FakeOpenAIServer
@@ -20,7 +21,9 @@ def test_shared_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDE_DATABASE_URL", "sqlite:////tmp/x.db")
     monkeypatch.setenv("PDE_DATA_DIR", "/tmp/pde-data")
     monkeypatch.setenv("PDE_SUPERVISOR_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
+    monkeypatch.setenv("PDE_LOOP_ROLLOUTS_PER_PROMPT", "6")
     s = SupervisorSettings()
+    assert s.rollouts_n == 6  # the loop's N, so candidates are judged when the loop stops
     assert s.database_url == "sqlite:////tmp/x.db" and s.media_dir == Path("/tmp/pde-data/media")
     assert s.model == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert "BASE_URL is empty" in SupervisorSettings(base_url="").vlm_configured()
@@ -42,9 +45,8 @@ def test_bad_setting_is_a_clear_error(
 
 
 def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
-    store_mod = pytest.importorskip("pde_storage", reason="pde_storage not merged yet")
     url = f"sqlite:///{tmp_path}/pde.db"
-    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
     store.ensure_task(TASK, GOAL)
     store.close()
     with FakeOpenAIServer() as fake:
@@ -71,7 +73,7 @@ def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert [r["kind"] for r in fake.requests] == ["candidates"]
-    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
     try:
         cands = store.prompts(TASK, "candidate")
         assert len(cands) == 3 and {p.source for p in cands} == {"vlm"}

@@ -84,6 +84,11 @@ class SimRobot(Robot):
         n_steps = max(1, round(period_s / w.timestep_s))
         with w.lock:
             if target.joint_positions_rad is not None:
+                if np.shape(target.joint_positions_rad) != (7,):
+                    raise RobotError(
+                        f"joint_positions_rad has shape {np.shape(target.joint_positions_rad)}; "
+                        "the FR3 needs (7,)"
+                    )
                 q_goal = np.clip(
                     np.asarray(target.joint_positions_rad, dtype=np.float64),
                     fr3.JOINT_LOWER_RAD,

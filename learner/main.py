@@ -1,0 +1,154 @@
+"""``pde learner [run|sft|eval] ...``
+
+- ``run`` (default): the PDE episode loop service (learner/loop/service.py, the loop team's).
+- ``sft``: train and cache the SFT checkpoint (version 0) from demonstration episode files.
+- ``eval``: roll out a checkpoint on the robot server under a prompt and report the success rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import uuid
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LearnerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDE_LEARNER_")
+
+    checkpoint_dir: str = "data/checkpoints"
+    demo_dir: str = "data/demos"
+    cmd_endpoint: str = "tcp://127.0.0.1:5556"
+
+
+def _sft(argv: list[str], settings: LearnerSettings) -> int:
+    from learner.policies.vla import VLAConfig
+    from learner.sft import SFTConfig, run_sft
+
+    ap = argparse.ArgumentParser(prog="pde learner sft", description="behaviour cloning from demo episodes")
+    ap.add_argument("--demos", default=settings.demo_dir, help="folder of demonstration episode files")
+    ap.add_argument(
+        "--checkpoints", default=settings.checkpoint_dir, help="checkpoint folder (SFT = version 0)"
+    )
+    ap.add_argument("--per-task", type=int, default=SFTConfig.episodes_per_task, help="demos per task")
+    ap.add_argument("--tasks", default="", help="comma-separated task names (default: all in the demos)")
+    ap.add_argument("--steps", type=int, default=SFTConfig.steps)
+    ap.add_argument("--batch-size", type=int, default=SFTConfig.batch_size)
+    ap.add_argument("--lr", type=float, default=SFTConfig.learning_rate)
+    ap.add_argument("--head", choices=["flow", "gaussian"], default="flow")
+    ap.add_argument("--image-size", type=int, default=VLAConfig.image_size_px)
+    ap.add_argument("--chunk-len", type=int, default=VLAConfig.chunk_len)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true", help="retrain even if a matching checkpoint is cached")
+    args = ap.parse_args(argv)
+    vla = VLAConfig(head=args.head, image_size_px=args.image_size, chunk_len=args.chunk_len)
+    cfg = SFTConfig(
+        episodes_per_task=args.per_task,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        seed=args.seed,
+    )
+    tasks = [t for t in args.tasks.split(",") if t] or None
+
+    def on_step(step: int, loss: float) -> None:
+        if step % 200 == 0:
+            print(f"sft step {step}/{cfg.steps} loss {loss:.4f}", flush=True)
+
+    try:
+        path, metrics, cached = run_sft(args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"pde learner sft: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"checkpoint": str(path), "cached": cached, **metrics}, indent=1))
+    return 0
+
+
+def _eval(argv: list[str], settings: LearnerSettings) -> int:
+    from learner.actor import Actor, ActorSettings
+    from learner.checkpoints import CheckpointStore
+
+    ap = argparse.ArgumentParser(prog="pde learner eval", description="success rate of a checkpoint")
+    ap.add_argument("--checkpoint", default="", help="checkpoint file (default: latest in --checkpoints)")
+    ap.add_argument("--checkpoints", default=settings.checkpoint_dir)
+    ap.add_argument("--cmd-endpoint", default=settings.cmd_endpoint)
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--prompt", required=True, help="canonical prompt of the task")
+    ap.add_argument("--rollout-prompt", default="", help="prompt to act under (default: the canonical one)")
+    ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--max-chunks", type=int, default=20)
+    ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--seed", type=int, default=1000, help="first scene seed")
+    args = ap.parse_args(argv)
+    try:
+        from pde_contract.client import RobotClient
+    except ImportError as e:
+        print(f"pde learner eval: the robot client is not available ({e})", file=sys.stderr)
+        return 2
+    store = CheckpointStore(args.checkpoints)
+    loaded = store.load(args.checkpoint) if args.checkpoint else store.latest()
+    if loaded is None:
+        print(
+            f"pde learner eval: no checkpoint in {args.checkpoints}; run `pde learner sft`", file=sys.stderr
+        )
+        return 2
+    successes = 0
+    with RobotClient(cmd_endpoint=args.cmd_endpoint, name="learner-eval") as client:
+        info = client.connect()
+        actor = Actor(
+            loaded.policy,
+            client,
+            ActorSettings(control_rate_hz=info.control_rate_hz, deterministic=args.deterministic),
+        )
+        for i in range(args.episodes):
+            ep = actor.run_episode(
+                episode_id=f"eval-{uuid.uuid4().hex[:8]}",
+                task=args.task,
+                canonical_prompt=args.prompt,
+                rollout_prompt=args.rollout_prompt or args.prompt,
+                max_chunks=args.max_chunks,
+                seed=args.seed + i,
+            )
+            successes += bool(ep.success)
+            print(f"episode {i}: success={ep.success} chunks={len(ep.chunks)}", flush=True)
+    print(
+        json.dumps(
+            {"version": loaded.version, "episodes": args.episodes, "success_rate": successes / args.episodes}
+        )
+    )
+    return 0
+
+
+def _run(argv: list[str]) -> int:
+    try:
+        service = importlib.import_module("learner.loop.service")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("learner.loop"):
+            print(
+                "pde learner run: the episode loop service (learner/loop/service.py) is not installed in "
+                "this checkout yet; use `pde learner sft` / `pde learner eval`, or update to a version "
+                "that has learner.loop",
+                file=sys.stderr,
+            )
+            return 2
+        raise
+    result: int = service.main(argv)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings = LearnerSettings()
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if argv and argv[0] == "sft":
+        return _sft(argv[1:], settings)
+    if argv and argv[0] == "eval":
+        return _eval(argv[1:], settings)
+    if argv and argv[0] == "run":
+        argv = argv[1:]
+    return _run(argv)

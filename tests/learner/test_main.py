@@ -1,0 +1,57 @@
+import json
+import subprocess
+
+from learner.main import main
+from pde_contract.episodes import write_episode
+from tests.helpers import pde_command, subprocess_env
+from tests.learner.test_sft import _demo
+
+
+def test_run_without_loop_service_is_a_clear_error(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("learner.loop") is not None:
+        import pytest
+
+        pytest.skip("learner.loop exists in this checkout; the loop team tests `pde learner run`")
+    assert main(["run"]) == 2
+    assert "learner/loop/service.py" in capsys.readouterr().err
+
+
+def test_sft_command_trains_then_reuses_the_cache(tmp_path):
+    for seed in range(2):
+        write_episode(
+            tmp_path / "demos" / f"d{seed}.msgpack",
+            _demo("put_bowl_on_top_rack", "put the bowl on the top rack", seed),
+        )
+    cmd = pde_command(
+        "learner",
+        "sft",
+        "--demos",
+        str(tmp_path / "demos"),
+        "--checkpoints",
+        str(tmp_path / "ckpt"),
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "16",
+        "--chunk-len",
+        "4",
+    )
+    first = subprocess.run(
+        cmd, capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240
+    )
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout[first.stdout.index("{") :])
+    assert out["cached"] is False and (tmp_path / "ckpt" / "policy-000000.pt").is_file()
+    second = subprocess.run(
+        cmd, capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240
+    )
+    assert json.loads(second.stdout[second.stdout.index("{") :])["cached"] is True
+
+
+def test_sft_command_without_demos(tmp_path, capsys):
+    assert main(["sft", "--demos", str(tmp_path / "none"), "--checkpoints", str(tmp_path / "c")]) == 2
+    assert "pde sim record" in capsys.readouterr().err
