@@ -32,6 +32,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from pde.procs import ProcessGroup, ServiceError
 
 # Paper tasks 1 and 10: both move the green container, so the short SFT shares what it learns.
@@ -72,39 +75,70 @@ def choose_port(wanted: int) -> int:
     return wanted if wanted and _port_free(wanted) else _any_free_port()
 
 
+class DemoSettings(BaseSettings):
+    """Defaults of the demo's options (env prefix PDE_DEMO_, e.g. PDE_DEMO_SFT_STEPS=400); the
+    command line overrides them."""
+
+    model_config = SettingsConfigDict(env_prefix="PDE_DEMO_", extra="ignore")
+
+    data_dir: Path = Path("data")
+    tasks: str = ",".join(DEFAULT_TASKS)
+    demos_per_task: int = Field(default=8, ge=1)
+    sft_steps: int = Field(default=150, ge=1)
+    sft_batch_size: int = Field(default=16, ge=1)
+    max_chunks: int = Field(default=20, ge=1)
+    rollouts_per_prompt: int = Field(default=4, ge=1)
+    batch_size: int = Field(default=8, ge=1)
+    candidates: int = Field(default=2, ge=1)
+    ui_port: int = 8000
+    robot_cmd_port: int = 5556
+    robot_obs_port: int = 5555
+    startup_timeout_s: float = Field(default=300.0, gt=0)
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    try:
+        d = DemoSettings()
+    except ValidationError as e:
+        raise SystemExit(f"pde demo: invalid PDE_DEMO_* setting:\n{e}") from None
     p = argparse.ArgumentParser(
         prog="pde demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--data-dir", type=Path, default=Path("data"), help="everything goes here (default ./data)"
+        "--data-dir", type=Path, default=d.data_dir, help="everything goes here (default %(default)s)"
     )
     p.add_argument("--auto-label", action="store_true", help="the simulator labels episodes (unattended)")
     p.add_argument("--max-episodes", type=int, help="stop cleanly after this many episodes")
+    p.add_argument("--tasks", default=d.tasks, help="comma-separated task names (default: %(default)s)")
     p.add_argument(
-        "--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names (default: %(default)s)"
+        "--demos-per-task", type=int, default=d.demos_per_task, help="expert demos per task (%(default)s)"
     )
-    p.add_argument("--demos-per-task", type=int, default=8, help="expert demonstrations per task (default 8)")
-    p.add_argument("--sft-steps", type=int, default=150, help="SFT gradient steps (default 150)")
-    p.add_argument("--sft-batch-size", type=int, default=16, help="SFT batch size (default 16)")
-    p.add_argument("--max-chunks", type=int, default=20, help="longest episode in action chunks (default 20)")
+    p.add_argument("--sft-steps", type=int, default=d.sft_steps, help="SFT gradient steps (%(default)s)")
     p.add_argument(
-        "--rollouts-per-prompt", type=int, default=4, help="N: bootstrap rollouts per prompt (default 4)"
+        "--sft-batch-size", type=int, default=d.sft_batch_size, help="SFT batch size (%(default)s)"
     )
     p.add_argument(
-        "--batch-size", type=int, default=8, help="labelled RL rollouts per PPO update (default 8)"
+        "--max-chunks", type=int, default=d.max_chunks, help="longest episode, chunks (%(default)s)"
     )
-    p.add_argument("--candidates", type=int, default=2, help="K: candidate prompts per iteration (default 2)")
+    p.add_argument(
+        "--rollouts-per-prompt", type=int, default=d.rollouts_per_prompt, help="N per prompt (%(default)s)"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=d.batch_size, help="RL rollouts per PPO update (%(default)s)"
+    )
+    p.add_argument(
+        "--candidates", type=int, default=d.candidates, help="K candidates per iteration (%(default)s)"
+    )
     p.add_argument("--vlm-base-url", default=os.environ.get("PDE_SUPERVISOR_BASE_URL", ""))
     p.add_argument("--vlm-model", default=os.environ.get("PDE_SUPERVISOR_MODEL", ""))
     p.add_argument("--fast", action="store_true", help="simulate faster than real time")
-    p.add_argument("--ui-port", type=int, default=8000, help="page port (default 8000, another if taken)")
-    p.add_argument("--robot-cmd-port", type=int, default=5556)
-    p.add_argument("--robot-obs-port", type=int, default=5555)
+    p.add_argument("--ui-port", type=int, default=d.ui_port, help="page port (%(default)s, another if taken)")
+    p.add_argument("--robot-cmd-port", type=int, default=d.robot_cmd_port)
+    p.add_argument("--robot-obs-port", type=int, default=d.robot_obs_port)
     p.add_argument(
         "--prepare-only", action="store_true", help="record the demonstrations and train SFT, then exit"
     )
-    p.add_argument("--startup-timeout-s", type=float, default=300.0, help="per service (default 300)")
+    p.add_argument("--startup-timeout-s", type=float, default=d.startup_timeout_s, help="per service")
     args = p.parse_args(list(argv))
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for name in ("demos_per_task", "sft_steps", "sft_batch_size", "max_chunks", "rollouts_per_prompt"):

@@ -23,7 +23,8 @@ from tests.storage.postgres import find_pg_bin, postgres_server
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 DOCKER_COMPOSE = shutil.which("docker-compose")
 REQUIRED = ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", "ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
-# Not plain `pde` processes: the database and the VLM server are other images.
+# Not plain `pde` processes: the database and the VLM server are other images. (docker-compose v1
+# `config` lists every service whatever the profiles; their `profiles` key says which.)
 OTHER_IMAGES = {"postgres", "vllm"}
 
 needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose is not installed")
@@ -71,12 +72,16 @@ def config(env_path: Path, profiles: str = "") -> dict[str, Any]:
 @needs_compose
 def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
     env = env_file(tmp_path)
-    base = config(env)
-    assert {"postgres", "robot_server", "learner", "supervisor", "operator_ui"} <= set(base["services"])
-    assert config(env, "sim")["services"]["sim_setup"]["command"][:2] == ["demo", "--prepare-only"]
-    vllm = config(env, "vllm")["services"]["vllm"]
-    assert any(c.startswith("--limit-mm-per-prompt") for c in vllm["command"])
-    services = base["services"]
+    for profiles in ("", "sim", "vllm", "sim,vllm"):
+        config(env, profiles)
+    services = config(env)["services"]
+    # Always on: the database and the five services; behind a profile: the sim setup and the VLM.
+    always = {n for n, s in services.items() if not s.get("profiles")}
+    assert always == {"postgres", "robot_server", "learner", "supervisor", "operator_ui"}
+    assert services["sim_setup"]["profiles"] == ["sim"]
+    assert services["sim_setup"]["command"][:2] == ["demo", "--prepare-only"]
+    assert services["vllm"]["profiles"] == ["vllm"]
+    assert any(c.startswith("--limit-mm-per-prompt") for c in services["vllm"]["command"])
     # The lab settings the robot needs: host network, real-time limits, USB devices, GPU learner.
     robot = services["robot_server"]
     assert robot["network_mode"] == "host"
@@ -124,17 +129,6 @@ def pg_port() -> Iterator[int]:
         yield port
 
 
-def _tiny_checkpoint(data_dir: Path) -> None:
-    """The learner service starts from a policy checkpoint (SFT in real use; tiny and untrained here)."""
-    from learner.checkpoints import CheckpointStore
-    from learner.policies.vla import SmallVLAPolicy, VLAConfig
-
-    policy = SmallVLAPolicy(
-        VLAConfig(text_encoder="fake-hashing", hidden_dim=32, image_size_px=32, chunk_len=4)
-    )
-    CheckpointStore(data_dir / "checkpoints").save(policy, 0, {"sft_loss": 1.0})
-
-
 def start_order(services: dict[str, Any]) -> list[str]:
     """Dependencies first (a topological order of depends_on)."""
     order: list[str] = []
@@ -166,21 +160,43 @@ def test_each_service_command_starts_and_answers_its_healthcheck(tmp_path: Path,
     env_path = env_file(
         tmp_path, ROBOT_BACKEND="sim", POSTGRES_PORT=str(pg_port), **{k: str(v) for k, v in ports.items()}
     )
-    services = config(env_path)["services"]
+    services = config(env_path, "sim")["services"]
     data_dir = tmp_path / "data"
-    _tiny_checkpoint(data_dir)
     procs = ProcessGroup(tmp_path / "logs")
     envs: dict[str, dict[str, str]] = {}
+
+    def service_env(name: str) -> dict[str, str]:
+        env = subprocess_env(**{k: str(v) for k, v in services[name]["environment"].items()})
+        assert env["PDE_DATA_DIR"] == "/data"
+        env["PDE_DATA_DIR"] = str(data_dir)
+        return env
+
+    def command(name: str) -> list[str]:
+        return pde_command(*[str(data_dir) if a == "/data" else a for a in services[name]["command"]])
+
+    # The sim profile's one-shot setup first (demonstrations + SFT), small enough for CI.
+    setup = subprocess.run(
+        command("sim_setup"),
+        env=service_env("sim_setup")
+        | {
+            "PDE_DEMO_TASKS": "put_green_container_in_bowl",
+            "PDE_DEMO_DEMOS_PER_TASK": "1",
+            "PDE_DEMO_SFT_STEPS": "2",
+            "PDE_DEMO_SFT_BATCH_SIZE": "4",
+        },
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+    assert list((data_dir / "checkpoints").glob("*.pt")), "sim_setup left no SFT checkpoint"
     try:
         for name in start_order(services):
-            if name in OTHER_IMAGES:
+            if name in OTHER_IMAGES or name == "sim_setup":
                 continue
             svc = services[name]
-            env = subprocess_env(**{k: str(v) for k, v in svc["environment"].items()})
-            assert env["PDE_DATA_DIR"] == "/data"
-            env["PDE_DATA_DIR"] = str(data_dir)
-            envs[name] = env
-            procs.start(name, pde_command(*svc["command"]), env)
+            env = envs[name] = service_env(name)
+            procs.start(name, command(name), env)
             deadline = time.monotonic() + 240
             ok, out = False, ""
             while not ok:
@@ -189,7 +205,7 @@ def test_each_service_command_starts_and_answers_its_healthcheck(tmp_path: Path,
                 ok, out = _healthy(svc["healthcheck"]["test"], env)
                 if not ok:
                     time.sleep(1.0)
-        assert set(envs) == set(services) - OTHER_IMAGES
+        assert set(envs) == set(services) - OTHER_IMAGES - {"sim_setup"}
         # All up together, each still healthy.
         for name, env in envs.items():
             ok, out = _healthy(services[name]["healthcheck"]["test"], env)
