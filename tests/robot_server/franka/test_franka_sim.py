@@ -64,7 +64,8 @@ def test_home_then_chunks_track_without_stopping(robot: FrankaRobot) -> None:
         assert report["speed_min_m_s"] > 0.02, report  # the reference moves at ~0.079 m/s throughout
     else:
         print(f"simulator ran at {report['sim_speed']:.2f}x real time: tracking figures not judged")
-    deadline = time.monotonic() + 10.0
+    # A CPU-starved simulator also takes longer in wall time to reach the last target.
+    deadline = time.monotonic() + min(60.0, 10.0 / max(min(report["sim_speed"], 1.0), 0.1))
     while (
         np.linalg.norm(robot.read_state().ee_position_m - targets[-1]) > 0.01 and time.monotonic() < deadline
     ):
