@@ -69,7 +69,9 @@ def test_home_then_chunks_track_without_stopping(robot: FrankaRobot) -> None:
     while (
         np.linalg.norm(robot.read_state().ee_position_m - targets[-1]) > 0.01 and time.monotonic() < deadline
     ):
-        time.sleep(0.1)
+        # as the server's control loop does when a chunk runs out: keep commanding the hold target
+        robot.command(RobotTarget(0.08, ee_position_m=targets[-1], ee_quat_xyzw=quat), PERIOD_S)
+        time.sleep(PERIOD_S)
     assert np.linalg.norm(robot.read_state().ee_position_m - targets[-1]) < 0.01
 
 
