@@ -26,6 +26,7 @@ class ServerSpec:
     pacing: str = "realtime"
     rt_priority: int = 0
     capture_threads: str = ""  # "" = the backend's default
+    heartbeat_timeout_s: float = 0.2
 
 
 def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
@@ -49,6 +50,7 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
         cameras=list(spec.cameras),
         rt_priority=spec.rt_priority,
         capture_threads=spec.capture_threads,  # type: ignore[arg-type]
+        heartbeat_timeout_s=spec.heartbeat_timeout_s,
     )
     if spec.backend == "sim":
         from robot_server.backends import build_backend

@@ -389,7 +389,10 @@ class ChunkExecutor:
             self.robot.hold()
             state = self.robot.read_state()
         except Exception as e:
-            self._backend_failed(e)
+            self._backend_failed(e, hold=False)
+            with self._lock:
+                # Cannot hold where the arm is: stop commanding until a reconnect re-reads the state.
+                self._connected = False
             return
         with self._lock:
             width = held.gripper_width_m if held else state.gripper_width_m
@@ -417,13 +420,16 @@ class ChunkExecutor:
             self._reset = None
         req.done.set()
 
-    def _backend_failed(self, e: BaseException) -> None:
+    def _backend_failed(self, e: BaseException, hold: bool = True) -> None:
         log.error("backend error: %s", e)
         with self._lock:
             self.counters.backend_errors += 1
             self._last_error = f"backend error: {e}"
             self._drop_chunk()
             self._connected = self.robot.is_connected
+            # Hold where the arm is now: the held target may be from before the dropped chunk.
+            if hold and self._connected:
+                self._hold_requested = True
 
     def _try_reconnect(self) -> None:
         try:

@@ -210,3 +210,22 @@ def test_backend_error_is_counted_and_recovered(make: Callable[..., tuple[ChunkE
     assert snap.connected and "fake network drop" in snap.last_error
     ex.submit(ee_chunk(0, rows=2), CLIENT)
     wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+
+
+def test_backend_error_mid_chunk_holds_where_the_arm_is(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    ex, robot = make(control_rate_hz=20.0)
+    ex.submit(ee_chunk(0, rows=20, dx=0.005, rate_hz=20.0), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.steps_executed >= 5)
+    robot.fail_keeps_connection = True
+    robot.fail_next_command = True
+    wait_for(lambda: ex.snapshot().counters.backend_errors == 1)
+    wait_for(lambda: robot.holds >= 1)
+    time.sleep(0.15)
+    pos = robot.pos.copy()
+    assert pos[0] > HOME_POS[0] + 0.02  # it had moved
+    time.sleep(0.15)
+    # it holds there: it neither continues the chunk nor goes back to the pre-chunk target
+    np.testing.assert_allclose(robot.pos, pos)
+    assert ex.snapshot().executing_chunk_seq == -1
