@@ -187,6 +187,7 @@ def run_seed(
         seed=seed,
         ent_coef=0.0,
         update_epochs=4,
+        target_kl=args.target_kl or None,
     )
     trainer = Trainer(policy, cfg)
     eval_seeds = [EVAL_SEED_BASE + i for i in range(args.eval_episodes)]
@@ -197,6 +198,7 @@ def run_seed(
         t0 = time.perf_counter()
         pre = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, "eval-pre")
         out["eval_success_before"] = success_rate(pre)
+        print(f"seed {seed}: eval before PPO {out['eval_success_before']:.2f}", flush=True)
         curve, diags = [], []
         rng = np.random.default_rng(seed)
         n_eps = 0
@@ -243,47 +245,14 @@ def run_seed(
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", default="put_green_container_in_front_of_camera")
-    ap.add_argument(
-        "--sft-tasks",
-        default="put_green_container_in_front_of_camera,put_green_container_in_bowl,put_bowl_in_front_of_camera",
-    )
-    ap.add_argument("--demos-per-task", type=int, default=40)
-    ap.add_argument("--sft-steps", type=int, default=1500)
-    ap.add_argument("--head", choices=["flow", "gaussian"], default="flow")
-    ap.add_argument("--image-px", type=int, default=64)
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--iterations", type=int, default=6)
-    ap.add_argument("--episodes-per-iteration", type=int, default=16)
-    ap.add_argument("--eval-episodes", type=int, default=20)
-    ap.add_argument("--max-chunks", type=int, default=25)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--minibatch", type=int, default=64)
-    ap.add_argument("--data-dir", default="data/bench_learning")
-    ap.add_argument("--out", default="bench/results/learning.json")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    data = ROOT / args.data_dir
-    from learner.loop.tasks import canonical_prompt  # the task -> canonical prompt table
-
-    prompt = canonical_prompt(args.task)
-    sft_tasks = [t for t in args.sft_tasks.split(",") if t]
-    t_start = time.perf_counter()
-    record_demos(data / f"demos{args.image_px}", sft_tasks, args.demos_per_task, args.image_px)
-    vla = VLAConfig(head=args.head, image_size_px=args.image_px)
-    sft_cfg = SFTConfig(episodes_per_task=args.demos_per_task, steps=args.sft_steps)
-    path, sft_metrics, cached = run_sft(
-        data / f"demos{args.image_px}", data / f"sft-{args.head}", vla, sft_cfg, sft_tasks
-    )
-    print(f"SFT checkpoint {path} (cached={cached}): {sft_metrics}", flush=True)
-    sft_policy = CheckpointStore.load(path).policy
-    group, endpoint = start_server(data / "logs", args.image_px)
-    try:
-        per_seed = [run_seed(sft_policy, endpoint, args, int(s), prompt) for s in args.seeds.split(",")]
-    finally:
-        group.stop_all()
+def write_results(
+    args: argparse.Namespace,
+    per_seed: list[dict[str, Any]],
+    prompt: str,
+    sft_tasks: list[str],
+    sft_metrics: dict[str, float],
+    t_start: float,
+) -> dict[str, Any]:
     before = [float(r["eval_success_before"]) for r in per_seed]
     after = [float(r["eval_success_after"]) for r in per_seed]
     result = {
@@ -324,6 +293,74 @@ def main() -> int:
         f"{args.task} ({args.head} head): rollout success, canonical prompt",
         out.with_suffix(".png"),
     )
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="put_green_container_in_front_of_camera")
+    ap.add_argument(
+        "--sft-tasks",
+        default="put_green_container_in_front_of_camera,put_green_container_in_bowl,put_bowl_in_front_of_camera",
+    )
+    ap.add_argument("--demos-per-task", type=int, default=40)
+    ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument("--head", choices=["flow", "gaussian"], default="flow")
+    ap.add_argument("--image-px", type=int, default=64, help="rendered camera size")
+    ap.add_argument("--policy-px", type=int, default=32, help="the policy's downscaled image size")
+    ap.add_argument("--sft-batch", type=int, default=64)
+    ap.add_argument("--target-kl", type=float, default=0.0, help="early-stop PPO epochs above this (0: off)")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--episodes-per-iteration", type=int, default=16)
+    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--max-chunks", type=int, default=25)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--minibatch", type=int, default=64)
+    ap.add_argument("--data-dir", default="data/bench_learning")
+    ap.add_argument("--out", default="bench/results/learning.json")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    data = ROOT / args.data_dir
+    from learner.loop.tasks import canonical_prompt  # the task -> canonical prompt table
+
+    prompt = canonical_prompt(args.task)
+    sft_tasks = [t for t in args.sft_tasks.split(",") if t]
+    t_start = time.perf_counter()
+    record_demos(data / f"demos{args.image_px}", sft_tasks, args.demos_per_task, args.image_px)
+    vla = VLAConfig(head=args.head, image_size_px=args.policy_px)
+    sft_cfg = SFTConfig(
+        episodes_per_task=args.demos_per_task, steps=args.sft_steps, batch_size=args.sft_batch
+    )
+
+    def on_step(step: int, loss: float) -> None:
+        if step % 250 == 0:
+            print(f"sft step {step}/{args.sft_steps} loss {loss:.4f}", flush=True)
+
+    sft_metrics: dict[str, float] = {}
+    if args.sft_checkpoint:
+        path, cached = Path(args.sft_checkpoint), True
+        sft_metrics = CheckpointStore.load(path).metrics
+    else:
+        path, sft_metrics, cached = run_sft(
+            data / f"demos{args.image_px}",
+            data / f"sft-{args.head}-{args.policy_px}px",
+            vla,
+            sft_cfg,
+            sft_tasks,
+            on_step=on_step,
+        )
+    print(f"SFT checkpoint {path} (cached={cached}): {sft_metrics}", flush=True)
+    sft_policy = CheckpointStore.load(path).policy
+    group, endpoint = start_server(data / "logs", args.image_px)
+    per_seed: list[dict[str, Any]] = []
+    result: dict[str, Any] = {}
+    try:
+        for seed in args.seeds.split(","):
+            per_seed.append(run_seed(sft_policy, endpoint, args, int(seed), prompt))
+            result = write_results(args, per_seed, prompt, sft_tasks, sft_metrics, t_start)
+    finally:
+        group.stop_all()
     print(
         json.dumps(
             {k: result[k] for k in ("eval_success_before_mean", "eval_success_after_mean", "seeds_improved")}

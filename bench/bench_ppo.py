@@ -12,6 +12,7 @@ stored chains are those of a real rollout.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -25,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
-from learner.ppo import PPOConfig
+from learner.ppo import PPOConfig, RatioVariant
 from learner.synthetic import synthetic_episode
 from learner.trainer import Trainer
 
@@ -45,14 +46,28 @@ def make_batch(policy, n_episodes, n_chunks, other_frac, seed):
     return batch
 
 
-def time_update(policy, batch, variant, repeats):
-    times, stats = [], {}
+def time_updates(
+    policy, batches: dict[str, tuple[list, RatioVariant]], repeats: int
+) -> dict[str, dict[str, float]]:
+    """Median wall and process-CPU seconds per update, the configurations interleaved so that load
+    changes on a shared machine hit them alike. CPU time (one torch thread) is the figure that
+    survives other processes on the machine; the ratio is taken from it."""
+    wall: dict[str, list[float]] = {k: [] for k in batches}
+    cpu: dict[str, list[float]] = {k: [] for k in batches}
+    stats: dict[str, dict[str, float]] = {}
     for r in range(repeats):
-        trainer = Trainer(policy, PPOConfig(ratio_variant=variant, minibatch_size=64, seed=r))
-        t0 = time.perf_counter()
-        stats = trainer.update(batch)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), stats
+        for name, (batch, variant) in batches.items():
+            trainer = Trainer(
+                copy.deepcopy(policy), PPOConfig(ratio_variant=variant, minibatch_size=64, seed=r)
+            )
+            t0, c0 = time.perf_counter(), time.process_time()
+            stats[name] = trainer.update(batch)
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    return {
+        k: {"wall_s": float(np.median(wall[k])), "cpu_s": float(np.median(cpu[k])), **stats[k]}
+        for k in batches
+    }
 
 
 def measure_w0(checkpoint: Path, demo_dir: Path, max_obs: int) -> dict:
@@ -104,7 +119,7 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--chunks", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU-time figures assume 1)")
     ap.add_argument("--out", default="bench/results/ppo.json")
     ap.add_argument("--w0-checkpoint", default="data/bench_learning/sft-flow/policy-000000.pt")
     ap.add_argument("--w0-demos", default="data/bench_learning/demos64")
@@ -135,24 +150,24 @@ def main() -> int:
         torch.manual_seed(0)
         policy = SmallVLAPolicy(VLAConfig(head=head))
         n = args.episodes * args.chunks
-        plain_batch = make_batch(policy, args.episodes, args.chunks, 0.0, 0)
-        t_single, _ = time_update(policy, plain_batch, "plain", args.repeats)
-        all_other = make_batch(policy, args.episodes, args.chunks, 1.0, 0)
-        t_mixed_all, stats = time_update(policy, all_other, "mixed", args.repeats)
-        half = make_batch(policy, args.episodes, args.chunks, 0.5, 0)
-        t_mixed_half, _ = time_update(policy, half, "mixed", args.repeats)
+        batches: dict[str, tuple[list, RatioVariant]] = {
+            "single": (make_batch(policy, args.episodes, args.chunks, 0.0, 0), "plain"),
+            "mixed_all_other": (make_batch(policy, args.episodes, args.chunks, 1.0, 0), "mixed"),
+            "mixed_half_other": (make_batch(policy, args.episodes, args.chunks, 0.5, 0), "mixed"),
+        }
+        t = time_updates(policy, batches, args.repeats)
         results["heads"][head] = {
             "chunks_per_update": n,
-            "single_prompt_update_s": t_single,
-            "mixed_all_other_prompt_update_s": t_mixed_all,
-            "mixed_half_other_prompt_update_s": t_mixed_half,
-            "ppo_samples_per_s_single": n * 4 / t_single,
-            "ppo_samples_per_s_mixed_all": n * 4 / t_mixed_all,
-            "ratio_mixed_all_over_single": t_mixed_all / t_single,
-            "ratio_mixed_half_over_single": t_mixed_half / t_single,
+            **{f"{k}_update_cpu_s": v["cpu_s"] for k, v in t.items()},
+            **{f"{k}_update_wall_s": v["wall_s"] for k, v in t.items()},
+            "ppo_samples_per_cpu_s_single": n * 4 / t["single"]["cpu_s"],
+            "ppo_samples_per_cpu_s_mixed_all_other": n * 4 / t["mixed_all_other"]["cpu_s"],
+            "ratio_mixed_all_other_over_single_cpu": t["mixed_all_other"]["cpu_s"] / t["single"]["cpu_s"],
+            "ratio_mixed_half_other_over_single_cpu": t["mixed_half_other"]["cpu_s"] / t["single"]["cpu_s"],
             "goal_ratio_max": 1.5,
-            "diagnostics_mixed_all": {
-                k: stats[k] for k in ("w0_mean", "w0_max", "prompt_kl", "approx_kl", "clipfrac")
+            "diagnostics_mixed_all_other": {
+                k: t["mixed_all_other"][k]
+                for k in ("w0_mean", "w0_max", "prompt_kl", "approx_kl", "clipfrac")
             },
         }
         print(head, json.dumps(results["heads"][head], indent=1), flush=True)

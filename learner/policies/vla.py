@@ -48,6 +48,10 @@ class VLAConfig:
     """Initial log std (normalised action units) of the Gaussian head."""
     hidden_dim: int = 256
     """Width of the trunk and heads."""
+    value_detached: bool = True
+    """The value head reads detached features, so the value loss never moves the action trunk
+    (with chunk log-probs summed over many dimensions, trunk moves from the value loss alone
+    pushed PPO ratios far outside the clip range)."""
     text_encoder: str = MiniLMTextEncoder.name
     """Frozen prompt encoder ('all-MiniLM-L6-v2'; 'fake-hashing' in unit tests)."""
     text_dim: int = 384
@@ -166,7 +170,7 @@ class SmallVLAPolicy(Policy):
         return self.cond_mlp(torch.cat([obs_features, p], dim=-1))
 
     def value(self, cond: torch.Tensor) -> torch.Tensor:
-        return self.value_head(cond).squeeze(-1)
+        return self.value_head(cond.detach() if self.config.value_detached else cond).squeeze(-1)
 
     def _velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
         def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
