@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     from supervisor.service import SupervisorService
 
     store = Store.open(url=settings.database_url, media_dir=settings.media_dir)
-    service = SupervisorService(store, settings, vlm, MiniLMEmbedder(torch_threads=1))
+    embedder = MiniLMEmbedder(torch_threads=1)
+    # Load the model in the background: the first heartbeat should not wait for torch to import.
+    threading.Thread(target=embedder.encode, args=(["warm up"],), name="minilm-load", daemon=True).start()
+    service = SupervisorService(store, settings, vlm, embedder)
     try:
         if args.once:
             service.step()

@@ -128,7 +128,7 @@ def success_prompt(req: SuccessRequest, frames_per_rollout: int) -> Rendered:
         f'TASK: "{req.goal}"\nInstruction given to the robot: "{req.rollout_prompt}".\n'
         "Frames of one rollout follow; the last frame is the final state."
     ]
-    parts.extend(RolloutFrames(req.rollout.jpegs).jpegs)
+    parts.extend(req.rollout.jpegs)
     parts.append(
         "Did this rollout accomplish the TASK (judge the final state, not the wording)? Your answer is "
         "a proposal shown to a human operator. Reply with only this JSON object:\n"

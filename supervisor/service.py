@@ -55,6 +55,7 @@ from supervisor.vlm.base import (
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "supervisor"
+JOB_FAILURES_BEFORE_GIVING_UP = 3  # per episode, for success proposals
 PUBLISH_S = 5.0  # how often the confusion matrix is recomputed from all episodes
 TREND_WINDOW = 5  # canonical-prompt rollouts per window when comparing recent and earlier success
 
@@ -163,7 +164,8 @@ class SupervisorService:
         self._inflight: dict[tuple[str, int | str], tuple[_Job, Future[Any]]] = {}
         self._calls: list[CallRecord] = []
         self._calls_lock = threading.Lock()
-        self._gave_up: set[tuple[str, int | str]] = set()  # success proposals that failed; not retried
+        self._gave_up: set[tuple[str, int | str]] = set()  # success proposals not asked again
+        self._job_failures: dict[tuple[str, int | str], int] = {}
         self.counters = {"polls": 0, "vlm_ok": 0, "vlm_failed": 0, "fallbacks": 0, "errors": 0}
         self.last_analysis: dict[str, str] = {}
         self._loop_done: set[int] = set()
@@ -306,6 +308,11 @@ class SupervisorService:
 
     def _apply_proposal(self, history: TaskHistory, p: Plan, result: CandidateResult) -> None:
         fresh, _ = self.load_history(history.task, history.canonical)  # the store may have moved on
+        if fresh.stage != "bootstrap" or fresh.iteration >= p.next_iteration:
+            log.info(
+                "task %s: proposal for iteration %d arrived too late; dropped", history.task, p.next_iteration
+            )
+            return
         screened = self.dedup.screen(result.new_prompts, fresh.known_texts())
         for text, why in screened.refused:
             log.info("task %s: refused candidate %r: %s", history.task, text, why)
@@ -440,7 +447,11 @@ class SupervisorService:
             history, p, parts = job.context
             self._fallback_proposal(history, p, parts, error)
         elif job.kind == "success":
-            self._gave_up.add((job.kind, job.key))
+            # An outage ends; an episode the VLM cannot judge three times is left to the operator.
+            key = (job.kind, job.key)
+            self._job_failures[key] = self._job_failures.get(key, 0) + 1
+            if self._job_failures[key] >= JOB_FAILURES_BEFORE_GIVING_UP:
+                self._gave_up.add(key)
         # a failed summary or candidate round is simply asked again on a later poll
 
     def _on_call(self, record: CallRecord) -> None:

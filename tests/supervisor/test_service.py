@@ -297,3 +297,17 @@ def test_loop_report_judges_a_candidate_with_fewer_rollouts(store: Any, embedder
         assert store.pending_intents("prompt_rollouts_done") == []
     finally:
         service.close()
+
+
+def test_late_proposal_is_dropped(store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    fake.set_script({"candidates": [{"delay_s": 0.5, "auto": True}]})
+    service = make_service(store, make_settings(fake.base_url, request_timeout_s=5.0), embedder)
+    try:
+        service.step()
+        store.set_task_state(TASK, stage="rl")  # e.g. the operator froze the pool meanwhile
+        drive(service, service.idle)
+        assert len(fake.requests_of("candidates")) == 1
+        assert [p.status for p in store.prompts(TASK)] == ["canonical"]
+    finally:
+        service.close()
