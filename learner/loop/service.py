@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
 
+    if settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
     loaded = checkpoints.latest()
