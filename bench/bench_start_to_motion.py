@@ -9,7 +9,11 @@ Reference, same run and same server: a client that already holds a chunk submits
 (RobotClient.submit_chunk) -> first row executed. It is the floor set by the server's control
 tick (rows start on the next 10 Hz tick); the ratio ours / reference is reported.
 
-    .venv/bin/python bench/bench_start_to_motion.py [--trials 12]
+    .venv/bin/python bench/bench_start_to_motion.py [--trials 12] [--loop-torch-threads 1]
+
+The loop runs with PDE_LOOP_TORCH_THREADS=1 by default: on a small CPU shared with the simulator's
+renderer, torch's OpenMP threads spin against other processes and the first chunk's inference
+then takes hundreds of milliseconds (pass 0 to measure torch's default).
 
 Times: "first motion" is the start of the robot server's first control tick that executes a row
 of the episode's first chunk (its tick log, time.monotonic(), one clock on this host). The first
@@ -125,6 +129,12 @@ def reference_direct_submit(endpoint: str, trials: int) -> list[tuple[float, int
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=12)
+    ap.add_argument(
+        "--loop-torch-threads",
+        type=int,
+        default=1,
+        help="PDE_LOOP_TORCH_THREADS for the loop (0: torch's default)",
+    )
     args = ap.parse_args()
     import torch
 
@@ -170,7 +180,9 @@ def main() -> int:
                         "--max-episodes",
                         str(args.trials),
                     ),
-                    env=env,
+                    env={**env, "PDE_LOOP_TORCH_THREADS": str(args.loop_torch_threads)}
+                    if args.loop_torch_threads
+                    else env,
                     stdout=(tmp / "loop.log").open("wb"),
                     stderr=subprocess.STDOUT,
                 )
@@ -265,6 +277,7 @@ def main() -> int:
             "database": "SQLite (WAL)",
             "loop_poll_period_s": 0.01,
             "cpus": os.cpu_count(),
+            "loop_torch_threads": args.loop_torch_threads or "torch default",
         },
     }
     write_result("start_to_motion", result, "python bench/bench_start_to_motion.py " + " ".join(sys.argv[1:]))

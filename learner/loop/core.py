@@ -236,11 +236,14 @@ class EpisodeLoop:
                 seed=seed,
             )
         except Exception as e:
+            self.store.discard_intents(intents.ABORT_EPISODE)
             self.store.abort_episode(
                 ep.id, f"robot or policy error during the episode: {type(e).__name__}: {e}"
             )
             self._robot_error(f"episode {ep.id} aborted: {e}", plan_fields)
             return self.store.episode(ep.id)
+        # An abort clicked as the episode ended must not stop the next one.
+        self.store.discard_intents(intents.ABORT_EPISODE)
         if abort_requested:
             self.store.abort_episode(ep.id, abort_requested[0])
             return self.store.episode(ep.id)

@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
 
+    if settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
     loaded = checkpoints.latest()
@@ -85,26 +89,13 @@ def main(argv: list[str] | None = None) -> int:
             f"pde loop: cannot reach the robot server at {settings.robot_cmd_endpoint}: {e}", file=sys.stderr
         )
         return 2
-    # The trainer gets its own copy, loaded again (a deepcopy trips over the prompt cache's lock).
+    # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
     trainer = Trainer(CheckpointStore.load(loaded.path).policy)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
         loaded.policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False)
     )
-
-    from learner.policies import policy_from_checkpoint_state
-
-    class _SnapshotByState:
-        """Weights for the actor through the checkpoint state, not copy.deepcopy."""
-
-        def update(self, batch: Any) -> dict[str, float]:
-            return trainer.update(batch)
-
-        def policy_snapshot(self) -> Any:
-            snap = policy_from_checkpoint_state(trainer.policy.checkpoint_state())
-            snap.eval()
-            return snap
 
     def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
         path = checkpoints.save(policy, version, metrics, trainer.state_dict())
@@ -126,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         client,
         actor,
         settings,
-        BackgroundTrainer(_SnapshotByState(), save),
+        BackgroundTrainer(trainer, save),
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
         warm_up=warm_up,

@@ -51,6 +51,9 @@ class LoopSettings(BaseSettings):
     """Pause after a robot error (e.g. e-stop latched) before trying again."""
     final_update_timeout_s: float = 600.0
     """On a clean stop, how long to wait for a running PPO update to finish and be saved."""
+    torch_threads: int | None = None
+    """CPU threads for torch in this process (None: torch's default). 1 keeps inference latency
+    steady on a small, busy CPU where OpenMP threads spin against other processes."""
     seed: int = 0
     """Seeds the prompt sampler and the per-episode scene seeds."""
 

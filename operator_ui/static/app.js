@@ -148,7 +148,8 @@ function plot(title, pts, yMin, yMax) {
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#ccd"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#ccd"/>
     <text x="2" y="${T + 8}">${(+hi).toFixed(2)}</text><text x="2" y="${H - B}">${(+lo).toFixed(2)}</text>
     <text x="${L}" y="${H - 4}">episode ${x0}</text><text x="${W - R - 60}" y="${H - 4}">${x1}</text>
-    <path d="${d}" fill="none" stroke="#2456d6" stroke-width="2"/></svg>`;
+    <path d="${d}" fill="none" stroke="#2456d6" stroke-width="2"/>
+    ${pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="#2456d6"/>`).join("") : ""}</svg>`;
 }
 
 // --- health ----------------------------------------------------------------------------------
