@@ -25,6 +25,7 @@ class ServerSpec:
     camera_fps: float = 30.0
     pacing: str = "realtime"
     rt_priority: int = 0
+    capture_threads: str = ""  # "" = the backend's default
 
 
 def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
@@ -47,6 +48,7 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
         image_height=spec.height,
         cameras=list(spec.cameras),
         rt_priority=spec.rt_priority,
+        capture_threads=spec.capture_threads,  # type: ignore[arg-type]
     )
     if spec.backend == "sim":
         from robot_server.backends import build_backend

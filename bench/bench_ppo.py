@@ -55,6 +55,50 @@ def time_update(policy, batch, variant, repeats):
     return float(np.median(times)), stats
 
 
+def measure_w0(checkpoint: Path, demo_dir: Path, max_obs: int) -> dict:
+    """Initial-ratio statistics of the real SFT policy on real demo observations: chains sampled
+    under each paraphrase p of the canonical prompt, evaluated under p and p_g (theta = theta_old)."""
+    from learner.checkpoints import CheckpointStore
+    from learner.paraphrases import PARAPHRASES
+    from pde_contract.episodes import read_episode
+
+    policy = CheckpointStore.load(checkpoint).policy
+    by_prompt: dict[str, list] = {}
+    for f in sorted(demo_dir.rglob("*.msgpack")):
+        ep = read_episode(f)
+        by_prompt.setdefault(ep.canonical_prompt, []).extend(c.observation for c in ep.chunks)
+    out: dict = {"checkpoint": str(checkpoint), "per_task": {}}
+    all_log_w = []
+    for canon, observations in by_prompt.items():
+        obs_list = observations[:: max(1, len(observations) // max_obs)][:max_obs]
+        obs = policy.preprocess(obs_list)
+        logs, kls = [], []
+        for para in PARAPHRASES[canon]:
+            s = policy.sample(obs, [para] * len(obs))
+            with torch.no_grad():
+                pair = policy.evaluate_pair(
+                    obs, [para] * len(obs), [canon] * len(obs), torch.from_numpy(s.chain)
+                )
+            logs.append((pair.canonical_log_prob - pair.rollout.log_prob).numpy())
+            kls.append(pair.prompt_kl.numpy())
+        d = np.concatenate(logs)  # log pi(a|o,p_g) - log pi(a|o,p)
+        all_log_w.append(0.5 * d)
+        out["per_task"][canon] = {
+            "n": int(d.size),
+            "log_ratio_canonical_over_rollout_mean": float(d.mean()),
+            "log_ratio_canonical_over_rollout_p05_p50_p95": [float(v) for v in np.percentile(d, [5, 50, 95])],
+            "mixed_w0_median": float(np.exp(np.median(0.5 * d))),
+            "mixed_w0_min_max": [float(np.exp(0.5 * d.min())), float(np.exp(0.5 * d.max()))],
+            "canonical_only_w0_max": float(np.exp(min(d.max(), 50))),
+            "prompt_kl_mean": float(np.concatenate(kls).mean()),
+        }
+    lw = np.concatenate(all_log_w)
+    out["mixed_frac_abs_log_w0_gt_log2"] = float((np.abs(lw) > np.log(2)).mean())
+    out["mixed_frac_abs_log_w0_gt_1"] = float((np.abs(lw) > 1.0).mean())
+    out["canonical_only_frac_abs_log_w0_gt_log2"] = float((np.abs(2 * lw) > np.log(2)).mean())
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=8)
@@ -62,6 +106,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--out", default="bench/results/ppo.json")
+    ap.add_argument("--w0-checkpoint", default="data/bench_learning/sft-flow/policy-000000.pt")
+    ap.add_argument("--w0-demos", default="data/bench_learning/demos64")
+    ap.add_argument("--w0-max-obs", type=int, default=64)
+    ap.add_argument("--skip-timing", action="store_true", help="only the w0 measurement")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -76,7 +124,14 @@ def main() -> int:
         "batch": {"episodes": args.episodes, "chunks_per_episode": args.chunks, "epochs": 4, "minibatch": 64},
         "heads": {},
     }
-    for head in ("flow", "gaussian"):
+    if Path(args.w0_checkpoint).is_file() and Path(args.w0_demos).is_dir():
+        results["w0_sft_policy"] = measure_w0(Path(args.w0_checkpoint), Path(args.w0_demos), args.w0_max_obs)
+        print("w0", json.dumps(results["w0_sft_policy"], indent=1), flush=True)
+    else:
+        print(
+            f"no SFT checkpoint at {args.w0_checkpoint}: run bench/bench_learning.py first for the w0 figures"
+        )
+    for head in () if args.skip_timing else ("flow", "gaussian"):
         torch.manual_seed(0)
         policy = SmallVLAPolicy(VLAConfig(head=head))
         n = args.episodes * args.chunks
@@ -101,6 +156,8 @@ def main() -> int:
             },
         }
         print(head, json.dumps(results["heads"][head], indent=1), flush=True)
+    if args.skip_timing and Path(args.out).is_file():  # keep the timing figures of an earlier run
+        results = {**json.loads(Path(args.out).read_text()), "w0_sft_policy": results.get("w0_sft_policy")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")

@@ -1,15 +1,22 @@
-"""The calibration target: a printed checkerboard, its detection and its pose.
+"""The calibration target: a printed checkerboard or ChArUco board, its detection and its pose.
 
 Board frame: origin at the first inner corner, x along a row of ``cols`` inner corners, y along a
 column of ``rows`` inner corners, z into the board. The square diagonal to the origin inside the
-board (between the first two rows and columns of inner corners) is black. Inner-corner counts must
-be one odd and one even (e.g. 9x6): the board then looks different turned by 180°, which lets the
-detector's order be fixed — a board that can be read both ways would flip the hand-eye result.
+board (between the first two rows and columns of inner corners) is black.
+
+- checkerboard: every corner must be in view. Inner-corner counts must be one odd and one even
+  (e.g. 9x6): the board then looks different turned by 180°, which lets the detector's order be
+  fixed — a board that can be read both ways would flip the hand-eye result.
+- ChArUco (``cv2.aruco``): a checkerboard with ArUco markers in its white squares (OpenCV's
+  ``CharucoBoard`` layout, the same squares as the checkerboard). Each corner is identified by
+  the markers around it, so a partial view counts: views that reach the image corners, where
+  distortion is strongest, become possible.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import cv2
 import msgspec
@@ -23,15 +30,24 @@ class BoardError(ValueError):
     """The board description is unusable; the message says how to fix it."""
 
 
+BoardKind = Literal["checkerboard", "charuco"]
+MIN_CHARUCO_CORNERS = 8  # fewer corners pin a view's pose down poorly
+
+
 class BoardSpec(msgspec.Struct, frozen=True, kw_only=True):
+    kind: BoardKind = "checkerboard"
     cols: int = 9  # inner corners along x
     rows: int = 6  # inner corners along y
     square_m: float = 0.025
+    marker_m: float = 0.0  # ChArUco marker side
+    dictionary: str = "DICT_5X5_100"  # ChArUco marker dictionary (a cv2.aruco name)
 
     def __post_init__(self) -> None:
         if self.cols < 3 or self.rows < 3:
             raise BoardError(f"board {self.cols}x{self.rows}: need at least 3x3 inner corners")
-        if (self.cols + self.rows) % 2 == 0:
+        if self.kind == "charuco":
+            self._check_charuco()
+        elif (self.cols + self.rows) % 2 == 0:
             raise BoardError(
                 f"board {self.cols}x{self.rows} inner corners looks the same turned by 180°, so its "
                 "orientation is ambiguous; use one odd and one even count (e.g. 9x6, 7x4)"
@@ -39,15 +55,68 @@ class BoardSpec(msgspec.Struct, frozen=True, kw_only=True):
         if not 0.001 <= self.square_m <= 1.0:
             raise BoardError(f"square size {self.square_m} m is implausible; give it in metres (0.025)")
 
+    def _check_charuco(self) -> None:
+        if not hasattr(cv2, "aruco"):
+            raise BoardError("this OpenCV build has no cv2.aruco; use a checkerboard")
+        if not 0.0 < self.marker_m < self.square_m:
+            raise BoardError(
+                f"ChArUco marker side {self.marker_m * 1000:.1f} mm must be positive and smaller than "
+                f"the square ({self.square_m * 1000:.1f} mm); typically 70-80% of it"
+            )
+        dictionary_id = getattr(cv2.aruco, self.dictionary, None)
+        if not self.dictionary.startswith("DICT_") or not isinstance(dictionary_id, int):
+            raise BoardError(f"unknown ArUco dictionary {self.dictionary!r}; e.g. DICT_5X5_100, DICT_4X4_50")
+        markers = ((self.cols + 1) * (self.rows + 1)) // 2
+        available = len(cv2.aruco.getPredefinedDictionary(dictionary_id).bytesList)
+        if markers > available:
+            raise BoardError(f"{self.dictionary} has {available} markers, the board needs {markers}")
+
     @classmethod
-    def parse(cls, text: str, square_mm: float) -> BoardSpec:
-        """``"9x6"`` (inner corners) and the printed square size in millimetres."""
+    def parse(
+        cls, text: str, square_mm: float, charuco: bool = False, marker_mm: float = 0.0, dictionary: str = ""
+    ) -> BoardSpec:
+        """``"9x6"`` (inner corners) and the printed square (and marker) size in millimetres."""
         try:
             cols_text, rows_text = text.lower().split("x")
             cols, rows = int(cols_text), int(rows_text)
         except ValueError as e:
             raise BoardError(f"board {text!r}: expected COLSxROWS inner corners, e.g. 9x6") from e
-        return cls(cols=cols, rows=rows, square_m=square_mm / 1000.0)
+        if not charuco:
+            return cls(cols=cols, rows=rows, square_m=square_mm / 1000.0)
+        return cls(
+            kind="charuco",
+            cols=cols,
+            rows=rows,
+            square_m=square_mm / 1000.0,
+            marker_m=(marker_mm or 0.75 * square_mm) / 1000.0,
+            dictionary=dictionary or "DICT_5X5_100",
+        )
+
+    def charuco_board(self) -> cv2.aruco.CharucoBoard:
+        dictionary = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, self.dictionary))
+        return cv2.aruco.CharucoBoard(
+            (self.cols + 1, self.rows + 1), self.square_m, self.marker_m, dictionary
+        )
+
+    def image(self, px_per_square: int, margin_px: int) -> np.ndarray:
+        """The board to print (grey uint8): squares ``-1..cols-1`` by ``-1..rows-1`` and a white
+        margin."""
+        size = (
+            (self.cols + 1) * px_per_square + 2 * margin_px,
+            (self.rows + 1) * px_per_square + 2 * margin_px,
+        )
+        if self.kind == "charuco":
+            return np.asarray(self.charuco_board().generateImage(size, marginSize=margin_px))
+        squares = (
+            np.indices((self.rows + 1, self.cols + 1)).sum(axis=0) % 2
+        )  # 0 (black) at the origin's diagonal
+        checker = np.kron(squares, np.ones((px_per_square, px_per_square))).astype(np.uint8) * 255
+        return np.pad(checker, margin_px, constant_values=255)
+
+    def describe(self) -> str:
+        if self.kind == "charuco":
+            return f"{self.cols}x{self.rows} ChArUco board ({self.dictionary})"
+        return f"{self.cols}x{self.rows} checkerboard"
 
     @property
     def pattern_size(self) -> tuple[int, int]:
@@ -67,11 +136,17 @@ class BoardSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, slots=True)
 class Detection:
-    """Inner corners of one view, ordered like ``BoardSpec.object_points``."""
+    """Inner corners of one view: all of them in ``BoardSpec.object_points`` order, or (ChArUco)
+    those whose indices are in ``ids``."""
 
     name: str  # image file name or sample id
     corners_px: np.ndarray  # [N, 2] float32
     image_size: tuple[int, int]  # (width, height)
+    ids: np.ndarray | None = None  # [N] int, None: every corner
+
+    def object_points(self, board: BoardSpec) -> np.ndarray:
+        points = board.object_points()
+        return points if self.ids is None else np.ascontiguousarray(points[self.ids])
 
 
 def to_gray(image: np.ndarray) -> np.ndarray:
@@ -82,8 +157,11 @@ def to_gray(image: np.ndarray) -> np.ndarray:
 
 def detect(image: np.ndarray, board: BoardSpec, name: str = "") -> Detection | None:
     """Find the board's inner corners with sub-pixel refinement; None when the whole board is not
-    visible (every corner is needed for a correspondence with the board frame)."""
+    visible (checkerboard: every corner is needed to know which is which; ChArUco: fewer than
+    ``MIN_CHARUCO_CORNERS`` found)."""
     gray = to_gray(image)
+    if board.kind == "charuco":
+        return _detect_charuco(gray, board, name)
     flags = cv2.CALIB_CB_ADAPTIVE_THRESH | cv2.CALIB_CB_NORMALIZE_IMAGE
     found, corners = cv2.findChessboardCorners(gray, board.pattern_size, flags=flags)
     if not found or corners is None or len(corners) != board.n_corners:
@@ -102,6 +180,26 @@ def detect(image: np.ndarray, board: BoardSpec, name: str = "") -> Detection | N
         corners = corners[::-1].copy()  # the detector started at the far corner: turn by 180°
     return Detection(
         name=name, corners_px=corners.astype(np.float32), image_size=(int(gray.shape[1]), int(gray.shape[0]))
+    )
+
+
+def _detect_charuco(gray: np.ndarray, board: BoardSpec, name: str) -> Detection | None:
+    detector = cv2.aruco.CharucoDetector(board.charuco_board())
+    corners, ids, _, _ = detector.detectBoard(gray)
+    if corners is None or ids is None or len(ids) < MIN_CHARUCO_CORNERS:
+        return None
+    ids_flat = ids.ravel()
+    if len(np.unique(ids_flat % board.cols)) < 2 or len(np.unique(ids_flat // board.cols)) < 2:
+        return None  # corners along one line: no pose from them
+    # detectBoard interpolates corners from the markers' homographies; refine them on the image.
+    criteria = (cv2.TERM_CRITERIA_EPS + cv2.TERM_CRITERIA_COUNT, 50, 1e-3)
+    corners = cv2.cornerSubPix(gray, corners.astype(np.float32), (5, 5), (-1, -1), criteria)
+    order = np.argsort(ids.ravel())
+    return Detection(
+        name=name,
+        corners_px=corners.reshape(-1, 2)[order].astype(np.float32),
+        image_size=(int(gray.shape[1]), int(gray.shape[0])),
+        ids=ids.ravel()[order].astype(np.int64),
     )
 
 
@@ -139,7 +237,7 @@ def board_pose(detection: Detection, board: BoardSpec, intrinsics: CameraIntrins
     """The board's pose in the camera frame: IPPE (made for planar targets) refined by
     Levenberg-Marquardt on the reprojection error."""
     k, dist = camera_matrix(intrinsics), distortion_vector(intrinsics)
-    object_points = board.object_points()
+    object_points = detection.object_points(board)
     ok, rvec, tvec = cv2.solvePnP(object_points, detection.corners_px, k, dist, flags=cv2.SOLVEPNP_IPPE)
     if not ok:
         raise BoardError(f"{detection.name}: solvePnP failed; is the board flat and fully visible?")

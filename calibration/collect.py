@@ -3,8 +3,9 @@
 Safe by default: the tool never moves the robot. The operator puts the arm in each pose (hand
 guiding in Desk, or any other client), lets it come to rest and presses Enter; the sample is kept
 only when two observations 0.3 s apart agree (robot at rest, so image and pose belong together).
-With ``--plan`` it instead drives a small built-in set of poses around home (≤ 6 cm, ≤ 20° away),
-in slow steps through the robot server's safety layer, asking before every move.
+With ``--plan`` it instead drives a small built-in set of poses around home (tilts up to 29°
+about a pivot ``--pivot-m`` below the TCP on the tool axis, so a board there stays in view), in
+slow steps through the robot server's safety layer, asking before every move.
 
 Everything is written to the output directory at once: one JPEG per camera per sample (the
 server's own bytes, not re-encoded) and ``samples.json`` (re-written atomically after every sample;
@@ -24,25 +25,27 @@ from calibration.board import BoardSpec, detect
 from calibration.handeye import pose_diversity
 from calibration.poses import make_transform, pose_from_position_quat, rotation_angle_deg, rotation_axis
 from calibration.results import SampleRecord, SampleSet, load_json, save_json
-from pde_contract.client import RobotClient, RobotServerError
+from pde_contract.client import RobotClient
 from pde_contract.messages import ActionChunk, ActionSpace, Observation
 
 SAMPLES_FILE = "samples.json"
 STILL_TRANSLATION_M = 0.0005
 STILL_ROTATION_DEG = 0.05
 STILL_JOINT_SPEED_RAD_S = 0.01
-# (translation m, rotation vector rad in the base frame) from home: tilts about every axis.
-PLAN: tuple[tuple[tuple[float, float, float], tuple[float, float, float]], ...] = (
-    ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)),
-    ((0.04, 0.0, 0.0), (0.0, 0.30, 0.0)),
-    ((-0.04, 0.0, 0.0), (0.0, -0.30, 0.0)),
-    ((0.0, 0.04, 0.0), (-0.30, 0.0, 0.0)),
-    ((0.0, -0.04, 0.0), (0.30, 0.0, 0.0)),
-    ((0.0, 0.0, 0.05), (0.0, 0.0, 0.35)),
-    ((0.03, 0.03, 0.02), (-0.2, 0.2, -0.2)),
-    ((-0.03, -0.03, 0.02), (0.2, -0.2, 0.2)),
-    ((0.03, -0.03, -0.02), (0.2, 0.2, 0.0)),
-    ((-0.03, 0.03, -0.02), (-0.2, -0.2, 0.0)),
+# Planned poses: rotation vectors (rad, base frame) applied to the home orientation, each about a
+# pivot on the tool axis below the TCP, so a board there stays in a wrist camera's view.
+PLAN_ROTVECS_RAD: tuple[tuple[float, float, float], ...] = (
+    (0.0, 0.0, 0.0),
+    (0.3, 0.0, 0.0),
+    (-0.3, 0.0, 0.0),
+    (0.0, 0.3, 0.0),
+    (0.0, -0.3, 0.0),
+    (0.0, 0.0, 0.5),
+    (0.0, 0.0, -0.5),
+    (0.2, 0.2, 0.3),
+    (-0.2, 0.2, -0.3),
+    (0.2, -0.2, -0.3),
+    (-0.2, -0.2, 0.3),
 )
 STEP_TRANSLATION_M = 0.005
 STEP_ROTATION_RAD = 0.03
@@ -154,10 +157,14 @@ def move_by(
     )
     client.submit_chunk(chunk)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        latest = client.latest_observation(1.0)
-        if latest.last_chunk_seq == seq and latest.steps_remaining == 0:
-            return
+    try:
+        while time.monotonic() < deadline:
+            latest = client.latest_observation(1.0)
+            if latest.last_chunk_seq == seq and latest.steps_remaining == 0:
+                return
+    except KeyboardInterrupt:
+        client.stop()  # Ctrl-C during a planned move halts the arm, not just this program
+        raise
     client.stop()
     raise CollectError(f"the move did not finish within {timeout_s:.0f} s; stopped the robot")
 
@@ -169,6 +176,7 @@ def collect(
     cameras: Sequence[str] | None = None,
     plan: bool = False,
     reset_first: bool = False,
+    pivot_m: float = 0.3,
     ask: Callable[[str], str] = input,
     say: Callable[[str], None] = print,
     max_samples: int = 100,
@@ -187,20 +195,13 @@ def collect(
     client.start_heartbeat()
     try:
         if reset_first or plan:
-            if (
-                ask(
-                    "Enter: move the robot home (reset) — make sure the workspace is clear; q: quit > "
-                ).strip()
-                == "q"
-            ):
+            prompt = "Enter: move the robot home (reset) — make sure the workspace is clear; q: quit > "
+            if ask(prompt).strip() == "q":
                 return sample_set
             client.reset()
         home = _tcp(client.latest_observation(2.0))
         current = home
-        targets = [
-            make_transform(np.asarray(_rotvec_matrix(rv)) @ home[:3, :3], home[:3, 3] + np.asarray(dp))
-            for dp, rv in PLAN
-        ]
+        targets = plan_targets(home, pivot_m)
         k = 0
         seq = int(time.time() * 1000)  # strictly above any chunk this client sent before
         while len(sample_set.samples) < max_samples:
@@ -226,7 +227,12 @@ def collect(
                 ).strip()
                 if answer == "q":
                     break
-            obs = wait_at_rest(client)
+            # A planned move ends at rest within a few seconds; a hand-guided one is confirmed again.
+            obs = None
+            for _ in range(10 if plan else 1):
+                obs = wait_at_rest(client)
+                if obs is not None:
+                    break
             if obs is None:
                 say(
                     "the robot is still moving (or the pictures are older than the pose); not saved — "
@@ -243,9 +249,12 @@ def collect(
     return sample_set
 
 
-def _rotvec_matrix(rotvec: Sequence[float]) -> np.ndarray:
-    matrix, _ = cv2.Rodrigues(np.asarray(rotvec, dtype=np.float64).reshape(3, 1))
-    return np.asarray(matrix)
-
-
-__all__ = ["CollectError", "RobotServerError", "collect"]
+def plan_targets(home: np.ndarray, pivot_m: float) -> list[np.ndarray]:
+    """T_base_tcp of the planned poses: the point ``pivot_m`` along the home tool axis stays put."""
+    pivot = home[:3, 3] + pivot_m * home[:3, 2]
+    targets = []
+    for rotvec in PLAN_ROTVECS_RAD:
+        rotation, _ = cv2.Rodrigues(np.asarray(rotvec, dtype=np.float64).reshape(3, 1))
+        orientation = rotation @ home[:3, :3]
+        targets.append(make_transform(orientation, pivot - pivot_m * orientation[:, 2]))
+    return targets

@@ -171,7 +171,7 @@ def residuals(
     mean = mean_transform(still)
     rotation_deg = np.array([rotation_angle_deg(mean[:3, :3].T @ s[:3, :3]) for s in still])
     translation_mm = np.array([1000.0 * np.linalg.norm(s[:3, 3] - mean[:3, 3]) for s in still])
-    reprojection = float("nan")
+    reprojection = None
     if board is not None and intrinsics is not None and detections is not None:
         k, dist = camera_matrix(intrinsics), distortion_vector(intrinsics)
         squared: list[np.ndarray] = []
@@ -179,7 +179,7 @@ def residuals(
             camera_pose = a @ X if mount == "hand" else invert(a) @ X  # in the board's still frame
             predicted = invert(camera_pose) @ mean
             rvec, _ = cv2.Rodrigues(np.ascontiguousarray(predicted[:3, :3]))
-            projected, _ = cv2.projectPoints(board.object_points(), rvec, predicted[:3, 3], k, dist)
+            projected, _ = cv2.projectPoints(detection.object_points(board), rvec, predicted[:3, 3], k, dist)
             squared.append(np.sum((projected.reshape(-1, 2) - detection.corners_px) ** 2, axis=1))
         reprojection = float(np.sqrt(np.mean(np.concatenate(squared))))
     result = MethodResult(
@@ -226,11 +226,10 @@ def calibrate(
                 method, mount, X, T_base_tcp, T_cam_board, board, intrinsics, detections
             )
         except (cv2.error, HandEyeError, np.linalg.LinAlgError) as e:
-            nan = float("nan")
             result = MethodResult(
-                method=method, transform=np.full((4, 4), nan).tolist(), rotation_rms_deg=nan,
-                rotation_max_deg=nan, translation_rms_mm=nan, translation_max_mm=nan,
-                reprojection_rms_px=nan, error=str(e).strip().splitlines()[-1][:300],
+                method=method, transform=[], rotation_rms_deg=None, rotation_max_deg=None,
+                translation_rms_mm=None, translation_max_mm=None, reprojection_rms_px=None,
+                error=str(e).strip().splitlines()[-1][:300],
             )  # fmt: skip
         results.append(result)
     ok = [r for r in results if not r.error]
@@ -241,9 +240,10 @@ def calibrate(
     warnings = []
     if len(T_base_tcp) < 10:
         warnings.append(f"only {len(T_base_tcp)} samples; 10-20 well spread poses give a steadier result")
-    if best.translation_rms_mm > 5.0 or best.rotation_rms_deg > 0.5:
+    translation_rms_mm, rotation_rms_deg = best.translation_rms_mm or 0.0, best.rotation_rms_deg or 0.0
+    if translation_rms_mm > 5.0 or rotation_rms_deg > 0.5:
         warnings.append(
-            f"large residuals ({best.translation_rms_mm:.1f} mm, {best.rotation_rms_deg:.2f}° rms): "
+            f"large residuals ({translation_rms_mm:.1f} mm, {rotation_rms_deg:.2f}° rms): "
             "check the intrinsics, the board's square size, that the board did not move, and that "
             "each image was taken with the robot at rest"
         )
@@ -269,9 +269,9 @@ def calibrate(
 
 
 def _score(result: MethodResult) -> float:
-    if np.isfinite(result.reprojection_rms_px):
+    if result.reprojection_rms_px is not None:
         return result.reprojection_rms_px
-    return result.translation_rms_mm + 10.0 * result.rotation_rms_deg
+    return (result.translation_rms_mm or 0.0) + 10.0 * (result.rotation_rms_deg or 0.0)
 
 
 def calibrate_samples(
@@ -283,7 +283,8 @@ def calibrate_samples(
     intrinsics: CameraIntrinsics,
     intrinsics_source: str,
     max_pnp_rms_px: float = 2.0,
-    **kwargs: object,
+    min_samples: int = 5,
+    min_rotation_span_deg: float = 15.0,
 ) -> HandEyeCalibration:
     """Detect the board in each sample's image of ``camera``, find its pose, and calibrate."""
     T_base_tcp: list[np.ndarray] = []
@@ -308,7 +309,7 @@ def calibrate_samples(
             )
         detection = detect(image, board, name=name)
         if detection is None:
-            rejected[name] = f"no {board.cols}x{board.rows} board found in {image_path.name}"
+            rejected[name] = f"no {board.describe()} found in {image_path.name}"
             continue
         pose = board_pose(detection, board, intrinsics)
         if pose.reprojection_rms_px > max_pnp_rms_px:
@@ -326,7 +327,7 @@ def calibrate_samples(
     try:
         return calibrate(
             camera, mount, T_base_tcp, T_cam_board, board, intrinsics, detections, names, rejected,
-            intrinsics_source, **kwargs,  # type: ignore[arg-type]
+            intrinsics_source, min_samples=min_samples, min_rotation_span_deg=min_rotation_span_deg,
         )  # fmt: skip
     except HandEyeError as e:
         if rejected:

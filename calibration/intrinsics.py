@@ -14,7 +14,14 @@ import cv2
 import msgspec
 import numpy as np
 
-from calibration.board import BoardSpec, Detection, camera_matrix, detect, distortion_vector
+from calibration.board import (
+    MIN_CHARUCO_CORNERS,
+    BoardSpec,
+    Detection,
+    camera_matrix,
+    detect,
+    distortion_vector,
+)
 from calibration.results import IntrinsicsCalibration, ViewError
 from pde_contract.messages import CameraIntrinsics
 
@@ -45,9 +52,8 @@ def detect_in_files(paths: Iterable[Path], board: BoardSpec) -> tuple[list[Detec
         sizes.add((image.shape[1], image.shape[0]))
         detection = detect(image, board, name=path.name)
         if detection is None:
-            missed[path.name] = (
-                f"no {board.cols}x{board.rows} board found (all of it must be in view, sharp and not glared)"
-            )
+            whole = "all of it" if board.kind == "checkerboard" else f"≥ {MIN_CHARUCO_CORNERS} corners"
+            missed[path.name] = f"no {board.describe()} found ({whole} must be in view, sharp, not glared)"
         else:
             detections.append(detection)
     if len(sizes) > 1:
@@ -90,12 +96,11 @@ def calibrate(
             "tilted ±30° left/right and up/down, near and far, and near each image corner."
         )
     width, height = detections[0].image_size
-    object_points = board.object_points()
     flags = 0 if fit_k3 else cv2.CALIB_FIX_K3
     used = list(range(len(detections)))
     rejected: dict[int, tuple[float, str]] = {}
     while True:
-        fit = _fit([detections[i] for i in used], object_points, (width, height), flags)
+        fit = _fit([detections[i] for i in used], board, (width, height), flags)
         rms, k, dist, std, view_errors = fit
         median = float(np.median(view_errors))
         threshold = max(max_view_rms_px, outlier_factor * median)
@@ -155,11 +160,11 @@ def calibrate(
 
 
 def _fit(
-    detections: Sequence[Detection], object_points: np.ndarray, image_size: tuple[int, int], flags: int
+    detections: Sequence[Detection], board: BoardSpec, image_size: tuple[int, int], flags: int
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     criteria = (cv2.TERM_CRITERIA_COUNT + cv2.TERM_CRITERIA_EPS, 100, 1e-10)
     rms, k, dist, _, _, std_intrinsics, _, per_view = cv2.calibrateCameraExtended(
-        [object_points] * len(detections),
+        [d.object_points(board) for d in detections],
         [d.corners_px.reshape(-1, 1, 2) for d in detections],
         image_size,
         np.zeros((3, 3)),  # no initial guess: OpenCV starts from the homographies

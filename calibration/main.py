@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from calibration import handeye, intrinsics
@@ -33,8 +34,19 @@ from calibration.results import (
 
 
 def _add_board_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--board", default="9x6", help="inner corners COLSxROWS, one odd one even (default 9x6)")
+    p.add_argument(
+        "--board",
+        default="9x6",
+        help="inner corners COLSxROWS; a checkerboard needs one odd, one even (default 9x6)",
+    )
     p.add_argument("--square-mm", type=float, default=25.0, help="printed square size, measured (default 25)")
+    p.add_argument("--charuco", action="store_true", help="a ChArUco board (partial views count)")
+    p.add_argument(
+        "--marker-mm", type=float, default=0.0, help="ChArUco marker side (default 75%% of the square)"
+    )
+    p.add_argument(
+        "--dictionary", default="DICT_5X5_100", help="ChArUco ArUco dictionary (default DICT_5X5_100)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,6 +83,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-rotation-span-deg", type=float, default=15.0)
     _add_board_args(p)
 
+    p = sub.add_parser("board", help="write the board as an image to print at a given resolution")
+    p.add_argument("--out", type=Path, required=True, help="PNG file")
+    p.add_argument("--dpi", type=int, default=300, help="printer resolution (print at 100%%, no scaling)")
+    _add_board_args(p)
+
+    p = sub.add_parser("selfcheck", help="run the whole tool on simulated sessions with a known answer")
+    p.add_argument("--views", type=int, default=12, help="views per session (default 12)")
+    p.add_argument("--image-noise", type=float, default=0.0, help="Gaussian image noise, grey levels")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="keep the sessions here (default: a temporary directory)")
+    _add_board_args(p)
+
     p = sub.add_parser("collect", help="save images and TCP poses at operator-confirmed poses")
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5556", help="robot server command endpoint")
     p.add_argument("--out", type=Path, required=True, help="session directory (extended if it exists)")
@@ -78,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plan", action="store_true", help="drive a built-in set of poses around home, asking first"
     )
+    p.add_argument("--pivot-m", type=float, default=0.3, help="--plan tilts about this point below the TCP")
     p.add_argument("--reset", action="store_true", help="move home first")
     p.add_argument("--timeout-s", type=float, default=2.0, help="robot server reply timeout")
     _add_board_args(p)
@@ -92,7 +117,11 @@ def _fail(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        board = BoardSpec.parse(args.board, args.square_mm)
+        board = BoardSpec.parse(args.board, args.square_mm, args.charuco, args.marker_mm, args.dictionary)
+        if args.command == "board":
+            return _board(args, board)
+        if args.command == "selfcheck":
+            return _selfcheck(args, board)
         if args.command == "intrinsics":
             return _intrinsics(args, board)
         if args.command == "handeye":
@@ -102,13 +131,65 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(e))
 
 
+def _board(args: argparse.Namespace, board: BoardSpec) -> int:
+    px_per_square = round(board.square_m / 0.0254 * args.dpi)
+    if px_per_square < 20:
+        return _fail(f"{args.dpi} dpi gives {px_per_square} px per square; use a higher --dpi")
+    image = board.image(px_per_square, margin_px=px_per_square)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(args.out), image):
+        return _fail(f"cannot write {args.out}")
+    width_mm = image.shape[1] / args.dpi * 25.4
+    height_mm = image.shape[0] / args.dpi * 25.4
+    print(
+        f"wrote {args.out}: {board.describe()}, {image.shape[1]}x{image.shape[0]} px = "
+        f"{width_mm:.0f}x{height_mm:.0f} mm at {args.dpi} dpi. Print at 100% (no fit-to-page), glue it "
+        "flat and measure a square: pass that as --square-mm."
+    )
+    return 0
+
+
+def _selfcheck(args: argparse.Namespace, board: BoardSpec) -> int:
+    import tempfile
+
+    from calibration import selfcheck
+
+    with tempfile.TemporaryDirectory(prefix="pde-calibrate-") as tmp:
+        directory: Path = args.out or Path(tmp)
+        report = selfcheck.run(directory, board, args.views, args.image_noise, args.seed)
+    print(
+        f"{board.describe()}, {report.views} views per session, image noise {report.image_noise} "
+        "grey levels\n"
+        f"intrinsics: fx {report.fx_error_percent:+.3f}%, fy {report.fy_error_percent:+.3f}%, "
+        f"cx {report.cx_error_px:+.2f} px, cy {report.cy_error_px:+.2f} px, rays within "
+        f"{report.max_ray_displacement_px:.2f} px of the truth; fit RMS {report.intrinsics_rms_px:.3f} px"
+    )
+    for check in report.handeye:
+        print(
+            f"hand-eye ({check.mount}): {check.error_mm:.3f} mm, {check.error_deg:.4f}° from the truth "
+            f"by {check.method}; reprojection {check.reprojection_rms_px or float('nan'):.3f} px"
+        )
+    limits = (
+        f"fx/fy ≤ {selfcheck.MAX_FOCAL_ERROR_PERCENT}%, rays ≤ {selfcheck.MAX_RAY_DISPLACEMENT_PX} px, "
+        f"hand-eye ≤ {selfcheck.MAX_HANDEYE_ERROR_MM} mm / {selfcheck.MAX_HANDEYE_ERROR_DEG}°"
+    )
+    print(("PASSED" if report.passed else "FAILED") + f" ({limits})")
+    return 0 if report.passed else 1
+
+
 def _intrinsics(args: argparse.Namespace, board: BoardSpec) -> int:
     directory: Path = args.images
     samples_path = directory / "samples.json"
     pattern = args.glob or (f"{args.camera}_*" if samples_path.is_file() else "*")
     paths = [p for p in intrinsics.list_images(directory) if p.match(pattern)]
     if not paths:
-        return _fail(f"no images matching {pattern!r} in {directory}")
+        hint = ""
+        if samples_path.is_file():
+            cameras = sorted(
+                {c for sample in load_json(samples_path, SampleSet).samples for c in sample.images}
+            )
+            hint = f"; this session has cameras {cameras}: pass one with --camera"
+        return _fail(f"no images matching {pattern!r} in {directory}{hint}")
     detections, missed = intrinsics.detect_in_files(paths, board)
     result = intrinsics.calibrate(
         detections,
@@ -218,7 +299,15 @@ def _collect(args: argparse.Namespace, board: BoardSpec) -> int:
     cameras = [c.strip() for c in args.cameras.split(",")] if args.cameras else None
     try:
         with RobotClient(cmd_endpoint=args.endpoint, name="calibrate", timeout_s=args.timeout_s) as client:
-            collect(client, args.out, board, cameras=cameras, plan=args.plan, reset_first=args.reset)
+            collect(
+                client,
+                args.out,
+                board,
+                cameras=cameras,
+                plan=args.plan,
+                reset_first=args.reset,
+                pivot_m=args.pivot_m,
+            )
     except (RobotServerError, CollectError) as e:
         print(f"pde calibrate collect: {e}", file=sys.stderr)
         return 1

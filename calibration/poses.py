@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+from numpy.typing import ArrayLike
 
 
-def make_transform(rotation: np.ndarray, translation_m: np.ndarray) -> np.ndarray:
+def make_transform(rotation: ArrayLike, translation_m: ArrayLike) -> np.ndarray:
     transform = np.eye(4)
     transform[:3, :3] = np.asarray(rotation, dtype=np.float64).reshape(3, 3)
     transform[:3, 3] = np.asarray(translation_m, dtype=np.float64).reshape(3)

@@ -74,13 +74,14 @@ class IntrinsicsCalibration(msgspec.Struct, kw_only=True):
 
 class MethodResult(msgspec.Struct, kw_only=True):
     method: str  # "tsai", "park", "horaud", "andreff", "daniilidis", "shah", "li"
+    # Empty and None when the method failed (``error`` says why).
     transform: list[list[float]]  # the camera pose (see HandEyeCalibration.frame)
-    rotation_rms_deg: float
-    rotation_max_deg: float
-    translation_rms_mm: float
-    translation_max_mm: float
-    reprojection_rms_px: float
-    error: str = ""  # set when the method failed; the figures are then NaN
+    rotation_rms_deg: float | None
+    rotation_max_deg: float | None
+    translation_rms_mm: float | None
+    translation_max_mm: float | None
+    reprojection_rms_px: float | None  # None too when no images were given
+    error: str = ""
 
 
 class HandEyeCalibration(msgspec.Struct, kw_only=True):
@@ -124,7 +125,6 @@ class SampleSet(msgspec.Struct, kw_only=True):
     kind: Literal["samples"] = "samples"
     format_version: int = FORMAT_VERSION
     factory_intrinsics: dict[str, CameraIntrinsics] = {}  # what each camera reported
-    serials: dict[str, str] = {}
     samples: list[SampleRecord] = []
     created_utc: str = msgspec.field(default_factory=utc_now_iso)
 

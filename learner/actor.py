@@ -83,11 +83,15 @@ class Actor:
         with self._lock:
             return self._policy
 
-    def _fresh_observation(self, newer_than_seq: int) -> Observation:
+    def _fresh_observation(self, newer_than_seq: int, after_chunk_seq: int | None = None) -> Observation:
+        """The newest observation published after ``newer_than_seq`` and, when given, after chunk
+        ``after_chunk_seq`` stopped executing (so the next chunk sees where the last one ended)."""
         deadline = time.monotonic() + self.settings.obs_timeout_s
         while True:
             obs = self.client.latest_observation(timeout_s=self.settings.obs_timeout_s)
-            if obs.seq > newer_than_seq:
+            if obs.seq > newer_than_seq and (
+                after_chunk_seq is None or obs.executing_chunk_seq != after_chunk_seq
+            ):
                 return obs
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -163,7 +167,7 @@ class Actor:
                 )
                 self._wait_chunk_done(chunk.seq)
                 last_seq = obs.seq
-                obs = self._fresh_observation(last_seq)
+                obs = self._fresh_observation(last_seq, after_chunk_seq=chunk.seq)
                 success = obs.task_success
                 if success and cfg.stop_on_success:
                     break

@@ -267,6 +267,45 @@ def check_gripper_width(width_m: float, limits: SafetyLimits) -> float:
     return float(width_m)
 
 
+def _plan_ee_unclipped(
+    actions: np.ndarray, start: PlanStart, limits: SafetyLimits
+) -> list[RobotTarget] | None:
+    """The common case, vectorised: the targets when no row needs clipping, else None (then the
+    row-by-row path below clips and explains)."""
+    d, r, width = actions[:, :3], actions[:, 3:6], actions[:, 6]
+    if (
+        np.any(np.linalg.norm(d, axis=1) > limits.max_step_translation_m)
+        or np.any(np.linalg.norm(r, axis=1) > limits.max_step_rotation_rad)
+        or np.any(width < limits.gripper_min_m)
+        or np.any(width > limits.gripper_max_m)
+    ):
+        return None
+    pos = np.asarray(start.ee_position_m, dtype=np.float64) + np.cumsum(d, axis=0)
+    if np.any(pos < np.asarray(limits.workspace_min_m)) or np.any(pos > np.asarray(limits.workspace_max_m)):
+        return None
+    quats = []
+    quat: Vec = tuple(float(x) for x in start.ee_quat_xyzw)
+    for rx, ry, rz in r.tolist():
+        quat = _qmul(_rotvec_quat(rx, ry, rz), quat)
+        norm = math.sqrt(sum(x * x for x in quat))
+        quat = tuple(x / norm for x in quat)
+        quats.append(quat)
+    q = np.array(quats)
+    x, y, z, w = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+    axes = np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=1)
+    previous = np.vstack([np.asarray(start.ee_position_m, dtype=np.float64)[None], pos[:-1]])
+    shoulder = np.asarray(limits.shoulder_m)
+    for tcp in (pos, previous):  # the new pose, and the rotation applied at the previous position
+        if np.any(
+            np.linalg.norm(tcp - axes * _FR3_FLANGE_TO_TCP_M - shoulder, axis=1) > limits.max_flange_reach_m
+        ):
+            return None
+    return [
+        RobotTarget(gripper_width_m=float(width[i]), ee_position_m=pos[i], ee_quat_xyzw=q[i])
+        for i in range(len(actions))
+    ]
+
+
 def plan_chunk(
     actions: np.ndarray,
     action_space: ActionSpace,
@@ -275,6 +314,21 @@ def plan_chunk(
     period_s: float,
 ) -> SafePlan:
     """Absolute per-tick targets for checked ``actions`` that respect every limit."""
+    if action_space is ActionSpace.EE_DELTA:
+        fast = _plan_ee_unclipped(actions, start, limits)
+        if fast is not None:
+            return SafePlan(targets=fast)
+    return _plan_rows(actions, action_space, start, limits, period_s)
+
+
+def _plan_rows(
+    actions: np.ndarray,
+    action_space: ActionSpace,
+    start: PlanStart,
+    limits: SafetyLimits,
+    period_s: float,
+) -> SafePlan:
+    """Row by row: clip each row against the limits, in order, and say why."""
     plan = SafePlan(targets=[])
     lo_ws, hi_ws = limits.workspace_min_m, limits.workspace_max_m
     max_tr, max_rot = limits.max_step_translation_m, limits.max_step_rotation_rad

@@ -27,6 +27,10 @@ class RobotServerSettings(BaseSettings):
     # back and observations are published once per tick (tests, benchmarks, sim only); an idle
     # arm still ticks at the control rate so the stream never stops.
     pacing: Literal["realtime", "fast"] = "realtime"
+    # "per_camera": one capture thread per camera (hardware: each read blocks on its own device);
+    # "shared": one thread reads every camera in turn (sim cameras share one renderer). Empty: by
+    # backend (sim: shared, franka: per_camera).
+    capture_threads: Literal["", "per_camera", "shared"] = ""
     camera_fps: float = Field(default=30.0, gt=0, le=120)
     # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing only.
     rt_priority: int = Field(default=0, ge=0, le=99)
@@ -62,6 +66,8 @@ class RobotServerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _ports_differ(self) -> RobotServerSettings:
+        if not self.capture_threads:
+            self.capture_threads = "shared" if self.backend == "sim" else "per_camera"
         if self.cmd_port == self.obs_port:
             raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")
         self.safety_limits()  # validates the box and ranges, naming the bad value

@@ -189,6 +189,10 @@ class SupervisorService:
                 log.exception("supervisor poll failed; trying again next poll")
             stop.wait(self.settings.poll_interval_s)
         self.close()
+        try:
+            self.publish(force=True, phase="stopped")  # `pde health supervisor` then says so
+        except Exception:
+            log.exception("could not record the supervisor's stop")
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -200,14 +204,20 @@ class SupervisorService:
 
     def step(self) -> None:
         self.counters["polls"] += 1
-        self._collect()
-        self._flush_calls()
-        self._take_loop_reports()
-        for task, canonical in self._tasks():
-            self._step_task(task, canonical)
-        if self.settings.score_episodes and self.vlm is not None:
-            self._submit_success_proposals()
-        self.publish()
+        try:
+            self._collect()
+            self._flush_calls()
+            self._take_loop_reports()
+            for task, canonical in self._tasks():
+                try:
+                    self._step_task(task, canonical)
+                except Exception:  # one task's bad row must not stall the others
+                    self.counters["errors"] += 1
+                    log.exception("task %s: poll failed; trying again next poll", task)
+            if self.settings.score_episodes and self.vlm is not None:
+                self._submit_success_proposals()
+        finally:
+            self.publish()  # the heartbeat, also after a failed poll
 
     def _tasks(self) -> list[tuple[str, str]]:
         rows = [(t.name, t.canonical_prompt) for t in self.store.tasks()]
@@ -309,6 +319,8 @@ class SupervisorService:
             if rec is not None and not rec.summary:
                 self.store.set_prompt_summary(rec.id, line)
         self.last_analysis[history.task] = result.analysis
+        if result.analysis:
+            log.info("task %s: supervisor analysis: %s", history.task, result.analysis)
         # A round that produced only duplicates still spends one iteration: the budget stays finite.
         self.store.set_task_state(history.task, iteration=p.next_iteration)
         log.info(
@@ -444,7 +456,7 @@ class SupervisorService:
                 c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.latency_s, c.ok, error
             )
 
-    def publish(self, force: bool = False) -> None:
+    def publish(self, force: bool = False, phase: str = "running") -> None:
         """Service state for the page and health checks; the confusion matrix every PUBLISH_S."""
         now = time.monotonic()
         if force or now >= self._next_publish:
@@ -457,6 +469,7 @@ class SupervisorService:
         self.store.set_service_state(
             SERVICE_NAME,
             {
+                "phase": phase,
                 "proposer": self.proposer.source,
                 "vlm_available": self.health.available,
                 "last_vlm_error": self.health.last_error,

@@ -83,13 +83,13 @@ class EpisodeLoop:
         self.stop_event = threading.Event()
         self.episodes_run = 0
         self._state: dict[str, Any] = {}
-        self._last_beat = 0.0
+        self._state_lock = threading.Lock()
         self.last_error = ""
 
     # --- state for the page -------------------------------------------------------------------
 
     def _publish(self, phase: str, **fields: Any) -> None:
-        self._state = {
+        state = {
             "phase": phase,
             "pid": os.getpid(),
             "policy_version": self.policy_version,
@@ -99,15 +99,20 @@ class EpisodeLoop:
             "last_error": self.last_error,
             **fields,
         }
-        self.store.set_service_state(SERVICE_NAME, self._state)
-        self._last_beat = time.monotonic()
+        with self._state_lock:  # never let a heartbeat write an older phase after this one
+            self._state = state
+            self.store.set_service_state(SERVICE_NAME, state)
 
-    def _beat(self) -> None:
-        if time.monotonic() - self._last_beat >= self.settings.heartbeat_period_s:
-            self.store.set_service_state(
-                SERVICE_NAME, {**self._state, "training": bool(self.trainer and self.trainer.busy)}
-            )
-            self._last_beat = time.monotonic()
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Keeps the state row fresh while an episode, a reset or a video encode takes long (the
+        page and `pde health learner` call a silent loop dead)."""
+        while not stop.wait(self.settings.heartbeat_period_s):
+            try:
+                with self._state_lock:
+                    training = bool(self.trainer and self.trainer.busy)
+                    self.store.set_service_state(SERVICE_NAME, {**self._state, "training": training})
+            except Exception as e:  # a busy database: the next beat will do
+                log.warning("loop heartbeat not written: %s", e)
 
     def _wait(self, what: Callable[[], Any]) -> Any:
         """Poll ``what`` until it returns something truthy; raises LoopStopped on stop()."""
@@ -117,7 +122,6 @@ class EpisodeLoop:
                 return got
             if self.stop_event.is_set():
                 raise LoopStopped()
-            self._beat()
             self._swap_weights()
             time.sleep(self.settings.poll_period_s)
 
@@ -139,6 +143,10 @@ class EpisodeLoop:
     def run(self) -> int:
         """Episodes until stop() or settings.max_episodes; returns how many ran."""
         self.recover()
+        self._publish("starting")
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), name="loop-heartbeat", daemon=True)
+        beat.start()
         try:
             self._finish_pending_labels()
             while not self.stop_event.is_set():
@@ -148,6 +156,8 @@ class EpisodeLoop:
         except LoopStopped:
             pass
         finally:
+            beat_stop.set()
+            beat.join(5)
             self._publish("stopped")
         return self.episodes_run
 
@@ -162,6 +172,7 @@ class EpisodeLoop:
 
     def step(self) -> EpisodeRow | None:
         self._swap_weights()
+        self._init_rl_alpha()
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
         if plan is None:
             self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
@@ -174,6 +185,7 @@ class EpisodeLoop:
             return None
         seed = self.rng.randrange(2**31)
         plan_fields = {
+            "canonical_prompt": plan.canonical_prompt,
             "task": plan.task,
             "prompt": plan.prompt,
             "prompt_id": plan.prompt_id,
@@ -328,6 +340,31 @@ class EpisodeLoop:
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
+
+    def _init_rl_alpha(self) -> None:
+        """When a task has just entered RL (the supervisor sets the stage), start the EMA at the
+        canonical prompt's success over its labelled rollouts so far, so the first batch already
+        mixes in pool prompts when the canonical prompt rarely succeeds."""
+        from learner.mixture import AlphaSchedule
+
+        for task in self.settings.tasks:
+            state = self.store.task_state(task)
+            if state.stage != "rl" or state.ema_success is not None:
+                continue
+            canon = self.store.prompts(task, "canonical")[0]
+            schedule = AlphaSchedule(
+                beta=self.settings.beta,
+                consolidation_target=self.settings.consolidation_target,
+                alpha_min=self.settings.alpha_min,
+                ema_success=canon.success_rate or 0.0,
+            )
+            self.store.set_task_state(task, ema_success=schedule.ema_success, alpha=schedule.alpha)
+            log.info(
+                "task %s enters RL: canonical success %.2f -> alpha %.2f",
+                task,
+                schedule.ema_success,
+                schedule.alpha,
+            )
 
     def _update_alpha(self, batch: list[EpisodeRow]) -> None:
         """Adaptive alpha per task, once per PPO iteration, from s_t(p_g) in this batch."""

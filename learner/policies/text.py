@@ -95,6 +95,13 @@ class PromptEmbeddingCache:
         self._entries: dict[str, np.ndarray] = dict(entries or {})
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> PromptEmbeddingCache:
+        """Copies (the trainer's policy copy, snapshots for the actor) share the frozen encoder and
+        get their own entries and lock."""
+        other = PromptEmbeddingCache(self.encoder_name, self.state())
+        other._encoder = self._encoder
+        return other
+
     def set_encoder(self, encoder: TextEncoder) -> None:
         if encoder.name != self.encoder_name:
             raise ValueError(f"cache holds {self.encoder_name} embeddings, got encoder {encoder.name}")

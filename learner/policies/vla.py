@@ -34,7 +34,7 @@ class VLAConfig:
     """Camera frames are downscaled to a square of this many pixels."""
     cameras: tuple[str, ...] = ("external", "wrist")
     """Camera names, in the order the encoder sees them."""
-    chunk_len: int = 8
+    chunk_len: int = 10
     """Rows T per action chunk (at the server's control rate)."""
     action_space: str = ActionSpace.EE_DELTA.value
     """Action space of the chunk rows (pde_contract.messages.ActionSpace)."""

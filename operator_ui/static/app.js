@@ -52,7 +52,7 @@ async function refreshState() {
   $("#why").textContent = loop.why || loop.detail || "";
   $("#task").textContent = loop.task || "—";
   $("#prompt").textContent = loop.prompt || "—";
-  $("#canonical").textContent = ep ? ep.canonical_prompt : "—";
+  $("#canonical").textContent = loop.canonical_prompt || (ep ? ep.canonical_prompt : "—");
   $("#episode-id").textContent = ep ? "#" + ep.id : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
   $("#last-error").textContent = loop.last_error || "";

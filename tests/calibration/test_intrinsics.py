@@ -23,14 +23,14 @@ from tests.helpers import pde_command, subprocess_env
 
 @pytest.fixture(scope="module")
 def images() -> list[np.ndarray]:
-    return [render_board(CAMERA, BOARD, view) for view in board_views(16, seed=7)]
+    return [render_board(CAMERA, BOARD, view) for view in board_views(12, seed=7)]
 
 
 @pytest.fixture(scope="module")
 def detections(images: list[np.ndarray]) -> list[Detection]:
     found = [detect(image, BOARD, name=f"view{i:02d}") for i, image in enumerate(images)]
     usable = [d for d in found if d is not None]
-    assert len(usable) >= 12, "the scene should keep the board in view in most views"
+    assert len(usable) == len(found), "every view of the scene shows the whole board"
     return usable
 
 
@@ -78,15 +78,16 @@ def test_too_few_views_says_what_to_take(detections: list[Detection]) -> None:
 
 
 def test_coverage_warning_when_the_board_stays_in_the_middle(detections: list[Detection]) -> None:
+    centre = np.array([CAMERA.width / 2, CAMERA.height / 2], np.float32)
+    # The same views seen through a 2.5x longer lens: the corners never leave the image centre.
     central = [
-        d
+        Detection(name=d.name, corners_px=centre + 0.4 * (d.corners_px - centre), image_size=d.image_size)
         for d in detections
-        if np.all(np.abs(d.corners_px - [CAMERA.width / 2, CAMERA.height / 2]) < [200, 160])
     ]
-    if len(central) >= 6:
-        result = intrinsics.calibrate(central, BOARD, camera="wrist")
-        assert any("cover only" in w for w in result.warnings)
-    assert intrinsics.coverage_fraction(detections) > intrinsics.coverage_fraction(detections[:2])
+    result = intrinsics.calibrate(central, BOARD, camera="wrist")
+    assert result.coverage_fraction < 0.6
+    assert any("cover only" in w and "edges and corners" in w for w in result.warnings)
+    assert not any("cover only" in w for w in intrinsics.calibrate(detections, BOARD, "wrist").warnings)
 
 
 def test_json_round_trip_loads_into_camera_intrinsics(detections: list[Detection], tmp_path: Path) -> None:

@@ -89,3 +89,15 @@ def test_minilm_encoder_loads_offline_and_separates_tasks():
     )
     assert emb.shape == (3, 384)
     assert emb[0] @ emb[1] > emb[0] @ emb[2] + 0.3
+
+
+def test_policy_deepcopy_shares_the_encoder_and_keeps_embeddings():
+    import copy
+
+    policy = make_test_policy("flow")
+    policy.prompt_embeddings(["a b"])
+    snap = copy.deepcopy(policy)
+    assert snap.prompt_cache.state().keys() == {"a b"}
+    assert snap.prompt_cache._encoder is policy.prompt_cache._encoder
+    snap.prompt_embeddings(["c"])
+    assert len(policy.prompt_cache) == 1 and len(snap.prompt_cache) == 2

@@ -83,3 +83,28 @@ def test_demo_episodes_without_policy_extras_are_refused():
         c.extras = {}
     with pytest.raises(ValueError, match="sft"):
         Trainer(policy).update([(ep, r)])
+
+
+def test_policy_snapshot_is_an_independent_copy():
+    policy = make_test_policy("flow")
+    trainer = Trainer(policy, PPOConfig(minibatch_size=4))
+    snap = trainer.policy_snapshot()
+    trainer.update(_batch(policy, CANON, n_eps=2))
+    w_live = next(policy.parameters())
+    w_snap = next(snap.parameters())
+    assert not torch.equal(w_live, w_snap) and not snap.training
+
+
+@pytest.mark.parametrize("guard", ["clamp", "drop"])
+def test_w0_guard_is_applied_and_reported(guard):
+    torch.manual_seed(0)
+    policy = make_test_policy("flow")
+    batch = _batch(policy, "drop the green box into the bowl")
+    # a bound far below the measured spread: every other-prompt chunk is guarded
+    cfg = PPOConfig(minibatch_size=4, w0_guard=guard, w0_log_max=1e-7)
+    stats = Trainer(policy, cfg).update(batch)
+    assert stats["w0_guarded_frac"] >= 0.5  # the 6 other-prompt chunks of 12 (canonical ones may be tiny too)
+    if guard == "drop":
+        assert stats["kept_frac"] < 0.6
+    else:
+        assert stats["kept_frac"] == 1.0

@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.helpers import free_port, pde_command, subprocess_env
 
 CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "screenshots"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

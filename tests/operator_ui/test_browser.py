@@ -4,36 +4,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from pde_storage import Store
 from tests.helpers import free_port
 from tests.learner.loop.doubles import FakeActor, FakeRobot
-from tests.operator_ui.browser import CHROMIUM, CHROMIUM_ARGS, ui_process
+from tests.operator_ui.browser import SHOTS, ui_process
 from tests.operator_ui.conftest import TOKEN
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="Debian chromium not installed at /usr/bin/chromium"
-    ),
-]
-SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "screenshots"
-
-
-@pytest.fixture
-def page() -> Iterator[Page]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        yield pg
-        browser.close()
+pytestmark = [pytest.mark.browser]
 
 
 def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
@@ -90,6 +74,11 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
         page.locator("#relabel-success").click()
         expect(page.locator("#detail-labels tbody tr")).to_have_count(3, timeout=5_000)
         assert store.episode(ep.id).success is True
+        # The curves and the pool table follow the labels.
+        expect(page.locator('svg.plot[data-title="canonical-prompt success"]')).to_have_attribute(
+            "data-points", "1", timeout=10_000
+        )
+        expect(page.locator("#pools")).to_contain_text("1/1", timeout=10_000)
         page.screenshot(path=str(SHOTS / "operator_history_detail.png"), full_page=True)
 
         # Without the token the page shows the refusal and nothing changes.

@@ -3,30 +3,15 @@ pressed in Chromium latches the robot (seen from another client), released with 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from tests.operator_ui.browser import CHROMIUM, CHROMIUM_ARGS, sim_robot_server, ui_process
+from tests.operator_ui.browser import SHOTS, sim_robot_server, ui_process
 from tests.operator_ui.conftest import TOKEN
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="Debian chromium not installed at /usr/bin/chromium"
-    ),
-]
-SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "screenshots"
-
-
-@pytest.fixture
-def page() -> Iterator[Page]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": 1400, "height": 900})
-        browser.close()
+pytestmark = [pytest.mark.browser]
 
 
 def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
@@ -40,6 +25,7 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
     ):
         observer.connect()
         assert observer.status().estopped is False
+        page.goto("about:blank")  # stop the page's polling before the servers go
         page.goto(f"{base}/#token={TOKEN}")
         for cam in ("external", "wrist"):
             page.wait_for_function(
@@ -58,3 +44,4 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
         page.locator("#release").click()
         expect(page.locator("#toast")).to_contain_text("released", timeout=5_000)
         assert observer.status().estopped is False
+        page.goto("about:blank")  # stop the page's polling before the servers go

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode
+from robot_server import safety
 from robot_server.safety import (
     FR3_JOINT_LOWER_RAD,
     FR3_JOINT_UPPER_RAD,
@@ -249,3 +250,17 @@ def test_joint_targets_that_leave_the_workspace_hold() -> None:
     p_last = fr3_tcp_position_m(last)
     assert np.linalg.norm(p_last - fr3_tcp_position_m(START.joint_positions_rad)) > 0.02
     assert min(np.min(p_last - lo), np.min(hi - p_last)) < 0.03  # stopped near a face of the box
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 6), st.just(7)), elements=st.floats(-0.02, 0.02)))
+def test_unclipped_fast_path_equals_the_row_by_row_plan(actions: np.ndarray) -> None:
+    actions[:, 6] = 0.04
+    fast = plan_chunk(actions, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    slow = safety._plan_rows(actions, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    # 6 rows of at most 2 cm stay inside the default box from START: nothing to clip
+    assert fast.steps_clipped == slow.steps_clipped == 0
+    for a, b in zip(fast.targets, slow.targets, strict=True):
+        np.testing.assert_allclose(a.ee_position_m, b.ee_position_m, atol=1e-12)  # type: ignore[arg-type]
+        np.testing.assert_allclose(a.ee_quat_xyzw, b.ee_quat_xyzw, atol=1e-12)  # type: ignore[arg-type]
+        assert a.gripper_width_m == b.gripper_width_m

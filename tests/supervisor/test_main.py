@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,42 @@ def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
         assert json.loads(json.dumps(state))["proposer"] == "vlm"
     finally:
         store.close()
+
+
+def test_heartbeat_for_pde_health(tmp_path: Path) -> None:
+    import threading
+
+    from pde.health import Unhealthy, check_heartbeat
+    from supervisor.service import SupervisorService
+
+    url = f"sqlite:///{tmp_path}/pde.db"
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store.ensure_task(TASK, GOAL)
+    settings = SupervisorSettings(proposer="offline", poll_interval_s=0.05, database_url=url)
+    service = SupervisorService(store, settings, None, None, seed=0)
+    stop = threading.Event()
+    t = threading.Thread(target=service.run, args=(stop,))
+    t.start()
+    try:
+        deadline = time.monotonic() + 20
+        while "supervisor" not in store.service_states() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "supervisor ok" in check_heartbeat("supervisor", url, 30.0)
+    finally:
+        stop.set()
+        t.join(10)
+    with pytest.raises(Unhealthy, match="stopped"):
+        check_heartbeat("supervisor", url, 30.0)
+    store.close()
+
+
+def test_check_endpoint(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PDE_SUPERVISOR_API_KEY", "k")
+    monkeypatch.setenv("PDE_SUPERVISOR_BACKOFF_INITIAL_S", "0.01")
+    with FakeOpenAIServer() as fake:
+        assert main(["--check", "--base-url", fake.base_url, "--model", "m"]) == 0
+        assert [r["n_images"] for r in fake.requests] == [16] and not fake.requests[0]["problems"]
+        assert "ok:" in capsys.readouterr().out
+        fake.set_script([{"status": 400}])
+        assert main(["--check", "--base-url", fake.base_url, "--model", "m"]) == 1
+        assert "--limit-mm-per-prompt" in capsys.readouterr().err

@@ -35,6 +35,8 @@ class SimRobot(Robot):
         self.seed: int | None = None
         self._task: Task | None = None
         self._reset_lock = threading.Lock()
+        home_pos, home_quat = self.ik.forward(fr3.HOME_Q_RAD)
+        self._home_pos, self._home_quat_xyzw = home_pos, wxyz_to_xyzw(home_quat)
         self.home()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -167,5 +169,4 @@ class SimRobot(Robot):
     @property
     def home_pose(self) -> tuple[np.ndarray, np.ndarray]:
         """TCP (position, quaternion xyzw) at the home joint angles."""
-        pos, quat = self.ik.forward(fr3.HOME_Q_RAD)
-        return pos, wxyz_to_xyzw(quat)
+        return self._home_pos.copy(), self._home_quat_xyzw.copy()

@@ -1,0 +1,336 @@
+"""Learning check (a benchmark, not a timed test): from the weak SFT policy, plain single-prompt PPO
+on the canonical prompt raises canonical-prompt success on a simulated task, over 3 seeds.
+
+One command (records demos, trains the SFT start, runs everything; cached steps are reused):
+
+    .venv/bin/python bench/bench_learning.py            -> bench/results/learning.json + learning.png
+
+Pipeline: scripted-expert demos (robot_server.sim, written as EpisodeFiles) -> `learner.sft` (cached)
+-> a `pde robot-server --backend sim --pacing fast` subprocess -> per seed: evaluate the SFT policy
+on fixed evaluation scenes, then PPO iterations (collect episodes with the actor under the canonical
+prompt, terminal reward from the simulator's success check, one Trainer.update), then evaluate again
+on the same scenes. The learner talks to the simulator only through the robot server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
+from learner.checkpoints import CheckpointStore  # noqa: E402
+from learner.policies.base import Policy  # noqa: E402
+from learner.policies.vla import VLAConfig  # noqa: E402
+from learner.ppo import PPOConfig  # noqa: E402
+from learner.sft import SFTConfig, run_sft  # noqa: E402
+from learner.trainer import Trainer  # noqa: E402
+from pde.procs import ProcessGroup  # noqa: E402
+from pde_contract.client import RobotClient, RobotServerError  # noqa: E402
+from pde_contract.episodes import EpisodeFile, write_episode  # noqa: E402
+
+EVAL_SEED_BASE = 100_000  # evaluation scenes never used for demos or training
+TRAIN_SEED_BASE = 200_000
+
+
+def record_demos(demo_dir: Path, tasks: list[str], per_task: int, image_px: int) -> None:
+    """Scripted-expert demonstrations (the sim team's expert), skipped when already there."""
+    todo = [t for t in tasks if len(list((demo_dir / t).glob("*.msgpack"))) < per_task]
+    if not todo:
+        return
+    from robot_server.cameras.sim import SimCamera
+    from robot_server.robots.sim import SimRobot
+    from robot_server.sim.rollout import run_expert_episode
+    from robot_server.sim.world import SimWorld, SimWorldConfig
+
+    world = SimWorld(SimWorldConfig(image_width=image_px, image_height=image_px))
+    robot = SimRobot(world)
+    robot.connect()
+    cams = [SimCamera(world, "external"), SimCamera(world, "wrist")]
+    for c in cams:
+        c.connect()
+    for task in todo:
+        for seed in range(per_task):
+            ep = run_expert_episode(robot, task, seed, cams)
+            write_episode(demo_dir / task / f"{task}-{seed:04d}.msgpack", ep)
+        print(f"recorded {per_task} demos of {task}", flush=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(log_dir: Path, image_px: int) -> tuple[ProcessGroup, str]:
+    cmd_port, obs_port = free_port(), free_port()
+    group = ProcessGroup(log_dir)
+    argv = [
+        sys.executable,
+        "-m",
+        "pde",
+        "robot-server",
+        "--backend",
+        "sim",
+        "--pacing",
+        "fast",
+        "--image-size",
+        f"{image_px}x{image_px}",
+        "--cmd-port",
+        str(cmd_port),
+        "--obs-port",
+        str(obs_port),
+    ]
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
+    group.start("robot", argv, env=env)
+    endpoint = f"tcp://127.0.0.1:{cmd_port}"
+
+    def healthy() -> bool:
+        try:
+            with RobotClient(cmd_endpoint=endpoint, name="probe", timeout_s=0.5) as c:
+                c.connect()
+            return True
+        except RobotServerError:
+            return False
+
+    group.wait_healthy("robot", healthy, timeout_s=180)
+    return group, endpoint
+
+
+def rollouts(
+    actor: Actor, task: str, prompt: str, seeds: list[int], max_chunks: int, tag: str
+) -> list[EpisodeFile]:
+    eps = []
+    for s in seeds:
+        eps.append(
+            actor.run_episode(
+                episode_id=f"{tag}-{s}",
+                task=task,
+                canonical_prompt=prompt,
+                rollout_prompt=prompt,
+                max_chunks=max_chunks,
+                seed=s,
+            )
+        )
+    return eps
+
+
+def success_rate(eps: list[EpisodeFile]) -> float:
+    return float(np.mean([bool(e.success) for e in eps]))
+
+
+def plot(
+    curves: dict[str, list[float]], evals: dict[str, tuple[float, float]], title: str, path: Path
+) -> None:
+    """Success per PPO iteration per seed (thin) and their mean (thick), drawn with OpenCV."""
+    w, h, m = 720, 440, 60
+    img = np.full((h, w, 3), 255, np.uint8)
+    n = max(len(c) for c in curves.values())
+    x = lambda i: int(m + (w - 2 * m) * i / max(1, n - 1))  # noqa: E731
+    y = lambda v: int(h - m - (h - 2 * m) * v)  # noqa: E731
+    cv2.line(img, (m, h - m), (w - m, h - m), (0, 0, 0), 1)
+    cv2.line(img, (m, m), (m, h - m), (0, 0, 0), 1)
+    for v in (0.0, 0.25, 0.5, 0.75, 1.0):
+        cv2.putText(img, f"{v:.2f}", (5, y(v) + 4), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1)
+        cv2.line(img, (m, y(v)), (w - m, y(v)), (220, 220, 220), 1)
+    for i in range(n):
+        cv2.putText(img, str(i), (x(i) - 4, h - m + 18), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1)
+    colors = [(200, 80, 80), (80, 160, 80), (80, 80, 200), (160, 80, 160)]
+    for k, (name, c) in enumerate(curves.items()):
+        pts = np.array([(x(i), y(v)) for i, v in enumerate(c)], np.int32)
+        cv2.polylines(img, [pts], False, colors[k % len(colors)], 1)
+        cv2.putText(
+            img, name, (w - m - 120, m + 15 * k), cv2.FONT_HERSHEY_SIMPLEX, 0.4, colors[k % len(colors)], 1
+        )
+    mean = np.mean([c for c in curves.values()], axis=0)
+    cv2.polylines(img, [np.array([(x(i), y(v)) for i, v in enumerate(mean)], np.int32)], False, (0, 0, 0), 3)
+    cv2.putText(img, title, (m, 25), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1)
+    ev = "  ".join(f"{k}: eval {a:.2f}->{b:.2f}" for k, (a, b) in evals.items())
+    cv2.putText(img, ev, (m, 45), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1)
+    cv2.putText(
+        img,
+        "PPO iteration (0 = SFT policy)",
+        (w // 2 - 100, h - 15),
+        cv2.FONT_HERSHEY_SIMPLEX,
+        0.45,
+        (0, 0, 0),
+        1,
+    )
+    cv2.imwrite(str(path), img)
+
+
+def run_seed(
+    sft_policy: Policy, endpoint: str, args: argparse.Namespace, seed: int, prompt: str
+) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    policy = copy.deepcopy(sft_policy)
+    cfg = PPOConfig(
+        ratio_variant="plain",
+        learning_rate=args.lr,
+        minibatch_size=args.minibatch,
+        seed=seed,
+        ent_coef=0.0,
+        update_epochs=4,
+    )
+    trainer = Trainer(policy, cfg)
+    eval_seeds = [EVAL_SEED_BASE + i for i in range(args.eval_episodes)]
+    out: dict[str, Any] = {"seed": seed}
+    with RobotClient(cmd_endpoint=endpoint, name=f"bench-{seed}", timeout_s=10.0) as client:
+        info = client.connect()
+        actor = Actor(policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0))
+        t0 = time.perf_counter()
+        pre = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, "eval-pre")
+        out["eval_success_before"] = success_rate(pre)
+        curve, diags = [], []
+        rng = np.random.default_rng(seed)
+        n_eps = 0
+        for it in range(args.iterations):
+            seeds = [
+                int(s) for s in TRAIN_SEED_BASE + rng.integers(0, 1_000_000, args.episodes_per_iteration)
+            ]
+            eps = rollouts(actor, args.task, prompt, seeds, args.max_chunks, f"s{seed}-it{it}")
+            n_eps += len(eps)
+            curve.append(success_rate(eps))
+            stats = trainer.update([(e, reward_from_label(e.success)) for e in eps])
+            actor.set_policy(trainer.policy_snapshot())
+            diags.append(
+                {
+                    k: stats[k]
+                    for k in (
+                        "approx_kl",
+                        "clipfrac",
+                        "explained_variance",
+                        "v_loss",
+                        "pg_loss",
+                        "update_s",
+                        "n_chunks",
+                    )
+                }
+            )
+            print(
+                f"seed {seed} iter {it}: rollout success {curve[-1]:.2f} approx_kl {stats['approx_kl']:.4f} "
+                f"clipfrac {stats['clipfrac']:.2f} ev {stats['explained_variance']:.2f} "
+                f"({stats['update_s']:.1f} s update)",
+                flush=True,
+            )
+        post = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, "eval-post")
+        out.update(
+            eval_success_after=success_rate(post),
+            rollout_success_per_iteration=curve,
+            ppo=diags,
+            training_episodes=n_eps,
+            wall_s=time.perf_counter() - t0,
+        )
+    print(
+        f"seed {seed}: eval {out['eval_success_before']:.2f} -> {out['eval_success_after']:.2f}", flush=True
+    )
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="put_green_container_in_front_of_camera")
+    ap.add_argument(
+        "--sft-tasks",
+        default="put_green_container_in_front_of_camera,put_green_container_in_bowl,put_bowl_in_front_of_camera",
+    )
+    ap.add_argument("--demos-per-task", type=int, default=40)
+    ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument("--head", choices=["flow", "gaussian"], default="flow")
+    ap.add_argument("--image-px", type=int, default=64)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--episodes-per-iteration", type=int, default=16)
+    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--max-chunks", type=int, default=25)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--minibatch", type=int, default=64)
+    ap.add_argument("--data-dir", default="data/bench_learning")
+    ap.add_argument("--out", default="bench/results/learning.json")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    data = ROOT / args.data_dir
+    from learner.loop.tasks import canonical_prompt  # the task -> canonical prompt table
+
+    prompt = canonical_prompt(args.task)
+    sft_tasks = [t for t in args.sft_tasks.split(",") if t]
+    t_start = time.perf_counter()
+    record_demos(data / f"demos{args.image_px}", sft_tasks, args.demos_per_task, args.image_px)
+    vla = VLAConfig(head=args.head, image_size_px=args.image_px)
+    sft_cfg = SFTConfig(episodes_per_task=args.demos_per_task, steps=args.sft_steps)
+    path, sft_metrics, cached = run_sft(
+        data / f"demos{args.image_px}", data / f"sft-{args.head}", vla, sft_cfg, sft_tasks
+    )
+    print(f"SFT checkpoint {path} (cached={cached}): {sft_metrics}", flush=True)
+    sft_policy = CheckpointStore.load(path).policy
+    group, endpoint = start_server(data / "logs", args.image_px)
+    try:
+        per_seed = [run_seed(sft_policy, endpoint, args, int(s), prompt) for s in args.seeds.split(",")]
+    finally:
+        group.stop_all()
+    before = [float(r["eval_success_before"]) for r in per_seed]
+    after = [float(r["eval_success_after"]) for r in per_seed]
+    result = {
+        "command": "python bench/bench_learning.py " + " ".join(sys.argv[1:]),
+        "task": args.task,
+        "canonical_prompt": prompt,
+        "head": args.head,
+        "variant": "plain PPO (canonical prompt)",
+        "budget": {
+            "iterations": args.iterations,
+            "episodes_per_iteration": args.episodes_per_iteration,
+            "max_chunks_per_episode": args.max_chunks,
+            "eval_episodes": args.eval_episodes,
+            "training_episodes_per_seed": args.iterations * args.episodes_per_iteration,
+        },
+        "sft": {
+            "tasks": sft_tasks,
+            "demos_per_task": args.demos_per_task,
+            "steps": args.sft_steps,
+            **sft_metrics,
+        },
+        "eval_success_before_mean": float(np.mean(before)),
+        "eval_success_after_mean": float(np.mean(after)),
+        "seeds_improved": int(sum(a > b for a, b in zip(after, before, strict=True))),
+        "per_seed": per_seed,
+        "total_wall_s": time.perf_counter() - t_start,
+    }
+    out = ROOT / args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    curves = {f"seed {r['seed']}": [float(v) for v in r["rollout_success_per_iteration"]] for r in per_seed}
+    evals = {
+        f"s{r['seed']}": (float(r["eval_success_before"]), float(r["eval_success_after"])) for r in per_seed
+    }
+    plot(
+        curves,
+        evals,
+        f"{args.task} ({args.head} head): rollout success, canonical prompt",
+        out.with_suffix(".png"),
+    )
+    print(
+        json.dumps(
+            {k: result[k] for k in ("eval_success_before_mean", "eval_success_after_mean", "seeds_improved")}
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
