@@ -40,6 +40,8 @@ from pde.procs import ProcessGroup, ServiceError
 # Paper tasks 1 and 10: both move the green container, so the short SFT shares what it learns.
 DEFAULT_TASKS = ("put_green_container_in_bowl", "put_green_container_on_bottom_rack")
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Camera frames of the demos and of the server alike; the policy sees them downscaled to 64 px.
+IMAGE_SIZE = "128x128"
 DEMO_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")  # as learner/sft.py looks for them
 
 
@@ -302,6 +304,8 @@ class Demo:
                     str(1000 + have),
                     "--out",
                     str(self.data / "demos" / task),
+                    "--image-size",
+                    IMAGE_SIZE,
                 ),
                 self.env(),
                 self.logs / "sim-record.log",
@@ -370,9 +374,12 @@ class Demo:
 
         print("starting the simulated robot server ...", flush=True)
         pacing = "fast" if a.fast else "realtime"
-        self.procs.start(
-            "robot-server", self.pde("robot-server", "--backend", "sim", "--pacing", pacing), env
-        )
+        server = ["robot-server", "--backend", "sim", "--pacing", pacing, "--image-size", IMAGE_SIZE]
+        # One observation per control tick is all the loop uses; 30 fps of two rendered cameras
+        # would take most of a 2-core CPU. The 1 s watchdog (200 ms on the FR3) keeps a loaded
+        # laptop from dropping chunks; it is a simulation.
+        server += ["--camera-fps", "10", "--heartbeat-timeout-s", "1.0"]
+        self.procs.start("robot-server", self.pde(*server), env)
         self.procs.wait_healthy(
             "robot-server", healthy(lambda: check_robot_server(self.robot_endpoint, 1.0)), timeout
         )
