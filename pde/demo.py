@@ -495,7 +495,10 @@ def main(argv: list[str] | None = None) -> int:
     def on_term(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # Explicitly: a process started in the background of a non-interactive shell inherits SIGINT
+    # ignored, and Python then never raises KeyboardInterrupt.
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     t0 = time.monotonic()
     try:
         demo.record_demos()

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 
 from pde.procs import ProcessGroup
-from pde_storage import Store
+from pde_storage import CheckpointRow, EpisodeRow, Store
 from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.helpers import free_port, pde_command, subprocess_env
 
@@ -161,6 +161,15 @@ def _authoritative(store: Store, episode_id: int) -> tuple[bool | None, list[tup
     return store.episode(episode_id).success, labels
 
 
+def _checkpoint_from(store: Store, version: int) -> CheckpointRow | None:
+    c = store.latest_checkpoint()
+    return c if c is not None and c.version >= version else None
+
+
+def _if_aborted(e: EpisodeRow) -> EpisodeRow | None:
+    return e if e.status == "aborted" else None
+
+
 def wait_for(what: str, get: Callable[[], T | None], system: System, timeout_s: float = 240.0) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -216,7 +225,7 @@ def _run(system: System, store: Store) -> None:
     # 3. RL episodes, one PPO update, its checkpoint registered and then used by the actor.
     ckpt = wait_for(
         "PPO checkpoint",
-        lambda: (c := store.latest_checkpoint()) is not None and c.version >= 1 and c,
+        lambda: _checkpoint_from(store, version=1),
         system,
         300,
     )
@@ -238,19 +247,26 @@ def _run(system: System, store: Store) -> None:
     health = system.api("/api/health")["services"]
     assert health["loop"]["ok"] and health["supervisor"]["ok"], health
 
-    # 5. kill -9 the learner mid-episode and start it again.
-    victim = wait_for("a running episode", lambda: store.episodes(task=TASK, status="running"), system, 120)[
-        0
-    ]
-    before = {e.id: _authoritative(store, e.id) for e in store.episodes(status="labelled")}
-    versions_before = [c.version for c in store.checkpoints()]
-    system.procs.kill("learner")
+    # 5. kill -9 the learner mid-episode and start it again. (An episode can end between the
+    # look and the kill; then the kill fell between episodes and we try again.)
+    victims: list[Any] = []
+    for _attempt in range(3):
+        wait_for("a running episode", lambda: store.episodes(task=TASK, status="running"), system, 120)
+        before = {e.id: _authoritative(store, e.id) for e in store.episodes(status="labelled")}
+        versions_before = [c.version for c in store.checkpoints()]
+        system.procs.kill("learner")
+        victims = store.episodes(status="running")  # what the dead process left running
+        if victims:
+            break
+        system.start_learner()
+    assert victims, "three kills in a row all fell between episodes"
+    victim = victims[0]
     time.sleep(2.5)  # no heartbeat since: the learner's healthcheck fails
     assert not system.health("learner", "--max-age-s", "2")
     system.start_learner()
     aborted = wait_for(
         "the interrupted episode aborted",
-        lambda: (e := store.episode(victim.id)).status == "aborted" and e,
+        lambda: _if_aborted(store.episode(victim.id)),
         system,
         60,
     )
