@@ -268,7 +268,9 @@ def write_results(
             "eval_episodes": args.eval_episodes,
             "training_episodes_per_seed": args.iterations * args.episodes_per_iteration,
         },
-        "sft": {
+        "sft": {"checkpoint": args.sft_checkpoint, **sft_metrics}
+        if args.sft_checkpoint
+        else {
             "tasks": sft_tasks,
             "demos_per_task": args.demos_per_task,
             "steps": args.sft_steps,
