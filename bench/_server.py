@@ -24,10 +24,17 @@ class ServerSpec:
     control_rate_hz: float = 10.0
     camera_fps: float = 30.0
     pacing: str = "realtime"
+    rt_priority: int = 0
+    capture_threads: str = ""  # "" = the backend's default
+    heartbeat_timeout_s: float = 0.2
 
 
 def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
+    import sys
+
     from _common import jpeg_frame
+
+    sys.setswitchinterval(0.001)  # as `pde robot-server` does
 
     from robot_server.server import RobotServer
     from robot_server.settings import RobotServerSettings
@@ -41,11 +48,15 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
         image_width=spec.width,
         image_height=spec.height,
         cameras=list(spec.cameras),
+        rt_priority=spec.rt_priority,
+        capture_threads=spec.capture_threads,  # type: ignore[arg-type]
+        heartbeat_timeout_s=spec.heartbeat_timeout_s,
     )
     if spec.backend == "sim":
         from robot_server.backends import build_backend
 
-        robot, cameras = build_backend(settings)
+        backend = build_backend(settings)
+        robot, cameras, close_backend = backend.robot, backend.cameras, backend.close
     else:
         from tests.robot_server.fakes import FakeCamera, FakeRobot
 
@@ -54,6 +65,7 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
         for i, cam in enumerate(fakes):
             cam.jpeg = jpeg_frame(spec.width, spec.height, i + 1)  # the bytes the raw reference sends
         cameras = list(fakes)
+        close_backend = None
     server = RobotServer(robot, cameras, settings)
     server.start()
     conn.send("ready")
@@ -61,6 +73,8 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
     log = [(r.start_s, r.scheduled_s, r.chunk_seq, r.row) for r in server.executor.tick_log]
     counters = server.executor.snapshot().counters
     server.close()
+    if close_backend is not None:
+        close_backend()
     conn.send({"tick_log": log, "counters": {f: getattr(counters, f) for f in counters.__struct_fields__}})
 
 

@@ -39,13 +39,18 @@ def raw_publisher(port: int, width: int, height: int, fps: float, conn: Any) -> 
     pub.close(linger=0)
 
 
-def measure_ours(width: int, height: int, seconds: float) -> tuple[list[float], int]:
+def measure_ours(
+    width: int, height: int, seconds: float, capture_threads: str
+) -> tuple[list[float], list[float], int]:
     from pde_contract.client import RobotClient
+    from pde_contract.codec import unpackb
+    from pde_contract.messages import Observation
 
     lat: list[float] = []
+    lat_bytes: list[float] = []  # the same, taken before decoding (for the breakdown)
     missed = 0
     with (
-        ServerProcess(ServerSpec(width=width, height=height)) as srv,
+        ServerProcess(ServerSpec(width=width, height=height, capture_threads=capture_threads)) as srv,
         RobotClient(srv.cmd_endpoint, name="bench", timeout_s=5.0) as client,
     ):
         client.connect()
@@ -53,14 +58,17 @@ def measure_ours(width: int, height: int, seconds: float) -> tuple[list[float], 
         last_index: dict[str, int] = {}
         t_end = time.monotonic() + seconds
         while time.monotonic() < t_end:
-            obs = client.latest_observation(timeout_s=2.0)
+            data = client.latest_observation_bytes(timeout_s=2.0)
+            t_bytes = time.time()
+            obs = unpackb(data, Observation)  # what latest_observation() does
             now = time.time()
             for f in obs.cameras:
                 lat.append(now - f.capture_time_s)
+                lat_bytes.append(t_bytes - f.capture_time_s)
                 if f.name in last_index:
                     missed += max(0, f.frame_index - last_index[f.name] - 1)
                 last_index[f.name] = f.frame_index
-    return lat, missed
+    return lat, lat_bytes, missed
 
 
 def measure_raw(width: int, height: int, seconds: float) -> tuple[list[float], int]:
@@ -100,20 +108,29 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=30.0, help="per transport and size, split over rounds")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--capture-threads",
+        default="shared",
+        choices=["shared", "per_camera"],
+        help="shared: one thread reads both cameras (the sim's setting); per_camera: one each (hardware)",
+    )
     args = ap.parse_args(argv)
     results: dict[str, Any] = {}
     for size, (w, h) in SIZES.items():
         ours: list[float] = []
+        ours_bytes: list[float] = []
         raw: list[float] = []
         missed = 0
         for _ in range(args.rounds):
-            lat, m = measure_ours(w, h, args.seconds / args.rounds)
+            lat, lat_b, m = measure_ours(w, h, args.seconds / args.rounds, args.capture_threads)
             ours += lat
+            ours_bytes += lat_b
             missed += m
             raw += measure_raw(w, h, args.seconds / args.rounds)[0]
         o, r = stats_us(ours), stats_us(raw)
         results[size] = {
             "ours_robot_server": o,
+            "ours_before_decode": stats_us(ours_bytes),
             "raw_pyzmq": r,
             "ratio_p50": round(o["p50_us"] / r["p50_us"], 3),
             "ratio_p99": round(o["p99_us"] / r["p99_us"], 3),
@@ -126,6 +143,7 @@ def main(argv: list[str]) -> int:
         {
             "goal": "ratio <= 1.3 (ours / raw pyzmq) and ours p50 <= 5 ms",
             "setup": "2 cameras x 30 fps, JPEG q90, PUB SNDHWM 2, subscriber keeps the newest",
+            "capture_threads": args.capture_threads,
             "results": results,
         },
         "python bench/bench_transport.py " + " ".join(argv),

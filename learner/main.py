@@ -55,7 +55,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     tasks = [t for t in args.tasks.split(",") if t] or None
 
     def on_step(step: int, loss: float) -> None:
-        if step % 200 == 0:
+        if step % max(1, cfg.steps // 100) == 0 or step == cfg.steps - 1:
             print(f"sft step {step}/{cfg.steps} loss {loss:.4f}", flush=True)
 
     try:

@@ -4,6 +4,9 @@ needs MuJoCo."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from robot_server.cameras.base import Camera
 from robot_server.robots.base import Robot
 from robot_server.settings import RobotServerSettings
@@ -13,7 +16,15 @@ class BackendUnavailableError(RuntimeError):
     """The backend's packages are missing or it could not be built; the message says what to do."""
 
 
-def build_backend(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
+@dataclass
+class Backend:
+    robot: Robot
+    cameras: list[Camera]
+    # Frees what the robot and cameras share (the sim's GL contexts); call after the server closed.
+    close: Callable[[], None] = field(default=lambda: None)
+
+
+def build_backend(settings: RobotServerSettings) -> Backend:
     if settings.backend == "sim":
         return _build_sim(settings)
     if settings.backend == "franka":
@@ -21,7 +32,7 @@ def build_backend(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
     raise BackendUnavailableError(f"unknown backend {settings.backend!r}: use 'sim' or 'franka'")
 
 
-def _build_sim(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
+def _build_sim(settings: RobotServerSettings) -> Backend:
     try:
         from robot_server.cameras.sim import SimCamera
         from robot_server.robots.sim import SimRobot
@@ -32,28 +43,37 @@ def _build_sim(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
             "(`pip install -e .[robot]`) and set MUJOCO_GL=egl (or osmesa) on a headless machine"
         ) from e
     world = SimWorld(SimWorldConfig(image_width=settings.image_width, image_height=settings.image_height))
-    robot: Robot = SimRobot(world)
-    cameras: list[Camera] = [SimCamera(world, name) for name in settings.cameras]
-    return robot, cameras
-
-
-def _build_franka(settings: RobotServerSettings) -> tuple[Robot, list[Camera]]:
     try:
-        from robot_server.cameras.realsense import RealSenseCamera
+        robot = SimRobot(world)
+        cameras: list[Camera] = [SimCamera(world, name) for name in settings.cameras]
+    except Exception:
+        world.close()
+        raise
+    return Backend(robot=robot, cameras=cameras, close=world.close)
+
+
+def _build_franka(settings: RobotServerSettings) -> Backend:
+    try:
         from robot_server.robots.franka import FrankaRobot
     except ImportError as e:
         raise BackendUnavailableError(
-            f"the franka backend cannot be imported ({e}): install franky-control==2.0.0 and "
-            "pyrealsense2 (the robot extra) and libusb-1.0-0"
+            f"the franka backend cannot be imported ({e}): install franky-control==2.0.0 (the robot extra)"
         ) from e
-    robot: Robot = FrankaRobot(fci_host=settings.fci_host)
+    # The arm's own settings (FCI host, dynamics factors, ...) come from PDE_FRANKA_* variables.
+    robot: Robot = FrankaRobot(host=settings.fci_host) if settings.fci_host else FrankaRobot()
     missing = [n for n in settings.cameras if n not in settings.realsense_serials]
     if missing:
         raise BackendUnavailableError(
             f"no RealSense serial for camera(s) {missing}: set PDE_ROBOT_REALSENSE_SERIALS, e.g. "
             '\'{"external": "123456789012", "wrist": "234567890123"}\''
         )
+    try:
+        from robot_server.cameras.realsense import RealSenseCamera
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"the RealSense cameras cannot be imported ({e}): install pyrealsense2 and libusb-1.0-0"
+        ) from e
     cameras: list[Camera] = [
         RealSenseCamera(name=n, serial=settings.realsense_serials[n]) for n in settings.cameras
     ]
-    return robot, cameras
+    return Backend(robot=robot, cameras=cameras)

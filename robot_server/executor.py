@@ -13,12 +13,14 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import msgspec
+import numpy as np
 
 from pde_contract.messages import (
     ActionChunk,
@@ -50,6 +52,9 @@ class ExecutorConfig:
     action_spaces: tuple[ActionSpace, ...] = (ActionSpace.EE_DELTA, ActionSpace.JOINT_ABS)
     tick_log_size: int = 4096
     reconnect_period_s: float = 1.0
+    # > 0: run the control thread under SCHED_FIFO at this priority (needs CAP_SYS_NICE; on the
+    # robot PC it keeps tick jitter low under load). Ignored with fast pacing, which never sleeps.
+    rt_priority: int = 0
 
     @property
     def period_s(self) -> float:
@@ -144,6 +149,7 @@ class ChunkExecutor:
         self._task_success: bool | None = None
         self._last_error = ""
         self._connected = False
+        self._progress: tuple[int, str, int] = (-1, "", 0)  # chunk seq, episode, rows left
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -211,6 +217,7 @@ class ChunkExecutor:
                 if self._chunk.next_row > 0:
                     self.counters.chunks_executed += 1
             self._chunk = _Running(chunk.seq, chunk.episode_id, plan.targets, client_id)
+            self._update_progress()
             self._last_seq, self._last_episode = chunk.seq, chunk.episode_id
             self._last_seen[client_id] = time.monotonic()
             self.counters.steps_clipped += plan.steps_clipped
@@ -272,12 +279,12 @@ class ChunkExecutor:
 
     def snapshot(self) -> ExecutorSnapshot:
         with self._lock:
-            ch = self._chunk
+            seq, episode, remaining = self._progress
             return ExecutorSnapshot(
                 state=self._state,
-                executing_chunk_seq=ch.seq if ch else -1,
-                episode_id=ch.episode_id if ch else "",
-                steps_remaining=len(ch.targets) - ch.next_row if ch else 0,
+                executing_chunk_seq=seq,
+                episode_id=episode,
+                steps_remaining=remaining,
                 last_chunk_seq=self._last_seq,
                 estopped=self._estopped,
                 estop_reason=self._estop_reason,
@@ -289,14 +296,20 @@ class ChunkExecutor:
                 counters=msgspec.structs.replace(self.counters),
             )
 
-    def measured_rate_hz(self, window_s: float = 2.0) -> float:
+    def measured_rate_hz(self, window_s: float = 5.0) -> float:
+        """Ticks per second over the last ``window_s``, counted from the end of the last pause longer
+        than 3 periods (a reset), so it is the loop's rate while it runs."""
         with self._lock:
             starts = [r.start_s for r in self.tick_log]
         now = time.monotonic()
-        recent = [s for s in starts if now - s <= window_s]
-        if len(recent) < 2:
+        recent = np.array([s for s in starts if now - s <= window_s])
+        if recent.size >= 2:
+            pauses = np.nonzero(np.diff(recent) > 3 * self.config.period_s)[0]
+            if pauses.size:
+                recent = recent[pauses[-1] + 1 :]
+        if recent.size < 3:
             return 0.0
-        return (len(recent) - 1) / max(recent[-1] - recent[0], 1e-9)
+        return float((recent.size - 1) / (recent[-1] - recent[0]))
 
     # --- control thread ---------------------------------------------------------------------------
 
@@ -305,6 +318,13 @@ class ChunkExecutor:
         if self._chunk is not None and self._chunk.next_row > 0:
             self.counters.chunks_executed += 1
         self._chunk = None
+        self._update_progress()
+
+    def _update_progress(self) -> None:
+        # caller holds the lock. What observers see of the chunk, kept consistent with _state:
+        # during a tick the row pointer moves before the command, the state after it.
+        ch = self._chunk
+        self._progress = (ch.seq, ch.episode_id, len(ch.targets) - ch.next_row) if ch else (-1, "", 0)
 
     def _plan_start(self) -> PlanStart:
         # caller holds the lock. Deltas continue from the last commanded target.
@@ -369,7 +389,10 @@ class ChunkExecutor:
             self.robot.hold()
             state = self.robot.read_state()
         except Exception as e:
-            self._backend_failed(e)
+            self._backend_failed(e, hold=False)
+            with self._lock:
+                # Cannot hold where the arm is: stop commanding until a reconnect re-reads the state.
+                self._connected = False
             return
         with self._lock:
             width = held.gripper_width_m if held else state.gripper_width_m
@@ -397,13 +420,16 @@ class ChunkExecutor:
             self._reset = None
         req.done.set()
 
-    def _backend_failed(self, e: BaseException) -> None:
+    def _backend_failed(self, e: BaseException, hold: bool = True) -> None:
         log.error("backend error: %s", e)
         with self._lock:
             self.counters.backend_errors += 1
             self._last_error = f"backend error: {e}"
             self._drop_chunk()
             self._connected = self.robot.is_connected
+            # Hold where the arm is now: the held target may be from before the dropped chunk.
+            if hold and self._connected:
+                self._hold_requested = True
 
     def _try_reconnect(self) -> None:
         try:
@@ -419,7 +445,17 @@ class ChunkExecutor:
             self._held = target_from_state(state, state.gripper_width_m, None)
             self._last_target = self._held
 
+    def _raise_priority(self) -> None:
+        prio = self.config.rt_priority
+        if prio <= 0 or not self.config.realtime:
+            return
+        try:
+            os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(prio))
+        except (OSError, AttributeError) as e:
+            log.warning("control thread stays at normal priority (SCHED_FIFO %d refused: %s)", prio, e)
+
     def _run(self) -> None:
+        self._raise_priority()
         cfg = self.config
         period = cfg.period_s
         next_t = time.monotonic()
@@ -467,6 +503,7 @@ class ChunkExecutor:
                 with self._lock:
                     self._state = state
                     self._task_success = success
+                    self._update_progress()
                 if self._on_tick is not None:
                     try:
                         self._on_tick(state)

@@ -120,6 +120,7 @@ class RobotServer:
                 realtime=settings.pacing == "realtime",
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
                 limits=settings.safety_limits(),
+                rt_priority=settings.rt_priority,
             ),
             on_tick=self._publish_from_tick if settings.pacing == "fast" else None,
         )
@@ -141,8 +142,11 @@ class RobotServer:
         self.executor.start()
         self._spawn(self._serve_commands, "commands")
         if s.pacing == "realtime":
-            for slot in self._slots:
-                self._spawn(lambda slot=slot: self._capture(slot), f"camera-{slot.camera.name}")
+            if self.settings.capture_threads == "shared" and self._slots:
+                self._spawn(lambda: self._capture(self._slots), "cameras")
+            else:
+                for slot in self._slots:
+                    self._spawn(lambda slot=slot: self._capture([slot]), f"camera-{slot.camera.name}")
             if not self._slots:
                 self._spawn(self._publish_state_only, "publish-state")
 
@@ -176,30 +180,33 @@ class RobotServer:
 
     # --- observations -----------------------------------------------------------------------------
 
-    def _capture(self, slot: _CameraSlot) -> None:
-        # Every camera thread reads on the same time grid, so frames of one observation are
-        # captured together and the first never waits a whole period for the others.
+    def _capture(self, slots: list[_CameraSlot]) -> None:
+        # Every capture thread reads on the same time grid, so frames of one observation are
+        # captured together and the first never waits a whole period for the others. A thread
+        # serves one camera (blocking hardware reads) or all of them in turn (sim cameras, which
+        # share one renderer anyway: one thread saves a wake-up per frame).
         period = 1.0 / self.settings.camera_fps
         while not self._closing.is_set():
             now = time.monotonic()
             k = math.floor((now - self._camera_epoch_s) / period) + 1
             if self._closing.wait(self._camera_epoch_s + k * period - now):
                 break
-            try:
-                frame = slot.camera.read(timeout_s=0.5)
-            except Exception as e:
-                slot.errors += 1
-                if isinstance(e, CameraError):
-                    log.warning("camera %s: %s", slot.camera.name, e)
-                else:
-                    log.exception("camera %s failed", slot.camera.name)
-                self._closing.wait(0.1)
-                continue
-            with self._pub_lock:
-                lapped = slot.fresh  # its previous frame was never published: another camera lags
-                slot.latest, slot.fresh, slot.last_ok_s = frame, True, time.monotonic()
-                if lapped or all(s.fresh for s in self._slots):
-                    self._publish_locked()
+            for slot in slots:
+                try:
+                    frame = slot.camera.read(timeout_s=0.5)
+                except Exception as e:
+                    slot.errors += 1
+                    if isinstance(e, CameraError):
+                        log.warning("camera %s: %s", slot.camera.name, e)
+                    else:
+                        log.exception("camera %s failed", slot.camera.name)
+                    self._closing.wait(0.1)
+                    continue
+                with self._pub_lock:
+                    lapped = slot.fresh  # its previous frame was never published: another camera lags
+                    slot.latest, slot.fresh, slot.last_ok_s = frame, True, time.monotonic()
+                    if lapped or all(s.fresh for s in self._slots):
+                        self._publish_locked()
 
     def _publish_from_tick(self, _state: object) -> None:
         """Fast pacing: one observation per control tick, frames read right after the step."""

@@ -27,7 +27,13 @@ class RobotServerSettings(BaseSettings):
     # back and observations are published once per tick (tests, benchmarks, sim only); an idle
     # arm still ticks at the control rate so the stream never stops.
     pacing: Literal["realtime", "fast"] = "realtime"
+    # "per_camera": one capture thread per camera (hardware: each read blocks on its own device);
+    # "shared": one thread reads every camera in turn (sim cameras share one renderer). Empty: by
+    # backend (sim: shared, franka: per_camera).
+    capture_threads: Literal["", "per_camera", "shared"] = ""
     camera_fps: float = Field(default=30.0, gt=0, le=120)
+    # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing only.
+    rt_priority: int = Field(default=0, ge=0, le=99)
     heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
     obs_sndhwm: int = Field(default=2, ge=1)  # messages queued per subscriber before dropping
     reset_timeout_s: float = Field(default=60.0, gt=0)
@@ -36,14 +42,15 @@ class RobotServerSettings(BaseSettings):
     image_width: int = Field(default=224, ge=16)
     image_height: int = Field(default=224, ge=16)
     cameras: list[str] = ["external", "wrist"]
-    # Franka backend
-    fci_host: str = "172.16.0.2"
+    # Franka backend: the arm's own settings are PDE_FRANKA_*; this overrides PDE_FRANKA_HOST if set
+    fci_host: str = ""
     realsense_serials: dict[str, str] = {}  # camera name -> serial number
 
     # Safety (see robot_server/safety.py for the clip policy)
     clip_policy: ClipPolicy = ClipPolicy.CLIP
-    workspace_min_m: tuple[float, float, float] = (0.15, -0.6, 0.01)
-    workspace_max_m: tuple[float, float, float] = (0.85, 0.6, 0.85)
+    workspace_min_m: tuple[float, float, float] = (0.3, -0.45, 0.02)
+    workspace_max_m: tuple[float, float, float] = (0.65, 0.45, 0.55)
+    max_flange_reach_m: float = Field(default=0.8, gt=0.2, le=0.855)
     max_step_translation_m: float = Field(default=0.05, gt=0)
     max_step_rotation_rad: float = Field(default=0.3, gt=0)
     joint_margin_rad: float = Field(default=0.05, ge=0)
@@ -59,6 +66,8 @@ class RobotServerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _ports_differ(self) -> RobotServerSettings:
+        if not self.capture_threads:
+            self.capture_threads = "shared" if self.backend == "sim" else "per_camera"
         if self.cmd_port == self.obs_port:
             raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")
         self.safety_limits()  # validates the box and ranges, naming the bad value
@@ -68,6 +77,7 @@ class RobotServerSettings(BaseSettings):
         return SafetyLimits(
             workspace_min_m=self.workspace_min_m,
             workspace_max_m=self.workspace_max_m,
+            max_flange_reach_m=self.max_flange_reach_m,
             max_step_translation_m=self.max_step_translation_m,
             max_step_rotation_rad=self.max_step_rotation_rad,
             joint_margin_rad=self.joint_margin_rad,

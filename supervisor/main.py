@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", help="rule-based paraphrases, no VLM")
     p.add_argument("--tasks", nargs="+", help="supervise only these tasks (default: all in the database)")
     p.add_argument("--once", action="store_true", help="one poll, wait for its VLM requests, exit")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="send one request with as many images as a real one may carry, report, exit (no database)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -70,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             from supervisor.vlm.openai_vlm import OpenAIVLM
 
             vlm = OpenAIVLM(settings)
+            if args.check:
+                return check_endpoint(vlm, settings)
             log.info(
                 "VLM %s at %s (timeout %.0fs, %d attempts)",
                 settings.model,
@@ -78,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                 settings.max_attempts,
             )
 
+    if args.check:
+        print("pde supervisor --check: no VLM endpoint configured (offline mode)", file=sys.stderr)
+        return 1
     try:
         from pde_storage import Store
     except ImportError as e:
@@ -90,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     from supervisor.service import SupervisorService
 
     store = Store.open(url=settings.database_url, media_dir=settings.media_dir)
-    service = SupervisorService(store, settings, vlm, MiniLMEmbedder())
+    embedder = MiniLMEmbedder(torch_threads=1)
+    # Load the model in the background: the first heartbeat should not wait for torch to import.
+    threading.Thread(target=embedder.encode, args=(["warm up"],), name="minilm-load", daemon=True).start()
+    service = SupervisorService(store, settings, vlm, embedder)
     try:
         if args.once:
             service.step()
@@ -112,6 +125,46 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         service.close()
         store.close()
+
+
+def check_endpoint(vlm: Any, settings: SupervisorSettings) -> int:
+    """One summary request with ``max_images_per_request`` synthetic frames: proves the endpoint,
+    the model name, the key, structured output and the server's image limit in one go."""
+    import cv2
+    import numpy as np
+
+    from supervisor.vlm.base import CallRecord, RolloutFrames, SummaryRequest, VLMError
+
+    calls: list[CallRecord] = []
+    vlm.set_call_sink(calls.append)
+    n_rollouts = settings.max_images_per_request // settings.frames_per_rollout
+    rollouts = []
+    for r in range(n_rollouts):
+        frames = []
+        for i in range(settings.frames_per_rollout):
+            img = np.full((336, 448, 3), 60, np.uint8)
+            cv2.circle(img, (40 + i * 45, 170), 20, (0, 180, 0), -1)  # a green blob moving right
+            frames.append(cv2.imencode(".jpg", img)[1].tobytes())
+        rollouts.append(RolloutFrames(frames, r % 2 == 0))
+    req = SummaryRequest(
+        "check", "move the green ball to the right", "move the green ball right", rollouts, 0.5
+    )
+    n_images = n_rollouts * settings.frames_per_rollout
+    try:
+        out = vlm.summarize_rollouts(req)
+    except VLMError as e:
+        print(
+            f"FAILED: {settings.base_url} model {settings.model} with {n_images} images: {e}\n"
+            "For vLLM: --limit-mm-per-prompt must allow that many images (see README, Supervisor).",
+            file=sys.stderr,
+        )
+        return 1
+    c = calls[-1]
+    print(
+        f"ok: {settings.base_url} model {settings.model}, {n_images} images, {c.prompt_tokens}+"
+        f"{c.completion_tokens} tokens, {c.latency_s:.1f} s, {c.attempts} attempt(s)\nsummary: {out.summary}"
+    )
+    return 0
 
 
 if __name__ == "__main__":

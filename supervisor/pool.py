@@ -105,9 +105,12 @@ def count_labels(prompts: Iterable[PromptRecord], rollouts: Iterable[LabelledRol
         hit.n_success += int(r.success)
 
 
-def judge(record: PromptRecord, cfg: BootstrapConfig) -> Status | None:
-    """``pool`` / ``rejected`` once a candidate has N labelled rollouts, else None (keep waiting)."""
-    if record.status != "candidate" or record.n_episodes < cfg.rollouts_n:
+def judge(record: PromptRecord, cfg: BootstrapConfig, done: bool = False) -> Status | None:
+    """``pool`` / ``rejected`` once a candidate has N labelled rollouts (or the loop said it is
+    ``done`` rolling it out, with at least one label), else None (keep waiting)."""
+    if record.status != "candidate" or record.n_episodes == 0:
+        return None
+    if record.n_episodes < cfg.rollouts_n and not done:
         return None
     rate = record.n_success / record.n_episodes
     return "pool" if rate >= cfg.eta else "rejected"
@@ -124,11 +127,12 @@ class Plan:
     n_new: int = 0
 
 
-def plan(history: TaskHistory, cfg: BootstrapConfig) -> Plan:
-    """Judge the candidates that have their N rollouts, then: wait, propose, or enter RL."""
+def plan(history: TaskHistory, cfg: BootstrapConfig, done_ids: frozenset[int] = frozenset()) -> Plan:
+    """Judge the candidates that have their N rollouts, then: wait, propose, or enter RL.
+    ``done_ids``: candidates the episode loop reported as fully rolled out."""
     if history.stage == "rl":
         return Plan(action="frozen", reason="RL stage: the pool is frozen")
-    verdicts = [(p, v) for p in history.candidates if (v := judge(p, cfg)) is not None]
+    verdicts = [(p, v) for p in history.candidates if (v := judge(p, cfg, p.id in done_ids)) is not None]
     judged = {p.id for p, _ in verdicts}
     waiting = [p for p in history.candidates if p.id not in judged]
     n_pool = len(history.pool) + sum(v == "pool" for _, v in verdicts)

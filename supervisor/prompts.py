@@ -73,7 +73,7 @@ def _evidence_line(p: PromptEvidence) -> str:
     if p.success_rate is not None and p.success_rate >= 1.0:
         line += " | solved: keep it as it is, do not rephrase it"
     if p.summary:
-        line += f" | seen before: {p.summary}"
+        line += f" | observed: {p.summary}"
     return line
 
 
@@ -81,7 +81,7 @@ def candidate_prompt(req: CandidateRequest, frames_per_rollout: int) -> Rendered
     parts: list[Part] = [
         f"Prompt search, iteration {req.iteration}, task {req.task}.\n\n"
         f'TASK: "{req.goal}"\n'
-        f'Canonical instruction: "{req.goal}" | smoothed success {_rate(req.canonical_ema_success)} '
+        f'Canonical instruction: "{req.goal}" | success (moving average) {_rate(req.canonical_ema_success)} '
         f"| recent trend: {req.canonical_trend}\n\n"
         "Instructions in the pool (they worked at least sometimes), each with frames from its rollouts:"
     ]
@@ -128,7 +128,7 @@ def success_prompt(req: SuccessRequest, frames_per_rollout: int) -> Rendered:
         f'TASK: "{req.goal}"\nInstruction given to the robot: "{req.rollout_prompt}".\n'
         "Frames of one rollout follow; the last frame is the final state."
     ]
-    parts.extend(RolloutFrames(req.rollout.jpegs).jpegs)
+    parts.extend(req.rollout.jpegs)
     parts.append(
         "Did this rollout accomplish the TASK (judge the final state, not the wording)? Your answer is "
         "a proposal shown to a human operator. Reply with only this JSON object:\n"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pde_contract.episodes import read_episode
+from pde_storage.intents import PROMPT_ROLLOUTS_DONE
 from supervisor.dedup import DuplicateFilter, Embedder
 from supervisor.frames import rollout_frames
 from supervisor.pool import (
@@ -54,6 +55,8 @@ from supervisor.vlm.base import (
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "supervisor"
+JOB_FAILURES_BEFORE_GIVING_UP = 3  # per episode, for success proposals
+PUBLISH_S = 5.0  # how often the confusion matrix is recomputed from all episodes
 TREND_WINDOW = 5  # canonical-prompt rollouts per window when comparing recent and earlier success
 
 
@@ -85,6 +88,8 @@ class SupervisorStore(Protocol):
         error: str = "",
     ) -> Any: ...
     def set_service_state(self, name: str, state: dict[str, Any]) -> None: ...
+    def add_metric(self, name: str, value: float, step: int) -> None: ...
+    def take_intent(self, kind: str) -> Any: ...
 
 
 class VLMHealth:
@@ -159,11 +164,16 @@ class SupervisorService:
         self._inflight: dict[tuple[str, int | str], tuple[_Job, Future[Any]]] = {}
         self._calls: list[CallRecord] = []
         self._calls_lock = threading.Lock()
-        self._gave_up: set[tuple[str, int | str]] = set()  # success proposals that failed; not retried
+        self._gave_up: set[tuple[str, int | str]] = set()  # success proposals not asked again
+        self._job_failures: dict[tuple[str, int | str], int] = {}
         self.counters = {"polls": 0, "vlm_ok": 0, "vlm_failed": 0, "fallbacks": 0, "errors": 0}
         self.last_analysis: dict[str, str] = {}
+        self._loop_done: set[int] = set()
+        self._labelled_watermark = 0  # labelled episodes up to this id need no success proposal
+        self._next_publish = 0.0
+        self._confusion: dict[str, Any] = {}
         if vlm is not None:
-            vlm._on_call = self._on_call  # record every call, from any worker thread
+            vlm.set_call_sink(self._on_call)  # every call is stored, from any worker thread
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -181,6 +191,10 @@ class SupervisorService:
                 log.exception("supervisor poll failed; trying again next poll")
             stop.wait(self.settings.poll_interval_s)
         self.close()
+        try:
+            self.publish(force=True, phase="stopped")  # `pde health supervisor` then says so
+        except Exception:
+            log.exception("could not record the supervisor's stop")
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -192,13 +206,20 @@ class SupervisorService:
 
     def step(self) -> None:
         self.counters["polls"] += 1
-        self._collect()
-        self._flush_calls()
-        for task, canonical in self._tasks():
-            self._step_task(task, canonical)
-        if self.settings.score_episodes and self.vlm is not None:
-            self._submit_success_proposals()
-        self._publish()
+        try:
+            self._collect()
+            self._flush_calls()
+            self._take_loop_reports()
+            for task, canonical in self._tasks():
+                try:
+                    self._step_task(task, canonical)
+                except Exception:  # one task's bad row must not stall the others
+                    self.counters["errors"] += 1
+                    log.exception("task %s: poll failed; trying again next poll", task)
+            if self.settings.score_episodes and self.vlm is not None:
+                self._submit_success_proposals()
+        finally:
+            self.publish()  # the heartbeat, also after a failed poll
 
     def _tasks(self) -> list[tuple[str, str]]:
         rows = [(t.name, t.canonical_prompt) for t in self.store.tasks()]
@@ -213,9 +234,18 @@ class SupervisorService:
         count_labels(records, (LabelledRollout(e.prompt_id, e.success, e.stage) for e in episodes))
         return TaskHistory(task, canonical, records, state.stage, state.iteration), episodes
 
+    def _take_loop_reports(self) -> None:
+        """The loop says when it has rolled a candidate out N times (its N may differ from ours)."""
+        while (intent := self.store.take_intent(PROMPT_ROLLOUTS_DONE)) is not None:
+            pid = intent.payload.get("prompt_id")
+            if isinstance(pid, int):
+                self._loop_done.add(pid)
+
     def _step_task(self, task: str, canonical: str) -> None:
+        if self.store.task_state(task).stage == "rl":
+            return  # pool frozen: nothing to judge or propose, no need to read the history
         history, episodes = self.load_history(task, canonical)
-        p = plan(history, self.cfg)
+        p = plan(history, self.cfg, frozenset(self._loop_done))
         for record, verdict in p.verdicts:
             log.info(
                 "task %s: prompt #%d %r -> %s (%d/%d successes)",
@@ -278,6 +308,11 @@ class SupervisorService:
 
     def _apply_proposal(self, history: TaskHistory, p: Plan, result: CandidateResult) -> None:
         fresh, _ = self.load_history(history.task, history.canonical)  # the store may have moved on
+        if fresh.stage != "bootstrap" or fresh.iteration >= p.next_iteration:
+            log.info(
+                "task %s: proposal for iteration %d arrived too late; dropped", history.task, p.next_iteration
+            )
+            return
         screened = self.dedup.screen(result.new_prompts, fresh.known_texts())
         for text, why in screened.refused:
             log.info("task %s: refused candidate %r: %s", history.task, text, why)
@@ -291,6 +326,8 @@ class SupervisorService:
             if rec is not None and not rec.summary:
                 self.store.set_prompt_summary(rec.id, line)
         self.last_analysis[history.task] = result.analysis
+        if result.analysis:
+            log.info("task %s: supervisor analysis: %s", history.task, result.analysis)
         # A round that produced only duplicates still spends one iteration: the budget stays finite.
         self.store.set_task_state(history.task, iteration=p.next_iteration)
         log.info(
@@ -340,9 +377,17 @@ class SupervisorService:
         room = self.settings.workers * 2 - len(self._inflight)
         if room <= 0:
             return
-        # Episodes waiting for the operator first: that is where a proposal helps now.
-        pending = [*self.store.episodes(status="awaiting_label"), *self.store.episodes(status="labelled")]
-        for e in pending:
+        # Episodes waiting for the operator first: that is where a proposal helps now. Labelled ones
+        # (e.g. by the simulator) are scanned from a watermark so a long run is not re-read each poll.
+        waiting = self.store.episodes(status="awaiting_label")
+        labelled = self.store.episodes(status="labelled", since_id=self._labelled_watermark, limit=200)
+        contiguous = True
+        for e in labelled:
+            handled = e.vlm_proposal is not None or not e.file_path or ("success", e.id) in self._gave_up
+            contiguous = contiguous and handled
+            if contiguous:
+                self._labelled_watermark = e.id
+        for e in [*waiting, *labelled]:
             key = ("success", e.id)
             if e.vlm_proposal is not None or not e.file_path or key in self._inflight or key in self._gave_up:
                 continue
@@ -402,7 +447,11 @@ class SupervisorService:
             history, p, parts = job.context
             self._fallback_proposal(history, p, parts, error)
         elif job.kind == "success":
-            self._gave_up.add((job.kind, job.key))
+            # An outage ends; an episode the VLM cannot judge three times is left to the operator.
+            key = (job.kind, job.key)
+            self._job_failures[key] = self._job_failures.get(key, 0) + 1
+            if self._job_failures[key] >= JOB_FAILURES_BEFORE_GIVING_UP:
+                self._gave_up.add(key)
         # a failed summary or candidate round is simply asked again on a later poll
 
     def _on_call(self, record: CallRecord) -> None:
@@ -418,17 +467,25 @@ class SupervisorService:
                 c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.latency_s, c.ok, error
             )
 
-    def _publish(self) -> None:
-        eps = self.store.episodes()
-        cm = confusion((e.vlm_proposal, e.success) for e in eps)
+    def publish(self, force: bool = False, phase: str = "running") -> None:
+        """Service state for the page and health checks; the confusion matrix every PUBLISH_S."""
+        now = time.monotonic()
+        if force or now >= self._next_publish:
+            self._next_publish = now + PUBLISH_S
+            cm = confusion((e.vlm_proposal, e.success) for e in self.store.episodes())
+            if cm.agreement is not None and cm.n != self._confusion.get("n"):
+                # A curve for the page: how often the VLM's proposal matched the operator's label.
+                self.store.add_metric("supervisor/vlm_agreement", cm.agreement, cm.n)
+            self._confusion = cm.as_dict()
         self.store.set_service_state(
             SERVICE_NAME,
             {
+                "phase": phase,
                 "proposer": self.proposer.source,
                 "vlm_available": self.health.available,
                 "last_vlm_error": self.health.last_error,
                 "inflight": sorted(f"{k}:{v}" for k, v in self._inflight),
-                "confusion": cm.as_dict(),
+                "confusion": self._confusion,
                 "analysis": dict(self.last_analysis),
                 **self.counters,
                 "time": time.time(),

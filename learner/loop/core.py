@@ -67,6 +67,7 @@ class EpisodeLoop:
         trainer: BackgroundTrainer | None = None,
         policy_version: int = 0,
         trained_through_episode_id: int = 0,
+        warm_up: Callable[[Plan], None] | None = None,
     ) -> None:
         self.store = store
         self.robot = robot
@@ -75,17 +76,20 @@ class EpisodeLoop:
         self.trainer = trainer
         self.policy_version = policy_version
         self.trained_through = trained_through_episode_id
+        # Runs while the operator resets the scene (prompt embedding, first inference), so the
+        # first chunk after "start" does not pay for cold caches.
+        self.warm_up = warm_up
         self.rng = random.Random(settings.seed)
         self.stop_event = threading.Event()
         self.episodes_run = 0
         self._state: dict[str, Any] = {}
-        self._last_beat = 0.0
+        self._state_lock = threading.Lock()
         self.last_error = ""
 
     # --- state for the page -------------------------------------------------------------------
 
     def _publish(self, phase: str, **fields: Any) -> None:
-        self._state = {
+        state = {
             "phase": phase,
             "pid": os.getpid(),
             "policy_version": self.policy_version,
@@ -95,15 +99,20 @@ class EpisodeLoop:
             "last_error": self.last_error,
             **fields,
         }
-        self.store.set_service_state(SERVICE_NAME, self._state)
-        self._last_beat = time.monotonic()
+        with self._state_lock:  # never let a heartbeat write an older phase after this one
+            self._state = state
+            self.store.set_service_state(SERVICE_NAME, state)
 
-    def _beat(self) -> None:
-        if time.monotonic() - self._last_beat >= self.settings.heartbeat_period_s:
-            self.store.set_service_state(
-                SERVICE_NAME, {**self._state, "training": bool(self.trainer and self.trainer.busy)}
-            )
-            self._last_beat = time.monotonic()
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Keeps the state row fresh while an episode, a reset or a video encode takes long (the
+        page and `pde health learner` call a silent loop dead)."""
+        while not stop.wait(self.settings.heartbeat_period_s):
+            try:
+                with self._state_lock:
+                    training = bool(self.trainer and self.trainer.busy)
+                    self.store.set_service_state(SERVICE_NAME, {**self._state, "training": training})
+            except Exception as e:  # a busy database: the next beat will do
+                log.warning("loop heartbeat not written: %s", e)
 
     def _wait(self, what: Callable[[], Any]) -> Any:
         """Poll ``what`` until it returns something truthy; raises LoopStopped on stop()."""
@@ -113,7 +122,6 @@ class EpisodeLoop:
                 return got
             if self.stop_event.is_set():
                 raise LoopStopped()
-            self._beat()
             self._swap_weights()
             time.sleep(self.settings.poll_period_s)
 
@@ -135,6 +143,10 @@ class EpisodeLoop:
     def run(self) -> int:
         """Episodes until stop() or settings.max_episodes; returns how many ran."""
         self.recover()
+        self._publish("starting")
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), name="loop-heartbeat", daemon=True)
+        beat.start()
         try:
             self._finish_pending_labels()
             while not self.stop_event.is_set():
@@ -144,14 +156,23 @@ class EpisodeLoop:
         except LoopStopped:
             pass
         finally:
+            beat_stop.set()
+            beat.join(5)
             self._publish("stopped")
         return self.episodes_run
 
     def stop(self) -> None:
         self.stop_event.set()
 
+    def finish_training(self, timeout_s: float | None = None) -> None:
+        """On a clean stop: let a running PPO update end and register its checkpoint."""
+        if self.trainer is not None:
+            self.trainer.join(timeout_s)
+            self._swap_weights()
+
     def step(self) -> EpisodeRow | None:
         self._swap_weights()
+        self._init_rl_alpha()
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
         if plan is None:
             self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
@@ -164,6 +185,7 @@ class EpisodeLoop:
             return None
         seed = self.rng.randrange(2**31)
         plan_fields = {
+            "canonical_prompt": plan.canonical_prompt,
             "task": plan.task,
             "prompt": plan.prompt,
             "prompt_id": plan.prompt_id,
@@ -177,6 +199,11 @@ class EpisodeLoop:
         except Exception as e:  # e-stop latched, server down: show it and retry later
             self._robot_error(f"reset failed: {e}", plan_fields)
             return None
+        if self.warm_up is not None:
+            try:
+                self.warm_up(plan)
+            except Exception as e:  # only a speed-up: the episode itself will report real errors
+                log.warning("warm-up before the episode failed: %s", e)
         if not self.settings.auto_start:
             self._publish("awaiting_start", **plan_fields)
             self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
@@ -191,7 +218,10 @@ class EpisodeLoop:
         def should_stop() -> bool:
             if self.stop_event.is_set():
                 abort_requested.append("the loop was asked to stop mid-episode")
-            elif self.store.take_intent(intents.ABORT_EPISODE) is not None:
+            elif (
+                self.store.pending_intents(intents.ABORT_EPISODE)  # a read: no write lock per chunk
+                and self.store.take_intent(intents.ABORT_EPISODE) is not None
+            ):
                 abort_requested.append("the operator aborted the episode from the page")
             return bool(abort_requested)
 
@@ -206,11 +236,14 @@ class EpisodeLoop:
                 seed=seed,
             )
         except Exception as e:
+            self.store.discard_intents(intents.ABORT_EPISODE)
             self.store.abort_episode(
                 ep.id, f"robot or policy error during the episode: {type(e).__name__}: {e}"
             )
             self._robot_error(f"episode {ep.id} aborted: {e}", plan_fields)
             return self.store.episode(ep.id)
+        # An abort clicked as the episode ended must not stop the next one.
+        self.store.discard_intents(intents.ABORT_EPISODE)
         if abort_requested:
             self.store.abort_episode(ep.id, abort_requested[0])
             return self.store.episode(ep.id)
@@ -310,6 +343,31 @@ class EpisodeLoop:
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
+
+    def _init_rl_alpha(self) -> None:
+        """When a task has just entered RL (the supervisor sets the stage), start the EMA at the
+        canonical prompt's success over its labelled rollouts so far, so the first batch already
+        mixes in pool prompts when the canonical prompt rarely succeeds."""
+        from learner.mixture import AlphaSchedule
+
+        for task in self.settings.tasks:
+            state = self.store.task_state(task)
+            if state.stage != "rl" or state.ema_success is not None:
+                continue
+            canon = self.store.prompts(task, "canonical")[0]
+            schedule = AlphaSchedule(
+                beta=self.settings.beta,
+                consolidation_target=self.settings.consolidation_target,
+                alpha_min=self.settings.alpha_min,
+                ema_success=canon.success_rate or 0.0,
+            )
+            self.store.set_task_state(task, ema_success=schedule.ema_success, alpha=schedule.alpha)
+            log.info(
+                "task %s enters RL: canonical success %.2f -> alpha %.2f",
+                task,
+                schedule.ema_success,
+                schedule.alpha,
+            )
 
     def _update_alpha(self, batch: list[EpisodeRow]) -> None:
         """Adaptive alpha per task, once per PPO iteration, from s_t(p_g) in this batch."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import logging
 import signal
 import sys
@@ -61,12 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pde loop: invalid settings: {e}", file=sys.stderr)
         return 2
     # Heavy imports (torch) only once the arguments are known to be good.
-    from pde_contract.client import RobotClient, RobotServerError
-
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
     from learner.trainer import Trainer
+    from pde_contract.client import RobotClient, RobotServerError
 
+    if settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
     loaded = checkpoints.latest()
@@ -87,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             f"pde loop: cannot reach the robot server at {settings.robot_cmd_endpoint}: {e}", file=sys.stderr
         )
         return 2
-    trainer = Trainer(copy.deepcopy(loaded.policy))
+    # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
+    trainer = Trainer(CheckpointStore.load(loaded.path).policy)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
@@ -99,6 +102,16 @@ def main(argv: list[str] | None = None) -> int:
         store.add_checkpoint(version, path, metrics)
         return str(path)
 
+    import torch
+
+    from learner.loop.schedule import Plan
+
+    def warm_up(plan: Plan) -> None:
+        policy = actor.policy
+        obs = client.latest_observation(timeout_s=2.0)
+        with torch.no_grad():
+            policy.sample(policy.preprocess([obs]), [plan.prompt], deterministic=True)
+
     loop = EpisodeLoop(
         store,
         client,
@@ -107,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         BackgroundTrainer(trainer, save),
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
+        warm_up=warm_up,
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
@@ -119,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         n = loop.run()
+        loop.finish_training(settings.final_update_timeout_s)
     finally:
         client.close()
         store.close()

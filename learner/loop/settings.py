@@ -49,6 +49,11 @@ class LoopSettings(BaseSettings):
     """How often the loop's state is written for the page's health panel while it waits."""
     error_backoff_s: float = 2.0
     """Pause after a robot error (e.g. e-stop latched) before trying again."""
+    final_update_timeout_s: float = 600.0
+    """On a clean stop, how long to wait for a running PPO update to finish and be saved."""
+    torch_threads: int | None = None
+    """CPU threads for torch in this process (None: torch's default). 1 keeps inference latency
+    steady on a small, busy CPU where OpenMP threads spin against other processes."""
     seed: int = 0
     """Seeds the prompt sampler and the per-episode scene seeds."""
 

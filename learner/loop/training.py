@@ -59,6 +59,8 @@ class BackgroundTrainer:
             try:
                 stats = self.trainer.update(batch)
                 policy = self.trainer.policy_snapshot()
+                if hasattr(policy, "version"):
+                    policy.version = new_version  # recorded in each episode file's source
                 metrics = {**stats, "trained_through_episode_id": float(max(episode_ids))}
                 self._save(policy, new_version, metrics)
                 result = UpdateResult(

@@ -197,7 +197,9 @@ class Expert:
         with self.world.lock:
             self._held_offset = body_pos(self.world, prop) - grasp
         above = grasp + _v(0, 0, st.approach_height_m)
-        yield from self.move(above + _v(0, 0, 0.02), yaw, width)
+        # travel level first (an open drawer may lie between the hand and the object), then down
+        travel_z = max(self._cmd.pos[2], above[2] + 0.02)
+        yield from self.move(_v(above[0], above[1], travel_z), yaw, width)
         yield from self.move(above)
         yield from self.move(grasp, speed_m_s=st.slow_speed_m_s)
         yield from self.pause(1)
@@ -230,7 +232,9 @@ class Expert:
             x_front = d[0] - scene.DRAWER_INNER_HALF_X_M
             x_exposed_end = min(scene.CABINET_FRONT_X_M, x_front + opening)
             x = (x_front + x_exposed_end) / 2 + float(self.rng.uniform(-0.005, 0.005))
-            return np.array([x, d[1] + float(self.rng.uniform(-0.015, 0.015)), d[2] + rest])
+            # keep clear of the other drawer's handle (top: +y) while lowering into the bottom one
+            y = d[1] + (-0.02 if level == "bottom" else 0.0) + float(self.rng.uniform(-0.012, 0.012))
+            return np.array([x, y, d[2] + rest])
         raise ValueError(f"the expert cannot place at {destination!r}")
 
     def place(self, prop: str, destination: str) -> Iterator[np.ndarray]:
@@ -238,7 +242,12 @@ class Expert:
         goal = self._destination_point(prop, destination)
         tcp_goal = goal - self._held_offset + _v(0, 0, 0.012)
         surface_clearance = 0.1 if destination != "top_rack" else 0.22
-        carry_z = max(self._cmd.pos[2], tcp_goal[2] + surface_clearance) + st.carry_height_m
+        carry_z = max(self._cmd.pos[2], tcp_goal[2] + surface_clearance)
+        if destination.endswith("_drawer"):
+            # the held object's bottom must clear the cabinet top on the way over
+            bottom_below_tcp = scene.PROPS[prop].rest_z_m - self._held_offset[2]
+            carry_z = max(carry_z, scene.CABINET_TOP_Z_M + 0.03 + bottom_below_tcp)
+        carry_z += st.carry_height_m
         yield from self.move(np.array([self._cmd.pos[0], self._cmd.pos[1], carry_z]))
         yield from self.move(np.array([tcp_goal[0], tcp_goal[1], carry_z]))
         yield from self.move(tcp_goal + _v(0, 0, 0.04))

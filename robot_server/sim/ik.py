@@ -34,8 +34,13 @@ class DifferentialIK:
         self.tolerance = tolerance
         self._jacp = np.zeros((3, model.nv))
         self._jacr = np.zeros((3, model.nv))
+        self._solve_out = np.zeros(6)
         self.last_error_norm = 0.0
         self.last_iterations = 0
+
+    def _chol_solve(self, chol: np.ndarray, vec: np.ndarray) -> np.ndarray:
+        mujoco.mju_cholSolve(self._solve_out, chol, np.ascontiguousarray(vec))
+        return self._solve_out.copy()
 
     def forward(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """TCP (position, quaternion wxyz) at joint angles ``q``."""
@@ -58,10 +63,13 @@ class DifferentialIK:
             mujoco.mj_comPos(self.model, self.data)
             mujoco.mj_jacSite(self.model, self.data, self._jacp, self._jacr, self.site_id)
             jac = np.vstack([self._jacp[:, self.dof_adr], self._jacr[:, self.dof_adr]])
-            jjt_inv_j = np.linalg.solve(jac @ jac.T + lam2, jac)  # (JJ^T + l^2 I)^-1 J
-            dq = jjt_inv_j.T @ err
-            null = np.eye(7) - jac.T @ jjt_inv_j
-            dq += null @ (self.nullspace_gain * (fr3.HOME_Q_RAD - q))
+            # J+ = J^T (J J^T + l^2 I)^-1 with a 6x6 Cholesky (MuJoCo's: numpy's LAPACK call costs
+            # 10x more for a matrix this small, and its BLAS threads stall on a loaded machine)
+            chol = jac @ jac.T + lam2
+            mujoco.mju_cholFactor(chol, 0.0)
+            dq = jac.T @ self._chol_solve(chol, err)
+            pull = self.nullspace_gain * (fr3.HOME_Q_RAD - q)
+            dq += pull - jac.T @ self._chol_solve(chol, jac @ pull)  # (I - J+ J) pull
             q = np.clip(q + dq, fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD)
         self.last_error_norm = err_norm
         self.last_iterations = it

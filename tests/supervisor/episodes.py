@@ -9,9 +9,15 @@ from pde_contract.episodes import ChunkRecord, EpisodeFile
 from pde_contract.messages import ActionSpace, CameraFrame, Observation, RobotState
 
 
-def jpeg_frame(i: int, width: int = 224, height: int = 224, quality: int = 90) -> bytes:
-    """A frame whose content changes with ``i`` (a moving square), so frames differ."""
+def jpeg_frame(
+    i: int, width: int = 224, height: int = 224, quality: int = 90, texture: bool = False
+) -> bytes:
+    """A frame whose content changes with ``i`` (a moving square), so frames differ. ``texture``
+    adds noise so the JPEG is about as large as a camera frame (for benchmarks)."""
     img = np.full((height, width, 3), 40, np.uint8)
+    if texture:
+        img = np.random.default_rng(i).integers(0, 90, (height, width, 3), dtype=np.uint8)
+        img = np.asarray(cv2.GaussianBlur(img, (3, 3), 0), np.uint8)
     x = (i * 7) % max(1, width - 20)
     img[height // 2 - 10 : height // 2 + 10, x : x + 20] = (0, 200, 0)
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
@@ -27,6 +33,8 @@ def make_episode(
     n_chunks: int = 20,
     success: bool | None = None,
     size_px: int = 224,
+    height_px: int | None = None,
+    texture: bool = False,
     cameras: tuple[str, ...] = ("external", "wrist"),
 ) -> EpisodeFile:
     chunks = []
@@ -42,9 +50,9 @@ def make_episode(
         frames = [
             CameraFrame(
                 name=c,
-                jpeg=jpeg_frame(i, size_px, size_px),
+                jpeg=jpeg_frame(i, size_px, height_px or size_px, texture=texture),
                 width=size_px,
-                height=size_px,
+                height=height_px or size_px,
                 capture_time_s=i * 0.1,
                 frame_index=i,
             )

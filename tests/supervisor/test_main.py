@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from pde_storage import Store
 from supervisor.main import main
 from supervisor.settings import SupervisorSettings
 from tests.fakes.fake_openai import FakeOpenAIServer
@@ -20,7 +22,9 @@ def test_shared_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDE_DATABASE_URL", "sqlite:////tmp/x.db")
     monkeypatch.setenv("PDE_DATA_DIR", "/tmp/pde-data")
     monkeypatch.setenv("PDE_SUPERVISOR_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
+    monkeypatch.setenv("PDE_LOOP_ROLLOUTS_PER_PROMPT", "6")
     s = SupervisorSettings()
+    assert s.rollouts_n == 6  # the loop's N, so candidates are judged when the loop stops
     assert s.database_url == "sqlite:////tmp/x.db" and s.media_dir == Path("/tmp/pde-data/media")
     assert s.model == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert "BASE_URL is empty" in SupervisorSettings(base_url="").vlm_configured()
@@ -42,9 +46,8 @@ def test_bad_setting_is_a_clear_error(
 
 
 def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
-    store_mod = pytest.importorskip("pde_storage", reason="pde_storage not merged yet")
     url = f"sqlite:///{tmp_path}/pde.db"
-    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
     store.ensure_task(TASK, GOAL)
     store.close()
     with FakeOpenAIServer() as fake:
@@ -71,7 +74,7 @@ def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert [r["kind"] for r in fake.requests] == ["candidates"]
-    store = store_mod.Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
     try:
         cands = store.prompts(TASK, "candidate")
         assert len(cands) == 3 and {p.source for p in cands} == {"vlm"}
@@ -79,3 +82,42 @@ def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:
         assert json.loads(json.dumps(state))["proposer"] == "vlm"
     finally:
         store.close()
+
+
+def test_heartbeat_for_pde_health(tmp_path: Path) -> None:
+    import threading
+
+    from pde.health import Unhealthy, check_heartbeat
+    from supervisor.service import SupervisorService
+
+    url = f"sqlite:///{tmp_path}/pde.db"
+    store = Store.open(url=url, media_dir=str(tmp_path / "media"))
+    store.ensure_task(TASK, GOAL)
+    settings = SupervisorSettings(proposer="offline", poll_interval_s=0.05, database_url=url)
+    service = SupervisorService(store, settings, None, None, seed=0)
+    stop = threading.Event()
+    t = threading.Thread(target=service.run, args=(stop,))
+    t.start()
+    try:
+        deadline = time.monotonic() + 20
+        while "supervisor" not in store.service_states() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "supervisor ok" in check_heartbeat("supervisor", url, 30.0)
+    finally:
+        stop.set()
+        t.join(10)
+    with pytest.raises(Unhealthy, match="stopped"):
+        check_heartbeat("supervisor", url, 30.0)
+    store.close()
+
+
+def test_check_endpoint(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PDE_SUPERVISOR_API_KEY", "k")
+    monkeypatch.setenv("PDE_SUPERVISOR_BACKOFF_INITIAL_S", "0.01")
+    with FakeOpenAIServer() as fake:
+        assert main(["--check", "--base-url", fake.base_url, "--model", "m"]) == 0
+        assert [r["n_images"] for r in fake.requests] == [16] and not fake.requests[0]["problems"]
+        assert "ok:" in capsys.readouterr().out
+        fake.set_script([{"status": 400}])
+        assert main(["--check", "--base-url", fake.base_url, "--model", "m"]) == 1
+        assert "--limit-mm-per-prompt" in capsys.readouterr().err

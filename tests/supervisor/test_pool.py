@@ -105,3 +105,9 @@ def test_duplicates_refused_by_text_and_embedding(embedder: MiniLMEmbedder) -> N
 def test_duplicate_filter_without_embedder_uses_text() -> None:
     out = DuplicateFilter(None).screen(["put the green container into the bowl"], known=[GOAL])
     assert out.accepted == ["put the green container into the bowl"]
+
+
+def test_loop_done_judges_early_but_never_without_labels() -> None:
+    p = PromptRecord(1, "a b c", "candidate", n_episodes=1, n_success=1)
+    assert judge(p, CFG) is None and judge(p, CFG, done=True) == "pool"
+    assert judge(PromptRecord(2, "d e f", "candidate"), CFG, done=True) is None

@@ -1,7 +1,7 @@
 """The supervisor service on recorded episodes: bootstrap to RL, VLM failures and fallbacks.
 
 The VLM is FakeOpenAIServer behind the real ``openai`` client; episodes are real EpisodeFiles with
-JPEG frames, stored through the real ``pde_storage.Store`` on SQLite when it is importable.
+JPEG frames, stored through the real ``pde_storage.Store`` on SQLite.
 """
 
 from __future__ import annotations
@@ -13,24 +13,19 @@ from typing import Any
 
 import pytest
 
+from pde_storage import Store
 from supervisor.dedup import MiniLMEmbedder
 from supervisor.service import SupervisorService
 from supervisor.settings import SupervisorSettings
 from supervisor.vlm.openai_vlm import OpenAIVLM
 from tests.fakes.fake_openai import FakeOpenAIServer
-from tests.fakes.fake_store import FakeStore
 from tests.supervisor.episodes import make_episode
 
 TASK, GOAL = "put_green_container_in_bowl", "put the green container in the bowl"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Any]:
-    try:
-        from pde_storage import Store
-    except ImportError:
-        yield FakeStore(tmp_path / "media")
-        return
+def store(tmp_path: Path) -> Iterator[Store]:
     s = Store.open(url=f"sqlite:///{tmp_path}/pde.db", media_dir=str(tmp_path / "media"))
     yield s
     s.close()
@@ -141,8 +136,10 @@ def test_bootstrap_to_rl_on_recorded_episodes(
             service,
             lambda: service.idle() and all(e.vlm_proposal is not None for e in store.episodes(task=TASK)),
         )
+        service.publish(force=True)
         cm = store.service_states()["supervisor"].state["confusion"]
         assert cm["n"] == 8 and cm["true_pos"] == 3 and cm["false_pos"] == 5
+        assert store.metrics("supervisor/vlm_agreement")[-1][:2] == (8, 3 / 8)
         kinds = {c.kind for c in store.supervisor_calls(limit=500)}
         assert {"candidates", "summary", "success"} <= kinds
         assert all(c.ok and c.prompt_tokens > 0 for c in store.supervisor_calls(limit=500))
@@ -259,5 +256,58 @@ def test_offline_mode_without_vlm(store: Any, embedder: MiniLMEmbedder) -> None:
         drive(service, lambda: store.task_state(TASK).iteration == 2)
         assert by_status(store, "pool")[0].summary.startswith("2/2 labelled rollouts succeeded")
         assert all(e.vlm_proposal is None for e in store.episodes(task=TASK))
+    finally:
+        service.close()
+
+
+def test_vlm_labels_never_admit_a_prompt(store: Any, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    store.set_task_state(TASK, iteration=1)
+    judged = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
+    unlabelled = store.add_prompt(TASK, "drop the green container inside the bowl", "candidate", "vlm", 1)
+    for eid in rollout(store, judged.id, [False, False]):
+        store.add_label(eid, True, source="vlm", reason="looks done")  # a false positive
+    for _ in range(2):  # VLM-only labels: not enough to judge
+        row = store.create_episode(TASK, unlabelled.id, 0, "bootstrap")
+        store.finish_episode(row.id, make_episode(str(row.id), TASK, GOAL, unlabelled.text, n_chunks=12))
+        store.add_label(row.id, True, source="vlm", reason="looks done")
+    service = make_service(store, make_settings(proposer="offline"), embedder, vlm=False)
+    try:
+        for _ in range(3):
+            service.step()
+        status = {p.id: p.status for p in store.prompts(TASK)}
+        assert status[judged.id] == "rejected" and status[unlabelled.id] == "candidate"
+        assert store.task_state(TASK).iteration == 1  # still waiting for the operator's labels
+    finally:
+        service.close()
+
+
+def test_loop_report_judges_a_candidate_with_fewer_rollouts(store: Any, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    store.set_task_state(TASK, iteration=1)
+    cand = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
+    rollout(store, cand.id, [True])  # the loop ran its N = 1; ours is 2
+    service = make_service(store, make_settings(proposer="offline"), embedder, vlm=False)
+    try:
+        service.step()
+        assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "candidate"
+        store.add_intent("prompt_rollouts_done", {"task": TASK, "prompt_id": cand.id, "n_episodes": 1})
+        service.step()
+        assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "pool"
+        assert store.pending_intents("prompt_rollouts_done") == []
+    finally:
+        service.close()
+
+
+def test_late_proposal_is_dropped(store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder) -> None:
+    store.ensure_task(TASK, GOAL)
+    fake.set_script({"candidates": [{"delay_s": 0.5, "auto": True}]})
+    service = make_service(store, make_settings(fake.base_url, request_timeout_s=5.0), embedder)
+    try:
+        service.step()
+        store.set_task_state(TASK, stage="rl")  # e.g. the operator froze the pool meanwhile
+        drive(service, service.idle)
+        assert len(fake.requests_of("candidates")) == 1
+        assert [p.status for p in store.prompts(TASK)] == ["canonical"]
     finally:
         service.close()

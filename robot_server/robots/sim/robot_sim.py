@@ -35,6 +35,8 @@ class SimRobot(Robot):
         self.seed: int | None = None
         self._task: Task | None = None
         self._reset_lock = threading.Lock()
+        home_pos, home_quat = self.ik.forward(fr3.HOME_Q_RAD)
+        self._home_pos, self._home_quat_xyzw = home_pos, wxyz_to_xyzw(home_quat)
         self.home()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -84,6 +86,11 @@ class SimRobot(Robot):
         n_steps = max(1, round(period_s / w.timestep_s))
         with w.lock:
             if target.joint_positions_rad is not None:
+                if np.shape(target.joint_positions_rad) != (7,):
+                    raise RobotError(
+                        f"joint_positions_rad has shape {np.shape(target.joint_positions_rad)}; "
+                        "the FR3 needs (7,)"
+                    )
                 q_goal = np.clip(
                     np.asarray(target.joint_positions_rad, dtype=np.float64),
                     fr3.JOINT_LOWER_RAD,
@@ -162,5 +169,4 @@ class SimRobot(Robot):
     @property
     def home_pose(self) -> tuple[np.ndarray, np.ndarray]:
         """TCP (position, quaternion xyzw) at the home joint angles."""
-        pos, quat = self.ik.forward(fr3.HOME_Q_RAD)
-        return pos, wxyz_to_xyzw(quat)
+        return self._home_pos.copy(), self._home_quat_xyzw.copy()

@@ -194,3 +194,32 @@ def test_failed_update_keeps_old_weights(rl_store: Store) -> None:
     loop.run()
     assert all(e.policy_version == 0 for e in rl_store.episodes())
     assert "loss is NaN" in loop.last_error
+
+
+def test_entering_rl_starts_alpha_from_canonical_success(store: Store) -> None:
+    pytest.importorskip("learner.mixture", reason="learner.mixture (learner team) not on this branch yet")
+    actor = FakeActor(outcomes=lambda i: i == 0)  # canonical baseline: 1 success in 4
+    loop = EpisodeLoop(store, FakeRobot(), actor, _settings(rollouts_per_prompt=4, max_episodes=4))
+    loop.run()
+    assert store.prompts(TASK, "canonical")[0].success_rate == 0.25
+    store.set_prompt_status(store.add_prompt(TASK, "drop the green box into the bowl").id, "pool")
+    store.set_task_state(TASK, stage="rl")  # what the supervisor does
+    EpisodeLoop(store, FakeRobot(), actor, _settings(max_episodes=1)).run()
+    st = store.task_state(TASK)
+    assert st.ema_success == 0.25 and st.alpha == pytest.approx(0.5)  # 0.25 / c, c = 0.5
+    assert store.episodes()[-1].stage == "rl"
+
+
+def test_heartbeat_stays_fresh_during_a_long_episode(store: Store) -> None:
+    actor = FakeActor(chunk_time_s=0.1, n_chunks=15)
+    loop = EpisodeLoop(
+        store, FakeRobot(), actor, _settings(max_episodes=1, max_chunks=15, heartbeat_period_s=0.1)
+    )
+    t = _run_in_thread(loop)
+    _until(lambda: _phase(store) == "running")
+    first = store.service_states()["loop"].updated_at
+    time.sleep(0.6)
+    row = store.service_states()["loop"]
+    assert row.state["phase"] == "running" and (row.updated_at - first).total_seconds() >= 0.3
+    t.join(10)
+    assert _phase(store) == "stopped"

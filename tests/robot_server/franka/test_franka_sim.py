@@ -64,11 +64,14 @@ def test_home_then_chunks_track_without_stopping(robot: FrankaRobot) -> None:
         assert report["speed_min_m_s"] > 0.02, report  # the reference moves at ~0.079 m/s throughout
     else:
         print(f"simulator ran at {report['sim_speed']:.2f}x real time: tracking figures not judged")
-    deadline = time.monotonic() + 10.0
+    # A CPU-starved simulator also takes longer in wall time to reach the last target.
+    deadline = time.monotonic() + min(60.0, 10.0 / max(min(report["sim_speed"], 1.0), 0.1))
     while (
         np.linalg.norm(robot.read_state().ee_position_m - targets[-1]) > 0.01 and time.monotonic() < deadline
     ):
-        time.sleep(0.1)
+        # as the server's control loop does when a chunk runs out: keep commanding the hold target
+        robot.command(RobotTarget(0.08, ee_position_m=targets[-1], ee_quat_xyzw=quat), PERIOD_S)
+        time.sleep(PERIOD_S)
     assert np.linalg.norm(robot.read_state().ee_position_m - targets[-1]) < 0.01
 
 
@@ -158,7 +161,13 @@ def test_frozen_simulator_gives_clear_error_then_reconnects() -> None:
             for _ in range(10):
                 robot.command(RobotTarget(0.08, ee_position_m=target, ee_quat_xyzw=state.ee_quat_xyzw), 0.1)
                 time.sleep(0.1)
-            time.sleep(0.3)
+            # poll: a CPU-starved simulator runs well below real time
+            deadline = time.monotonic() + 15.0
+            while (
+                np.linalg.norm(robot.read_state().ee_position_m - target) > 0.005
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
             assert np.linalg.norm(robot.read_state().ee_position_m - target) < 0.005
         finally:
             robot.disconnect()

@@ -59,7 +59,7 @@ def test_stale_frames_are_refused() -> None:
     cam = RealSenseCamera(name="wrist", serial="111", rs=rs, max_age_s=0.1)
     cam.connect()
     rs.devices["111"].lag_s = 0.5
-    with pytest.raises(CameraError, match=r"500 ms old \(max 100 ms\)"):
+    with pytest.raises(CameraError, match=r"\d+ ms old \(max 100 ms\)"):
         cam.read()
     assert cam.stale_frames == 1
     rs.devices["111"].lag_s = 0.0

@@ -1,0 +1,59 @@
+"""The FastAPI application: routers per resource, store errors as 4xx, the static page."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from operator_ui.robot_link import RobotLink
+from operator_ui.routers import episodes, health, loop, metrics, prompts, robot, state
+from operator_ui.settings import UISettings
+from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+def create_app(
+    settings: UISettings, token: str, store: Store | None = None, robot_link: RobotLink | None = None
+) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.store = store or Store.open(settings.database_url, settings.media_dir)
+        app.state.robot = robot_link or RobotLink(settings.robot_cmd_endpoint, settings.robot_timeout_s)
+        app.state.robot.start()
+        try:
+            yield
+        finally:
+            if robot_link is None:
+                app.state.robot.close()
+            if store is None:
+                app.state.store.close()
+
+    app = FastAPI(title="PDE operator page", lifespan=lifespan, docs_url="/api/docs", redoc_url=None)
+    app.state.settings = settings
+    app.state.token = token
+
+    def _error(status: int) -> Any:
+        async def handler(_: Request, exc: Exception) -> JSONResponse:
+            return JSONResponse({"detail": str(exc)}, status_code=status)
+
+        return handler
+
+    app.add_exception_handler(NotFoundError, _error(404))
+    app.add_exception_handler(ConflictError, _error(409))
+    app.add_exception_handler(InvalidArgumentError, _error(422))
+    for r in (state, episodes, loop, prompts, metrics, robot, health):
+        app.include_router(r.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    return app

@@ -1,0 +1,49 @@
+"""``pde ui``: the operator page (FastAPI + uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import sys
+from typing import Any
+
+from operator_ui.settings import UISettings, check_exposure
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="pde ui", description="Operator web page: live view, labels, e-stop, curves."
+    )
+    p.add_argument("--host", help="bind address (default 127.0.0.1; others need PDE_UI_TOKEN)")
+    p.add_argument("--port", type=int)
+    p.add_argument("--database-url")
+    p.add_argument("--data-dir")
+    p.add_argument("--robot", dest="robot_cmd_endpoint", help="robot server command endpoint")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    overrides: dict[str, Any] = {k: v for k, v in vars(args).items() if v is not None}
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        settings = UISettings(**overrides)
+        check_exposure(settings)
+    except ValueError as e:
+        print(f"pde ui: {e}", file=sys.stderr)
+        return 2
+    token = settings.token
+    if not token:
+        token = secrets.token_urlsafe(24)
+        print(f"pde ui: no PDE_UI_TOKEN set; this run's token is {token}", file=sys.stderr)
+    import uvicorn
+
+    from operator_ui.app import create_app
+
+    print(f"pde ui: open http://{settings.host}:{settings.port}/#token={token}", file=sys.stderr, flush=True)
+    # Open video downloads must not hold a shutdown for long.
+    uvicorn.run(
+        create_app(settings, token),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+    )
+    return 0

@@ -1,0 +1,44 @@
+"""Health of the page and of each service it knows about."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter
+
+from operator_ui.deps import RobotDep, SettingsDep, StoreDep
+from operator_ui.robot_link import observation_age_s
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz(store: StoreDep) -> dict[str, Any]:
+    store.tasks()  # the database answers
+    return {"ok": True}
+
+
+@router.get("/api/health")
+def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    services: dict[str, Any] = {"database": {"ok": True, "detail": store.dialect}}
+    view = robot.view()
+    age = observation_age_s(view)
+    services["robot_server"] = {
+        "ok": age is not None and age < 2.0 and not robot.error,
+        "detail": robot.error
+        or (f"last observation {age:.1f} s ago" if age is not None else "no observation yet"),
+        "estopped": view.estopped,
+    }
+    for name, row in store.service_states().items():
+        if name.startswith("_"):
+            continue
+        age_s = (now - row.updated_at).total_seconds()
+        stopped = row.state.get("phase") == "stopped"
+        services[name] = {
+            "ok": age_s <= settings.service_stale_s and not stopped,
+            "detail": f"{row.state.get('phase', '')} · last heard {age_s:.0f} s ago",
+            "state": row.state,
+        }
+    return {"services": services}

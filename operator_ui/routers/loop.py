@@ -1,0 +1,48 @@
+"""Operator intents for the episode loop: "scene reset — start episode" and abort."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+
+from operator_ui.deps import SettingsDep, StoreDep, TokenDep
+from pde_storage import intents
+
+router = APIRouter(prefix="/api/loop", tags=["loop"])
+
+
+def loop_state(store: StoreDep, stale_s: float) -> tuple[dict[str, Any], float | None, bool]:
+    row = store.service_states().get("loop")
+    if row is None:
+        return {}, None, False
+    age = (datetime.now(UTC) - row.updated_at).total_seconds()
+    return row.state, age, age <= stale_s and row.state.get("phase") != "stopped"
+
+
+@router.post("/start", dependencies=[TokenDep])
+def start_episode(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+    """Only while the loop waits for it: a click at another time must not start a later episode."""
+    state, _, alive = loop_state(store, settings.service_stale_s)
+    if not alive:
+        raise HTTPException(
+            409, "the episode loop is not running (start `pde learner run`); nothing was changed"
+        )
+    if state.get("phase") != "awaiting_start":
+        raise HTTPException(
+            409, f"the loop is not waiting for a start (it is {state.get('phase')!r}); nothing was changed"
+        )
+    if store.pending_intents(intents.START_EPISODE):
+        raise HTTPException(409, "a start is already pending; nothing was changed")
+    intent = store.add_intent(intents.START_EPISODE, {"by": "operator page", "task": state.get("task")})
+    return {"intent_id": intent.id, "task": state.get("task"), "prompt": state.get("prompt")}
+
+
+@router.post("/abort", dependencies=[TokenDep])
+def abort_episode(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+    state, _, alive = loop_state(store, settings.service_stale_s)
+    if not alive or state.get("phase") != "running":
+        raise HTTPException(409, f"no episode is running (loop: {state.get('phase')!r}); nothing was changed")
+    intent = store.add_intent(intents.ABORT_EPISODE, {"episode_id": state.get("episode_id")})
+    return {"intent_id": intent.id, "episode_id": state.get("episode_id")}

@@ -1,0 +1,70 @@
+"""JSON shapes of the page's API (rows from the store with file paths turned into URLs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from pde_storage import EpisodeRow, LabelRow, PromptRow
+
+
+class LabelIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    success: bool
+    reason: str = ""
+
+
+class EStopIn(BaseModel):
+    reason: str = "operator pressed e-stop on the page"
+
+
+def episode_json(e: EpisodeRow) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "task": e.task,
+        "rollout_prompt": e.rollout_prompt,
+        "canonical_prompt": e.canonical_prompt,
+        "prompt_id": e.prompt_id,
+        "policy_version": e.policy_version,
+        "stage": e.stage,
+        "status": e.status,
+        "success": e.success,
+        "vlm_proposal": e.vlm_proposal,
+        "vlm_reason": e.vlm_reason,
+        "videos": {cam: f"/api/episodes/{e.id}/video/{cam}" for cam in sorted(e.video_paths)},
+        "created_at": e.created_at.isoformat(),
+        "finished_at": e.finished_at.isoformat() if e.finished_at else None,
+        "labelled_at": e.labelled_at.isoformat() if e.labelled_at else None,
+        "abort_reason": e.abort_reason,
+        "seed": e.seed,
+        "n_chunks": e.n_chunks,
+    }
+
+
+def label_json(lab: LabelRow) -> dict[str, Any]:
+    return {
+        "id": lab.id,
+        "episode_id": lab.episode_id,
+        "success": lab.success,
+        "source": lab.source,
+        "reason": lab.reason,
+        "authoritative": lab.authoritative,
+        "created_at": lab.created_at.isoformat(),
+    }
+
+
+def prompt_json(p: PromptRow) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "task": p.task,
+        "text": p.text,
+        "status": p.status,
+        "source": p.source,
+        "iteration": p.iteration,
+        "summary": p.summary,
+        "n_episodes": p.n_episodes,
+        "n_success": p.n_success,
+        "n_finished": p.n_finished,
+        "success_rate": p.success_rate,
+    }

@@ -1,0 +1,91 @@
+"""Settings of the operator page (env prefix PDE_UI_; the shared PDE_DATABASE_URL, PDE_DATA_DIR
+and PDE_ROBOT_CMD_ENDPOINT are read too)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Values people leave in .env files; never accepted as a token on a reachable port.
+PLACEHOLDER_TOKENS = frozenset(
+    {
+        "",
+        "changeme",
+        "change-me",
+        "change_me",
+        "placeholder",
+        "token",
+        "secret",
+        "password",
+        "xxx",
+        "todo",
+        "test",
+        "admin",
+        "pde",
+        "none",
+        "null",
+    }
+)
+MIN_TOKEN_CHARS = 16
+
+
+class UISettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDE_UI_", populate_by_name=True)
+
+    host: str = "127.0.0.1"
+    """Bind address. Anything but localhost needs a real token (>= 16 characters, no placeholder)."""
+    port: int = 8000
+    token: str = ""
+    """Required on every request that changes something (header ``Authorization: Bearer <token>``).
+    Empty on localhost: a random one is generated and printed at start-up."""
+    database_url: str = Field(
+        "sqlite:///data/pde.db", validation_alias=AliasChoices("PDE_UI_DATABASE_URL", "PDE_DATABASE_URL")
+    )
+    data_dir: Path = Field(Path("data"), validation_alias=AliasChoices("PDE_UI_DATA_DIR", "PDE_DATA_DIR"))
+    robot_cmd_endpoint: str = Field(
+        "tcp://127.0.0.1:5556",
+        validation_alias=AliasChoices("PDE_UI_ROBOT_CMD_ENDPOINT", "PDE_ROBOT_CMD_ENDPOINT"),
+    )
+    robot_timeout_s: float = 1.0
+    """Timeout of one request to the robot server (e-stop, status)."""
+    service_stale_s: float = 10.0
+    """A service whose last heartbeat is older than this is shown as down."""
+
+    @property
+    def media_dir(self) -> Path:
+        return self.data_dir / "media"
+
+
+def is_local(host: str) -> bool:
+    if host in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` is unfit for a page reachable from other machines, or None."""
+    if token.strip().lower() in PLACEHOLDER_TOKENS or token.strip().startswith("<"):
+        return "it is empty or a placeholder"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"it is shorter than {MIN_TOKEN_CHARS} characters"
+    return None
+
+
+def check_exposure(settings: UISettings) -> None:
+    """Refuse to serve beyond localhost without a real token."""
+    if is_local(settings.host):
+        return
+    problem = token_problem(settings.token)
+    if problem:
+        raise ValueError(
+            f"refusing to bind {settings.host}: the page would be reachable from other machines and the "
+            f"token (PDE_UI_TOKEN) is unfit: {problem}. Set PDE_UI_TOKEN to a long random string "
+            "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`) or bind 127.0.0.1."
+        )

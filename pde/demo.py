@@ -1,0 +1,526 @@
+"""``pde demo``: the whole PDE loop on one machine, in simulation.
+
+    pde demo                                  # the operator labels episodes on the page
+    pde demo --auto-label --max-episodes 4    # unattended: the simulator labels, stops after 4
+
+First run: scripted-expert demonstrations (``pde sim record``) and the SFT policy (``pde learner
+sft``), both cached under the data folder; later runs start in seconds. Then, each as its own
+process with its log in <data>/logs/: the simulated robot server (real time), the operator page on
+127.0.0.1, the supervisor (offline paraphrase proposer unless a VLM endpoint is configured) and the
+learner's episode loop, all sharing SQLite in <data>/pde.db. Ctrl-C stops everything.
+
+The defaults are sized for a 2-core laptop CPU: two tasks, 8 demonstrations each and a short SFT
+(the resulting policy is weak; the point is the loop). Raise --demos-per-task and --sft-steps for a
+stronger start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pde.procs import ProcessGroup, ServiceError
+
+# Paper tasks 1 and 10: both move the green container, so the short SFT shares what it learns.
+DEFAULT_TASKS = ("put_green_container_in_bowl", "put_green_container_on_bottom_rack")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Camera frames of the demos and of the server alike; the policy sees them downscaled to 64 px.
+IMAGE_SIZE = "128x128"
+DEMO_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")  # as learner/sft.py looks for them
+
+
+class DemoError(RuntimeError):
+    """A step of the demo failed; the message says which and where its log is."""
+
+
+@dataclass
+class Ports:
+    robot_cmd: int
+    robot_obs: int
+    ui: int
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _any_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def choose_port(wanted: int) -> int:
+    """``wanted`` if nothing listens there, else any free port (0 means any)."""
+    return wanted if wanted and _port_free(wanted) else _any_free_port()
+
+
+class DemoSettings(BaseSettings):
+    """Defaults of the demo's options (env prefix PDE_DEMO_, e.g. PDE_DEMO_SFT_STEPS=400); the
+    command line overrides them."""
+
+    model_config = SettingsConfigDict(env_prefix="PDE_DEMO_", extra="ignore")
+
+    data_dir: Path = Path("data")
+    tasks: str = ",".join(DEFAULT_TASKS)
+    demos_per_task: int = Field(default=8, ge=1)
+    sft_steps: int = Field(default=150, ge=1)
+    sft_batch_size: int = Field(default=16, ge=1)
+    max_chunks: int = Field(default=20, ge=1)
+    rollouts_per_prompt: int = Field(default=4, ge=1)
+    batch_size: int = Field(default=8, ge=1)
+    candidates: int = Field(default=2, ge=1)
+    ui_port: int = 8000
+    robot_cmd_port: int = 5556
+    robot_obs_port: int = 5555
+    startup_timeout_s: float = Field(default=300.0, gt=0)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    try:
+        d = DemoSettings()
+    except ValidationError as e:
+        raise SystemExit(f"pde demo: invalid PDE_DEMO_* setting:\n{e}") from None
+    p = argparse.ArgumentParser(
+        prog="pde demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--data-dir", type=Path, default=d.data_dir, help="everything goes here (default %(default)s)"
+    )
+    p.add_argument("--auto-label", action="store_true", help="the simulator labels episodes (unattended)")
+    p.add_argument("--max-episodes", type=int, help="stop cleanly after this many episodes")
+    p.add_argument("--tasks", default=d.tasks, help="comma-separated task names (default: %(default)s)")
+    p.add_argument(
+        "--demos-per-task", type=int, default=d.demos_per_task, help="expert demos per task (%(default)s)"
+    )
+    p.add_argument("--sft-steps", type=int, default=d.sft_steps, help="SFT gradient steps (%(default)s)")
+    p.add_argument(
+        "--sft-batch-size", type=int, default=d.sft_batch_size, help="SFT batch size (%(default)s)"
+    )
+    p.add_argument(
+        "--max-chunks", type=int, default=d.max_chunks, help="longest episode, chunks (%(default)s)"
+    )
+    p.add_argument(
+        "--rollouts-per-prompt", type=int, default=d.rollouts_per_prompt, help="N per prompt (%(default)s)"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=d.batch_size, help="RL rollouts per PPO update (%(default)s)"
+    )
+    p.add_argument(
+        "--candidates", type=int, default=d.candidates, help="K candidates per iteration (%(default)s)"
+    )
+    p.add_argument("--vlm-base-url", default=os.environ.get("PDE_SUPERVISOR_BASE_URL", ""))
+    p.add_argument("--vlm-model", default=os.environ.get("PDE_SUPERVISOR_MODEL", ""))
+    p.add_argument("--fast", action="store_true", help="simulate faster than real time")
+    p.add_argument("--ui-port", type=int, default=d.ui_port, help="page port (%(default)s, another if taken)")
+    p.add_argument("--robot-cmd-port", type=int, default=d.robot_cmd_port)
+    p.add_argument("--robot-obs-port", type=int, default=d.robot_obs_port)
+    p.add_argument(
+        "--prepare-only", action="store_true", help="record the demonstrations and train SFT, then exit"
+    )
+    p.add_argument("--startup-timeout-s", type=float, default=d.startup_timeout_s, help="per service")
+    args = p.parse_args(list(argv))
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    for name in ("demos_per_task", "sft_steps", "sft_batch_size", "max_chunks", "rollouts_per_prompt"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_episodes is not None and args.max_episodes < 1:
+        p.error("--max-episodes must be at least 1")
+    if not args.tasks:
+        p.error("--tasks is empty")
+    return args
+
+
+# --- progress ------------------------------------------------------------------------------------
+
+
+class Progress:
+    """One line per step, redrawn in place on a terminal, a line every 10 % otherwise."""
+
+    def __init__(self, label: str, total: int, stream: TextIO = sys.stderr) -> None:
+        self.label, self.total, self.stream = label, max(1, total), stream
+        self.t0 = time.monotonic()
+        self.tty = stream.isatty()
+        self._last_decile = -1
+
+    def update(self, done: int, note: str = "") -> None:
+        done = min(done, self.total)
+        frac = done / self.total
+        elapsed = time.monotonic() - self.t0
+        eta = f", ~{elapsed / frac - elapsed:.0f} s left" if 0 < frac < 1 else ""
+        bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
+        line = f"{self.label} [{bar}] {done}/{self.total} ({elapsed:.0f} s{eta}) {note}".rstrip()
+        if self.tty:
+            self.stream.write("\r" + line[:120].ljust(120))
+            self.stream.flush()
+        elif int(10 * frac) != self._last_decile:
+            self._last_decile = int(10 * frac)
+            print(line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run_with_progress(
+    argv: Sequence[str],
+    env: dict[str, str],
+    log_path: Path,
+    progress: Progress,
+    poll: Callable[[str], tuple[int, str] | None],
+) -> None:
+    """Run a one-shot child to completion, its output appended to ``log_path``; ``poll(log text)``
+    returns (done, note) for the bar."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            list(argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        while proc.poll() is None:
+            got = poll(_read_from(log_path, start))
+            if got is not None:
+                progress.update(*got)
+            time.sleep(0.5)
+    except BaseException:
+        _killpg(proc)
+        raise
+    finally:
+        progress.close()
+    if proc.returncode != 0:
+        tail = "\n".join(_read_from(log_path, start).splitlines()[-15:])
+        raise DemoError(f"`{' '.join(argv[2:])}` failed (exit {proc.returncode}); log {log_path}:\n{tail}")
+
+
+def _read_from(path: Path, offset: int) -> str:
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def _killpg(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+# --- the demo ------------------------------------------------------------------------------------
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.data = args.data_dir.resolve()
+        self.logs = self.data / "logs"
+        self.db_url = f"sqlite:///{self.data / 'pde.db'}"
+        self.procs = ProcessGroup(self.logs)
+        self.token = os.environ.get("PDE_UI_TOKEN") or secrets.token_urlsafe(18)
+        self.ports = Ports(
+            choose_port(args.robot_cmd_port), choose_port(args.robot_obs_port), choose_port(args.ui_port)
+        )
+        if self.ports.robot_obs == self.ports.robot_cmd:
+            self.ports.robot_obs = _any_free_port()
+        self.ui_url = f"http://127.0.0.1:{self.ports.ui}/#token={self.token}"
+        self.robot_endpoint = f"tcp://127.0.0.1:{self.ports.robot_cmd}"
+
+    def pde(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "pde", *args]
+
+    def env(self) -> dict[str, str]:
+        """The environment every child gets: the shared settings of the compose file, pointed at the
+        data folder and this run's ports."""
+        a = self.args
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("MUJOCO_GL", "egl")
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.update(
+            PDE_DATABASE_URL=self.db_url,
+            PDE_DATA_DIR=str(self.data),
+            PDE_ROBOT_CMD_ENDPOINT=self.robot_endpoint,
+            PDE_ROBOT_CMD_PORT=str(self.ports.robot_cmd),
+            PDE_ROBOT_OBS_PORT=str(self.ports.robot_obs),
+            PDE_UI_HOST="127.0.0.1",
+            PDE_UI_PORT=str(self.ports.ui),
+            PDE_UI_TOKEN=self.token,
+            PDE_LEARNER_CHECKPOINT_DIR=str(self.data / "checkpoints"),
+            PDE_LEARNER_DEMO_DIR=str(self.data / "demos"),
+            # The loop and the supervisor must agree on N (rollouts per prompt).
+            PDE_LOOP_ROLLOUTS_PER_PROMPT=str(a.rollouts_per_prompt),
+            PDE_SUPERVISOR_ROLLOUTS_N=str(a.rollouts_per_prompt),
+            PDE_SUPERVISOR_CANDIDATES_K=str(a.candidates),
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    # --- first run: demonstrations and SFT (cached) ------------------------------------------------
+
+    def demo_files(self, task: str) -> list[Path]:
+        folder = self.data / "demos" / task
+        return sorted(p for p in folder.rglob("*") if p.suffix in DEMO_SUFFIXES) if folder.exists() else []
+
+    def record_demos(self) -> None:
+        for task in self.args.tasks:
+            have = len(self.demo_files(task))
+            want = self.args.demos_per_task
+            if have >= want:
+                print(f"demonstrations: {have} cached for {task}", flush=True)
+                continue
+            bar = Progress(f"recording {task} demos", want)
+            run_with_progress(
+                self.pde(
+                    "sim",
+                    "record",
+                    "--tasks",
+                    task,
+                    "--episodes-per-task",
+                    str(want - have),
+                    "--seed",
+                    str(1000 + have),
+                    "--out",
+                    str(self.data / "demos" / task),
+                    "--image-size",
+                    IMAGE_SIZE,
+                ),
+                self.env(),
+                self.logs / "sim-record.log",
+                bar,
+                lambda _text, task=task: (len(self.demo_files(task)), ""),  # type: ignore[misc]
+            )
+
+    def train_sft(self) -> None:
+        a = self.args
+        bar = Progress("SFT policy", a.sft_steps)
+
+        def poll(text: str) -> tuple[int, str] | None:
+            steps = re.findall(r"step (\d+)/(\d+)(?: loss ([0-9.]+))?", text)
+            if not steps:
+                return (0, "loading demonstrations") if text else None
+            step, _, loss = steps[-1]
+            return int(step) + 1, f"loss {loss}" if loss else ""
+
+        run_with_progress(
+            self.pde(
+                "learner",
+                "sft",
+                "--demos",
+                str(self.data / "demos"),
+                "--checkpoints",
+                str(self.data / "checkpoints"),
+                "--tasks",
+                ",".join(a.tasks),
+                "--per-task",
+                str(a.demos_per_task),
+                "--steps",
+                str(a.sft_steps),
+                "--batch-size",
+                str(a.sft_batch_size),
+            ),
+            self.env(),
+            self.logs / "sft.log",
+            bar,
+            poll,
+        )
+        tail = (self.logs / "sft.log").read_text(errors="replace")
+        cached = '"cached": true' in tail[-4000:]
+        print(f"SFT policy: {'cached' if cached else 'trained'} in {self.data / 'checkpoints'}", flush=True)
+
+    # --- services --------------------------------------------------------------------------------
+
+    def start_services(self) -> None:
+        from pde.health import Unhealthy, check_heartbeat, check_robot_server, check_ui
+
+        a, env, timeout = self.args, self.env(), self.args.startup_timeout_s
+
+        def healthy(check: Callable[[], str]) -> Callable[[], bool]:
+            def probe() -> bool:
+                try:
+                    check()
+                except Unhealthy:
+                    return False
+                return True
+
+            return probe
+
+        # The schema first, once, so the services do not race to migrate the same SQLite file.
+        from pde_storage import Store
+
+        Store.open(self.db_url, self.data / "media").close()
+
+        print("starting the simulated robot server ...", flush=True)
+        pacing = "fast" if a.fast else "realtime"
+        server = ["robot-server", "--backend", "sim", "--pacing", pacing, "--image-size", IMAGE_SIZE]
+        # One observation per control tick is all the loop uses; 30 fps of two rendered cameras
+        # would take most of a 2-core CPU. The 1 s watchdog (200 ms on the FR3) keeps a loaded
+        # laptop from dropping chunks; it is a simulation.
+        server += ["--camera-fps", "10", "--heartbeat-timeout-s", "1.0"]
+        self.procs.start("robot-server", self.pde(*server), env)
+        self.procs.wait_healthy(
+            "robot-server", healthy(lambda: check_robot_server(self.robot_endpoint, 1.0)), timeout
+        )
+        print("starting the operator page ...", flush=True)
+        self.procs.start("ui", self.pde("ui"), env)
+        self.procs.wait_healthy(
+            "ui", healthy(lambda: check_ui(f"http://127.0.0.1:{self.ports.ui}/healthz", 2.0)), timeout
+        )
+        print(f"\n  operator page: {self.ui_url}\n  token: {self.token}\n", flush=True)
+
+        offline = not a.vlm_base_url
+        print(
+            "starting the supervisor ("
+            + ("offline paraphrase proposer" if offline else a.vlm_base_url)
+            + ") ...",
+            flush=True,
+        )
+        sup_args = ["supervisor", "--tasks", *a.tasks]
+        sup_args += ["--offline"] if offline else ["--base-url", a.vlm_base_url]
+        if not offline and a.vlm_model:
+            sup_args += ["--model", a.vlm_model]
+        self.procs.start("supervisor", self.pde(*sup_args), env)
+        self.procs.wait_healthy(
+            "supervisor", healthy(lambda: check_heartbeat("supervisor", self.db_url, 60.0)), timeout
+        )
+        print("starting the learner (episode loop + PPO) ...", flush=True)
+        loop_args = [
+            "learner",
+            "run",
+            "--tasks",
+            ",".join(a.tasks),
+            "--auto-start",
+            "--max-chunks",
+            str(a.max_chunks),
+            "--batch-size",
+            str(a.batch_size),
+            "--rollouts-per-prompt",
+            str(a.rollouts_per_prompt),
+        ]
+        if a.auto_label:
+            loop_args.append("--auto-label")
+        if a.max_episodes is not None:
+            loop_args += ["--max-episodes", str(a.max_episodes)]
+        self.procs.start("learner", self.pde(*loop_args), env)
+        self.procs.wait_healthy(
+            "learner", healthy(lambda: check_heartbeat("learner", self.db_url, 600.0)), timeout
+        )
+        how = "the simulator labels them" if a.auto_label else "label each one on the page"
+        print(f"running: episodes start by themselves and {how}; Ctrl-C stops everything.", flush=True)
+
+    def watch(self) -> int:
+        """Until the learner stops (``--max-episodes``) or a service dies; prints each episode."""
+        from pde_storage import Store
+
+        store = Store(self.db_url, self.data / "media", migrate=False)
+        seen = max((e.id for e in store.episodes()), default=0)
+        try:
+            while True:
+                for ep in store.episodes(since_id=seen):
+                    if ep.status in ("running", "awaiting_label") and not (
+                        ep.status == "awaiting_label" and not self.args.auto_label
+                    ):
+                        break
+                    seen = ep.id
+                    outcome = {True: "success", False: "failure", None: ep.status}[ep.success]
+                    print(
+                        f"episode {ep.id}: {ep.task} · {ep.stage} · policy v{ep.policy_version} · "
+                        f"{outcome} · prompt {ep.rollout_prompt!r}",
+                        flush=True,
+                    )
+                learner = self.procs.services["learner"]
+                if not learner.alive:
+                    rc = learner.process.returncode if learner.process else None
+                    if rc == 0:
+                        return 0
+                    raise DemoError(f"the learner exited with code {rc}:\n{self.procs.tail('learner')}")
+                dead = self.procs.first_dead()
+                if dead is not None:
+                    raise DemoError(f"{dead.name} stopped unexpectedly:\n{self.procs.tail(dead.name)}")
+                time.sleep(1.0)
+        finally:
+            store.close()
+
+    def summary(self) -> None:
+        from pde_storage import Store
+
+        with Store(self.db_url, self.data / "media", migrate=False) as store:
+            eps = store.episodes()
+            labelled = [e for e in eps if e.success is not None]
+            ckpt = store.latest_checkpoint()
+            wins = sum(bool(e.success) for e in labelled)
+            print(
+                f"\n{len(eps)} episode(s) in {self.data / 'pde.db'}, {len(labelled)} labelled "
+                f"({wins} successes); files and videos under {self.data / 'media'}",
+                flush=True,
+            )
+            if ckpt is not None:
+                print(f"latest policy: version {ckpt.version} ({ckpt.path})", flush=True)
+        print(f"the page was at {self.ui_url}", flush=True)
+        print(
+            f"browse them again: PDE_DATA_DIR={self.data} PDE_DATABASE_URL={self.db_url} pde ui "
+            f"--robot {self.robot_endpoint}   logs: {self.logs}",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    demo = Demo(args)
+    demo.data.mkdir(parents=True, exist_ok=True)
+    print(f"pde demo: data folder {demo.data}, logs in {demo.logs}", flush=True)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    t0 = time.monotonic()
+    try:
+        demo.record_demos()
+        demo.train_sft()
+        if args.prepare_only:
+            return 0
+        demo.start_services()
+        print(f"(ready {time.monotonic() - t0:.0f} s after start)", flush=True)
+        demo.watch()
+        print(f"pde demo: the learner stopped after {args.max_episodes} episode(s)", flush=True)
+        demo.procs.stop_all()
+        demo.summary()
+        return 0
+    except KeyboardInterrupt:
+        print("\npde demo: stopping ...", file=sys.stderr, flush=True)
+        return 130
+    except (DemoError, ServiceError) as e:
+        print(f"pde demo: {e}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        # A second Ctrl-C while stopping kills what is left.
+        def kill_all(signum: int, frame: FrameType | None) -> None:
+            for name in list(demo.procs.services):
+                demo.procs.kill(name)
+
+        signal.signal(signal.SIGINT, kill_all)
+        demo.procs.stop_all()
+        print(f"pde demo: stopped after {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -1,0 +1,144 @@
+"""``pde health <service>``: exit 0 when the service is healthy, 1 when not (compose healthchecks).
+
+- robot-server: the server answers a Health request over its command socket and says ok.
+- ui: the page's ``/healthz`` answers 200 (it reads the database to answer).
+- learner / supervisor: their heartbeat row in the shared database (``Store.set_service_state``,
+  written by the episode loop as "loop" and by the supervisor as "supervisor") is recent and does
+  not say "stopped".
+
+Each check reads the same settings as the service itself (environment, ``PDE_<SERVICE>_...`` and
+the shared ``PDE_DATABASE_URL``), so in a container it needs no arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+# service -> name of its row in the store's service_states table
+HEARTBEAT_ROWS = {"learner": "loop", "supervisor": "supervisor"}
+DEFAULT_MAX_AGE_S = 30.0
+
+
+class Unhealthy(Exception):
+    """Why a service is not healthy (printed, exit code 1)."""
+
+
+def check_robot_server(endpoint: str | None, timeout_s: float) -> str:
+    from pde_contract.client import RobotClient
+    from robot_server.settings import RobotServerSettings
+
+    if endpoint is None:
+        # Inside the robot server's container its own settings say where it listens; elsewhere the
+        # shared PDE_ROBOT_CMD_ENDPOINT does.
+        import os
+
+        endpoint = os.environ.get("PDE_ROBOT_CMD_ENDPOINT") or RobotServerSettings().cmd_endpoint
+    endpoint = endpoint.replace("tcp://0.0.0.0:", "tcp://127.0.0.1:")
+    with RobotClient(cmd_endpoint=endpoint, name="pde-health", timeout_s=timeout_s) as client:
+        try:
+            info = client.health()
+        except Exception as e:
+            raise Unhealthy(f"robot server at {endpoint} does not answer: {e}") from e
+    if not info.ok:
+        raise Unhealthy(f"robot server at {endpoint} reports not ok: {info.detail}")
+    return f"robot server at {endpoint} ok ({info.control_loop_hz:.1f} Hz control loop)"
+
+
+def check_ui(url: str | None, timeout_s: float) -> str:
+    if url is None:
+        from operator_ui.settings import UISettings
+
+        s = UISettings()  # type: ignore[call-arg]  # all fields have defaults (aliases confuse mypy)
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
+        url = f"http://{host}:{s.port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            if r.status != 200:
+                raise Unhealthy(f"{url} answered HTTP {r.status}")
+    except (urllib.error.URLError, OSError) as e:
+        raise Unhealthy(f"{url} does not answer: {e}") from e
+    return f"page at {url} ok"
+
+
+def check_heartbeat(service: str, database_url: str | None, max_age_s: float) -> str:
+    from pde_storage import Store
+
+    if database_url is None:
+        database_url = _shared_database_url()
+    row_name = HEARTBEAT_ROWS[service]
+    _require_sqlite_file(database_url)
+    # migrate=False: a health probe never changes the schema (the services do at start-up); the
+    # media folder is never touched by service_states().
+    store = Store(database_url, tempfile.gettempdir(), migrate=False)
+    try:
+        row = store.service_states().get(row_name)
+    except Exception as e:
+        raise Unhealthy(f"cannot read the database {database_url.split('@')[-1]}: {e}") from e
+    finally:
+        store.close()
+    if row is None:
+        raise Unhealthy(f"{service} has not written its heartbeat ({row_name!r}) to the database yet")
+    age_s = (datetime.now(UTC) - row.updated_at).total_seconds()
+    phase = str(row.state.get("phase", ""))
+    if phase == "stopped":
+        raise Unhealthy(f"{service} says it stopped ({age_s:.0f} s ago)")
+    if age_s > max_age_s:
+        raise Unhealthy(f"{service}'s last heartbeat is {age_s:.0f} s old (limit {max_age_s:.0f} s)")
+    return f"{service} ok (heartbeat {age_s:.1f} s ago{', ' + phase if phase else ''})"
+
+
+def _require_sqlite_file(database_url: str) -> None:
+    """SQLite would create an empty file on connect; a probe must not leave one behind."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    file = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
+    if file and not Path(file).exists():
+        raise Unhealthy(f"the database file {url.database} does not exist (no service has started)")
+
+
+def _shared_database_url() -> str:
+    import os
+
+    for var in ("PDE_LOOP_DATABASE_URL", "PDE_SUPERVISOR_DATABASE_URL", "PDE_DATABASE_URL"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return "sqlite:///data/pde.db"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pde health", description=__doc__.split("\n\n")[0])
+    p.add_argument("service", choices=["robot-server", "ui", "learner", "supervisor"])
+    p.add_argument("--endpoint", help="robot server command endpoint (default from the environment)")
+    p.add_argument("--url", help="page health URL (default http://$PDE_UI_HOST:$PDE_UI_PORT/healthz)")
+    p.add_argument("--database-url", help="default: $PDE_DATABASE_URL or sqlite:///data/pde.db")
+    p.add_argument(
+        "--max-age-s",
+        type=float,
+        default=DEFAULT_MAX_AGE_S,
+        help=f"heartbeat older than this is unhealthy (default {DEFAULT_MAX_AGE_S:.0f})",
+    )
+    p.add_argument("--timeout-s", type=float, default=3.0)
+    p.add_argument("-q", "--quiet", action="store_true")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    checks: dict[str, Callable[[], str]] = {
+        "robot-server": lambda: check_robot_server(args.endpoint, args.timeout_s),
+        "ui": lambda: check_ui(args.url, args.timeout_s),
+        "learner": lambda: check_heartbeat("learner", args.database_url, args.max_age_s),
+        "supervisor": lambda: check_heartbeat("supervisor", args.database_url, args.max_age_s),
+    }
+    try:
+        message = checks[args.service]()
+    except Unhealthy as e:
+        print(f"pde health {args.service}: UNHEALTHY: {e}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"pde health {args.service}: {message}")
+    return 0

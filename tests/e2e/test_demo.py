@@ -1,0 +1,98 @@
+"""`pde demo` as a user runs it, sized down through PDE_DEMO_* (1 demonstration, 2 SFT steps, fast
+sim, 2-chunk episodes): the first run records, trains and runs to --max-episodes then prints where
+everything is; the second run reuses the cache; Ctrl-C (SIGINT) tears every child down."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pde_storage import Store
+from tests.helpers import free_port, pde_command, subprocess_env
+
+
+def _demo_env(data: Path) -> dict[str, str]:
+    return subprocess_env(
+        PDE_DEMO_DATA_DIR=str(data),
+        PDE_DEMO_TASKS="put_green_container_in_bowl",
+        PDE_DEMO_DEMOS_PER_TASK="1",
+        PDE_DEMO_SFT_STEPS="2",
+        PDE_DEMO_SFT_BATCH_SIZE="4",
+        PDE_DEMO_MAX_CHUNKS="2",
+        PDE_DEMO_UI_PORT=str(free_port()),
+        PDE_DEMO_ROBOT_CMD_PORT=str(free_port()),
+        PDE_DEMO_ROBOT_OBS_PORT=str(free_port()),
+    )
+
+
+def _children_of(data: Path) -> list[int]:
+    """Processes whose environment points at this data folder (the demo's children)."""
+    marker = f"PDE_DATA_DIR={data}".encode()
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if marker in (p / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(p.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_demo_first_run_cached_run_and_ctrl_c(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = _demo_env(data)
+    first = subprocess.run(
+        pde_command("demo", "--auto-label", "--max-episodes", "1", "--fast"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-4000:]
+    assert "SFT policy: trained" in out and "operator page: http://127.0.0.1:" in out
+    assert f"files and videos under {data / 'media'}" in out
+    for name in ("robot-server", "ui", "supervisor", "learner", "sft", "sim-record"):
+        assert (data / "logs" / f"{name}.log").stat().st_size > 0, name
+    with Store(f"sqlite:///{data / 'pde.db'}", data / "media", migrate=False) as store:
+        eps = store.episodes()
+        assert len(eps) == 1 and eps[0].status == "labelled"
+        assert store.labels(eps[0].id)[0].source == "simulator"
+    assert not _children_of(data)
+
+    # Second run: everything cached; Ctrl-C once the loop runs stops everything.
+    proc = subprocess.Popen(
+        pde_command("demo", "--auto-label", "--fast"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 400
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("running:"):
+                break
+            assert time.monotonic() < deadline, "".join(lines)
+        text = "".join(lines)
+        assert "demonstrations: 1 cached" in text and "SFT policy: cached" in text, text
+        assert _children_of(data), "no services running"
+        os.kill(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, "".join(lines) + rest
+    assert "stopping" in rest
+    assert not _children_of(data), "children left after Ctrl-C"

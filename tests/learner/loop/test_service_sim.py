@@ -1,0 +1,100 @@
+"""`pde loop` end to end: the simulated robot server, the learner's real Actor, policy, Trainer
+and checkpoints, auto start + simulator labels, a PPO update in the background; killed with
+SIGKILL mid-episode and restarted: nothing labelled is lost, the interrupted episode is aborted
+with a reason, and the loop goes on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pde_storage import Store
+from tests.helpers import pde_command, subprocess_env
+from tests.operator_ui.browser import sim_robot_server
+
+TASK = "put_green_container_in_bowl"
+
+
+def _tiny_checkpoint(data_dir: Path) -> None:
+    from learner.checkpoints import CheckpointStore
+    from learner.policies.vla import SmallVLAPolicy, VLAConfig
+
+    policy = SmallVLAPolicy(
+        VLAConfig(text_encoder="fake-hashing", hidden_dim=32, image_size_px=32, chunk_len=4)
+    )
+    CheckpointStore(data_dir / "checkpoints").save(policy, 0, {"sft_loss": 1.0})
+
+
+def _loop_cmd(endpoint: str, *extra: str) -> list[str]:
+    return pde_command(
+        "loop",
+        "--auto",
+        "--tasks",
+        TASK,
+        "--max-chunks",
+        "3",
+        "--batch-size",
+        "2",
+        "--robot",
+        endpoint,
+        *extra,
+    )
+
+
+@pytest.mark.slow
+def test_pde_loop_in_sim_kill9_restart_and_ppo(tmp_path: Path) -> None:
+    pytest.importorskip("robot_server.sim.world", reason="the simulated robot server is not on this branch")
+    pytest.importorskip("learner.actor", reason="the learner's actor is not on this branch")
+    url = f"sqlite:///{tmp_path}/pde.db"
+    env = subprocess_env(PDE_LOOP_DATABASE_URL=url, PDE_LOOP_DATA_DIR=str(tmp_path))
+    _tiny_checkpoint(tmp_path)
+    store = Store.open(url, tmp_path / "media")
+    store.ensure_task(TASK, "put the green container in the bowl")
+    store.set_task_state(TASK, stage="rl", alpha=0.5)
+    store.set_prompt_status(store.add_prompt(TASK, "drop the green box into the bowl").id, "pool")
+    log = tmp_path / "loop.log"
+    with sim_robot_server(tmp_path) as endpoint:
+        # Run 1: killed with SIGKILL while its second episode runs.
+        proc = subprocess.Popen(_loop_cmd(endpoint), env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 150
+            victim = None
+            while victim is None:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                if store.count_episodes(status="labelled") >= 1:
+                    running = store.episodes(status="running")
+                    victim = running[0].id if running else None
+                time.sleep(0.02)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        labelled_before = {e.id: (e.success, store.labels(e.id)) for e in store.episodes(status="labelled")}
+        # Run 2: resumes; with one labelled RL episode already stored, two more make a PPO batch.
+        r = subprocess.run(
+            _loop_cmd(endpoint, "--max-episodes", "2"), env=env, capture_output=True, text=True, timeout=240
+        )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    v = store.episode(victim)
+    assert v.status == "aborted" and "interrupted" in v.abort_reason
+    for i, (success, labels) in labelled_before.items():
+        assert store.episode(i).success == success and store.labels(i) == labels
+    eps = [e for e in store.episodes() if e.status != "aborted"]
+    assert len(eps) == len(labelled_before) + 2 and all(e.status == "labelled" for e in eps)
+    assert all(lab.source == "simulator" for e in eps for lab in store.labels(e.id))
+    f = store.load_episode_file(eps[-1].id)
+    assert 1 <= len(f.chunks) <= 3 and "log_prob" in f.chunks[0].extras
+    assert sorted(eps[-1].video_paths) == ["external", "wrist"]
+    assert all(Path(p).stat().st_size > 0 for p in eps[-1].video_paths.values())
+    ck = store.latest_checkpoint()
+    assert ck is not None and ck.version == 1 and Path(ck.path).is_file()
+    assert ck.metrics["trained_through_episode_id"] == eps[1].id
+    assert store.metrics("ppo/update_s") and store.task_state(TASK).iteration == 1
+    store.close()

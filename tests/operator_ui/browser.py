@@ -1,0 +1,113 @@
+"""Helpers for browser tests: `pde ui` as a real process, headless Chromium from Debian."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.helpers import free_port, pde_command, subprocess_env
+
+CHROMIUM = "/usr/bin/chromium"
+# Screenshots of the page go to a scratch folder; set PDE_SCREENSHOT_DIR=bench/results/screenshots
+# to refresh the committed ones (tests never rewrite tracked files by default).
+SHOTS = Path(os.environ.get("PDE_SCREENSHOT_DIR", Path(tempfile.gettempdir()) / "pde-screenshots"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+
+
+@contextmanager
+def ui_process(db_url: str, data_dir: Path, token: str, robot_endpoint: str) -> Iterator[str]:
+    port = free_port()
+    log = data_dir / "ui.log"
+    env = subprocess_env(
+        PDE_UI_DATABASE_URL=db_url,
+        PDE_UI_DATA_DIR=str(data_dir),
+        PDE_UI_PORT=str(port),
+        PDE_UI_TOKEN=token,
+        PDE_UI_ROBOT_CMD_ENDPOINT=robot_endpoint,
+        PDE_UI_HOST="127.0.0.1",
+    )
+    proc = subprocess.Popen(pde_command("ui"), env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"pde ui exited: {log.read_text()}")
+            try:
+                with urllib.request.urlopen(base + "/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"pde ui not healthy in 60 s: {log.read_text()}") from None
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def sim_robot_server(log_dir: Path, image_size: str = "96x96", camera_fps: float = 15.0) -> Iterator[str]:
+    """`pde robot-server --backend sim` on free ports; yields its command endpoint."""
+    from pde_contract.client import RobotClient, RobotServerError
+
+    cmd_port, obs_port = free_port(), free_port()
+    log = log_dir / "robot-server.log"
+    proc = subprocess.Popen(
+        pde_command(
+            "robot-server",
+            "--backend",
+            "sim",
+            "--cmd-port",
+            str(cmd_port),
+            "--obs-port",
+            str(obs_port),
+            "--image-size",
+            image_size,
+            "--camera-fps",
+            str(camera_fps),
+        ),
+        env=subprocess_env(),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    endpoint = f"tcp://127.0.0.1:{cmd_port}"
+    try:
+        deadline = time.monotonic() + 120
+        with RobotClient(endpoint, name="test-wait", timeout_s=1.0) as c:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"robot server exited: {log.read_text()[-3000:]}")
+                try:
+                    c.connect()
+                    c.latest_observation(timeout_s=2.0)
+                    break
+                except RobotServerError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"robot server not up in 120 s: {log.read_text()[-3000:]}"
+                        ) from None
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

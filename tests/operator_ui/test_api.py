@@ -1,0 +1,159 @@
+"""The page's HTTP API on SQLite and PostgreSQL: reads, labels, intents, and bad requests that get
+a clear 4xx and change nothing."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from fastapi.testclient import TestClient
+
+from operator_ui.settings import UISettings, check_exposure
+from pde_storage import Store, intents
+from tests.helpers import pde_command, subprocess_env
+from tests.operator_ui.conftest import AUTH
+from tests.storage.factories import make_episode_file
+
+TASK = "put_green_container_in_bowl"
+CANON = "put the green container in the bowl"
+
+
+def _episode(store: Store, finish: bool = True) -> int:
+    store.ensure_task(TASK, CANON)
+    ep = store.create_episode(TASK, store.prompts(TASK)[0].id, 0, "bootstrap")
+    if finish:
+        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
+    return ep.id
+
+
+def _snapshot(store: Store) -> list[tuple[int, str, bool | None, int]]:
+    return [(e.id, e.status, e.success, len(store.labels(e.id))) for e in store.episodes()]
+
+
+def test_label_then_relabel_keeps_history(client: TestClient, store: Store) -> None:
+    eid = _episode(store)
+    r = client.post(f"/api/episodes/{eid}/label", json={"success": True}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.json()["episode"]["status"] == "labelled" and r.json()["episode"]["success"] is True
+    r = client.post(
+        f"/api/episodes/{eid}/relabel", json={"success": False, "reason": "dropped"}, headers=AUTH
+    )
+    assert r.status_code == 200
+    detail = client.get(f"/api/episodes/{eid}").json()
+    assert detail["success"] is False
+    assert [(lab["source"], lab["success"]) for lab in detail["labels"]] == [
+        ("operator", True),
+        ("operator", False),
+    ]
+
+
+def test_bad_requests_get_4xx_and_change_nothing(client: TestClient, store: Store) -> None:
+    done, running = _episode(store), _episode(store, finish=False)
+    labelled = _episode(store)
+    store.add_label(labelled, False, source="operator")
+    before = _snapshot(store)
+    cases = [
+        (f"/api/episodes/{done}/label", {"success": True}, {}, 401, "missing token"),
+        (
+            f"/api/episodes/{done}/label",
+            {"success": True},
+            {"Authorization": "Bearer nope"},
+            403,
+            "wrong token",
+        ),
+        (f"/api/episodes/{done}/label", {"success": True}, {"X-PDE-Token": "nope"}, 403, "wrong token"),
+        ("/api/episodes/99999/label", {"success": True}, AUTH, 404, "unknown episode id 99999"),
+        (f"/api/episodes/{running}/label", {"success": True}, AUTH, 409, "still running"),
+        (f"/api/episodes/{labelled}/label", {"success": True}, AUTH, 409, "already labelled"),
+        (f"/api/episodes/{done}/label", {"success": "maybe"}, AUTH, 422, "bool"),
+        (f"/api/episodes/{done}/label", {"success": True, "extra": 1}, AUTH, 422, "extra"),
+        (f"/api/episodes/{done}/relabel", {"success": True}, {}, 401, "missing token"),
+        ("/api/loop/start", {}, {}, 401, "missing token"),
+        ("/api/loop/start", {}, AUTH, 409, "not running"),
+        ("/api/loop/abort", {}, AUTH, 409, "no episode is running"),
+        ("/api/robot/release", {}, {}, 401, "missing token"),
+    ]
+    for path, body, headers, code, words in cases:
+        r = client.post(path, json=body, headers=headers)
+        assert r.status_code == code, (path, r.status_code, r.text)
+        assert words in r.text, (path, r.text)
+    assert client.get("/api/episodes/99999").status_code == 404
+    assert client.get("/api/tasks/nope/prompts").status_code == 404
+    assert client.get(f"/api/episodes/{done}/video/thermal").status_code == 404
+    assert _snapshot(store) == before
+    assert store.pending_intents(intents.START_EPISODE) == []
+
+
+def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> None:
+    store.set_service_state("loop", {"phase": "running", "task": TASK})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 409 and "'running'" in r.text
+    store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "prompt": CANON})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 200 and r.json()["task"] == TASK
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 409 and "already pending" in r.text
+    assert len(store.pending_intents(intents.START_EPISODE)) == 1
+    state = client.get("/api/state").json()
+    assert state["loop"]["phase"] == "awaiting_start" and state["loop"]["alive"] is True
+
+
+def test_reads_history_video_pools_curves_health(client: TestClient, store: Store) -> None:
+    eid = _episode(store)
+    store.add_label(eid, True, source="vlm", reason="in the bowl")
+    pid = store.add_prompt(TASK, "drop the green box in the bowl").id
+    store.set_prompt_status(pid, "pool")
+    store.add_metric(f"{TASK}/alpha", 0.4, 3)
+    [e] = client.get("/api/episodes").json()
+    assert e["id"] == eid and e["vlm_proposal"] is True and sorted(e["videos"]) == ["external", "wrist"]
+    r = client.get(e["videos"]["wrist"])
+    assert r.status_code == 200 and r.headers["content-type"] == "video/mp4" and r.content[4:8] == b"ftyp"
+    r = client.get(e["videos"]["wrist"], headers={"Range": "bytes=0-99"})
+    assert r.status_code == 206 and len(r.content) == 100  # seekable in the browser
+    [t] = client.get("/api/tasks").json()
+    assert (t["name"], t["stage"], t["pool_size"]) == (TASK, "bootstrap", 1)
+    prompts = client.get(f"/api/tasks/{TASK}/prompts").json()
+    assert [p["status"] for p in prompts] == ["canonical", "pool"] and prompts[0]["n_finished"] == 1
+    assert client.get(f"/api/tasks/{TASK}/curves").json()["alpha"] == [[3.0, 0.4]]
+    services = client.get("/api/health").json()["services"]
+    assert services["database"]["ok"] is True and services["robot_server"]["ok"] is False
+    assert client.get("/healthz").json() == {"ok": True}
+    assert client.get("/").status_code == 200 and "E-STOP" in client.get("/").text
+
+
+def test_estop_without_robot_server_says_so(client: TestClient) -> None:
+    r = client.post("/api/robot/estop", json={})
+    assert r.status_code == 503 and "robot server" in r.text
+
+
+@pytest.mark.parametrize(
+    ("host", "token", "ok"),
+    [
+        ("127.0.0.1", "", True),
+        ("localhost", "", True),
+        ("::1", "changeme", True),
+        ("0.0.0.0", "", False),
+        ("0.0.0.0", "changeme", False),
+        ("192.168.1.5", "<your token>", False),
+        ("0.0.0.0", "short", False),
+        ("0.0.0.0", "a-long-random-token-0123456789", True),
+    ],
+)
+def test_refuses_exposure_without_real_token(host: str, token: str, ok: bool) -> None:
+    s = UISettings.model_validate({"host": host, "token": token})
+    if ok:
+        check_exposure(s)
+    else:
+        with pytest.raises(ValueError, match="refusing to bind"):
+            check_exposure(s)
+
+
+def test_pde_ui_refuses_to_start_exposed_with_placeholder_token() -> None:
+    r = subprocess.run(
+        pde_command("ui", "--host", "0.0.0.0"),
+        env=subprocess_env(PDE_UI_TOKEN="changeme"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "refusing to bind 0.0.0.0" in r.stderr and "PDE_UI_TOKEN" in r.stderr
