@@ -268,7 +268,9 @@ def write_results(
             "eval_episodes": args.eval_episodes,
             "training_episodes_per_seed": args.iterations * args.episodes_per_iteration,
         },
-        "sft": {
+        "sft": {"checkpoint": args.sft_checkpoint, **sft_metrics}
+        if args.sft_checkpoint
+        else {
             "tasks": sft_tasks,
             "demos_per_task": args.demos_per_task,
             "steps": args.sft_steps,
@@ -296,6 +298,39 @@ def write_results(
     return result
 
 
+def merge(args: argparse.Namespace) -> int:
+    """Combine single-seed result files (seeds run as parallel processes) into one result + curve."""
+    parts = [json.loads(Path(f).read_text()) for f in args.merge.split(",") if f]
+    first = parts[0]
+    per_seed = [r for p in parts for r in p["per_seed"]]
+    before = [float(r["eval_success_before"]) for r in per_seed]
+    after = [float(r["eval_success_after"]) for r in per_seed]
+    result = {
+        **first,
+        "commands": [p["command"] for p in parts],
+        "merged_from": args.merge.split(","),
+        "eval_success_before_mean": float(np.mean(before)),
+        "eval_success_after_mean": float(np.mean(after)),
+        "seeds_improved": int(sum(a > b for a, b in zip(after, before, strict=True))),
+        "per_seed": per_seed,
+        "total_wall_s": max(float(p["total_wall_s"]) for p in parts),
+    }
+    result.pop("command", None)
+    out = ROOT / args.out
+    out.write_text(json.dumps(result, indent=1))
+    curves = {f"seed {r['seed']}": [float(v) for v in r["rollout_success_per_iteration"]] for r in per_seed}
+    evals = {
+        f"s{r['seed']}": (float(r["eval_success_before"]), float(r["eval_success_after"])) for r in per_seed
+    }
+    plot(curves, evals, f"{first['task']} ({first['head']} head): rollout success", out.with_suffix(".png"))
+    print(
+        json.dumps(
+            {k: result[k] for k in ("eval_success_before_mean", "eval_success_after_mean", "seeds_improved")}
+        )
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="put_green_container_in_front_of_camera")
@@ -309,17 +344,25 @@ def main() -> int:
     ap.add_argument("--image-px", type=int, default=64, help="rendered camera size")
     ap.add_argument("--policy-px", type=int, default=32, help="the policy's downscaled image size")
     ap.add_argument("--sft-batch", type=int, default=64)
+    ap.add_argument("--sft-checkpoint", default="", help="use this SFT checkpoint instead of training one")
     ap.add_argument("--target-kl", type=float, default=0.0, help="early-stop PPO epochs above this (0: off)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--episodes-per-iteration", type=int, default=16)
     ap.add_argument("--eval-episodes", type=int, default=20)
-    ap.add_argument("--max-chunks", type=int, default=25)
+    ap.add_argument("--max-chunks", type=int, default=36)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--minibatch", type=int, default=64)
     ap.add_argument("--data-dir", default="data/bench_learning")
     ap.add_argument("--out", default="bench/results/learning.json")
+    ap.add_argument(
+        "--merge",
+        default="",
+        help="comma-separated result files of single-seed runs (run in parallel) to combine",
+    )
     args = ap.parse_args()
+    if args.merge:
+        return merge(args)
     torch.set_num_threads(1)
     data = ROOT / args.data_dir
     from learner.loop.tasks import canonical_prompt  # the task -> canonical prompt table

@@ -99,9 +99,11 @@ class SafetyError(Exception):
 
 @dataclass(frozen=True)
 class SafetyLimits:
-    # Box for the TCP in the robot base frame (table top at z = 0).
-    workspace_min_m: tuple[float, float, float] = (0.3, -0.45, 0.02)
-    workspace_max_m: tuple[float, float, float] = (0.65, 0.45, 0.55)
+    # Box for the TCP in the robot base frame (table top at z = 0). The default holds the paper's
+    # tabletop as simulated: the scripted expert's ten tasks span x 0.165-0.72, y -0.37-0.44,
+    # z 0.019-0.50 m. A lab sets its own box for its own table (PDE_ROBOT_WORKSPACE_MIN_M/_MAX_M).
+    workspace_min_m: tuple[float, float, float] = (0.15, -0.5, 0.015)
+    workspace_max_m: tuple[float, float, float] = (0.75, 0.5, 0.55)
     # A box has corners the arm cannot reach with the tool pointing down: the flange (TCP minus
     # 0.2104 m along the tool axis) must also stay within this distance of the shoulder (joint 2).
     # FR3's maximum reach is 0.855 m; the margin keeps the IK away from the stretched-out singularity.

@@ -48,8 +48,8 @@ class RobotServerSettings(BaseSettings):
 
     # Safety (see robot_server/safety.py for the clip policy)
     clip_policy: ClipPolicy = ClipPolicy.CLIP
-    workspace_min_m: tuple[float, float, float] = (0.3, -0.45, 0.02)
-    workspace_max_m: tuple[float, float, float] = (0.65, 0.45, 0.55)
+    workspace_min_m: tuple[float, float, float] = (0.15, -0.5, 0.015)
+    workspace_max_m: tuple[float, float, float] = (0.75, 0.5, 0.55)
     max_flange_reach_m: float = Field(default=0.8, gt=0.2, le=0.855)
     max_step_translation_m: float = Field(default=0.05, gt=0)
     max_step_rotation_rad: float = Field(default=0.3, gt=0)

@@ -167,7 +167,7 @@ def _table_xml() -> str:
     return (
         '<geom name="table" type="box" pos="0.35 0 -0.025" size="0.7 0.8 0.025" material="table" '
         'class="fixture"/>'
-        '<geom name="floor" type="plane" pos="0 0 -0.75" size="3 3 0.1" rgba="0.35 0.35 0.38 1" '
+        '<geom name="floor" type="plane" pos="0 0 -0.75" size="3 3 1" rgba="0.35 0.35 0.38 1" '
         'class="visual"/>'
     )
 

@@ -65,7 +65,7 @@ def build_mjcf(config: SimWorldConfig) -> str:
           impratio="10"/>
   <visual>
     <global offwidth="{off_w}" offheight="{off_h}"/>
-    <quality offsamples="0" shadowsize="0"/>
+    <quality offsamples="0" shadowsize="0" numslices="16" numstacks="6" numquads="1"/>
     <headlight ambient="0.45 0.45 0.45" diffuse="0.4 0.4 0.4" specular="0 0 0"/>
   </visual>
   <default>

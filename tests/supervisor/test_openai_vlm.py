@@ -42,8 +42,10 @@ def settings_for(base_url: str, **kw: object) -> SupervisorSettings:
         base_url=base_url,
         model="fake-vlm",
         api_key="test-key",
-        request_timeout_s=0.5,
-        connect_timeout_s=0.5,
+        # generous: a loaded CI machine must not turn a normal reply into a retried timeout;
+        # the timeout tests set their own short value
+        request_timeout_s=10.0,
+        connect_timeout_s=5.0,
         max_attempts=3,
         backoff_initial_s=0.01,
         backoff_max_s=0.2,
