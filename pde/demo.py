@@ -92,6 +92,7 @@ class DemoSettings(BaseSettings):
     rollouts_per_prompt: int = Field(default=4, ge=1)
     batch_size: int = Field(default=8, ge=1)
     candidates: int = Field(default=2, ge=1)
+    iterations: int = Field(default=2, ge=1)
     ui_port: int = 8000
     robot_cmd_port: int = 5556
     robot_obs_port: int = 5555
@@ -131,6 +132,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument(
         "--candidates", type=int, default=d.candidates, help="K candidates per iteration (%(default)s)"
     )
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=d.iterations,
+        help="T0: prompt-search iterations before RL (%(default)s)",
+    )
     p.add_argument("--vlm-base-url", default=os.environ.get("PDE_SUPERVISOR_BASE_URL", ""))
     p.add_argument("--vlm-model", default=os.environ.get("PDE_SUPERVISOR_MODEL", ""))
     p.add_argument("--fast", action="store_true", help="simulate faster than real time")
@@ -143,7 +150,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--startup-timeout-s", type=float, default=d.startup_timeout_s, help="per service")
     args = p.parse_args(list(argv))
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    for name in ("demos_per_task", "sft_steps", "sft_batch_size", "max_chunks", "rollouts_per_prompt"):
+    positive = ("demos_per_task", "sft_steps", "sft_batch_size", "max_chunks", "rollouts_per_prompt")
+    for name in (*positive, "batch_size", "candidates", "iterations"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.max_episodes is not None and args.max_episodes < 1:
@@ -274,6 +282,7 @@ class Demo:
             PDE_LOOP_ROLLOUTS_PER_PROMPT=str(a.rollouts_per_prompt),
             PDE_SUPERVISOR_ROLLOUTS_N=str(a.rollouts_per_prompt),
             PDE_SUPERVISOR_CANDIDATES_K=str(a.candidates),
+            PDE_SUPERVISOR_ITERATIONS_T0=str(a.iterations),
             PYTHONUNBUFFERED="1",
         )
         return env
