@@ -16,7 +16,7 @@ from typing import Protocol
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from learner.policies.base import Policy
+from learner.policies.base import ObsBatch, Policy
 from pde_contract.episodes import ChunkRecord, EpisodeFile
 from pde_contract.messages import ActionChunk, ChunkAccepted, Observation, Status
 
@@ -100,6 +100,19 @@ class Actor:
                 )
             time.sleep(self.settings.poll_period_s)
 
+    def _usable_observation(self, policy: Policy, obs: Observation) -> tuple[Observation, ObsBatch]:
+        """The observation preprocessed; one the policy cannot use (a camera frame missing from it)
+        is replaced by the next published one, until ``obs_timeout_s``."""
+        deadline = time.monotonic() + self.settings.obs_timeout_s
+        while True:
+            try:
+                return obs, policy.preprocess([obs])
+            except ValueError as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("skipping observation %d: %s", obs.seq, e)
+                obs = self._fresh_observation(obs.seq)
+
     def _wait_chunk_done(self, seq: int) -> None:
         deadline = time.monotonic() + self.settings.chunk_timeout_s
         while True:
@@ -141,9 +154,8 @@ class Actor:
                 if should_stop():
                     self.client.stop()
                     break
-                sample = policy.sample(
-                    policy.preprocess([obs]), [rollout_prompt], deterministic=cfg.deterministic
-                )
+                obs, batch = self._usable_observation(policy, obs)
+                sample = policy.sample(batch, [rollout_prompt], deterministic=cfg.deterministic)
                 self._seq += 1
                 chunk = ActionChunk(
                     seq=self._seq,

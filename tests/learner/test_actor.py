@@ -12,7 +12,8 @@ class FakeRobotClient:
     """Stands in for pde_contract.client.RobotClient: executes chunks instantly and reports task
     success after ``succeed_after`` chunks (None: never)."""
 
-    def __init__(self, succeed_after: int | None = None) -> None:
+    def __init__(self, succeed_after: int | None = None, drop_camera_at_obs: int = -1) -> None:
+        self.drop_camera_at_obs = drop_camera_at_obs
         self.rng = np.random.default_rng(0)
         self.obs_seq = 0
         self.chunks: list[ActionChunk] = []
@@ -55,6 +56,8 @@ class FakeRobotClient:
     def latest_observation(self, timeout_s: float = 1.0) -> Observation:
         self.obs_seq += 1
         obs = synthetic_observation(self.rng, 20, seq=self.obs_seq)
+        if self.obs_seq == self.drop_camera_at_obs:
+            obs.cameras = obs.cameras[1:]  # a frame missing from one observation
         if self.succeed_after is not None:
             obs.task_success = len(self.chunks) >= self.succeed_after
         return obs
@@ -122,3 +125,11 @@ def test_reward_from_label():
     assert (
         reward_from_label(True) == 1.0 and reward_from_label(False) == 0.0 and reward_from_label(None) == 0.0
     )
+
+
+def test_observation_missing_a_camera_is_skipped():
+    client = FakeRobotClient(drop_camera_at_obs=1)
+    _, _, ep = _run(client, max_chunks=2)
+    assert len(ep.chunks) == 2
+    assert all(len(c.observation.cameras) == 2 for c in ep.chunks)
+    assert ep.chunks[0].observation.seq == 2
