@@ -214,6 +214,9 @@ def run_with_progress(
             if got is not None:
                 progress.update(*got)
             time.sleep(0.5)
+        got = poll(_read_from(log_path, start))  # the last step, which may end with the child
+        if got is not None and proc.returncode == 0:
+            progress.update(*got)
     except BaseException:
         _killpg(proc)
         raise
