@@ -1,28 +1,10 @@
-"""The paper's ten tasks (App. C.2) with their canonical prompts. Same names as the simulator's
-registry (robot_server.sim.tasks), kept here so the learner never imports the robot server."""
+"""Task names and canonical prompts for the loop (the table lives in pde_contract.tasks)."""
 
 from __future__ import annotations
 
-PAPER_TASKS: dict[str, str] = {
-    "put_green_container_in_bowl": "put the green container in the bowl",
-    "put_tape_on_top_rack": "put the tape on the top rack",
-    "put_bowl_on_top_rack": "put the bowl on the top rack",
-    "put_green_container_in_front_of_camera": "put the green container in front of the camera",
-    "put_bowl_in_front_of_camera": "put the bowl in front of the camera",
-    "open_top_drawer_and_put_bowl_inside": "open the top drawer and put the bowl inside",
-    "open_bottom_drawer_and_put_bowl_inside": "open the bottom drawer and put the bowl inside",
-    "open_top_drawer_and_put_tape_inside": "open the top drawer and put the tape inside",
-    "open_top_drawer_and_put_green_container_inside": (
-        "open the top drawer and put the green container inside"
-    ),
-    "put_green_container_on_bottom_rack": "put the green container on the bottom rack",
-}
-# The headline experiment's tasks (1, 8, 10).
-HEADLINE_TASKS: tuple[str, ...] = (
-    "put_green_container_in_bowl",
-    "open_top_drawer_and_put_tape_inside",
-    "put_green_container_on_bottom_rack",
-)
+from pde_contract.tasks import HEADLINE_TASKS, PAPER_TASKS
+
+__all__ = ["HEADLINE_TASKS", "PAPER_TASKS", "canonical_prompt"]
 
 
 def canonical_prompt(task: str) -> str:

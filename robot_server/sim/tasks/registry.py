@@ -4,22 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pde_contract.tasks import PAPER_TASKS
 from robot_server.sim.tasks.base import Task
 
-CANONICAL_PROMPTS: dict[str, str] = {
-    "put_green_container_in_bowl": "put the green container in the bowl",
-    "put_tape_on_top_rack": "put the tape on the top rack",
-    "put_bowl_on_top_rack": "put the bowl on the top rack",
-    "put_green_container_in_front_of_camera": "put the green container in front of the camera",
-    "put_bowl_in_front_of_camera": "put the bowl in front of the camera",
-    "open_top_drawer_and_put_bowl_inside": "open the top drawer and put the bowl inside",
-    "open_bottom_drawer_and_put_bowl_inside": "open the bottom drawer and put the bowl inside",
-    "open_top_drawer_and_put_tape_inside": "open the top drawer and put the tape inside",
-    "open_top_drawer_and_put_green_container_inside": (
-        "open the top drawer and put the green container inside"
-    ),
-    "put_green_container_on_bottom_rack": "put the green container on the bottom rack",
-}
+# The paper's table, shared with every service through the wire contract.
+CANONICAL_PROMPTS: dict[str, str] = PAPER_TASKS
 TASK_NAMES: tuple[str, ...] = tuple(CANONICAL_PROMPTS)
 
 # name -> factory; filled by robot_server.sim.tasks.tabletop
