@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,17 @@ def write_result(name: str, result: dict[str, Any], command: str) -> Path:
     print(json.dumps(out, indent=2))
     print(f"wrote {path}")
     return path
+
+
+def measure(call: Callable[[], object], n: int, paced_hz: float | None) -> list[float]:
+    """Seconds per call, back to back or paced at ``paced_hz`` on a fixed grid."""
+    out = []
+    t_next = time.monotonic()
+    for _ in range(n):
+        if paced_hz:
+            t_next += 1.0 / paced_hz
+            sleep_until(t_next)
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out

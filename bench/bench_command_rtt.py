@@ -14,13 +14,12 @@ import argparse
 import functools
 import multiprocessing as mp
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import _common  # noqa: F401  (sets sys.path)
 import numpy as np
-from _common import sleep_until, stats_us, write_result
+from _common import measure, stats_us, write_result
 from _server import ServerProcess, ServerSpec
 
 
@@ -39,19 +38,6 @@ def echo_server(port: int, replies: dict[bytes, bytes], conn: Any) -> None:
             continue
         sock.send_multipart([ident, replies[body]])
     sock.close(linger=0)
-
-
-def measure(call: Callable[[], Any], n: int, paced_hz: float | None) -> list[float]:
-    out = []
-    t_next = time.monotonic()
-    for _ in range(n):
-        if paced_hz:
-            t_next += 1.0 / paced_hz
-            sleep_until(t_next)
-        t0 = time.perf_counter()
-        call()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def main(argv: list[str]) -> int:

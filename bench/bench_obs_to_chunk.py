@@ -15,12 +15,11 @@ import argparse
 import multiprocessing as mp
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import _common  # noqa: F401  (sets sys.path)
 import numpy as np
-from _common import SIZES, jpeg_frame, sleep_until, stats_us, write_result
+from _common import SIZES, jpeg_frame, measure, stats_us, write_result
 
 ACTIONS_SHAPE = (10, 8)
 PROMPT = "put the green container in the bowl"
@@ -90,19 +89,6 @@ def payloads(width: int, height: int) -> tuple[Any, dict[str, Any]]:
         "prompt": PROMPT,
     }
     return ours, openpi
-
-
-def measure(call: Callable[[], None], n: int, paced_hz: float | None) -> list[float]:
-    out = []
-    t_next = time.monotonic()
-    for _ in range(n):
-        if paced_hz:
-            t_next += 1.0 / paced_hz
-            sleep_until(t_next)
-        t0 = time.perf_counter()
-        call()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def wait_port(port: int, timeout_s: float = 20.0) -> None:
