@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,17 @@ DEMO_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")  # as learner/sft.py loo
 
 class DemoError(RuntimeError):
     """A step of the demo failed; the message says which and where its log is."""
+
+
+# Set by SIGINT/SIGTERM. The handler also raises KeyboardInterrupt, but Python swallows an
+# exception raised while a weakref callback runs (SQLAlchemy registers some), so every wait loop
+# also checks this flag: a Ctrl-C can never be lost.
+_stop_requested = threading.Event()
+
+
+def _check_stop() -> None:
+    if _stop_requested.is_set():
+        raise KeyboardInterrupt
 
 
 @dataclass
@@ -210,6 +222,7 @@ def run_with_progress(
         )
     try:
         while proc.poll() is None:
+            _check_stop()
             got = poll(_read_from(log_path, start))
             if got is not None:
                 progress.update(*got)
@@ -371,6 +384,7 @@ class Demo:
 
         def healthy(check: Callable[[], str]) -> Callable[[], bool]:
             def probe() -> bool:
+                _check_stop()
                 try:
                     check()
                 except Unhealthy:
@@ -471,6 +485,7 @@ class Demo:
                 dead = self.procs.first_dead()
                 if dead is not None:
                     raise DemoError(f"{dead.name} stopped unexpectedly:\n{self.procs.tail(dead.name)}")
+                _check_stop()
                 time.sleep(1.0)
         finally:
             store.close()
@@ -505,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pde demo: data folder {demo.data}, logs in {demo.logs}", flush=True)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
+        _stop_requested.set()
         raise KeyboardInterrupt
 
     # Explicitly: a process started in the background of a non-interactive shell inherits SIGINT

@@ -96,3 +96,25 @@ def test_demo_first_run_cached_run_and_ctrl_c(tmp_path: Path) -> None:
     assert proc.returncode == 130, "".join(lines) + rest
     assert "stopping" in rest
     assert not _children_of(data), "children left after Ctrl-C"
+
+
+def test_stop_flag_ends_a_wait_even_if_the_interrupt_was_swallowed(tmp_path: Path) -> None:
+    """Python drops an exception raised inside a weakref callback (CI saw a Ctrl-C lost in
+    SQLAlchemy's); the demo's wait loops must still notice the request through the flag."""
+    from pde import demo
+
+    child = ["python", "-c", "import time; time.sleep(60)"]
+    demo._stop_requested.set()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            demo.run_with_progress(
+                child,
+                subprocess_env(),
+                tmp_path / "child.log",
+                demo.Progress("wait", 1),
+                lambda text: None,
+            )
+        assert time.monotonic() - t0 < 10.0
+    finally:
+        demo._stop_requested.clear()
