@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 # Messages far above MAX_COMMAND_BYTES make libzmq drop the connection instead of buffering them;
 # anything between gets a TOO_LARGE reply.
 _HARD_MAX_MESSAGE_BYTES = 16 * MAX_COMMAND_BYTES
-_CAMERA_MAX_AGE_S = 1.0  # frames older than this are left out of observations
+_CAMERA_MAX_AGE_S = 1.0  # a camera whose newest frame is older than this is left out of observations
 _REQUEST_TAGS: dict[str, type] = {
     str(cls.__struct_config__.tag): cls
     for cls in (
@@ -235,10 +235,13 @@ class RobotServer:
         if snap.state is None:
             return
         now_s = time.time()
+        # A frame read for this set is always included, however long the other cameras took (the
+        # first render of a sim camera can take over a second on a loaded machine); only a frame
+        # left over from an earlier set, of a camera that has stopped delivering, ages out.
         frames = [
             s.latest
             for s in self._slots
-            if s.latest is not None and now_s - s.latest.capture_time_s < _CAMERA_MAX_AGE_S
+            if s.latest is not None and (s.fresh or now_s - s.latest.capture_time_s < _CAMERA_MAX_AGE_S)
         ]
         for s in self._slots:
             s.fresh = False
