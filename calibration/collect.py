@@ -127,6 +127,11 @@ def diversity_report(sample_set: SampleSet) -> str:
     )
 
 
+def _obs_timeout_s(client: RobotClient) -> float:
+    """How long to wait for an observation: the client's reply timeout, at least 2 s."""
+    return max(2.0, client.timeout_s)
+
+
 def move_by(
     client: RobotClient,
     obs: Observation,
@@ -134,8 +139,29 @@ def move_by(
     T_to: np.ndarray,
     seq: int,
     timeout_s: float = 30.0,
+    resumes: int = 3,
+) -> int:
+    """Drive the TCP from ``T_from`` to ``T_to`` in small ``ee_delta`` steps and wait until done.
+    Returns the seq of the last chunk sent. A move the server's watchdog cut short (a heartbeat came
+    late: a loaded machine or network) is resumed from where the arm stopped, up to ``resumes``
+    times; otherwise a sample would be taken at an unplanned pose, maybe with the board out of view."""
+    for _ in range(resumes + 1):
+        trips = client.status().counters.watchdog_trips
+        _move_once(client, obs, T_from, T_to, seq, timeout_s)
+        if client.status().counters.watchdog_trips == trips:
+            return seq
+        obs = client.latest_observation(_obs_timeout_s(client))
+        T_from, seq = _tcp(obs), seq + 1
+    client.stop()
+    raise CollectError(
+        f"the server's watchdog stopped the move {resumes + 1} times (heartbeats arrive late): check "
+        "the network to the robot server and the load of this machine, then confirm the pose again"
+    )
+
+
+def _move_once(
+    client: RobotClient, obs: Observation, T_from: np.ndarray, T_to: np.ndarray, seq: int, timeout_s: float
 ) -> None:
-    """Drive the TCP from ``T_from`` to ``T_to`` in small ``ee_delta`` steps and wait until done."""
     rotation_delta = T_to[:3, :3] @ T_from[:3, :3].T  # base-frame rotation, as ee_delta expects
     angle_rad = np.radians(rotation_angle_deg(rotation_delta))
     rotvec = rotation_axis(rotation_delta) * angle_rad
@@ -159,7 +185,7 @@ def move_by(
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
-            latest = client.latest_observation(1.0)
+            latest = client.latest_observation(_obs_timeout_s(client))
             if latest.last_chunk_seq == seq and latest.steps_remaining == 0:
                 return
     except KeyboardInterrupt:
@@ -199,7 +225,7 @@ def collect(
             if ask(prompt).strip() == "q":
                 return sample_set
             client.reset()
-        home = _tcp(client.latest_observation(2.0))
+        home = _tcp(client.latest_observation(_obs_timeout_s(client)))
         current = home
         targets = plan_targets(home, pivot_m)
         k = 0
@@ -217,7 +243,9 @@ def collect(
                     k += 1
                     continue
                 seq += 1
-                move_by(client, client.latest_observation(2.0), current, targets[k], seq)
+                seq = move_by(
+                    client, client.latest_observation(_obs_timeout_s(client)), current, targets[k], seq
+                )
                 current = targets[k]
                 k += 1
             else:
@@ -230,7 +258,7 @@ def collect(
             # A planned move ends at rest within a few seconds; a hand-guided one is confirmed again.
             obs = None
             for _ in range(10 if plan else 1):
-                obs = wait_at_rest(client)
+                obs = wait_at_rest(client, timeout_s=_obs_timeout_s(client))
                 if obs is not None:
                     break
             if obs is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import cv2
@@ -16,7 +17,7 @@ import pytest
 
 from calibration import collect as collect_module
 from calibration.board import detect
-from calibration.collect import SAMPLES_FILE, collect
+from calibration.collect import SAMPLES_FILE, CollectError, collect
 from calibration.main import main
 from calibration.poses import invert, pose_from_position_quat, rotation_angle_deg
 from calibration.results import HandEyeCalibration, SampleSet, load_json
@@ -31,6 +32,8 @@ from tests.helpers import free_port
 from tests.robot_server.fakes import FakeCamera
 
 PIVOT_M = 0.45
+# The server runs in this process: on a loaded machine its observations can be seconds apart.
+CLIENT_TIMEOUT_S = 10.0
 
 
 class FakeBoardWristCamera(FakeCamera):
@@ -65,8 +68,8 @@ class FakeBoardWristCamera(FakeCamera):
         )
 
 
-@pytest.fixture()
-def server() -> Iterator[RobotServer]:
+@contextmanager
+def board_server(heartbeat_timeout_s: float) -> Iterator[RobotServer]:
     from robot_server.robots.sim import SimRobot
     from robot_server.sim.world import SimWorld, SimWorldConfig
 
@@ -84,7 +87,7 @@ def server() -> Iterator[RobotServer]:
         obs_port=free_port(),
         camera_fps=10.0,
         control_rate_hz=25.0,
-        heartbeat_timeout_s=1.0,
+        heartbeat_timeout_s=heartbeat_timeout_s,
     )
     srv = RobotServer(robot, [FakeBoardWristCamera(robot, T_TCP_CAM, T_base_board)], settings)
     srv.start()
@@ -94,12 +97,18 @@ def server() -> Iterator[RobotServer]:
         srv.close()
 
 
+@pytest.fixture()
+def server() -> Iterator[RobotServer]:
+    with board_server(heartbeat_timeout_s=1.0) as srv:
+        yield srv
+
+
 def test_planned_collection_then_handeye_finds_the_wrist_camera(server: RobotServer, tmp_path: Path) -> None:
     # Go home; take plan poses 0 and 1, skip 2, take 3 and 4, finish.
     answers = iter(["", "", "", "s", "", "", "q"])
     said: list[str] = []
     endpoint = f"tcp://127.0.0.1:{server.settings.cmd_port}"
-    with RobotClient(cmd_endpoint=endpoint, name="calibrate", timeout_s=2.0) as client:
+    with RobotClient(cmd_endpoint=endpoint, name="calibrate", timeout_s=CLIENT_TIMEOUT_S) as client:
         sample_set = collect(
             client, tmp_path, BOARD, plan=True, pivot_m=PIVOT_M, ask=lambda _: next(answers), say=said.append
         )
@@ -120,7 +129,7 @@ def test_planned_collection_then_handeye_finds_the_wrist_camera(server: RobotSer
 
     # A second run extends the session (never overwrites) with the rest of the plan.
     answers = iter(["", "s", "s", "s", "s", "s", "", "s", "", "s", "", "s"])  # poses 5, 7, 9
-    with RobotClient(cmd_endpoint=endpoint, name="calibrate", timeout_s=2.0) as client:
+    with RobotClient(cmd_endpoint=endpoint, name="calibrate", timeout_s=CLIENT_TIMEOUT_S) as client:
         collect(
             client, tmp_path, BOARD, plan=True, pivot_m=PIVOT_M, ask=lambda _: next(answers), say=said.append
         )
@@ -141,8 +150,8 @@ def test_moving_robot_is_not_sampled(server: RobotServer, tmp_path: Path) -> Non
     said: list[str] = []
     # Another program moves the arm while the operator confirms.
     with (
-        RobotClient(cmd_endpoint=endpoint, name="mover", timeout_s=2.0) as other,
-        RobotClient(cmd_endpoint=endpoint, name="calibrate", timeout_s=2.0) as client,
+        RobotClient(cmd_endpoint=endpoint, name="mover", timeout_s=CLIENT_TIMEOUT_S) as other,
+        RobotClient(cmd_endpoint=endpoint, name="calibrate", timeout_s=CLIENT_TIMEOUT_S) as client,
     ):
         other.connect()
         obs = other.latest_observation(2.0)
@@ -173,3 +182,32 @@ def test_collect_without_a_server_exits_1_with_a_hint(
     assert main(["collect", "--endpoint", endpoint, "--out", str(tmp_path), "--timeout-s", "0.3"]) == 1
     assert "is `pde robot-server` running" in capsys.readouterr().err
     assert not (tmp_path / SAMPLES_FILE).exists()
+
+
+def test_a_move_cut_short_by_the_watchdog_is_resumed() -> None:
+    """No heartbeat and a 0.3 s watchdog: a ~1 s planned move is stopped part way, every time."""
+    with (
+        board_server(heartbeat_timeout_s=0.3) as srv,
+        RobotClient(
+            cmd_endpoint=srv.settings.cmd_endpoint, name="calibrate", timeout_s=CLIENT_TIMEOUT_S
+        ) as c,
+    ):
+        c.connect()
+        obs = c.latest_observation(CLIENT_TIMEOUT_S)
+        home = pose_from_position_quat(obs.state.ee_position_m, obs.state.ee_quat_xyzw)
+        target = collect_module.plan_targets(home, PIVOT_M)[3]
+        seq = int(time.time() * 1000)
+        with pytest.raises(CollectError, match="watchdog stopped the move 1 times"):
+            collect_module.move_by(c, obs, home, target, seq, resumes=0)
+        obs = c.latest_observation(CLIENT_TIMEOUT_S)
+        here = pose_from_position_quat(obs.state.ee_position_m, obs.state.ee_quat_xyzw)
+        assert np.linalg.norm(here[:3, 3] - target[:3, 3]) > 0.02, "the move was not cut short"
+        trips = c.status().counters.watchdog_trips
+        # Resumed as often as it takes (each resume runs until the next trip).
+        collect_module.move_by(c, obs, here, target, seq + 1, resumes=50)
+        assert c.status().counters.watchdog_trips > trips
+        time.sleep(0.3)  # settled
+        obs = c.latest_observation(CLIENT_TIMEOUT_S)
+        here = pose_from_position_quat(obs.state.ee_position_m, obs.state.ee_quat_xyzw)
+    assert np.linalg.norm(here[:3, 3] - target[:3, 3]) < 0.005
+    assert rotation_angle_deg(here[:3, :3].T @ target[:3, :3]) < 1.0
