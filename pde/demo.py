@@ -552,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in list(demo.procs.services):
                 demo.procs.kill(name)
 
+        # SIGTERM too: on_term would raise KeyboardInterrupt in the middle of stop_all and leave
+        # the children running.
         signal.signal(signal.SIGINT, kill_all)
+        signal.signal(signal.SIGTERM, kill_all)
         demo.procs.stop_all()
         print(f"pde demo: stopped after {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)

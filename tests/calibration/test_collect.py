@@ -154,23 +154,37 @@ def test_moving_robot_is_not_sampled(server: RobotServer, tmp_path: Path) -> Non
         RobotClient(cmd_endpoint=endpoint, name="calibrate", timeout_s=CLIENT_TIMEOUT_S) as client,
     ):
         other.connect()
-        obs = other.latest_observation(2.0)
+        other.start_heartbeat()
+        obs = other.latest_observation(CLIENT_TIMEOUT_S)
         home = pose_from_position_quat(obs.state.ee_position_m, obs.state.ee_quat_xyzw)
         far = collect_module.plan_targets(home, PIVOT_M)[3]
-        mover = threading.Thread(
-            target=collect_module.move_by, args=(other, obs, home, far, int(time.time() * 1000))
-        )
+        done = threading.Event()
+
+        def back_and_forth() -> None:
+            # Until the operator is done: one move could end before a starved test thread looks.
+            seq, a, b = int(time.time() * 1000), home, far
+            while not done.is_set():
+                seq = collect_module.move_by(other, other.latest_observation(CLIENT_TIMEOUT_S), a, b, seq) + 1
+                a, b = b, a
+
+        mover = threading.Thread(target=back_and_forth)
         answers = iter(["", "q"])
 
         def ask(_: str) -> str:
             if not mover.is_alive() and "started" not in said:
                 said.append("started")
                 mover.start()
-                time.sleep(0.2)
+                deadline = time.monotonic() + CLIENT_TIMEOUT_S
+                while client.status().steps_remaining == 0:
+                    assert time.monotonic() < deadline, "the mover never moved the arm"
+                    time.sleep(0.02)
             return next(answers)
 
-        sample_set = collect(client, tmp_path, BOARD, ask=ask, say=said.append)
-        mover.join(30)
+        try:
+            sample_set = collect(client, tmp_path, BOARD, ask=ask, say=said.append)
+        finally:
+            done.set()
+            mover.join(60)
     assert sample_set.samples == []
     assert any("still moving" in line for line in said), said
 

@@ -89,9 +89,10 @@ def test_version_mismatch_raises(client: RobotClient) -> None:
 def test_no_server_times_out_with_a_hint() -> None:
     with RobotClient(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.2) as c:
         t0 = time.monotonic()
-        with pytest.raises(RobotServerError, match="is `pde robot-server` running") as ei:
+        with pytest.raises(RobotServerError, match=r"within 0\.2 s: is `pde robot-server` running") as ei:
             c.connect()
-        assert ei.value.code is ErrorCode.TIMEOUT and time.monotonic() - t0 < 1.0
+        # The message proves the 0.2 s timeout was used; the clock only that it did not hang.
+        assert ei.value.code is ErrorCode.TIMEOUT and time.monotonic() - t0 < 10.0
 
 
 def test_chunk_round_trip_and_status(client: RobotClient) -> None:
@@ -120,29 +121,39 @@ def test_bad_chunks_get_typed_errors(client: RobotClient) -> None:
     assert client.status().counters.chunks_rejected == 2
 
 
-def test_late_reply_of_a_timed_out_request_is_ignored(client: RobotClient) -> None:
+def test_late_reply_of_a_timed_out_request_is_ignored(server: RobotServer, client: RobotClient) -> None:
     with pytest.raises(RobotServerError) as ei:
         client.request(Reset(task="t"), timeout_s=0.05)  # the fake takes 0.3 s to home
     assert ei.value.code is ErrorCode.TIMEOUT
-    time.sleep(0.4)  # the reset's Ack is now waiting on the socket
+    deadline = time.monotonic() + 10.0
+    while not server.robot.homes:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the reset never finished"
+        time.sleep(0.02)
+    time.sleep(0.1)  # the reset's Ack is now waiting on the socket (sent within a 10 ms poll)
     assert isinstance(client.status(), Status)
 
 
 def test_reset_blocks_until_home_and_estop_still_answers(server: RobotServer, client: RobotClient) -> None:
-    other = RobotClient(server.settings.cmd_endpoint, name="ui", timeout_s=1.0)
+    other = RobotClient(server.settings.cmd_endpoint, name="ui", timeout_s=5.0)
     try:
         t0 = time.monotonic()
         client.reset(task="pick", seed=3)
         assert time.monotonic() - t0 >= 0.3
         assert server.robot.homes == [("pick", 3)]  # type: ignore[attr-defined]
         # the command socket serves others while a reset runs
+        gate = server.robot.home_gate = threading.Event()  # type: ignore[attr-defined]
         th = threading.Thread(target=client.reset, kwargs={"task": "again"})
         th.start()
-        time.sleep(0.05)
-        t1 = time.monotonic()
-        other.estop("during reset")
-        assert time.monotonic() - t1 < 0.2
-        th.join()
+        try:
+            deadline = time.monotonic() + 10.0
+            while not server.executor.snapshot().resetting:
+                assert time.monotonic() < deadline, "the second reset never started"
+                time.sleep(0.01)
+            other.estop("during reset")  # answered although the reset has not finished
+            assert th.is_alive() and len(server.robot.homes) == 1  # type: ignore[attr-defined]
+        finally:
+            gate.set()
+            th.join()
         with pytest.raises(RobotServerError) as ei:
             client.submit_chunk(chunk(5))
         assert ei.value.code is ErrorCode.ESTOPPED
@@ -176,14 +187,17 @@ def test_malformed_oversized_and_unknown_messages_are_answered(
     wait_healthy(client)  # still serving
 
 
-def test_latest_observation_is_the_newest(client: RobotClient) -> None:
+def test_latest_observation_is_the_newest(server: RobotServer, client: RobotClient) -> None:
     first = client.latest_observation()
     assert {f.name for f in first.cameras} == {"external", "wrist"}
-    time.sleep(0.5)  # ~15 observations queue up meanwhile
+    deadline = time.monotonic() + 10.0
+    while server._obs_seq < first.seq + 15:  # observations queue up meanwhile
+        assert time.monotonic() < deadline, "the server stopped publishing"
+        time.sleep(0.05)
+    published = server._obs_seq  # the next seq: the newest published is published - 1
     obs = client.latest_observation()
-    age_s = time.time() - max(f.capture_time_s for f in obs.cameras)
-    assert age_s < 0.05, "a stale queued observation was returned"
-    assert obs.seq > first.seq + 5
+    # At most a couple still in flight on loopback; the oldest queued one is ~15 behind.
+    assert obs.seq >= published - 3, f"a stale queued observation was returned ({obs.seq} of {published})"
 
 
 def test_slow_subscriber_never_stalls_the_robot(server: RobotServer, client: RobotClient) -> None:
@@ -193,26 +207,45 @@ def test_slow_subscriber_never_stalls_the_robot(server: RobotServer, client: Rob
     lazy.setsockopt(zmq.RCVHWM, 1)
     lazy.connect(client.obs_endpoint)
     try:
+        before = client.status().counters
         time.sleep(1.0)
         c = client.status().counters
-        assert c.tick_overruns <= 2  # a busy CI machine may delay a tick; a stall would be ~every tick
-        assert 16 < client.health().control_loop_hz < 24
+        # A busy CI machine may delay ticks; a stall would cost every one of the ~20 a second.
+        assert c.tick_overruns - before.tick_overruns <= 15
+        assert client.health().control_loop_hz > 5
+        # Observations keep coming: one published after this point arrives.
         t0 = time.time()
-        obs = client.latest_observation()
-        assert obs.publish_time_s > t0 - 0.05
+        deadline = time.monotonic() + 10.0
+        while client.latest_observation(timeout_s=10.0).publish_time_s <= t0:
+            assert time.monotonic() < deadline, "no observation published since the lazy subscriber joined"
     finally:
         lazy.close(linger=0)
 
 
-def test_heartbeat_thread_feeds_the_watchdog(client: RobotClient) -> None:
-    client.start_heartbeat(period_s=0.05)
-    client.submit_chunk(chunk(10, rows=12))  # 0.6 s at 20 Hz
-    time.sleep(0.8)
-    assert client.status().counters.watchdog_trips == 0
-    client.stop_heartbeat()
-    client.submit_chunk(chunk(11, rows=40))
-    time.sleep(0.45)
-    assert client.status().counters.watchdog_trips == 1
+def test_heartbeat_thread_feeds_the_watchdog() -> None:
+    # A 1 s watchdog fed every 50 ms: a loaded machine may delay a heartbeat, not twenty in a row.
+    settings = RobotServerSettings(
+        cmd_port=free_port(), obs_port=free_port(), control_rate_hz=20.0, heartbeat_timeout_s=1.0
+    )
+    with (
+        RobotServer(FakeRobot(), [FakeCamera("external")], settings),
+        RobotClient(settings.cmd_endpoint, name="test", timeout_s=5.0) as client,
+        RobotClient(settings.cmd_endpoint, name="observer", timeout_s=5.0) as observer,
+    ):
+        client.start_heartbeat(period_s=0.05)
+        client.submit_chunk(chunk(10, rows=36))  # 1.8 s at 20 Hz: outlasts the watchdog
+        deadline = time.monotonic() + 30.0
+        while observer.status().counters.chunks_executed < 1:
+            assert time.monotonic() < deadline, "the chunk never finished"
+            time.sleep(0.05)
+        assert observer.status().counters.watchdog_trips == 0
+        client.stop_heartbeat()
+        client.submit_chunk(chunk(11, rows=200))
+        # Only the controlling client's messages feed the watchdog: the observer may poll.
+        while (trips := observer.status().counters.watchdog_trips) == 0:
+            assert time.monotonic() < deadline, "the watchdog never tripped without heartbeats"
+            time.sleep(0.05)
+        assert trips == 1
 
 
 def test_closed_client_refuses_requests(server: RobotServer) -> None:

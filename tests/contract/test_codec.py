@@ -17,8 +17,23 @@ from pde_contract.messages import (
     SubmitChunk,
 )
 
-DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-          "float16", "float32", "float64", "complex64", ">f4", ">i8"]
+DTYPES = [
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    ">f4",
+    ">i8",
+]
 SHAPES = [(), (0,), (1,), (7,), (3, 4), (10, 8), (2, 3, 4), (1, 224, 224, 3), (0, 5)]
 
 
@@ -63,8 +78,9 @@ def test_typed_observation_round_trip() -> None:
         publish_time_s=time.time(),
         state=_state(),
         cameras=[
-            CameraFrame(name=n, jpeg=bytes(range(256)) * 40, width=224, height=224,
-                        capture_time_s=1.5, frame_index=i)
+            CameraFrame(
+                name=n, jpeg=bytes(range(256)) * 40, width=224, height=224, capture_time_s=1.5, frame_index=i
+            )
             for i, n in enumerate(["wrist", "external"])
         ],
         task_success=False,
@@ -77,25 +93,58 @@ def test_typed_observation_round_trip() -> None:
 
 
 def test_typed_reply_with_payload() -> None:
-    reply = Reply(ok=True, payload=Status(
-        backend="sim", connected=True, estopped=False, estop_reason="", executing_chunk_seq=-1,
-        episode_id="", steps_remaining=0, holding=True, counters=Counters(chunks_executed=3), state=_state()))
+    reply = Reply(
+        ok=True,
+        payload=Status(
+            backend="sim",
+            connected=True,
+            estopped=False,
+            estop_reason="",
+            executing_chunk_seq=-1,
+            episode_id="",
+            steps_remaining=0,
+            holding=True,
+            counters=Counters(chunks_executed=3),
+            state=_state(),
+        ),
+    )
     out = unpackb(packb(reply), Reply)
     assert isinstance(out.payload, Status) and out.payload.counters.chunks_executed == 3
 
 
 def test_wrong_field_type_names_the_field() -> None:
-    env = {"type": "Envelope", "request_id": 1, "request": {"type": "SubmitChunk", "chunk": {
-        "type": "ActionChunk", "seq": 1, "episode_id": "e", "action_space": "ee_delta",
-        "actions": [[0.0] * 7], "control_rate_hz": 10.0}}}
+    env = {
+        "type": "Envelope",
+        "request_id": 1,
+        "request": {
+            "type": "SubmitChunk",
+            "chunk": {
+                "type": "ActionChunk",
+                "seq": 1,
+                "episode_id": "e",
+                "action_space": "ee_delta",
+                "actions": [[0.0] * 7],
+                "control_rate_hz": 10.0,
+            },
+        },
+    }
     with pytest.raises(CodecError, match=r"\$\.request\.chunk\.actions"):
         unpackb(packb(env), Envelope)
 
 
 def test_unknown_action_space_and_message_type_are_refused() -> None:
-    chunk = Envelope(request_id=1, request=SubmitChunk(chunk=ActionChunk(
-        seq=1, episode_id="e", action_space=ActionSpace.EE_DELTA, actions=np.zeros((2, 7)),
-        control_rate_hz=10.0)))
+    chunk = Envelope(
+        request_id=1,
+        request=SubmitChunk(
+            chunk=ActionChunk(
+                seq=1,
+                episode_id="e",
+                action_space=ActionSpace.EE_DELTA,
+                actions=np.zeros((2, 7)),
+                control_rate_hz=10.0,
+            )
+        ),
+    )
     raw = unpackb(packb(chunk))
     raw["request"]["chunk"]["action_space"] = "torque"
     with pytest.raises(CodecError, match="action_space"):

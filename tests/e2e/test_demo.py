@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def test_stop_flag_ends_a_wait_even_if_the_interrupt_was_swallowed(tmp_path: Pat
     SQLAlchemy's); the demo's wait loops must still notice the request through the flag."""
     from pde import demo
 
-    child = ["python", "-c", "import time; time.sleep(60)"]
+    child = [sys.executable, "-c", "import time; time.sleep(60)"]  # no bare `python` on Debian
     demo._stop_requested.set()
     try:
         t0 = time.monotonic()

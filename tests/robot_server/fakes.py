@@ -23,6 +23,7 @@ class FakeRobot(Robot):
 
     def __init__(self, home_time_s: float = 0.0) -> None:
         self.home_time_s = home_time_s
+        self.home_gate: threading.Event | None = None  # when set by a test, homing waits for it
         self._connected = False
         self.pos = HOME_POS.copy()
         self.quat = HOME_QUAT.copy()
@@ -79,6 +80,8 @@ class FakeRobot(Robot):
 
     def home(self, task: str = "", seed: int | None = None) -> None:
         time.sleep(self.home_time_s)
+        if self.home_gate is not None:
+            assert self.home_gate.wait(30.0), "the test never opened the home gate"
         with self.lock:
             self.homes.append((task, seed))
             self.pos, self.quat, self.q, self.width = HOME_POS.copy(), HOME_QUAT.copy(), HOME_Q.copy(), 0.08

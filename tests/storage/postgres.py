@@ -32,6 +32,39 @@ def _as_owner(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd]
 
 
+def _start(bin_dir: Path, data: Path, sock: Path, log: Path) -> int:
+    """Starts the server on a free port and returns the port; a port taken by another process in
+    the meantime (PostgreSQL binds it only after initdb) gets another try on a new one."""
+    for _ in range(3):
+        port = free_port()
+        opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+        started = subprocess.run(
+            _as_owner(
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-o",
+                    opts,
+                    "-l",
+                    str(log),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ]
+            ),
+            capture_output=True,
+            text=True,
+        )
+        if started.returncode == 0:
+            return port
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "could not bind" not in text and "already in use" not in text:
+            break
+    raise RuntimeError(f"pg_ctl start failed ({started.returncode}): {started.stderr}\nserver log:\n{text}")
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Yields an admin URL ``postgresql+psycopg://postgres@127.0.0.1:PORT/postgres``."""
@@ -45,7 +78,6 @@ def postgres_server() -> Iterator[str]:
         shutil.chown(root, "postgres")
         shutil.chown(sock, "postgres")
         root.chmod(0o755)
-    port = free_port()
     subprocess.run(
         _as_owner(
             [
@@ -63,26 +95,7 @@ def postgres_server() -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-    subprocess.run(
-        _as_owner(
-            [
-                str(bin_dir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-o",
-                opts,
-                "-l",
-                str(root / "log"),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ]
-        ),
-        check=True,
-        capture_output=True,
-    )
+    port = _start(bin_dir, data, sock, root / "log")
     try:
         deadline = time.monotonic() + 30
         while True:
