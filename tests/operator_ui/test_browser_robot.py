@@ -15,7 +15,6 @@ pytestmark = [pytest.mark.browser]
 
 
 def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
-    pytest.importorskip("robot_server.sim.world", reason="the simulated robot server is not on this branch")
     from pde_contract.client import RobotClient
 
     with (

@@ -138,7 +138,6 @@ def test_recover_aborts_running_and_finishes_pending_labels(store: Store, tmp_pa
 
 @pytest.fixture
 def rl_store(store: Store) -> Store:
-    pytest.importorskip("learner.mixture", reason="learner.mixture (learner team) not on this branch yet")
     store.ensure_task(TASK, CANON)
     store.set_task_state(TASK, stage="rl", alpha=0.5, ema_success=0.25)
     for text in ("drop the green box into the bowl", "place the green container inside the bowl"):
@@ -197,7 +196,6 @@ def test_failed_update_keeps_old_weights(rl_store: Store) -> None:
 
 
 def test_entering_rl_starts_alpha_from_canonical_success(store: Store) -> None:
-    pytest.importorskip("learner.mixture", reason="learner.mixture (learner team) not on this branch yet")
     actor = FakeActor(outcomes=lambda i: i == 0)  # canonical baseline: 1 success in 4
     loop = EpisodeLoop(store, FakeRobot(), actor, _settings(rollouts_per_prompt=4, max_episodes=4))
     loop.run()

@@ -48,8 +48,6 @@ def _loop_cmd(endpoint: str, *extra: str) -> list[str]:
 
 @pytest.mark.slow
 def test_pde_loop_in_sim_kill9_restart_and_ppo(tmp_path: Path) -> None:
-    pytest.importorskip("robot_server.sim.world", reason="the simulated robot server is not on this branch")
-    pytest.importorskip("learner.actor", reason="the learner's actor is not on this branch")
     url = f"sqlite:///{tmp_path}/pde.db"
     env = subprocess_env(PDE_LOOP_DATABASE_URL=url, PDE_LOOP_DATA_DIR=str(tmp_path))
     _tiny_checkpoint(tmp_path)
