@@ -76,12 +76,16 @@ class CheckpointStore:
         return sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _NAME.match(p.name)))
 
     @staticmethod
-    def load(path: str | Path) -> LoadedCheckpoint:
+    def load(path: str | Path, device: torch.device | str = "cpu") -> LoadedCheckpoint:
+        """The checkpoint with its policy on ``device``. Everything is read onto the CPU first
+        (``map_location``): a file written on a GPU machine loads on any other; the trainer state
+        follows the parameters' device when the optimiser loads it."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no checkpoint at {path}; train one with `pde learner sft` first")
         payload = torch.load(path, map_location="cpu", weights_only=False)
         policy = policy_from_checkpoint_state(payload["policy"])
+        policy.to(device)
         policy.eval()
         policy.version = int(payload["version"])
         return LoadedCheckpoint(
@@ -92,11 +96,11 @@ class CheckpointStore:
             trainer_state=payload.get("trainer_state"),
         )
 
-    def latest(self) -> LoadedCheckpoint | None:
+    def latest(self, device: torch.device | str = "cpu") -> LoadedCheckpoint | None:
         """The newest checkpoint that loads; unreadable ones are skipped with a warning."""
         for version in reversed(self.versions()):
             try:
-                return self.load(self.path_for(version))
+                return self.load(self.path_for(version), device)
             except Exception as e:  # a damaged file must not block resuming from an older one
                 log.warning("checkpoint %s unreadable (%s); trying an older one", self.path_for(version), e)
         return None

@@ -13,7 +13,10 @@ import json
 import sys
 import uuid
 
+from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
 
 
 class LearnerSettings(BaseSettings):
@@ -22,6 +25,29 @@ class LearnerSettings(BaseSettings):
     checkpoint_dir: str = "data/checkpoints"
     demo_dir: str = "data/demos"
     cmd_endpoint: str = "tcp://127.0.0.1:5556"
+    device: str = "auto"
+    """Where the policy runs: auto (CUDA if torch sees a GPU, else CPU), cpu, cuda or cuda:N."""
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        return check_device_spec(v)
+
+
+def _device_arg(value: str) -> str:
+    try:
+        return check_device_spec(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def add_device_arg(ap: argparse.ArgumentParser, default: str) -> None:
+    ap.add_argument(
+        "--device",
+        type=_device_arg,
+        default=default,
+        help=f"auto, cpu, cuda or cuda:N (default: $PDE_LEARNER_DEVICE or auto; now {default})",
+    )
 
 
 def _sft(argv: list[str], settings: LearnerSettings) -> int:
@@ -43,7 +69,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--chunk-len", type=int, default=VLAConfig.chunk_len)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="retrain even if a matching checkpoint is cached")
+    add_device_arg(ap, settings.device)
     args = ap.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except DeviceUnavailableError as e:
+        print(f"pde learner sft: {e}", file=sys.stderr)
+        return 2
     vla = VLAConfig(head=args.head, image_size_px=args.image_size, chunk_len=args.chunk_len)
     cfg = SFTConfig(
         episodes_per_task=args.per_task,
@@ -59,7 +91,9 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
             print(f"sft step {step}/{cfg.steps} loss {loss:.4f}", flush=True)
 
     try:
-        path, metrics, cached = run_sft(args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step)
+        path, metrics, cached = run_sft(
+            args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step, device
+        )
     except (FileNotFoundError, ValueError) as e:
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
@@ -82,14 +116,20 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--max-chunks", type=int, default=20)
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--seed", type=int, default=1000, help="first scene seed")
+    add_device_arg(ap, settings.device)
     args = ap.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except DeviceUnavailableError as e:
+        print(f"pde learner eval: {e}", file=sys.stderr)
+        return 2
     try:
         from pde_contract.client import RobotClient
     except ImportError as e:
         print(f"pde learner eval: the robot client is not available ({e})", file=sys.stderr)
         return 2
     store = CheckpointStore(args.checkpoints)
-    loaded = store.load(args.checkpoint) if args.checkpoint else store.latest()
+    loaded = store.load(args.checkpoint, device) if args.checkpoint else store.latest(device)
     if loaded is None:
         print(
             f"pde learner eval: no checkpoint in {args.checkpoints}; run `pde learner sft`", file=sys.stderr
@@ -141,7 +181,11 @@ def _run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    settings = LearnerSettings()
+    try:
+        settings = LearnerSettings()
+    except ValidationError as e:
+        print(f"pde learner: invalid settings:\n{e}", file=sys.stderr)
+        return 2
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0

@@ -138,10 +138,10 @@ def sft_loss(
     """Flow head: flow-matching velocity regression; Gaussian head: mean regression (the std stays
     at its initial value so PPO has exploration noise)."""
     cond = policy.condition(policy.encode_observations(obs), prompts)
-    target = policy.normalize_actions(actions)
+    target = policy.normalize_actions(actions.to(policy.device))
     if policy.config.head == "flow":
         noise = torch.randn_like(target)
-        t = torch.rand(target.shape[0])
+        t = torch.rand(target.shape[0], device=target.device)
         x_t = (1 - t.view(-1, 1, 1)) * target + t.view(-1, 1, 1) * noise
         return ((policy.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
     return ((policy.gaussian_mean(cond) - target) ** 2).mean()
@@ -152,7 +152,12 @@ def train_sft(
     data: SFTDataset,
     cfg: SFTConfig,
     on_step: Callable[[int, float], None] | None = None,
+    device: torch.device | str | None = None,
 ) -> dict[str, float]:
+    """Batches are drawn and augmented on the CPU; the network runs on ``device`` (default: where
+    the policy is)."""
+    if device is not None:
+        policy.to(device)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -204,6 +209,7 @@ def run_sft(
     tasks: list[str] | None = None,
     force: bool = False,
     on_step: Callable[[int, float], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> tuple[Path, dict[str, float], bool]:
     """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
     Returns (path, metrics, cached)."""
@@ -224,7 +230,7 @@ def run_sft(
     )
     policy = SmallVLAPolicy(vla)
     data = build_dataset(policy, files)
-    metrics = train_sft(policy, data, cfg, on_step)
+    metrics = train_sft(policy, data, cfg, on_step, device)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))
     metrics["sft_episodes"] = float(len(files))
     store.save(policy, 0, metrics)

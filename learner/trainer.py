@@ -92,8 +92,11 @@ class Trainer:
     """Owns the training copy of the policy and its optimiser. ``update`` is blocking; the loop runs
     it in a background thread and swaps ``policy_snapshot()`` into the actor between episodes."""
 
-    def __init__(self, policy: Policy, config: PPOConfig | None = None) -> None:
-        self.policy = policy
+    def __init__(
+        self, policy: Policy, config: PPOConfig | None = None, device: torch.device | str | None = None
+    ) -> None:
+        # On ``device`` (default: where the policy already is) before the optimiser sees the weights.
+        self.policy = policy if device is None else policy.to(device)
         self.config = config or PPOConfig()
         self.optimizer = torch.optim.Adam(
             [p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate, eps=1e-5
@@ -152,9 +155,9 @@ class Trainer:
                     [rb.canonical_prompts[i] for i in idx],
                     rb.chains[idx],
                 )
-                logp_r0[idx] = ev.rollout.log_prob.numpy()
-                logp_c0[idx] = ev.canonical_log_prob.numpy()
-                kl0[idx] = ev.prompt_kl.numpy()
+                logp_r0[idx] = ev.rollout.log_prob.cpu().numpy()
+                logp_c0[idx] = ev.canonical_log_prob.cpu().numpy()
+                kl0[idx] = ev.prompt_kl.cpu().numpy()
         b_log_w0 = torch.from_numpy(
             mixed_log_prob(cfg.ratio_variant, torch.from_numpy(logp_r0), torch.from_numpy(logp_c0)).numpy()
             - rb.old_log_probs.double().numpy()
@@ -167,11 +170,15 @@ class Trainer:
             stats.update(ratio_stats("prompt_ratio", (logp_c0 - logp_r0)[differs]))
             stats["prompt_kl"] = float(kl0[differs].mean())
 
-        t_adv = torch.from_numpy(b_advantages).float()
+        # The loss runs where the policy is; the batch was assembled on the CPU.
+        device = self.policy.device
+        t_adv = torch.from_numpy(b_advantages).float().to(device)
         if cfg.norm_adv and n > 1:
             t_adv = (t_adv - t_adv.mean()) / (t_adv.std() + 1e-8)
-        t_returns = torch.from_numpy(b_returns).float()
-        t_old_values = torch.from_numpy(rb.old_values).float()
+        t_returns = torch.from_numpy(b_returns).float().to(device)
+        t_old_values = torch.from_numpy(rb.old_values).float().to(device)
+        t_old_log_probs = rb.old_log_probs.to(device)
+        t_log_w0 = b_log_w0.to(device)
 
         # Epochs x minibatches
         approx_kls, clipfracs, pg_losses, v_losses, entropies, kept = [], [], [], [], [], []
@@ -183,8 +190,8 @@ class Trainer:
                 mb = b_inds[start : start + cfg.minibatch_size]
                 ev = self._evaluate(rb, mb)
                 new_logp = mixed_log_prob(cfg.ratio_variant, ev.rollout.log_prob, ev.canonical_log_prob)
-                log_ratio = new_logp - rb.old_log_probs[mb]
-                log_ratio, keep = guard_w0(log_ratio, b_log_w0[mb], cfg.w0_guard, cfg.w0_log_max)
+                log_ratio = new_logp - t_old_log_probs[mb]
+                log_ratio, keep = guard_w0(log_ratio, t_log_w0[mb], cfg.w0_guard, cfg.w0_log_max)
 
                 # Policy loss
                 pl = clipped_policy_loss(log_ratio, t_adv[mb], cfg.clip_coef, cfg.dual_clip, keep)

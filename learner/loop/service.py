@@ -40,6 +40,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     p.add_argument("--batch-size", type=int, help="labelled RL rollouts per PPO update (default 64)")
     p.add_argument("--rollouts-per-prompt", type=int, help="N rollouts per candidate prompt (default 10)")
     p.add_argument("--seed", type=int)
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: $PDE_LEARNER_DEVICE or auto)")
     args = p.parse_args(argv)
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if v is not None and k not in ("tasks", "auto")
@@ -62,16 +63,22 @@ def main(argv: list[str] | None = None) -> int:
     # Heavy imports (torch) only once the arguments are known to be good.
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
+    from learner.device import DeviceUnavailableError, resolve_device
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
 
+    try:
+        device = resolve_device(settings.device)
+    except DeviceUnavailableError as e:
+        print(f"pde loop: {e}", file=sys.stderr)
+        return 2
     if settings.torch_threads:
         import torch
 
         torch.set_num_threads(settings.torch_threads)
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
-    loaded = checkpoints.latest()
+    loaded = checkpoints.latest(device)
     if loaded is None:
         print(
             f"pde loop: no policy checkpoint in {checkpoints.directory}; train the SFT policy first "
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
-    trainer = Trainer(CheckpointStore.load(loaded.path).policy)
+    trainer = Trainer(CheckpointStore.load(loaded.path).policy, device=device)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
@@ -125,11 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
     log.info(
-        "episode loop on %s (robot %s, backend %s), policy version %d",
+        "episode loop on %s (robot %s, backend %s), policy version %d on %s",
         store.url.split("@")[-1],
         settings.robot_cmd_endpoint,
         info.backend,
         loaded.version,
+        device,
     )
     try:
         n = loop.run()

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from learner.device import check_device_spec
 from learner.loop.tasks import HEADLINE_TASKS, PAPER_TASKS
 
 
@@ -56,6 +57,14 @@ class LoopSettings(BaseSettings):
     steady on a small, busy CPU where OpenMP threads spin against other processes."""
     seed: int = 0
     """Seeds the prompt sampler and the per-episode scene seeds."""
+    device: str = Field("auto", validation_alias=AliasChoices("PDE_LEARNER_DEVICE", "PDE_LOOP_DEVICE"))
+    """Where the actor's and the trainer's policies run: auto (CUDA if torch sees a GPU, else CPU),
+    cpu, cuda or cuda:N. Checkpoints load onto it; episodes and checkpoints on disk stay CPU data."""
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        return check_device_spec(v)
 
     @field_validator("tasks")
     @classmethod

@@ -12,6 +12,7 @@ value, sampling); ``evaluate`` and ``evaluate_pair`` are written once here.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,12 @@ class ObsBatch:
 
     def __len__(self) -> int:
         return int(self.state.shape[0])
+
+    def to(self, device: torch.device) -> ObsBatch:
+        """On ``device`` (itself when already there)."""
+        if self.images.device == device and self.state.device == device:
+            return self
+        return ObsBatch(images=self.images.to(device), state=self.state.to(device))
 
     def index(self, idx: torch.Tensor | slice | np.ndarray) -> ObsBatch:
         if isinstance(idx, np.ndarray):
@@ -126,9 +133,17 @@ class Policy(nn.Module, ABC):
 
     # --- written once ----------------------------------------------------------------------------
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (PDE_LEARNER_DEVICE, see learner/device.py); inputs move here."""
+        for tensor in itertools.chain(self.parameters(), self.buffers()):
+            return tensor.device
+        return torch.device("cpu")
+
     @torch.no_grad()
     def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
         _check_len(obs, prompts, "prompts")
+        obs = obs.to(self.device)
         cond = self.condition(self.encode_observations(obs), prompts)
         chain, log_prob = self.sample_chain(cond, deterministic)
         actions = self.denormalize_actions(chain[:, -1])
@@ -141,6 +156,7 @@ class Policy(nn.Module, ABC):
 
     def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
         _check_len(obs, prompts, "prompts")
+        obs, chain = obs.to(self.device), chain.to(self.device)
         cond = self.condition(self.encode_observations(obs), prompts)
         log_prob, entropy = self.head_log_prob(chain, self.head_means(cond, chain))
         return ChunkEvaluation(log_prob=log_prob, entropy=entropy, value=self.value(cond))
@@ -156,9 +172,10 @@ class Policy(nn.Module, ABC):
         rollout prompt is the canonical prompt are not evaluated twice."""
         _check_len(obs, rollout_prompts, "rollout_prompts")
         _check_len(obs, canonical_prompts, "canonical_prompts")
+        obs, chain = obs.to(self.device), chain.to(self.device)
         feats = self.encode_observations(obs)
         differs = [r != c for r, c in zip(rollout_prompts, canonical_prompts, strict=True)]
-        second = torch.tensor([i for i, d in enumerate(differs) if d], dtype=torch.long)
+        second = torch.tensor([i for i, d in enumerate(differs) if d], dtype=torch.long, device=chain.device)
         n2 = int(second.numel())
         prompts = list(rollout_prompts) + [canonical_prompts[i] for i in second.tolist()]
         cond = self.condition(torch.cat([feats, feats[second]]), prompts)
@@ -170,9 +187,9 @@ class Policy(nn.Module, ABC):
         canonical_log_prob = log_prob[:b].clone()
         prompt_kl = torch.zeros(b, dtype=log_prob.dtype, device=log_prob.device)
         if n2:
-            canonical_log_prob = canonical_log_prob.index_copy(0, second.to(log_prob.device), log_prob[b:])
+            canonical_log_prob = canonical_log_prob.index_copy(0, second, log_prob[b:])
             kl = self.head_kl(means[:b][second], means[b:])
-            prompt_kl = prompt_kl.index_copy(0, second.to(log_prob.device), kl)
+            prompt_kl = prompt_kl.index_copy(0, second, kl)
         return PairEvaluation(
             rollout=rollout, canonical_log_prob=canonical_log_prob, prompt_kl=prompt_kl, n_second_pass=n2
         )

@@ -88,7 +88,8 @@ def sample_chain(
         if deterministic:
             x = x - schedule.dt * v
         else:
-            mean = transition_mean(x.unsqueeze(1), v.unsqueeze(1), t, schedule.sigmas[i : i + 1], schedule.dt)
+            sigma = schedule.sigmas[i : i + 1].to(noise.device)
+            mean = transition_mean(x.unsqueeze(1), v.unsqueeze(1), t, sigma, schedule.dt)
             mean = mean.squeeze(1)
             x = mean + stds[i] * torch.randn_like(mean)
             log_prob = log_prob + gaussian_log_prob(x, mean, stds[i]).flatten(1).sum(1)

@@ -159,6 +159,7 @@ class SmallVLAPolicy(Policy):
         return preprocess(observations, self.config.cameras, self.config.image_size_px)
 
     def encode_observations(self, obs: ObsBatch) -> torch.Tensor:
+        obs = obs.to(self.device)  # preprocess decodes on the CPU
         state = (obs.state - self.state_mean) / self.state_std
         return self.obs_fuse(torch.cat([self.image_encoder(obs.images), self.state_encoder(state)], dim=-1))
 

@@ -89,6 +89,10 @@ def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
     assert "/dev/bus/usb:/dev/bus/usb" in robot["devices"]
     gpu = services["learner"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["capabilities"] == ["gpu"]
+    # ... and the learner uses it (no quiet CPU fallback), unless LEARNER_DEVICE says otherwise.
+    assert services["learner"]["environment"]["PDE_LEARNER_DEVICE"] == "cuda"
+    learner_env = config(env_file(tmp_path, LEARNER_DEVICE=""))["services"]["learner"]["environment"]
+    assert learner_env["PDE_LEARNER_DEVICE"] == "cuda"
     assert services["postgres"]["healthcheck"]["test"][0] == "CMD-SHELL"
 
 
@@ -157,8 +161,13 @@ def _healthy(test: list[str], env: dict[str, str]) -> tuple[bool, str]:
 @pytest.mark.timeout(600)
 def test_each_service_command_starts_and_answers_its_healthcheck(tmp_path: Path, pg_port: int) -> None:
     ports = {"ROBOT_CMD_PORT": free_port(), "ROBOT_OBS_PORT": free_port(), "UI_PORT": free_port()}
+    # LEARNER_DEVICE=cpu: the compose default (cuda) needs the GPU that CI does not have.
     env_path = env_file(
-        tmp_path, ROBOT_BACKEND="sim", POSTGRES_PORT=str(pg_port), **{k: str(v) for k, v in ports.items()}
+        tmp_path,
+        ROBOT_BACKEND="sim",
+        POSTGRES_PORT=str(pg_port),
+        LEARNER_DEVICE="cpu",
+        **{k: str(v) for k, v in ports.items()},
     )
     services = config(env_path, "sim")["services"]
     data_dir = tmp_path / "data"

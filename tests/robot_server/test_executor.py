@@ -117,8 +117,11 @@ def test_watchdog_drops_the_chunk_and_holds(make: Callable[..., tuple[ChunkExecu
     ex.submit(ee_chunk(0, rows=100, dx=0.0005, rate_hz=20.0), CLIENT)  # 5 s of motion
     wait_for(lambda: ex.snapshot().counters.watchdog_trips == 1, timeout_s=2.0)
     tripped_after = time.monotonic() - t0
-    assert 0.19 <= tripped_after < 0.3
+    assert tripped_after >= 0.19
     snap = ex.snapshot()
+    # Late by the executor's own count, not this thread's clock (a loaded machine wakes it late):
+    # 0.2 s at 20 Hz is 4 rows; a late ticker only runs fewer, a late watchdog more.
+    assert snap.counters.steps_executed <= 6, snap.counters.steps_executed
     assert snap.executing_chunk_seq == -1 and "watchdog" in snap.last_error
     wait_for(lambda: robot.holds >= 1)
     pos = robot.pos.copy()
@@ -198,7 +201,7 @@ def test_fast_pacing_runs_rows_back_to_back(make: Callable[..., tuple[ChunkExecu
     t0 = time.monotonic()
     ex.submit(ee_chunk(0, rows=50, dx=0.001, rate_hz=10.0), CLIENT)
     wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
-    assert time.monotonic() - t0 < 1.0  # 5 s of control at 10 Hz
+    assert time.monotonic() - t0 < 2.5  # paced in real time it would take 5 s
 
 
 def test_backend_error_is_counted_and_recovered(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:

@@ -138,7 +138,7 @@ def test_timeout_is_retried(fake: FakeOpenAIServer) -> None:
     vlm, rec = make_vlm(fake, request_timeout_s=0.3)
     t0 = time.monotonic()
     assert vlm.summarize_rollouts(summary_request()).summary
-    assert time.monotonic() - t0 < 2.5  # the slow reply was abandoned, not awaited
+    assert time.monotonic() - t0 < 3.0  # the slow reply (3 s) was abandoned, not awaited
     assert rec.calls[0].attempts == 2
 
 

@@ -238,7 +238,8 @@ def test_slow_vlm_never_blocks_the_poll(store: Any, fake: FakeOpenAIServer, embe
         t0 = time.monotonic()
         for _ in range(10):
             service.step()
-        assert time.monotonic() - t0 < 1.5  # ten polls while the VLM sleeps 3 s
+        # Polls that waited for the VLM would take its whole 3 s; any less on a loaded machine passes.
+        assert time.monotonic() - t0 < 3.0
         assert not service.idle() and store.task_state(TASK).iteration == 0
     finally:
         service.close()

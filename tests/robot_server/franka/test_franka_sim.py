@@ -97,7 +97,9 @@ def test_gripper_latest_command_wins(robot: FrankaRobot) -> None:
     start = time.monotonic()
     for width in (0.07, 0.01, 0.05, 0.03):  # faster than the hand: the middle ones are overtaken
         gripper.request(width)
-    assert time.monotonic() - start < 0.05, "requests must not block"
+    # Blocking requests would wait for the hand's 0.12 m of travel (over a second); a loaded machine
+    # may pause this thread for a while, so the bound sits well between the two.
+    assert time.monotonic() - start < 0.5, "requests must not block"
     assert gripper.wait_idle(6.0)
     assert robot.read_state().gripper_width_m == pytest.approx(0.03, abs=0.004)
     assert gripper.commands_dropped >= 1
@@ -178,7 +180,7 @@ def test_refused_connection_fails_fast_with_advice() -> None:
     start = time.monotonic()
     with pytest.raises(RobotNotConnectedError, match=r"refused.*enable FCI"):
         robot.connect()
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 1.5  # refused at once; waiting would take connect_timeout_s (2 s)
 
 
 def test_silent_peer_hits_the_deadline_instead_of_hanging() -> None:
