@@ -4,6 +4,8 @@ tested for the error, and its presence is simulated only where no tensor has to 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pydantic
 import pytest
@@ -28,14 +30,18 @@ def no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
+def loop_settings(**overrides: Any) -> LoopSettings:
+    return LoopSettings(**overrides)
+
+
 def test_the_setting_parses(monkeypatch: pytest.MonkeyPatch) -> None:
     assert LearnerSettings().device == "auto"
     monkeypatch.setenv("PDE_LEARNER_DEVICE", " CUDA:1 ")
     assert LearnerSettings().device == "cuda:1"
-    assert LoopSettings().device == "cuda:1"  # the episode loop reads the same variable
-    assert LoopSettings(device="cpu").device == "cpu"  # --device
+    assert loop_settings().device == "cuda:1"  # the episode loop reads the same variable
+    assert loop_settings(device="cpu").device == "cpu"  # --device
     monkeypatch.setenv("PDE_LEARNER_DEVICE", "gpu")
-    for settings in (LearnerSettings, LoopSettings):
+    for settings in (LearnerSettings, loop_settings):
         with pytest.raises(
             pydantic.ValidationError, match="unknown device 'gpu': use auto, cpu, cuda or cuda:N"
         ):

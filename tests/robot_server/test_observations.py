@@ -4,6 +4,7 @@ read (a camera that stopped delivering is left out once its newest frame is over
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import pytest
 import zmq
@@ -37,7 +38,8 @@ class SlowFirstReadCamera(FakeCamera):
 
 def subscribe(settings: RobotServerSettings) -> zmq.Socket:
     """Every observation, not only the newest (connected before the server starts publishing)."""
-    sub = zmq.Context.instance().socket(zmq.SUB)
+    ctx: zmq.Context = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, OBS_TOPIC)
     sub.setsockopt(zmq.LINGER, 0)
     sub.connect(settings.obs_endpoint)
@@ -59,8 +61,8 @@ def next_observation(sub: zmq.Socket, deadline: float) -> Observation:
     ids=["realtime-shared", "realtime-per-camera", "fast"],
 )
 def test_a_slowly_read_frame_is_not_left_out(mode: dict[str, str]) -> None:
-    settings = RobotServerSettings(
-        cmd_port=free_port(), obs_port=free_port(), control_rate_hz=4.0, camera_fps=4.0, **mode
+    settings = RobotServerSettings.model_validate(
+        {"cmd_port": free_port(), "obs_port": free_port(), "control_rate_hz": 4.0, "camera_fps": 4.0, **mode}
     )
     slow = SlowFirstReadCamera("external")
     server = RobotServer(FakeRobot(), [slow, FakeCamera("wrist")], settings)
@@ -84,7 +86,7 @@ def test_a_slowly_read_frame_is_not_left_out(mode: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("threads", ["shared", "per_camera"])
-def test_a_camera_that_stopped_delivering_is_left_out(threads: str) -> None:
+def test_a_camera_that_stopped_delivering_is_left_out(threads: Literal["shared", "per_camera"]) -> None:
     settings = RobotServerSettings(
         cmd_port=free_port(), obs_port=free_port(), camera_fps=10.0, capture_threads=threads
     )
