@@ -27,7 +27,7 @@ def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
         os.environ.get("PDE_CI")
         and report.skipped
         and not hasattr(report, "wasxfail")
-        and not _MAY_SKIP & set(report.keywords)
+        and not _MAY_SKIP & set(getattr(report, "keywords", {}))
     ):
         _unexpected_skips.append(f"{report.nodeid}: {_skip_reason(report)}")
 
