@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -44,8 +44,9 @@ def server() -> Iterator[RobotClient]:
                 str(cmd_port),
                 "--obs-port",
                 str(obs_port),
+                # 1 s, not the FR3's 200 ms: a loaded machine may pause the heartbeat thread.
                 "--heartbeat-timeout-s",
-                "0.3",
+                "1.0",
                 "--control-rate-hz",
                 str(RATE_HZ),
             ],
@@ -86,6 +87,14 @@ def _z(client: RobotClient) -> float:
     return float(state.ee_position_m[2])
 
 
+def _wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    """franky-sim runs well below real time on a loaded machine: wait for the effect, not a time."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 def test_chunk_moves_the_arm_and_estop_latches(server: RobotClient) -> None:
     client = server
     client.release_estop()
@@ -93,17 +102,19 @@ def test_chunk_moves_the_arm_and_estop_latches(server: RobotClient) -> None:
     try:
         z0 = _z(client)
         client.submit_chunk(_chunk(1, rows=10, dz_m=0.004))  # 4 cm up over 1 s
-        time.sleep(1.6)
-        z1 = _z(client)
-        assert z1 - z0 > 0.03, (z0, z1)
-        client.submit_chunk(_chunk(2, rows=30, dz_m=-0.003))  # 9 cm down over 3 s
+        _wait_until(lambda: _z(client) - z0 > 0.03, "the arm did not rise 3 cm")
         time.sleep(0.5)
+        z1 = _z(client)
+        client.submit_chunk(_chunk(2, rows=30, dz_m=-0.003))  # 9 cm down over 3 s
+        _wait_until(lambda: z1 - _z(client) > 0.005, "the arm did not start down")
+        z_sent = _z(client)
         client.estop("test")
         time.sleep(0.5)
         z_stop = _z(client)
         time.sleep(0.8)
         assert abs(_z(client) - z_stop) < 0.002, "the arm kept moving after the e-stop"
-        assert z1 - z_stop < 0.03, "the rest of the chunk ran"
+        # At 3 cm/s it stops within a few mm of where the e-stop found it; the chunk had 8 cm left.
+        assert z_sent - z_stop < 0.03, "the rest of the chunk ran"
         with pytest.raises(RobotServerError) as info:
             client.submit_chunk(_chunk(3, rows=5, dz_m=0.001))
         assert info.value.code is ErrorCode.ESTOPPED
@@ -116,13 +127,13 @@ def test_chunk_moves_the_arm_and_estop_latches(server: RobotClient) -> None:
 
 def test_watchdog_holds_the_arm_when_heartbeats_stop(server: RobotClient) -> None:
     client = server
-    trips = client.status().counters.watchdog_trips
-    z0 = _z(client)
-    client.submit_chunk(_chunk(10, rows=40, dz_m=0.002))  # 8 cm over 4 s, no heartbeat
-    time.sleep(1.2)
-    status = client.status()
-    assert status.counters.watchdog_trips == trips + 1
-    z_hold = _z(client)
-    time.sleep(0.8)
-    assert abs(_z(client) - z_hold) < 0.002, "the arm kept moving after the watchdog tripped"
-    assert z_hold - z0 < 0.03
+    # Polled by another client: the controlling client's own requests would feed the watchdog.
+    with RobotClient(client.cmd_endpoint, name="observer", timeout_s=2.0) as observer:
+        trips = observer.status().counters.watchdog_trips
+        z0 = _z(observer)
+        client.submit_chunk(_chunk(10, rows=40, dz_m=0.002))  # 8 cm over 4 s, no heartbeat
+        _wait_until(lambda: observer.status().counters.watchdog_trips == trips + 1, "no watchdog trip")
+        z_hold = _z(observer)
+        time.sleep(0.8)
+        assert abs(_z(observer) - z_hold) < 0.002, "the arm kept moving after the watchdog tripped"
+    assert z_hold - z0 < 0.04  # ~2 cm in the 1 s before the trip; the whole chunk is 8 cm
