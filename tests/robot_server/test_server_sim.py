@@ -303,10 +303,11 @@ def test_bad_inputs_get_clear_errors_and_the_arm_stays_in_limits(
     assert client.health().ok  # still serving
 
 
-def _run_until_silent(client: RobotClient, seq: int) -> float | None:
-    """Start a 4 s chunk, keep the client alive for 0.5 s, then fall silent. Returns when the
-    client fell silent, or None when this test thread itself stalled for longer than 120 ms
-    (a starved CI machine), so the watchdog may have tripped early for a reason of its own."""
+def _run_until_silent(client: RobotClient, seq: int) -> tuple[float, float] | None:
+    """Start a 4 s chunk, keep the client alive for 0.5 s, then fall silent. Returns the wall
+    times around the last message (sent, answered): the server saw it in between. None when this
+    test thread itself stalled for longer than 120 ms (a starved CI machine), so the watchdog may
+    have tripped early for a reason of its own."""
     before = client.status().counters.watchdog_trips
     client.submit_chunk(ee_chunk(40, (0.0, 0.008 if seq % 2 == 0 else -0.008, 0.0)))  # 0.08 m/s
     t_end = time.monotonic() + 0.5
@@ -318,27 +319,32 @@ def _run_until_silent(client: RobotClient, seq: int) -> float | None:
             return None
         last = now
         time.sleep(0.05)
-    client.heartbeat()
-    t_last = time.time()  # the client falls silent here
+    # The status request is a message too: the heartbeat after it is the last one.
     if client.status().counters.watchdog_trips != before or time.monotonic() - last > 0.12:
         return None
-    return t_last
+    t_sent = time.time()
+    client.heartbeat()
+    t_answered = time.time()  # the client falls silent here
+    if t_answered - t_sent > 0.05:
+        return None
+    return t_sent, t_answered
 
 
 def test_watchdog_stops_the_arm(client: RobotClient) -> None:
     for attempt in range(3):
-        t_last = _run_until_silent(client, attempt)
-        if t_last is not None:
+        silent = _run_until_silent(client, attempt)
+        if silent is not None:
             break
         client.stop()
         client.reset(seed=0)
     else:
         pytest.fail("this machine starved the test thread in 3 attempts; cannot judge the watchdog")
+    t_sent, t_answered = silent
     seen = collect(client, 1.0)
     trip = next(o for o in seen if o.executing_chunk_seq == -1)
     # 200 ms timeout + up to one 33 ms observation period + scheduling slack on a shared machine
-    assert trip.publish_time_s - t_last < 0.2 + 0.08, "watchdog later than 200 ms (+ one frame)"
-    assert trip.publish_time_s - t_last >= 0.19, "watchdog tripped before the timeout"
+    assert trip.publish_time_s - t_answered < 0.2 + 0.08, "watchdog later than 200 ms (+ one frame)"
+    assert trip.publish_time_s - t_sent >= 0.19, "watchdog tripped before the timeout"
     assert client.status().counters.watchdog_trips >= 1
     # The arm stopped: 200 ms after the trip it no longer moves.
     settled = [o for o in seen if o.publish_time_s >= trip.publish_time_s + 0.2]
@@ -371,8 +377,9 @@ def test_estop_holds_until_released(client: RobotClient) -> None:
     client.release_estop()
     y0 = client.latest_observation().state.ee_position_m[1]
     client.submit_chunk(ee_chunk(5, (0.0, 0.01, 0.0)))
-    time.sleep(0.8)
-    assert client.latest_observation().state.ee_position_m[1] - y0 > 0.03
+    deadline = time.monotonic() + 10.0  # 0.5 s of motion; more on a loaded machine
+    while client.latest_observation().state.ee_position_m[1] - y0 <= 0.03:
+        assert time.monotonic() < deadline, "the arm did not move after the e-stop was released"
     client.stop_heartbeat()
 
 

@@ -36,6 +36,9 @@ def server() -> Iterator[RobotClient]:
             PDE_ROBOT_CAMERAS="[]",
             PDE_FRANKA_REALTIME="ignore",  # franky-sim only: no PREEMPT_RT kernel here
             PDE_FRANKA_HOME_DYNAMICS_FACTOR="0.6",
+            # franky-sim falls far behind real time on a loaded machine; homing then takes minutes
+            PDE_FRANKA_HOME_TIMEOUT_S="150",
+            PDE_ROBOT_RESET_TIMEOUT_S="170",
         )
         proc = subprocess.Popen(
             [
@@ -69,7 +72,7 @@ def server() -> Iterator[RobotClient]:
                     assert time.monotonic() < deadline, "robot-server did not answer within 60 s"
                     time.sleep(0.2)
             assert info.backend == "franka"
-            client.reset(timeout_s=60.0)
+            client.reset(timeout_s=180.0)
             yield client
         finally:
             client.close()
