@@ -334,13 +334,16 @@ def test_watchdog_stops_the_arm(client: RobotClient) -> None:
     for attempt in range(3):
         silent = _run_until_silent(client, attempt)
         if silent is not None:
-            break
+            seen = collect(client, 1.0)
+            # A server that published under half its 30 observations a second was starved too:
+            # its trip shows up late for a reason of its own.
+            if seen[-1].seq - seen[0].seq >= 15:
+                break
         client.stop()
         client.reset(seed=0)
     else:
-        pytest.fail("this machine starved the test thread in 3 attempts; cannot judge the watchdog")
+        pytest.fail("this machine starved the test or the server in 3 attempts; cannot judge the watchdog")
     t_sent, t_answered = silent
-    seen = collect(client, 1.0)
     trip = next(o for o in seen if o.executing_chunk_seq == -1)
     # 200 ms timeout + up to one 33 ms observation period + scheduling slack on a shared machine
     assert trip.publish_time_s - t_answered < 0.2 + 0.08, "watchdog later than 200 ms (+ one frame)"
