@@ -46,7 +46,7 @@ EVAL_SEED_BASE = 100_000  # evaluation scenes never used for demos or training
 TRAIN_SEED_BASE = 200_000
 
 
-def record_demos(demo_dir: Path, tasks: list[str], per_task: int, image_px: int) -> None:
+def record_demos(demo_dir: Path, tasks: list[str], per_task: int, image_px: int, spread: float) -> None:
     """Scripted-expert demonstrations (the sim team's expert), skipped when already there."""
     todo = [t for t in tasks if len(list((demo_dir / t).glob("*.msgpack"))) < per_task]
     if not todo:
@@ -56,7 +56,7 @@ def record_demos(demo_dir: Path, tasks: list[str], per_task: int, image_px: int)
     from robot_server.sim.rollout import run_expert_episode
     from robot_server.sim.world import SimWorld, SimWorldConfig
 
-    world = SimWorld(SimWorldConfig(image_width=image_px, image_height=image_px))
+    world = SimWorld(SimWorldConfig(image_width=image_px, image_height=image_px, layout_spread=spread))
     robot = SimRobot(world)
     robot.connect()
     cams = [SimCamera(world, "external"), SimCamera(world, "wrist")]
@@ -77,7 +77,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(log_dir: Path, image_px: int) -> tuple[ProcessGroup, str]:
+def start_server(log_dir: Path, image_px: int, spread: float) -> tuple[ProcessGroup, str]:
     cmd_port, obs_port = free_port(), free_port()
     group = ProcessGroup(log_dir)
     argv = [
@@ -91,6 +91,8 @@ def start_server(log_dir: Path, image_px: int) -> tuple[ProcessGroup, str]:
         "fast",
         "--image-size",
         f"{image_px}x{image_px}",
+        "--sim-layout-spread",
+        str(spread),
         "--cmd-port",
         str(cmd_port),
         "--obs-port",
@@ -261,6 +263,7 @@ def write_results(
         "canonical_prompt": prompt,
         "head": args.head,
         "variant": "plain PPO (canonical prompt)",
+        "layout_spread": args.layout_spread,
         "budget": {
             "iterations": args.iterations,
             "episodes_per_iteration": args.episodes_per_iteration,
@@ -340,6 +343,12 @@ def main() -> int:
     )
     ap.add_argument("--demos-per-task", type=int, default=40)
     ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument(
+        "--layout-spread",
+        type=float,
+        default=1.0,
+        help="how far resets scatter the objects (demos, training and evaluation alike), 0..1",
+    )
     ap.add_argument("--head", choices=["flow", "gaussian"], default="flow")
     ap.add_argument("--image-px", type=int, default=64, help="rendered camera size")
     ap.add_argument("--policy-px", type=int, default=32, help="the policy's downscaled image size")
@@ -370,7 +379,8 @@ def main() -> int:
     prompt = canonical_prompt(args.task)
     sft_tasks = [t for t in args.sft_tasks.split(",") if t]
     t_start = time.perf_counter()
-    record_demos(data / f"demos{args.image_px}", sft_tasks, args.demos_per_task, args.image_px)
+    demo_dir = data / f"demos{args.image_px}-spread{args.layout_spread:g}"
+    record_demos(demo_dir, sft_tasks, args.demos_per_task, args.image_px, args.layout_spread)
     vla = VLAConfig(head=args.head, image_size_px=args.policy_px)
     sft_cfg = SFTConfig(
         episodes_per_task=args.demos_per_task, steps=args.sft_steps, batch_size=args.sft_batch
@@ -386,8 +396,8 @@ def main() -> int:
         sft_metrics = CheckpointStore.load(path).metrics
     else:
         path, sft_metrics, cached = run_sft(
-            data / f"demos{args.image_px}",
-            data / f"sft-{args.head}-{args.policy_px}px",
+            demo_dir,
+            data / f"sft-{args.head}-{args.policy_px}px-spread{args.layout_spread:g}",
             vla,
             sft_cfg,
             sft_tasks,
@@ -395,7 +405,7 @@ def main() -> int:
         )
     print(f"SFT checkpoint {path} (cached={cached}): {sft_metrics}", flush=True)
     sft_policy = CheckpointStore.load(path).policy
-    group, endpoint = start_server(data / "logs", args.image_px)
+    group, endpoint = start_server(data / "logs", args.image_px, args.layout_spread)
     per_seed: list[dict[str, Any]] = []
     result: dict[str, Any] = {}
     try:
