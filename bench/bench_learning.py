@@ -185,6 +185,7 @@ def run_seed(
     cfg = PPOConfig(
         ratio_variant="plain",
         learning_rate=args.lr,
+        value_learning_rate=args.value_lr,
         minibatch_size=args.minibatch,
         seed=seed,
         ent_coef=0.0,
@@ -218,7 +219,12 @@ def run_seed(
                     k: stats[k]
                     for k in (
                         "approx_kl",
+                        "approx_kl_last",
                         "clipfrac",
+                        "w0_mean",
+                        "w0_max",
+                        "entropy",
+                        "early_stop",
                         "explained_variance",
                         "v_loss",
                         "pg_loss",
@@ -361,6 +367,7 @@ def main() -> int:
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--max-chunks", type=int, default=36)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--value-lr", type=float, default=1e-3, help="step size of the value head")
     ap.add_argument("--minibatch", type=int, default=64)
     ap.add_argument("--data-dir", default="data/bench_learning")
     ap.add_argument("--out", default="bench/results/learning.json")

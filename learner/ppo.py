@@ -36,6 +36,9 @@ class PPOConfig:
     """Chunks per gradient step."""
     learning_rate: float = 1e-4
     """Adam step size (the paper used 5e-6 for π0.5; the small CPU policy needs more)."""
+    value_learning_rate: float | None = None
+    """Adam step size of the value head (Policy.value_parameters); None: learning_rate. The value
+    head is untrained after SFT and must catch up faster than the policy moves."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     ent_coef: float = 0.0

@@ -95,9 +95,19 @@ class Trainer:
     def __init__(self, policy: Policy, config: PPOConfig | None = None) -> None:
         self.policy = policy
         self.config = config or PPOConfig()
-        self.optimizer = torch.optim.Adam(
-            [p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate, eps=1e-5
-        )
+        value_params = [p for p in policy.value_parameters() if p.requires_grad]
+        value_ids = {id(p) for p in value_params}
+        groups: list[dict[str, Any]] = [
+            {
+                "params": [p for p in policy.parameters() if p.requires_grad and id(p) not in value_ids],
+                "lr": self.config.learning_rate,
+            }
+        ]
+        if value_params:
+            groups.append(
+                {"params": value_params, "lr": self.config.value_learning_rate or self.config.learning_rate}
+            )
+        self.optimizer = torch.optim.Adam(groups, eps=1e-5)
         self.rng = np.random.default_rng(self.config.seed)
         self.n_updates = 0
 

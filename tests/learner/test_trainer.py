@@ -108,3 +108,20 @@ def test_w0_guard_is_applied_and_reported(guard):
         assert stats["kept_frac"] < 0.6
     else:
         assert stats["kept_frac"] == 1.0
+
+
+def test_value_head_gets_its_own_step_size():
+    torch.manual_seed(0)
+    policy = make_test_policy("gaussian")
+    trainer = Trainer(policy, PPOConfig(learning_rate=1e-6, value_learning_rate=1e-3, minibatch_size=12))
+    policy_group, value_group = trainer.optimizer.param_groups
+    assert policy_group["lr"] == 1e-6 and value_group["lr"] == 1e-3
+    assert {id(p) for p in value_group["params"]} == {id(p) for p in policy.value_head.parameters()}
+    assert len(policy_group["params"]) + len(value_group["params"]) == len(list(policy.parameters()))
+    # the value head moves much further than the action head in one update
+    head_before = policy.mean_head.weight.detach().clone()
+    value_before = policy.value_head[0].weight.detach().clone()
+    trainer.update(_batch(policy, CANON))
+    head_step = (policy.mean_head.weight - head_before).abs().max().item()
+    value_step = (policy.value_head[0].weight - value_before).abs().max().item()
+    assert value_step > 50 * head_step
