@@ -198,22 +198,40 @@ def run_seed(
     with RobotClient(cmd_endpoint=endpoint, name=f"bench-{seed}", timeout_s=10.0) as client:
         info = client.connect()
         actor = Actor(policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0))
+        # Evaluation samples chunks like training, or (--eval-deterministic) runs the mean chunk:
+        # on fixed scenes that removes sampling noise from the before/after comparison.
+        evaluator = Actor(
+            policy,
+            client,
+            ActorSettings(
+                control_rate_hz=info.control_rate_hz,
+                obs_timeout_s=10.0,
+                deterministic=args.eval_deterministic,
+            ),
+        )
         t0 = time.perf_counter()
-        pre = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, "eval-pre")
+        pre = rollouts(evaluator, args.task, prompt, eval_seeds, args.max_chunks, "eval-pre")
         out["eval_success_before"] = success_rate(pre)
         print(f"seed {seed}: eval before PPO {out['eval_success_before']:.2f}", flush=True)
         curve, diags = [], []
         rng = np.random.default_rng(seed)
         n_eps = 0
         for it in range(args.iterations):
-            seeds = [
-                int(s) for s in TRAIN_SEED_BASE + rng.integers(0, 1_000_000, args.episodes_per_iteration)
-            ]
+            if args.train_scenes:  # a fixed set of training scenes, cycled
+                seeds = [
+                    TRAIN_SEED_BASE + (it * args.episodes_per_iteration + i) % args.train_scenes
+                    for i in range(args.episodes_per_iteration)
+                ]
+            else:
+                seeds = [
+                    int(s) for s in TRAIN_SEED_BASE + rng.integers(0, 1_000_000, args.episodes_per_iteration)
+                ]
             eps = rollouts(actor, args.task, prompt, seeds, args.max_chunks, f"s{seed}-it{it}")
             n_eps += len(eps)
             curve.append(success_rate(eps))
             stats = trainer.update([(e, reward_from_label(e.success)) for e in eps])
             actor.set_policy(trainer.policy_snapshot())
+            evaluator.set_policy(actor.policy)
             diags.append(
                 {
                     k: stats[k]
@@ -239,7 +257,7 @@ def run_seed(
                 f"({stats['update_s']:.1f} s update)",
                 flush=True,
             )
-        post = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, "eval-post")
+        post = rollouts(evaluator, args.task, prompt, eval_seeds, args.max_chunks, "eval-post")
         out.update(
             eval_success_after=success_rate(post),
             rollout_success_per_iteration=curve,
@@ -270,6 +288,8 @@ def write_results(
         "head": args.head,
         "variant": "plain PPO (canonical prompt)",
         "layout_spread": args.layout_spread,
+        "evaluation": "mean chunk (deterministic)" if args.eval_deterministic else "sampled chunks",
+        "training_scenes": args.train_scenes or "a new random scene per episode",
         "budget": {
             "iterations": args.iterations,
             "episodes_per_iteration": args.episodes_per_iteration,
@@ -367,6 +387,15 @@ def main() -> int:
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--max-chunks", type=int, default=36)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument(
+        "--eval-deterministic", action="store_true", help="evaluate the mean chunk instead of sampling"
+    )
+    ap.add_argument(
+        "--train-scenes",
+        type=int,
+        default=0,
+        help="cycle this many fixed training scenes (0: a new one each episode)",
+    )
     ap.add_argument("--value-lr", type=float, default=1e-3, help="step size of the value head")
     ap.add_argument("--minibatch", type=int, default=64)
     ap.add_argument("--data-dir", default="data/bench_learning")
