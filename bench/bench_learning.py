@@ -182,10 +182,17 @@ def run_seed(
     torch.manual_seed(seed)
     np.random.seed(seed)
     policy = copy.deepcopy(sft_policy)
+    if args.init_log_std is not None:
+        noise = policy.noise_parameters()
+        if not noise:
+            raise SystemExit("--init-log-std needs the Gaussian head (the flow chain's noise is fixed)")
+        with torch.no_grad():
+            noise[0].fill_(args.init_log_std)
     cfg = PPOConfig(
         ratio_variant="plain",
         learning_rate=args.lr,
         value_learning_rate=args.value_lr,
+        noise_learning_rate=args.noise_lr,
         minibatch_size=args.minibatch,
         seed=seed,
         ent_coef=0.0,
@@ -198,21 +205,28 @@ def run_seed(
     with RobotClient(cmd_endpoint=endpoint, name=f"bench-{seed}", timeout_s=10.0) as client:
         info = client.connect()
         actor = Actor(policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0))
-        # Evaluation samples chunks like training, or (--eval-deterministic) runs the mean chunk:
-        # on fixed scenes that removes sampling noise from the before/after comparison.
-        evaluator = Actor(
+        # Evaluation on fixed scenes: sampled chunks (what PPO optimises) and the mean chunk (no
+        # sampling noise: tells a better mean apart from less exploration noise).
+        mean_actor = Actor(
             policy,
             client,
-            ActorSettings(
-                control_rate_hz=info.control_rate_hz,
-                obs_timeout_s=10.0,
-                deterministic=args.eval_deterministic,
-            ),
+            ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0, deterministic=True),
         )
+
+        def evaluate(tag: str) -> tuple[float, float]:
+            sampled = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, f"{tag}-sampled")
+            if not args.eval_mean_chunk:
+                return success_rate(sampled), float("nan")
+            mean = rollouts(mean_actor, args.task, prompt, eval_seeds, args.max_chunks, f"{tag}-mean")
+            return success_rate(sampled), success_rate(mean)
+
         t0 = time.perf_counter()
-        pre = rollouts(evaluator, args.task, prompt, eval_seeds, args.max_chunks, "eval-pre")
-        out["eval_success_before"] = success_rate(pre)
-        print(f"seed {seed}: eval before PPO {out['eval_success_before']:.2f}", flush=True)
+        out["eval_success_before"], out["eval_mean_chunk_success_before"] = evaluate("eval-pre")
+        print(
+            f"seed {seed}: eval before PPO {out['eval_success_before']:.2f} "
+            f"(mean chunk {out['eval_mean_chunk_success_before']:.2f})",
+            flush=True,
+        )
         curve, diags = [], []
         rng = np.random.default_rng(seed)
         n_eps = 0
@@ -231,7 +245,7 @@ def run_seed(
             curve.append(success_rate(eps))
             stats = trainer.update([(e, reward_from_label(e.success)) for e in eps])
             actor.set_policy(trainer.policy_snapshot())
-            evaluator.set_policy(actor.policy)
+            mean_actor.set_policy(actor.policy)
             diags.append(
                 {
                     k: stats[k]
@@ -257,9 +271,8 @@ def run_seed(
                 f"({stats['update_s']:.1f} s update)",
                 flush=True,
             )
-        post = rollouts(evaluator, args.task, prompt, eval_seeds, args.max_chunks, "eval-post")
+        out["eval_success_after"], out["eval_mean_chunk_success_after"] = evaluate("eval-post")
         out.update(
-            eval_success_after=success_rate(post),
             rollout_success_per_iteration=curve,
             ppo=diags,
             training_episodes=n_eps,
@@ -288,7 +301,8 @@ def write_results(
         "head": args.head,
         "variant": "plain PPO (canonical prompt)",
         "layout_spread": args.layout_spread,
-        "evaluation": "mean chunk (deterministic)" if args.eval_deterministic else "sampled chunks",
+        "evaluation": "sampled chunks" + (" and the mean chunk" if args.eval_mean_chunk else ""),
+        "init_log_std": args.init_log_std,
         "training_scenes": args.train_scenes or "a new random scene per episode",
         "budget": {
             "iterations": args.iterations,
@@ -388,7 +402,14 @@ def main() -> int:
     ap.add_argument("--max-chunks", type=int, default=36)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument(
-        "--eval-deterministic", action="store_true", help="evaluate the mean chunk instead of sampling"
+        "--eval-mean-chunk", action="store_true", help="also evaluate the mean chunk (no sampling)"
+    )
+    ap.add_argument("--noise-lr", type=float, default=3e-3, help="step size of the Gaussian log std")
+    ap.add_argument(
+        "--init-log-std",
+        type=float,
+        default=None,
+        help="exploration noise PPO starts from (Gaussian head; SFT fits only the mean)",
     )
     ap.add_argument(
         "--train-scenes",

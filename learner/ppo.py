@@ -39,6 +39,10 @@ class PPOConfig:
     value_learning_rate: float | None = None
     """Adam step size of the value head (Policy.value_parameters); None: learning_rate. The value
     head is untrained after SFT and must catch up faster than the policy moves."""
+    noise_learning_rate: float | None = None
+    """Adam step size of the exploration noise (Policy.noise_parameters, e.g. a Gaussian log std);
+    None: learning_rate. A chunk's log-probability sums T x D dimensions, so the mean must move in
+    tiny steps, but a handful of noise scales can adapt much faster."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     ent_coef: float = 0.0

@@ -95,18 +95,18 @@ class Trainer:
     def __init__(self, policy: Policy, config: PPOConfig | None = None) -> None:
         self.policy = policy
         self.config = config or PPOConfig()
-        value_params = [p for p in policy.value_parameters() if p.requires_grad]
-        value_ids = {id(p) for p in value_params}
-        groups: list[dict[str, Any]] = [
-            {
-                "params": [p for p in policy.parameters() if p.requires_grad and id(p) not in value_ids],
-                "lr": self.config.learning_rate,
-            }
+        cfg = self.config
+        special = [
+            (policy.value_parameters(), cfg.value_learning_rate),
+            (policy.noise_parameters(), cfg.noise_learning_rate),
         ]
-        if value_params:
-            groups.append(
-                {"params": value_params, "lr": self.config.value_learning_rate or self.config.learning_rate}
-            )
+        taken = {id(p) for params, _ in special for p in params}
+        rest = [p for p in policy.parameters() if p.requires_grad and id(p) not in taken]
+        groups: list[dict[str, Any]] = [{"params": rest, "lr": cfg.learning_rate}]
+        for params, lr in special:
+            trainable = [p for p in params if p.requires_grad]
+            if trainable:
+                groups.append({"params": trainable, "lr": lr or cfg.learning_rate})
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
         self.rng = np.random.default_rng(self.config.seed)
         self.n_updates = 0

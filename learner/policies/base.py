@@ -130,6 +130,11 @@ class Policy(nn.Module, ABC):
         head = getattr(self, "value_head", None)
         return list(head.parameters()) if isinstance(head, nn.Module) else []
 
+    def noise_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the exploration noise (a Gaussian head's log std; none for a flow-SDE
+        chain, whose noise level is fixed): PPO moves them with their own step size."""
+        return []
+
     # --- written once ----------------------------------------------------------------------------
 
     @torch.no_grad()
