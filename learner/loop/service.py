@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     # Heavy imports (torch) only once the arguments are known to be good.
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
+    from learner.ppo import PPOConfig
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
 
@@ -90,7 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
-    trainer = Trainer(CheckpointStore.load(loaded.path).policy)
+    ppo = PPOConfig(
+        ratio_variant=settings.ratio_variant,
+        learning_rate=settings.learning_rate,
+        value_learning_rate=settings.value_learning_rate,
+        noise_learning_rate=settings.noise_learning_rate,
+        seed=settings.seed,
+    )
+    trainer = Trainer(CheckpointStore.load(loaded.path).policy, ppo)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
