@@ -96,6 +96,18 @@ def packb(obj: Any) -> bytes:
         raise CodecError(f"cannot encode message: {e}") from e
 
 
+def packb_after(prefix: bytes, obj: Any) -> bytearray:
+    """``prefix`` followed by the msgpack encoding of ``obj``, in one buffer (no concatenation)."""
+    buf = bytearray(prefix)
+    try:
+        _encoder.encode_into(obj, buf, len(prefix))
+    except CodecError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise CodecError(f"cannot encode message: {e}") from e
+    return buf
+
+
 def unpackb(data: bytes | memoryview, type_: Any = None) -> Any:
     """Decode msgpack bytes. With ``type_`` the result is validated against it (a message class
     or a union of them) and a mismatch raises CodecError naming the field."""

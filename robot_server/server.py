@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from pde_contract.codec import CodecError, packb, unpackb
+from pde_contract.codec import CodecError, packb, packb_after, unpackb
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
     OBS_TOPIC,
@@ -255,9 +255,10 @@ class RobotServer:
             steps_remaining=snap.steps_remaining,
         )
         self._obs_seq += 1
-        # PUB drops rather than blocks; a slow subscriber loses old observations
+        # One frame (topic prefix + msgpack): subscribers conflate to the newest message, which
+        # libzmq does for single-frame messages only. PUB drops rather than blocks.
         with contextlib.suppress(zmq.Again):
-            self._pub.send_multipart([OBS_TOPIC, packb(obs)], flags=zmq.NOBLOCK)
+            self._pub.send(packb_after(OBS_TOPIC, obs), flags=zmq.NOBLOCK)
 
     # --- commands ---------------------------------------------------------------------------------
 
