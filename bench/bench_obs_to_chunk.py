@@ -1,7 +1,7 @@
 """Observation -> action-chunk round trip through a do-nothing policy (transport and codec only):
-pde_contract.inference (ZMQ, msgspec) next to openpi's transport (a websockets server with
-openpi-client's msgpack_numpy codec, driven by its WebsocketClientPolicy, compression=None), same
-payload, same run. Goal: ours <= 0.5x openpi's.
+pde_contract.inference (length-prefixed msgpack frames over TCP, msgspec) next to openpi's
+transport (a websockets server with openpi-client's msgpack_numpy codec, driven by its
+WebsocketClientPolicy, compression=None), same payload, same run. Goal: ours <= 0.5x openpi's.
 
     .venv/bin/python bench/bench_obs_to_chunk.py [--n 2000] [--paced-n 300] [--rounds 3]
 
@@ -143,13 +143,13 @@ def main(argv: list[str]) -> int:
             for call in (ours_call, openpi_call):
                 measure(call, 100, None)  # warm up
             for mode, n, hz in (("back_to_back", args.n, None), ("paced_30hz", args.paced_n, 30.0)):
-                samples: dict[str, list[float]] = {"ours_zmq": [], "openpi_websocket": []}
+                samples: dict[str, list[float]] = {"ours_tcp": [], "openpi_websocket": []}
                 for _ in range(args.rounds):
-                    samples["ours_zmq"] += measure(ours_call, n // args.rounds, hz)
+                    samples["ours_tcp"] += measure(ours_call, n // args.rounds, hz)
                     samples["openpi_websocket"] += measure(openpi_call, n // args.rounds, hz)
-                ours_s, ref_s = stats_us(samples["ours_zmq"]), stats_us(samples["openpi_websocket"])
+                ours_s, ref_s = stats_us(samples["ours_tcp"]), stats_us(samples["openpi_websocket"])
                 results[f"{size}/{mode}"] = {
-                    "ours_zmq": ours_s,
+                    "ours_tcp": ours_s,
                     "openpi_websocket": ref_s,
                     "ratio_p50": round(ours_s["p50_us"] / ref_s["p50_us"], 3),
                     "ratio_p99": round(ours_s["p99_us"] / ref_s["p99_us"], 3),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import zmq
@@ -222,7 +222,8 @@ class RobotClient:
         if data is None:
             raise RobotServerError(
                 ErrorCode.TIMEOUT,
-                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running?",
+                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running, "
+                f"and does it speak protocol {PROTOCOL_VERSION} (one frame per observation)?",
             )
         # the subscription matched the topic prefix; the msgpack body follows it in the same frame
         return memoryview(data)[len(OBS_TOPIC) :]

@@ -103,11 +103,12 @@ def packb(obj: Any) -> bytes:
         raise CodecError(f"cannot encode message: {e}") from e
 
 
-def packb_after(prefix: bytes, obj: Any) -> bytearray:
-    """``prefix`` followed by the msgpack encoding of ``obj``, in one buffer (no concatenation)."""
-    buf = bytearray(prefix)
+def packb_into(buf: bytearray, offset: int, obj: Any) -> bytearray:
+    """Encode ``obj`` into ``buf`` from ``offset`` on (``buf`` is truncated after the message and
+    keeps its capacity): reusing one buffer avoids growing a fresh one for every camera-sized
+    message, and whatever precedes ``offset`` (a topic, a frame header) needs no concatenation."""
     try:
-        _encoder.encode_into(obj, buf, len(prefix))
+        _encoder.encode_into(obj, buf, offset)
     except CodecError:
         raise
     except (TypeError, ValueError, OverflowError) as e:
