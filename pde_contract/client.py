@@ -1,7 +1,7 @@
 """``RobotClient``: what the learner, the operator page and the tests use to talk to the robot
 server. Commands go over one DEALER socket (request id in every envelope, so a late reply to a
-timed-out request is recognised and dropped); observations come from a SUB socket that is drained
-on every read so the caller always gets the newest one.
+timed-out request is recognised and dropped); observations come from a conflating SUB socket read
+in the caller's thread, so the caller always gets the newest one.
 
 The client is thread-safe: requests are serialised by a lock, so the heartbeat thread and the
 caller share one socket (and one identity: the server's watchdog sees them as one client).

@@ -27,10 +27,16 @@ def _pack_array(arr: np.ndarray) -> msgspec.msgpack.Ext:
             f"cannot send an array of dtype {arr.dtype}: only bool, integer, float and complex "
             "arrays go on the wire (convert strings/objects to plain fields)"
         )
-    dtype = arr.dtype.str.encode()  # e.g. b'<f4': byte order is explicit
-    header = msgspec.msgpack.encode((dtype, arr.shape))
-    body = arr.tobytes(order="C")  # C order whatever the strides
-    return msgspec.msgpack.Ext(_NDARRAY_EXT, len(header).to_bytes(4, "little") + header + body)
+    # C order whatever the strides
+    return msgspec.msgpack.Ext(_NDARRAY_EXT, _array_prefix(arr.dtype.str, arr.shape) + arr.tobytes(order="C"))
+
+
+@functools.lru_cache(maxsize=256)
+def _array_prefix(dtype_str: str, shape: tuple[int, ...]) -> bytes:
+    """Length + msgpack header ``(dtype, shape)`` of an array; the few shapes a robot sends repeat,
+    so this is computed once per shape instead of once per observation."""
+    header = msgspec.msgpack.encode((dtype_str.encode(), shape))  # e.g. b'<f4': byte order explicit
+    return len(header).to_bytes(4, "little") + header
 
 
 @functools.lru_cache(maxsize=64)
