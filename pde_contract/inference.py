@@ -67,7 +67,7 @@ class FrameError(ValueError):
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """``tcp://host:port`` -> (host, port)."""
+    """``tcp://host:port`` -> (host, port); ``tcp://*:port`` (bind on every interface) -> ("", port)."""
     parts = urlsplit(endpoint)
     try:
         port = parts.port
@@ -75,7 +75,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
         port = None
     if parts.scheme != "tcp" or not parts.hostname or port is None:
         raise ValueError(f"policy endpoint {endpoint!r} is not tcp://HOST:PORT (e.g. tcp://127.0.0.1:5570)")
-    return parts.hostname, port
+    return ("" if parts.hostname == "*" else parts.hostname), port
 
 
 class FrameWriter:
@@ -184,7 +184,12 @@ class PolicyServer:
                     return  # the stream is out of step: drop the connection
                 if body is None:
                     return
-                writer.write(self._handle(body))
+                reply = self._handle(body)
+                try:
+                    writer.write(reply)
+                except CodecError as e:
+                    error = f"the policy's reply cannot be sent: {e}"
+                    writer.write(InferReply(ok=False, error=error, request_id=reply.request_id))
         except OSError:
             return  # peer gone or server closing
         finally:

@@ -49,6 +49,8 @@ def observation(seq: int = 0) -> Observation:
 def policy(obs: Observation, prompt: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     if prompt == "fail":
         raise RuntimeError("no weights loaded")
+    if prompt == "unsendable":
+        return np.array(["a", "b"], dtype=object), {}
     actions = np.full((10, 8), obs.state.gripper_width_m, np.float32)
     actions[0, :7] = obs.state.joint_positions_rad
     return actions, {"log_prob": np.array([len(prompt)], np.float32)}
@@ -79,6 +81,13 @@ def test_policy_errors_are_raised_on_the_client(endpoint: str) -> None:
         with pytest.raises(PolicyServerError, match="no weights loaded"):
             client.infer(observation(), "fail")
         assert client.infer(observation(), "ok").ok  # the server keeps serving
+
+
+def test_unsendable_policy_output_gets_an_error_reply(endpoint: str) -> None:
+    with PolicyClient(endpoint, timeout_s=2.0) as client:
+        with pytest.raises(PolicyServerError, match=r"reply cannot be sent.*dtype object"):
+            client.infer(observation(), "unsendable")
+        assert client.infer(observation(), "ok").ok  # same connection, still in step
 
 
 def raw_connection(endpoint: str) -> socket.socket:
@@ -209,3 +218,14 @@ def test_no_server_times_out() -> None:
         pytest.raises(PolicyServerError, match="is it running"),
     ):
         client.infer(observation(), "x")
+
+
+def test_wildcard_endpoint_binds_every_interface() -> None:
+    port = free_port()
+    server = PolicyServer(policy, f"tcp://*:{port}")
+    server.start()
+    try:
+        with PolicyClient(f"tcp://127.0.0.1:{port}", timeout_s=2.0) as client:
+            assert client.infer(observation(), "ok").ok
+    finally:
+        server.close()
