@@ -108,7 +108,8 @@ class RobotServer:
         self._threads: list[threading.Thread] = []
         self._pub_lock = threading.Lock()  # guards the PUB socket and the camera slots
         self._obs_seq = 0
-        self._obs_buf = bytearray(OBS_TOPIC)  # topic prefix + the latest observation (reused)
+        # topic prefix + the latest observation; reused: send() (copy=True) copies it before returning
+        self._obs_buf = bytearray(OBS_TOPIC)
         self._deferred: queue.Queue[tuple[bytes, Reply]] = queue.Queue()
         self._started_s = time.monotonic()
         self._camera_epoch_s = self._started_s
