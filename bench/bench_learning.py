@@ -46,7 +46,7 @@ EVAL_SEED_BASE = 100_000  # evaluation scenes never used for demos or training
 TRAIN_SEED_BASE = 200_000
 
 
-def record_demos(demo_dir: Path, tasks: list[str], per_task: int, image_px: int) -> None:
+def record_demos(demo_dir: Path, tasks: list[str], per_task: int, image_px: int, spread: float) -> None:
     """Scripted-expert demonstrations (the sim team's expert), skipped when already there."""
     todo = [t for t in tasks if len(list((demo_dir / t).glob("*.msgpack"))) < per_task]
     if not todo:
@@ -56,7 +56,7 @@ def record_demos(demo_dir: Path, tasks: list[str], per_task: int, image_px: int)
     from robot_server.sim.rollout import run_expert_episode
     from robot_server.sim.world import SimWorld, SimWorldConfig
 
-    world = SimWorld(SimWorldConfig(image_width=image_px, image_height=image_px))
+    world = SimWorld(SimWorldConfig(image_width=image_px, image_height=image_px, layout_spread=spread))
     robot = SimRobot(world)
     robot.connect()
     cams = [SimCamera(world, "external"), SimCamera(world, "wrist")]
@@ -77,7 +77,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(log_dir: Path, image_px: int) -> tuple[ProcessGroup, str]:
+def start_server(log_dir: Path, image_px: int, spread: float) -> tuple[ProcessGroup, str]:
     cmd_port, obs_port = free_port(), free_port()
     group = ProcessGroup(log_dir)
     argv = [
@@ -91,6 +91,8 @@ def start_server(log_dir: Path, image_px: int) -> tuple[ProcessGroup, str]:
         "fast",
         "--image-size",
         f"{image_px}x{image_px}",
+        "--sim-layout-spread",
+        str(spread),
         "--cmd-port",
         str(cmd_port),
         "--obs-port",
@@ -180,9 +182,17 @@ def run_seed(
     torch.manual_seed(seed)
     np.random.seed(seed)
     policy = copy.deepcopy(sft_policy)
+    if args.init_log_std is not None:
+        noise = policy.noise_parameters()
+        if not noise:
+            raise SystemExit("--init-log-std needs the Gaussian head (the flow chain's noise is fixed)")
+        with torch.no_grad():
+            noise[0].fill_(args.init_log_std)
     cfg = PPOConfig(
         ratio_variant="plain",
         learning_rate=args.lr,
+        value_learning_rate=args.value_lr,
+        noise_learning_rate=args.noise_lr,
         minibatch_size=args.minibatch,
         seed=seed,
         ent_coef=0.0,
@@ -195,28 +205,58 @@ def run_seed(
     with RobotClient(cmd_endpoint=endpoint, name=f"bench-{seed}", timeout_s=10.0) as client:
         info = client.connect()
         actor = Actor(policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0))
+        # Evaluation on fixed scenes: sampled chunks (what PPO optimises) and the mean chunk (no
+        # sampling noise: tells a better mean apart from less exploration noise).
+        mean_actor = Actor(
+            policy,
+            client,
+            ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0, deterministic=True),
+        )
+
+        def evaluate(tag: str) -> tuple[float, float]:
+            sampled = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, f"{tag}-sampled")
+            if not args.eval_mean_chunk:
+                return success_rate(sampled), float("nan")
+            mean = rollouts(mean_actor, args.task, prompt, eval_seeds, args.max_chunks, f"{tag}-mean")
+            return success_rate(sampled), success_rate(mean)
+
         t0 = time.perf_counter()
-        pre = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, "eval-pre")
-        out["eval_success_before"] = success_rate(pre)
-        print(f"seed {seed}: eval before PPO {out['eval_success_before']:.2f}", flush=True)
+        out["eval_success_before"], out["eval_mean_chunk_success_before"] = evaluate("eval-pre")
+        print(
+            f"seed {seed}: eval before PPO {out['eval_success_before']:.2f} "
+            f"(mean chunk {out['eval_mean_chunk_success_before']:.2f})",
+            flush=True,
+        )
         curve, diags = [], []
         rng = np.random.default_rng(seed)
         n_eps = 0
         for it in range(args.iterations):
-            seeds = [
-                int(s) for s in TRAIN_SEED_BASE + rng.integers(0, 1_000_000, args.episodes_per_iteration)
-            ]
+            if args.train_scenes:  # a fixed set of training scenes, cycled
+                seeds = [
+                    TRAIN_SEED_BASE + (it * args.episodes_per_iteration + i) % args.train_scenes
+                    for i in range(args.episodes_per_iteration)
+                ]
+            else:
+                seeds = [
+                    int(s) for s in TRAIN_SEED_BASE + rng.integers(0, 1_000_000, args.episodes_per_iteration)
+                ]
             eps = rollouts(actor, args.task, prompt, seeds, args.max_chunks, f"s{seed}-it{it}")
             n_eps += len(eps)
             curve.append(success_rate(eps))
             stats = trainer.update([(e, reward_from_label(e.success)) for e in eps])
             actor.set_policy(trainer.policy_snapshot())
+            mean_actor.set_policy(actor.policy)
             diags.append(
                 {
                     k: stats[k]
                     for k in (
                         "approx_kl",
+                        "approx_kl_last",
                         "clipfrac",
+                        "w0_mean",
+                        "w0_max",
+                        "entropy",
+                        "early_stop",
                         "explained_variance",
                         "v_loss",
                         "pg_loss",
@@ -231,9 +271,8 @@ def run_seed(
                 f"({stats['update_s']:.1f} s update)",
                 flush=True,
             )
-        post = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, "eval-post")
+        out["eval_success_after"], out["eval_mean_chunk_success_after"] = evaluate("eval-post")
         out.update(
-            eval_success_after=success_rate(post),
             rollout_success_per_iteration=curve,
             ppo=diags,
             training_episodes=n_eps,
@@ -261,6 +300,10 @@ def write_results(
         "canonical_prompt": prompt,
         "head": args.head,
         "variant": "plain PPO (canonical prompt)",
+        "layout_spread": args.layout_spread,
+        "evaluation": "sampled chunks" + (" and the mean chunk" if args.eval_mean_chunk else ""),
+        "init_log_std": args.init_log_std,
+        "training_scenes": args.train_scenes or "a new random scene per episode",
         "budget": {
             "iterations": args.iterations,
             "episodes_per_iteration": args.episodes_per_iteration,
@@ -340,6 +383,12 @@ def main() -> int:
     )
     ap.add_argument("--demos-per-task", type=int, default=40)
     ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument(
+        "--layout-spread",
+        type=float,
+        default=1.0,
+        help="how far resets scatter the objects (demos, training and evaluation alike), 0..1",
+    )
     ap.add_argument("--head", choices=["flow", "gaussian"], default="flow")
     ap.add_argument("--image-px", type=int, default=64, help="rendered camera size")
     ap.add_argument("--policy-px", type=int, default=32, help="the policy's downscaled image size")
@@ -352,6 +401,23 @@ def main() -> int:
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--max-chunks", type=int, default=36)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument(
+        "--eval-mean-chunk", action="store_true", help="also evaluate the mean chunk (no sampling)"
+    )
+    ap.add_argument("--noise-lr", type=float, default=3e-3, help="step size of the Gaussian log std")
+    ap.add_argument(
+        "--init-log-std",
+        type=float,
+        default=None,
+        help="exploration noise PPO starts from (Gaussian head; SFT fits only the mean)",
+    )
+    ap.add_argument(
+        "--train-scenes",
+        type=int,
+        default=0,
+        help="cycle this many fixed training scenes (0: a new one each episode)",
+    )
+    ap.add_argument("--value-lr", type=float, default=1e-3, help="step size of the value head")
     ap.add_argument("--minibatch", type=int, default=64)
     ap.add_argument("--data-dir", default="data/bench_learning")
     ap.add_argument("--out", default="bench/results/learning.json")
@@ -370,7 +436,8 @@ def main() -> int:
     prompt = canonical_prompt(args.task)
     sft_tasks = [t for t in args.sft_tasks.split(",") if t]
     t_start = time.perf_counter()
-    record_demos(data / f"demos{args.image_px}", sft_tasks, args.demos_per_task, args.image_px)
+    demo_dir = data / f"demos{args.image_px}-spread{args.layout_spread:g}"
+    record_demos(demo_dir, sft_tasks, args.demos_per_task, args.image_px, args.layout_spread)
     vla = VLAConfig(head=args.head, image_size_px=args.policy_px)
     sft_cfg = SFTConfig(
         episodes_per_task=args.demos_per_task, steps=args.sft_steps, batch_size=args.sft_batch
@@ -386,8 +453,8 @@ def main() -> int:
         sft_metrics = CheckpointStore.load(path).metrics
     else:
         path, sft_metrics, cached = run_sft(
-            data / f"demos{args.image_px}",
-            data / f"sft-{args.head}-{args.policy_px}px",
+            demo_dir,
+            data / f"sft-{args.head}-{args.policy_px}px-spread{args.layout_spread:g}",
             vla,
             sft_cfg,
             sft_tasks,
@@ -395,7 +462,7 @@ def main() -> int:
         )
     print(f"SFT checkpoint {path} (cached={cached}): {sft_metrics}", flush=True)
     sft_policy = CheckpointStore.load(path).policy
-    group, endpoint = start_server(data / "logs", args.image_px)
+    group, endpoint = start_server(data / "logs", args.image_px, args.layout_spread)
     per_seed: list[dict[str, Any]] = []
     result: dict[str, Any] = {}
     try:

@@ -1,12 +1,16 @@
 """Observation -> action-chunk round trip through a do-nothing policy (transport and codec only):
-pde_contract.inference (ZMQ, msgspec) next to openpi's transport (a websockets server with
-openpi-client's msgpack_numpy codec, driven by its WebsocketClientPolicy, compression=None), same
-payload, same run. Goal: ours <= 0.5x openpi's.
+pde_contract.inference (length-prefixed msgpack frames over TCP, msgspec) next to openpi's
+transport (a websockets server with openpi-client's msgpack_numpy codec, driven by its
+WebsocketClientPolicy, compression=None), same payload, same run. Goal: ours <= 0.5x openpi's.
 
     .venv/bin/python bench/bench_obs_to_chunk.py [--n 2000] [--paced-n 300] [--rounds 3]
 
 Payload: two JPEG frames (quality 90) + robot state (joints, velocities, pose, gripper) + prompt;
 reply float32[10, 8]. Both servers run in their own process; the client in this one.
+
+Also measured, back to back, as floors (not references for the goal): the same request bytes
+(already encoded, no decoding) echoed over raw pyzmq DEALER/ROUTER and over a raw TCP socket, to
+show what the transport alone costs.
 """
 
 from __future__ import annotations
@@ -53,6 +57,76 @@ def serve_openpi(port: int) -> None:
             await asyncio.Future()
 
     asyncio.run(main())
+
+
+def _reply_bytes() -> bytes:
+    from pde_contract.codec import packb
+    from pde_contract.inference import InferReply
+
+    return packb(InferReply(ok=True, actions=np.zeros(ACTIONS_SHAPE, np.float32)))
+
+
+def serve_raw_zmq(port: int) -> None:
+    import zmq
+
+    sock = zmq.Context().socket(zmq.ROUTER)
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    reply = _reply_bytes()
+    while True:
+        ident, _ = sock.recv_multipart()
+        sock.send_multipart([ident, reply])
+
+
+def _recv_exact(sock: Any, n: int) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if not k:
+            raise EOFError
+        got += k
+    return buf
+
+
+def serve_raw_tcp(port: int) -> None:
+    import socket
+    import struct
+
+    listener = socket.create_server(("127.0.0.1", port))
+    reply = _reply_bytes()
+    frame = struct.pack("<I", len(reply)) + reply
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                _recv_exact(conn, struct.unpack("<I", _recv_exact(conn, 4))[0])
+                conn.sendall(frame)
+        except (EOFError, OSError):
+            conn.close()
+
+
+def raw_calls(zmq_port: int, tcp_port: int, request: bytes) -> dict[str, Any]:
+    import socket
+    import struct
+
+    import zmq
+
+    dealer: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.connect(f"tcp://127.0.0.1:{zmq_port}")
+    conn = socket.create_connection(("127.0.0.1", tcp_port))
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    frame = struct.pack("<I", len(request)) + request
+
+    def zmq_call() -> None:
+        dealer.send(request)
+        dealer.recv()
+
+    def tcp_call() -> None:
+        conn.sendall(frame)
+        _recv_exact(conn, struct.unpack("<I", _recv_exact(conn, 4))[0])
+
+    return {"floor_raw_pyzmq_dealer_router": zmq_call, "floor_raw_tcp": tcp_call}
 
 
 def payloads(width: int, height: int) -> tuple[Any, dict[str, Any]]:
@@ -116,17 +190,19 @@ def main(argv: list[str]) -> int:
     from tests.helpers import free_port
 
     ctx = mp.get_context("spawn")
-    ours_port, openpi_port = free_port(), free_port()
+    ours_port, openpi_port, zmq_port, tcp_port = (free_port() for _ in range(4))
     procs = [
         ctx.Process(target=serve_ours, args=(ours_port,), daemon=True),
         ctx.Process(target=serve_openpi, args=(openpi_port,), daemon=True),
+        ctx.Process(target=serve_raw_zmq, args=(zmq_port,), daemon=True),
+        ctx.Process(target=serve_raw_tcp, args=(tcp_port,), daemon=True),
     ]
     for p in procs:
         p.start()
     results: dict[str, Any] = {}
     try:
-        wait_port(ours_port)
-        wait_port(openpi_port)
+        for port in (ours_port, openpi_port, tcp_port):
+            wait_port(port)
         ours_client = PolicyClient(f"tcp://127.0.0.1:{ours_port}")
         openpi_client = WebsocketClientPolicy("127.0.0.1", openpi_port)
         for size, (w, h) in SIZES.items():
@@ -140,20 +216,24 @@ def main(argv: list[str]) -> int:
                 reply = openpi_client.infer(obs_dict)
                 assert reply["actions"].shape == ACTIONS_SHAPE
 
-            for call in (ours_call, openpi_call):
+            calls = {"ours_tcp": ours_call, "openpi_websocket": openpi_call}
+            floors = raw_calls(zmq_port, tcp_port, _encoded(obs))
+            for call in (*calls.values(), *floors.values()):
                 measure(call, 100, None)  # warm up
             for mode, n, hz in (("back_to_back", args.n, None), ("paced_30hz", args.paced_n, 30.0)):
-                samples: dict[str, list[float]] = {"ours_zmq": [], "openpi_websocket": []}
+                timed = {**calls, **floors} if hz is None else calls
+                samples: dict[str, list[float]] = {name: [] for name in timed}
                 for _ in range(args.rounds):
-                    samples["ours_zmq"] += measure(ours_call, n // args.rounds, hz)
-                    samples["openpi_websocket"] += measure(openpi_call, n // args.rounds, hz)
-                ours_s, ref_s = stats_us(samples["ours_zmq"]), stats_us(samples["openpi_websocket"])
+                    for name, call in timed.items():
+                        samples[name] += measure(call, n // args.rounds, hz)
+                ours_s, ref_s = stats_us(samples["ours_tcp"]), stats_us(samples["openpi_websocket"])
                 results[f"{size}/{mode}"] = {
-                    "ours_zmq": ours_s,
+                    "ours_tcp": ours_s,
                     "openpi_websocket": ref_s,
                     "ratio_p50": round(ours_s["p50_us"] / ref_s["p50_us"], 3),
                     "ratio_p99": round(ours_s["p99_us"] / ref_s["p99_us"], 3),
                     "request_bytes": len(_encoded(obs)),
+                    **{name: stats_us(samples[name]) for name in floors if name in samples},
                 }
                 print(size, mode, results[f"{size}/{mode}"], flush=True)
         ours_client.close()

@@ -34,8 +34,17 @@ class PPOConfig:
     """Passes over each batch."""
     minibatch_size: int = 64
     """Chunks per gradient step."""
-    learning_rate: float = 1e-4
-    """Adam step size (the paper used 5e-6 for π0.5; the small CPU policy needs more)."""
+    learning_rate: float = 2e-6
+    """Adam step size of the policy (the paper used 5e-6 for π0.5). Measured on the small CPU policy
+    (bench/bench_learning.py, 24-32 episodes per update): 1e-5 gives approx_kl 1-7 and clipfrac
+    ~0.5 per update, 2e-6 approx_kl 0.1-0.3 and clipfrac ~0.2."""
+    value_learning_rate: float | None = 1e-3
+    """Adam step size of the value head (Policy.value_parameters); None: learning_rate. The value
+    head is untrained after SFT and must catch up faster than the policy moves."""
+    noise_learning_rate: float | None = 3e-3
+    """Adam step size of the exploration noise (Policy.noise_parameters, e.g. a Gaussian log std);
+    None: learning_rate. A chunk's log-probability sums T x D dimensions, so the mean must move in
+    tiny steps, but a handful of noise scales can adapt much faster."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     ent_coef: float = 0.0

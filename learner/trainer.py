@@ -98,9 +98,19 @@ class Trainer:
         # On ``device`` (default: where the policy already is) before the optimiser sees the weights.
         self.policy = policy if device is None else policy.to(device)
         self.config = config or PPOConfig()
-        self.optimizer = torch.optim.Adam(
-            [p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate, eps=1e-5
-        )
+        cfg = self.config
+        special = [
+            (policy.value_parameters(), cfg.value_learning_rate),
+            (policy.noise_parameters(), cfg.noise_learning_rate),
+        ]
+        taken = {id(p) for params, _ in special for p in params}
+        rest = [p for p in policy.parameters() if p.requires_grad and id(p) not in taken]
+        groups: list[dict[str, Any]] = [{"params": rest, "lr": cfg.learning_rate}]
+        for params, lr in special:
+            trainable = [p for p in params if p.requires_grad]
+            if trainable:
+                groups.append({"params": trainable, "lr": lr or cfg.learning_rate})
+        self.optimizer = torch.optim.Adam(groups, eps=1e-5)
         self.rng = np.random.default_rng(self.config.seed)
         self.n_updates = 0
 

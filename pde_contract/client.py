@@ -1,7 +1,7 @@
 """``RobotClient``: what the learner, the operator page and the tests use to talk to the robot
 server. Commands go over one DEALER socket (request id in every envelope, so a late reply to a
-timed-out request is recognised and dropped); observations come from a SUB socket that is drained
-on every read so the caller always gets the newest one.
+timed-out request is recognised and dropped); observations come from a conflating SUB socket read
+in the caller's thread, so the caller always gets the newest one.
 
 The client is thread-safe: requests are serialised by a lock, so the heartbeat thread and the
 caller share one socket (and one identity: the server's watchdog sees them as one client).
@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import zmq
@@ -217,13 +217,16 @@ class RobotClient:
             raise RobotServerError(ErrorCode.MALFORMED, f"unreadable observation: {e}") from e
 
     def latest_observation_bytes(self, timeout_s: float = 1.0) -> memoryview:
+        """The newest observation's msgpack bytes, undecoded (what ``latest_observation`` decodes)."""
         data = self._ensure_subscriber().newest(timeout_s)
         if data is None:
             raise RobotServerError(
                 ErrorCode.TIMEOUT,
-                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running?",
+                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running, "
+                f"and does it speak protocol {PROTOCOL_VERSION} (one frame per observation)?",
             )
-        return data
+        # the subscription matched the topic prefix; the msgpack body follows it in the same frame
+        return memoryview(data)[len(OBS_TOPIC) :]
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -244,60 +247,37 @@ class RobotClient:
 
 
 class _LatestOnlySubscriber:
-    """A SUB socket that always yields the newest message.
+    """A SUB socket that always yields the newest observation, read in the caller's thread.
 
-    Draining on read is not enough: while nobody reads, the subscriber's queue and the kernel
-    buffers fill, after which the PUB side drops the *newest* messages, so a drain would return an
-    old one. A background thread therefore drains every ``drain_period_s`` into a one-message slot;
-    a caller that waits reads the socket itself (same lock), so a fresh message reaches it without
-    a thread hand-off.
+    ZMQ_CONFLATE makes libzmq keep one message per subscriber: its I/O thread keeps reading the
+    stream and replaces the held message with each newer one, so a reader that was away gets the
+    newest, never a queued stale one, and no drain thread or hand-off is needed. Conflation keeps
+    single-frame messages only, hence the observation wire format (``OBS_TOPIC`` + msgpack in one
+    frame, see ``pde_contract.messages``).
     """
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, drain_period_s: float = 0.01) -> None:
+    def __init__(self, ctx: zmq.Context, endpoint: str) -> None:
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 4)
+        sock.setsockopt(zmq.CONFLATE, 1)  # before connect: it configures the pipe
         sock.setsockopt(zmq.SUBSCRIBE, OBS_TOPIC)
         sock.connect(endpoint)
         self._sock = sock
         self._lock = threading.Lock()
-        self._slot: Any = None  # newest message's frames
-        self._count = 0  # messages received
-        self._returned = 0  # value of _count at the last newest() that returned
-        self._stop = threading.Event()
-        self._period_s = drain_period_s
-        self._thread = threading.Thread(target=self._drain_loop, name="obs-drain", daemon=True)
-        self._thread.start()
+        self._rcvtimeo_ms = -2  # RCVTIMEO currently set; changed only when the timeout changes
 
-    def _drain_locked(self) -> None:
-        try:
-            while True:
-                self._slot = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                self._count += 1
-        except zmq.Again:
-            pass
-
-    def _drain_loop(self) -> None:
-        while not self._stop.wait(self._period_s):
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                self._drain_locked()
-
-    def newest(self, timeout_s: float) -> memoryview | None:
-        deadline = time.monotonic() + timeout_s
+    def newest(self, timeout_s: float) -> bytes | None:
+        """The newest message not returned before, waiting up to ``timeout_s`` for one."""
+        timeout_ms = max(0, int(timeout_s * 1000))
         with self._lock:
-            while True:
-                self._drain_locked()
-                if self._count > self._returned:
-                    self._returned = self._count
-                    return memoryview(self._slot[-1].buffer)
-                left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0 or not self._sock.poll(left_ms):
-                    return None
+            if timeout_ms != self._rcvtimeo_ms:
+                self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+                self._rcvtimeo_ms = timeout_ms
+            try:
+                return self._sock.recv()  # blocking with a timeout: one call, no poll
+            except zmq.Again:
+                return None
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(1.0)
         with self._lock:
             self._sock.close(linger=0)

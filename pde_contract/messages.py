@@ -5,7 +5,9 @@ robot base frame as position ``[x, y, z]`` metres + quaternion ``[x, y, z, w]``;
 wall-clock seconds (``time.time()``) unless the name says ``robot_time``.
 
 Sockets (see ``robot_server``): observations on a PUB socket (latest-only for subscribers), commands
-on a ROUTER socket where every ``Request`` gets exactly one ``Reply``.
+on a ROUTER socket where every ``Request`` gets exactly one ``Reply``. An observation travels as one
+ZMQ frame, ``OBS_TOPIC`` followed by the msgpack ``Observation`` (single frames let subscribers
+conflate to the newest message).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: observations in one frame (topic prefix + msgpack), was two
 OBS_TOPIC = b"obs"
 # Commands larger than this are refused before decoding (a 64x8 float64 chunk is ~4 KiB).
 MAX_COMMAND_BYTES = 1 << 20

@@ -42,7 +42,13 @@ def _build_sim(settings: RobotServerSettings) -> Backend:
             f"the sim backend cannot be imported ({e}): install the robot extra "
             "(`pip install -e .[robot]`) and set MUJOCO_GL=egl (or osmesa) on a headless machine"
         ) from e
-    world = SimWorld(SimWorldConfig(image_width=settings.image_width, image_height=settings.image_height))
+    world = SimWorld(
+        SimWorldConfig(
+            image_width=settings.image_width,
+            image_height=settings.image_height,
+            layout_spread=settings.sim_layout_spread,
+        )
+    )
     try:
         robot = SimRobot(world)
         cameras: list[Camera] = [SimCamera(world, name) for name in settings.cameras]

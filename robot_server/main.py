@@ -40,6 +40,11 @@ def _server_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-timeout-s", type=float, help="watchdog timeout (default 0.2; 0 disables)")
     p.add_argument("--image-size", help="sim camera size WIDTHxHEIGHT (default 224x224)")
     p.add_argument(
+        "--sim-layout-spread",
+        type=float,
+        help="sim: how far task resets scatter objects, 0..1 (default 1: the whole layout box)",
+    )
+    p.add_argument(
         "--clip-policy", choices=["clip", "reject"], help="targets beyond the limits: clip or reject"
     )
     p.add_argument("--log-level", default="INFO")

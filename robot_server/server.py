@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from pde_contract.codec import CodecError, packb, unpackb
+from pde_contract.codec import CodecError, packb, packb_into, unpackb
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
     OBS_TOPIC,
@@ -108,6 +108,8 @@ class RobotServer:
         self._threads: list[threading.Thread] = []
         self._pub_lock = threading.Lock()  # guards the PUB socket and the camera slots
         self._obs_seq = 0
+        # topic prefix + the latest observation; reused: send() (copy=True) copies it before returning
+        self._obs_buf = bytearray(OBS_TOPIC)
         self._deferred: queue.Queue[tuple[bytes, Reply]] = queue.Queue()
         self._started_s = time.monotonic()
         self._camera_epoch_s = self._started_s
@@ -258,9 +260,10 @@ class RobotServer:
             steps_remaining=snap.steps_remaining,
         )
         self._obs_seq += 1
-        # PUB drops rather than blocks; a slow subscriber loses old observations
+        # One frame (topic prefix + msgpack): subscribers conflate to the newest message, which
+        # libzmq does for single-frame messages only. PUB drops rather than blocks.
         with contextlib.suppress(zmq.Again):
-            self._pub.send_multipart([OBS_TOPIC, packb(obs)], flags=zmq.NOBLOCK)
+            self._pub.send(packb_into(self._obs_buf, len(OBS_TOPIC), obs), flags=zmq.NOBLOCK)
 
     # --- commands ---------------------------------------------------------------------------------
 

@@ -42,6 +42,8 @@ class RobotServerSettings(BaseSettings):
     image_width: int = Field(default=224, ge=16)
     image_height: int = Field(default=224, ge=16)
     cameras: list[str] = ["external", "wrist"]
+    # Scatter of task resets: 1 = the whole layout box, any yaw; less for a narrow start (benchmarks)
+    sim_layout_spread: float = Field(default=1.0, ge=0.0, le=1.0)
     # Franka backend: the arm's own settings are PDE_FRANKA_*; this overrides PDE_FRANKA_HOST if set
     fci_host: str = ""
     realsense_serials: dict[str, str] = {}  # camera name -> serial number

@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
     from learner.device import DeviceUnavailableError, resolve_device
+    from learner.ppo import PPOConfig
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
 
@@ -97,7 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
-    trainer = Trainer(CheckpointStore.load(loaded.path).policy, device=device)
+    ppo = PPOConfig(
+        ratio_variant=settings.ratio_variant,
+        learning_rate=settings.learning_rate,
+        value_learning_rate=settings.value_learning_rate,
+        noise_learning_rate=settings.noise_learning_rate,
+        seed=settings.seed,
+    )
+    trainer = Trainer(CheckpointStore.load(loaded.path).policy, ppo, device=device)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(

@@ -131,6 +131,17 @@ class Policy(nn.Module, ABC):
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything needed to rebuild this policy (config, weights, statistics, caches)."""
 
+    def value_parameters(self) -> list[nn.Parameter]:
+        """Parameters that only the value loss trains (the trainer gives them their own step size:
+        a value head starting from scratch after SFT needs a larger one than the action head)."""
+        head = getattr(self, "value_head", None)
+        return list(head.parameters()) if isinstance(head, nn.Module) else []
+
+    def noise_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the exploration noise (a Gaussian head's log std; none for a flow-SDE
+        chain, whose noise level is fixed): PPO moves them with their own step size."""
+        return []
+
     # --- written once ----------------------------------------------------------------------------
 
     @property

@@ -201,6 +201,9 @@ class SmallVLAPolicy(Policy):
             return flow_sde.chain_means(self._velocity_fn(cond), chain, self.schedule)
         return self.gaussian_mean(cond).unsqueeze(1)
 
+    def noise_parameters(self) -> list[nn.Parameter]:
+        return [self.log_std] if self.config.head == "gaussian" else []
+
     def _gaussian_std(self) -> torch.Tensor:
         return self.log_std.exp().reshape(1, 1, self.chunk_len, self.action_dim)
 

@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--chunk-rows", type=int, default=10, help="action rows per chunk (10 Hz)")
     rec.add_argument("--seed", type=int, default=0, help="base seed")
     rec.add_argument("--keep-failed", action="store_true", help="also write episodes the expert failed")
+    rec.add_argument(
+        "--layout-spread",
+        type=float,
+        default=1.0,
+        help="how far resets scatter the objects, 0..1 (default 1: the whole layout box, any yaw)",
+    )
     pic = sub.add_parser("pictures", help="PNG of both camera views per task at start and end")
     pic.add_argument("--out", required=True)
     pic.add_argument("--tasks", type=_tasks, default="all")
@@ -109,6 +115,7 @@ def _record(args: argparse.Namespace, tasks: list[str]) -> int:
         chunk_rows=args.chunk_rows,
         base_seed=args.seed,
         keep_failed=args.keep_failed,
+        layout_spread=args.layout_spread,
     )
     t0 = time.perf_counter()
     with tqdm(total=len(tasks) * args.episodes_per_task, unit="ep", desc="demos") as bar:

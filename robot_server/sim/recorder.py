@@ -35,6 +35,8 @@ class RecordConfig:
     # Failed expert episodes are not demonstrations: retry new seeds, at most this many per task.
     max_attempts_per_task: int | None = None
     keep_failed: bool = False
+    # How far resets scatter the objects (SimWorldConfig.layout_spread): 1 = the whole layout box.
+    layout_spread: float = 1.0
 
 
 @dataclass
@@ -64,7 +66,13 @@ def record_demos(
         raise ValueError(f"episodes_per_task={config.episodes_per_task}: must be at least 1")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    world = SimWorld(SimWorldConfig(image_width=config.image_width, image_height=config.image_height))
+    world = SimWorld(
+        SimWorldConfig(
+            image_width=config.image_width,
+            image_height=config.image_height,
+            layout_spread=config.layout_spread,
+        )
+    )
     robot = SimRobot(world)
     robot.connect()
     cameras = [SimCamera(world, name) for name in CAMERA_NAMES]

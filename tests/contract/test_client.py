@@ -15,6 +15,7 @@ from pde_contract.client import ProtocolVersionError, RobotClient, RobotServerEr
 from pde_contract.codec import packb, unpackb
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
+    PROTOCOL_VERSION,
     ActionChunk,
     ActionSpace,
     Envelope,
@@ -75,7 +76,7 @@ def raw_request(server: RobotServer, frames: list[bytes]) -> Reply:
 
 def test_handshake_reports_the_server(client: RobotClient) -> None:
     info = client.connect()
-    assert info.protocol_version == 1 and info.control_rate_hz == 20.0
+    assert info.protocol_version == PROTOCOL_VERSION and info.control_rate_hz == 20.0
     assert info.cameras == ["external", "wrist"] and info.heartbeat_timeout_s == 0.2
     wait_healthy(client)
 

@@ -108,3 +108,32 @@ def test_w0_guard_is_applied_and_reported(guard):
         assert stats["kept_frac"] < 0.6
     else:
         assert stats["kept_frac"] == 1.0
+
+
+def test_value_head_and_noise_get_their_own_step_sizes():
+    torch.manual_seed(0)
+    policy = make_test_policy("gaussian")
+    cfg = PPOConfig(learning_rate=1e-6, value_learning_rate=1e-3, noise_learning_rate=1e-2, minibatch_size=12)
+    trainer = Trainer(policy, cfg)
+    policy_group, value_group, noise_group = trainer.optimizer.param_groups
+    assert (policy_group["lr"], value_group["lr"], noise_group["lr"]) == (1e-6, 1e-3, 1e-2)
+    assert {id(p) for p in value_group["params"]} == {id(p) for p in policy.value_head.parameters()}
+    assert [id(p) for p in noise_group["params"]] == [id(policy.log_std)]
+    n_grouped = sum(len(g["params"]) for g in trainer.optimizer.param_groups)
+    assert n_grouped == len(list(policy.parameters()))
+    # the value head and the noise move much further than the action mean in one update
+    mean_before = policy.mean_head.weight.detach().clone()
+    value_layer = policy.value_head[0]
+    assert isinstance(value_layer, torch.nn.Linear)
+    value_before = value_layer.weight.detach().clone()
+    std_before = policy.log_std.detach().clone()
+    trainer.update(_batch(policy, CANON))
+    mean_step = (policy.mean_head.weight - mean_before).abs().max().item()
+    assert (value_layer.weight - value_before).abs().max().item() > 50 * mean_step
+    assert (policy.log_std - std_before).abs().max().item() > 50 * mean_step
+
+
+def test_flow_head_has_no_noise_group():
+    policy = make_test_policy("flow")
+    assert policy.noise_parameters() == []
+    assert len(Trainer(policy, PPOConfig(noise_learning_rate=1e-2)).optimizer.param_groups) == 2

@@ -122,3 +122,38 @@ def test_same_seed_same_episode(robot: SimRobot) -> None:
         )
     c = run_expert_episode(robot, task, 8, max_chunks=1)
     assert not np.array_equal(a.chunks[0].actions, c.chunks[0].actions)
+
+
+def test_layout_spread_narrows_the_scatter_around_the_nominal_layout() -> None:
+    from robot_server.sim.tasks.tabletop import random_layout
+
+    nominal = random_layout(np.random.default_rng(0), 1.0)
+    assert random_layout(np.random.default_rng(0), 1.0).keys() == nominal.keys()
+    box = np.array([scene.LAYOUT_X_M[1] - scene.LAYOUT_X_M[0], scene.LAYOUT_Y_M[1] - scene.LAYOUT_Y_M[0]])
+    wide, narrow = [], []
+    for seed in range(30):
+        for name, (pos, yaw) in random_layout(np.random.default_rng(seed), 0.0).items():
+            assert np.allclose(pos, nominal[name][0]) and yaw == pytest.approx(nominal[name][1])
+        for name, (pos, yaw) in random_layout(np.random.default_rng(seed), 0.2).items():
+            off = np.abs(pos[:2] - nominal[name][0][:2])
+            assert np.all(off <= 0.2 * box + 1e-9), (name, off)
+            assert abs(yaw - nominal[name][1]) <= 0.2 * np.pi + 1e-9
+            narrow.append(off)
+        for name, (pos, _) in random_layout(np.random.default_rng(seed), 1.0).items():
+            wide.append(np.abs(pos[:2] - nominal[name][0][:2]))
+    assert np.mean(narrow) < 0.4 * np.mean(wide)
+    with pytest.raises(ValueError, match="outside"):
+        random_layout(np.random.default_rng(0), 1.5)
+
+
+def test_server_setting_reaches_the_world() -> None:
+    from robot_server.backends import build_backend
+    from robot_server.settings import RobotServerSettings
+
+    backend = build_backend(
+        RobotServerSettings(backend="sim", sim_layout_spread=0.25, image_width=32, image_height=32)
+    )
+    try:
+        assert backend.robot.world.config.layout_spread == 0.25  # type: ignore[attr-defined]
+    finally:
+        backend.close()
