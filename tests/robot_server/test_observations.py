@@ -48,7 +48,7 @@ def subscribe(settings: RobotServerSettings) -> zmq.Socket:
 
 def next_observation(sub: zmq.Socket, deadline: float) -> Observation:
     assert time.monotonic() < deadline and sub.poll(5000), "the server stopped publishing"
-    return unpackb(sub.recv_multipart()[1], Observation)
+    return unpackb(memoryview(sub.recv())[len(OBS_TOPIC) :], Observation)  # one frame: topic + msgpack
 
 
 @pytest.mark.parametrize(
