@@ -136,9 +136,7 @@ def success_rate(eps: list[EpisodeFile]) -> float:
     return float(np.mean([bool(e.success) for e in eps]))
 
 
-def plot(
-    curves: dict[str, list[float]], evals: dict[str, tuple[float, float]], title: str, path: Path
-) -> None:
+def plot(curves: dict[str, list[float]], evals: list[str], title: str, path: Path) -> None:
     """Success per PPO iteration per seed (thin) and their mean (thick), drawn with OpenCV."""
     w, h, m = 720, 440, 60
     img = np.full((h, w, 3), 255, np.uint8)
@@ -162,8 +160,8 @@ def plot(
     mean = np.mean([c for c in curves.values()], axis=0)
     cv2.polylines(img, [np.array([(x(i), y(v)) for i, v in enumerate(mean)], np.int32)], False, (0, 0, 0), 3)
     cv2.putText(img, title, (m, 25), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1)
-    ev = "  ".join(f"{k}: eval {a:.2f}->{b:.2f}" for k, (a, b) in evals.items())
-    cv2.putText(img, ev, (m, 45), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1)
+    for i, line in enumerate(evals):
+        cv2.putText(img, line, (m, 42 + 13 * i), cv2.FONT_HERSHEY_SIMPLEX, 0.38, (0, 0, 0), 1)
     cv2.putText(
         img,
         "PPO iteration (0 = SFT policy)",
@@ -174,6 +172,35 @@ def plot(
         1,
     )
     cv2.imwrite(str(path), img)
+
+
+def eval_summary(per_seed: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean success before/after PPO over seeds and how many seeds improved, for the sampled
+    evaluation and (when run) the mean-chunk one."""
+    out: dict[str, float] = {}
+    for key, name in (
+        ("eval_success", "seeds_improved"),
+        ("eval_mean_chunk_success", "seeds_improved_mean_chunk"),
+    ):
+        before = [float(r.get(f"{key}_before", float("nan"))) for r in per_seed]
+        after = [float(r.get(f"{key}_after", float("nan"))) for r in per_seed]
+        if any(np.isnan(before + after)):
+            continue
+        out[f"{key}_before_mean"] = float(np.mean(before))
+        out[f"{key}_after_mean"] = float(np.mean(after))
+        out[name] = int(sum(a > b for a, b in zip(after, before, strict=True)))
+    return out
+
+
+def eval_lines(per_seed: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in per_seed:
+        line = f"seed {r['seed']}: eval sampled {r['eval_success_before']:.2f}->{r['eval_success_after']:.2f}"
+        if not np.isnan(float(r.get("eval_mean_chunk_success_before", float("nan")))):
+            b, a = r["eval_mean_chunk_success_before"], r["eval_mean_chunk_success_after"]
+            line += f", mean chunk {b:.2f}->{a:.2f}"
+        lines.append(line)
+    return lines
 
 
 def run_seed(
@@ -292,8 +319,6 @@ def write_results(
     sft_metrics: dict[str, float],
     t_start: float,
 ) -> dict[str, Any]:
-    before = [float(r["eval_success_before"]) for r in per_seed]
-    after = [float(r["eval_success_after"]) for r in per_seed]
     result = {
         "command": "python bench/bench_learning.py " + " ".join(sys.argv[1:]),
         "task": args.task,
@@ -319,9 +344,7 @@ def write_results(
             "steps": args.sft_steps,
             **sft_metrics,
         },
-        "eval_success_before_mean": float(np.mean(before)),
-        "eval_success_after_mean": float(np.mean(after)),
-        "seeds_improved": int(sum(a > b for a, b in zip(after, before, strict=True))),
+        **eval_summary(per_seed),
         "per_seed": per_seed,
         "total_wall_s": time.perf_counter() - t_start,
     }
@@ -329,12 +352,9 @@ def write_results(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     curves = {f"seed {r['seed']}": [float(v) for v in r["rollout_success_per_iteration"]] for r in per_seed}
-    evals = {
-        f"s{r['seed']}": (float(r["eval_success_before"]), float(r["eval_success_after"])) for r in per_seed
-    }
     plot(
         curves,
-        evals,
+        eval_lines(per_seed),
         f"{args.task} ({args.head} head): rollout success, canonical prompt",
         out.with_suffix(".png"),
     )
@@ -346,15 +366,11 @@ def merge(args: argparse.Namespace) -> int:
     parts = [json.loads(Path(f).read_text()) for f in args.merge.split(",") if f]
     first = parts[0]
     per_seed = [r for p in parts for r in p["per_seed"]]
-    before = [float(r["eval_success_before"]) for r in per_seed]
-    after = [float(r["eval_success_after"]) for r in per_seed]
     result = {
         **first,
         "commands": [p["command"] for p in parts],
         "merged_from": args.merge.split(","),
-        "eval_success_before_mean": float(np.mean(before)),
-        "eval_success_after_mean": float(np.mean(after)),
-        "seeds_improved": int(sum(a > b for a, b in zip(after, before, strict=True))),
+        **eval_summary(per_seed),
         "per_seed": per_seed,
         "total_wall_s": max(float(p["total_wall_s"]) for p in parts),
     }
@@ -362,15 +378,13 @@ def merge(args: argparse.Namespace) -> int:
     out = ROOT / args.out
     out.write_text(json.dumps(result, indent=1))
     curves = {f"seed {r['seed']}": [float(v) for v in r["rollout_success_per_iteration"]] for r in per_seed}
-    evals = {
-        f"s{r['seed']}": (float(r["eval_success_before"]), float(r["eval_success_after"])) for r in per_seed
-    }
-    plot(curves, evals, f"{first['task']} ({first['head']} head): rollout success", out.with_suffix(".png"))
-    print(
-        json.dumps(
-            {k: result[k] for k in ("eval_success_before_mean", "eval_success_after_mean", "seeds_improved")}
-        )
+    plot(
+        curves,
+        eval_lines(per_seed),
+        f"{first['task']} ({first['head']} head): rollout success",
+        out.with_suffix(".png"),
     )
+    print(json.dumps({k: v for k, v in result.items() if k.startswith(("eval_", "seeds_"))}))
     return 0
 
 
@@ -471,11 +485,7 @@ def main() -> int:
             result = write_results(args, per_seed, prompt, sft_tasks, sft_metrics, t_start)
     finally:
         group.stop_all()
-    print(
-        json.dumps(
-            {k: result[k] for k in ("eval_success_before_mean", "eval_success_after_mean", "seeds_improved")}
-        )
-    )
+    print(json.dumps({k: v for k, v in result.items() if k.startswith(("eval_", "seeds_"))}))
     return 0
 
 
