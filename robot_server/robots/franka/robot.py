@@ -433,7 +433,13 @@ class FrankaRobot(Robot):
             return
         if self._mode is not None and self._mode != kind and robot.is_in_control:
             # franky cannot change the control signal type of a running motion.
-            self._stop_and_wait(robot, self.config.stall_timeout_s)
+            if not self._stop_and_wait(robot, self.config.stall_timeout_s):
+                self.last_error = (
+                    f"the {self._mode} motion did not stop within {self.config.stall_timeout_s:.1f} s; "
+                    f"the {kind} target was dropped (the next one tries again)"
+                )
+                logger.warning("%s", self.last_error)
+                return
             streamer.reset()
         self._mode = kind
         if kind == "cartesian":
@@ -452,7 +458,10 @@ class FrankaRobot(Robot):
         robot.move(franky.JointWaypointMotion([waypoint], return_when_finished=False), asynchronous=True)
         self._last_joint_target = q
 
-    def _stop_and_wait(self, robot: Any, timeout_s: float) -> None:
+    def _stop_and_wait(self, robot: Any, timeout_s: float) -> bool:
+        """Stop the running motion and wait for it to end. False when it still runs after
+        ``timeout_s``: then nothing of another motion type may be started (franky refuses to change
+        the control type of a running motion, and the arm would keep the old one)."""
         franky = _franky()
         if robot.is_in_control:
             if self._mode == "joint":
@@ -462,11 +471,14 @@ class FrankaRobot(Robot):
             else:
                 robot.stop()
         try:
-            robot.join_motion(timeout_s)
+            stopped = bool(robot.join_motion(timeout_s))
         except franky.ControlException as e:
             if "preempted" not in str(e):
                 raise
-        self._mode = None
+            stopped = True
+        if stopped:
+            self._mode = None
+        return stopped
 
     def _on_motion_error(self, e: Exception) -> None:
         franky = _franky()
@@ -544,7 +556,12 @@ class FrankaRobot(Robot):
             if robot is None:
                 self._require()
             try:
-                self._stop_and_wait(robot, self.config.stall_timeout_s)
+                if not self._stop_and_wait(robot, self.config.stall_timeout_s):
+                    raise RobotError(
+                        f"The FR3's previous motion did not stop within {self.config.stall_timeout_s:.1f} s, "
+                        "so homing was not started (the stop stays requested). Reset again; on a slow "
+                        "simulator raise PDE_FRANKA_STALL_TIMEOUT_S."
+                    )
                 if robot.has_errors and not robot.recover_from_errors():
                     raise RobotError(
                         "The FR3 reports an error that automatic recovery cannot clear. Clear it in Desk, "

@@ -231,3 +231,24 @@ def test_command_before_connect_says_what_to_do() -> None:
 def test_server_factory_names_are_accepted() -> None:
     # robot_server/backends.py builds FrankaRobot(fci_host=...); the rest comes from PDE_FRANKA_*.
     assert FrankaRobot(fci_host="10.0.0.2").config.host == "10.0.0.2"
+
+
+def test_a_stop_that_has_not_finished_is_reported_not_ignored(robot: FrankaRobot) -> None:
+    """Homing (or a change of control type) must never start while the previous motion still
+    runs: franky refuses ("The type of motion cannot change during runtime"). Under load a stop
+    could outlast the wait and its end used to be assumed."""
+    import franky
+
+    robot.home()
+    arm = robot._robot
+    assert arm is not None
+    target = [float(q) for q in fr3.DEFAULT_HOME_JOINTS_RAD]
+    target[0] += 0.4
+    with robot._franky_lock:
+        arm.move(franky.JointMotion(target, relative_dynamics_factor=0.05), asynchronous=True)
+        robot._mode = "joint"
+        time.sleep(0.3)  # under way
+        assert robot._stop_and_wait(arm, 1e-4) is False
+        assert robot._mode == "joint"  # still known to be moving: no other motion type may start
+        assert robot._stop_and_wait(arm, 30.0) is True
+        assert robot._mode is None
