@@ -105,6 +105,9 @@ class DemoSettings(BaseSettings):
     batch_size: int = Field(default=8, ge=1)
     candidates: int = Field(default=2, ge=1)
     iterations: int = Field(default=2, ge=1)
+    # How far the simulator scatters the objects at each reset (0..1, 1 = the whole layout box and
+    # any yaw). The demo's short SFT succeeds sometimes only on a narrow layout.
+    layout_spread: float = Field(default=0.2, ge=0.0, le=1.0)
     ui_port: int = 8000
     robot_cmd_port: int = 5556
     robot_obs_port: int = 5555
@@ -150,6 +153,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=d.iterations,
         help="T0: prompt-search iterations before RL (%(default)s)",
     )
+    p.add_argument(
+        "--layout-spread",
+        type=float,
+        default=d.layout_spread,
+        help="how far resets scatter the objects, 0..1 (%(default)s; 1: the whole layout box)",
+    )
     p.add_argument("--vlm-base-url", default=os.environ.get("PDE_SUPERVISOR_BASE_URL", ""))
     p.add_argument("--vlm-model", default=os.environ.get("PDE_SUPERVISOR_MODEL", ""))
     p.add_argument("--fast", action="store_true", help="simulate faster than real time")
@@ -168,6 +177,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.max_episodes is not None and args.max_episodes < 1:
         p.error("--max-episodes must be at least 1")
+    if not 0.0 <= args.layout_spread <= 1.0:
+        p.error(f"--layout-spread {args.layout_spread} must be within 0..1")
     if not args.tasks:
         p.error("--tasks is empty")
     return args
@@ -261,6 +272,8 @@ class Demo:
         self.args = args
         self.data = args.data_dir.resolve()
         self.logs = self.data / "logs"
+        # Demonstrations are cached per layout spread: another spread records (and trains) anew.
+        self.demo_dir = self.data / "demos" / f"spread{args.layout_spread:g}"
         self.db_url = f"sqlite:///{self.data / 'pde.db'}"
         self.procs = ProcessGroup(self.logs)
         self.token = os.environ.get("PDE_UI_TOKEN") or secrets.token_urlsafe(18)
@@ -293,7 +306,7 @@ class Demo:
             PDE_UI_PORT=str(self.ports.ui),
             PDE_UI_TOKEN=self.token,
             PDE_LEARNER_CHECKPOINT_DIR=str(self.data / "checkpoints"),
-            PDE_LEARNER_DEMO_DIR=str(self.data / "demos"),
+            PDE_LEARNER_DEMO_DIR=str(self.demo_dir),
             # The loop and the supervisor must agree on N (rollouts per prompt).
             PDE_LOOP_ROLLOUTS_PER_PROMPT=str(a.rollouts_per_prompt),
             PDE_SUPERVISOR_ROLLOUTS_N=str(a.rollouts_per_prompt),
@@ -306,7 +319,7 @@ class Demo:
     # --- first run: demonstrations and SFT (cached) ------------------------------------------------
 
     def demo_files(self, task: str) -> list[Path]:
-        folder = self.data / "demos" / task
+        folder = self.demo_dir / task
         return sorted(p for p in folder.rglob("*") if p.suffix in DEMO_SUFFIXES) if folder.exists() else []
 
     def record_demos(self) -> None:
@@ -328,9 +341,11 @@ class Demo:
                     "--seed",
                     str(1000 + have),
                     "--out",
-                    str(self.data / "demos" / task),
+                    str(self.demo_dir / task),
                     "--image-size",
                     IMAGE_SIZE,
+                    "--layout-spread",
+                    str(self.args.layout_spread),
                 ),
                 self.env(),
                 self.logs / "sim-record.log",
@@ -354,7 +369,7 @@ class Demo:
                 "learner",
                 "sft",
                 "--demos",
-                str(self.data / "demos"),
+                str(self.demo_dir),
                 "--checkpoints",
                 str(self.data / "checkpoints"),
                 "--tasks",
@@ -401,6 +416,7 @@ class Demo:
         print("starting the simulated robot server ...", flush=True)
         pacing = "fast" if a.fast else "realtime"
         server = ["robot-server", "--backend", "sim", "--pacing", pacing, "--image-size", IMAGE_SIZE]
+        server += ["--sim-layout-spread", str(a.layout_spread)]
         # One observation per control tick is all the loop uses; 30 fps of two rendered cameras
         # would take most of a 2-core CPU. The 1 s watchdog (200 ms on the FR3) keeps a loaded
         # laptop from dropping chunks; it is a simulation.
