@@ -38,8 +38,9 @@ from learner.policies.vla import VLAConfig  # noqa: E402
 from learner.ppo import PPOConfig  # noqa: E402
 from learner.sft import SFTConfig, run_sft  # noqa: E402
 from learner.trainer import Trainer  # noqa: E402
+from pde.health import as_probe, check_robot_server  # noqa: E402
 from pde.procs import ProcessGroup  # noqa: E402
-from pde_contract.client import RobotClient, RobotServerError  # noqa: E402
+from pde_contract.client import RobotClient  # noqa: E402
 from pde_contract.episodes import EpisodeFile, write_episode  # noqa: E402
 
 EVAL_SEED_BASE = 100_000  # evaluation scenes never used for demos or training
@@ -102,15 +103,7 @@ def start_server(log_dir: Path, image_px: int, spread: float) -> tuple[ProcessGr
     group.start("robot", argv, env=env)
     endpoint = f"tcp://127.0.0.1:{cmd_port}"
 
-    def healthy() -> bool:
-        try:
-            with RobotClient(cmd_endpoint=endpoint, name="probe", timeout_s=0.5) as c:
-                c.connect()
-            return True
-        except RobotServerError:
-            return False
-
-    group.wait_healthy("robot", healthy, timeout_s=180)
+    group.wait_healthy("robot", as_probe(lambda: check_robot_server(endpoint, 0.5)), timeout_s=180)
     return group, endpoint
 
 
@@ -348,17 +341,18 @@ def write_results(
         "per_seed": per_seed,
         "total_wall_s": time.perf_counter() - t_start,
     }
-    out = ROOT / args.out
+    save_result(result, ROOT / args.out)
+    return result
+
+
+def save_result(result: dict[str, Any], out: Path) -> None:
+    """The JSON and, beside it, the curve of rollout success per PPO iteration of each seed."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
+    per_seed = result["per_seed"]
     curves = {f"seed {r['seed']}": [float(v) for v in r["rollout_success_per_iteration"]] for r in per_seed}
-    plot(
-        curves,
-        eval_lines(per_seed),
-        f"{args.task} ({args.head} head): rollout success, canonical prompt",
-        out.with_suffix(".png"),
-    )
-    return result
+    title = f"{result['task']} ({result['head']} head): rollout success, canonical prompt"
+    plot(curves, eval_lines(per_seed), title, out.with_suffix(".png"))
 
 
 def merge(args: argparse.Namespace) -> int:
@@ -375,15 +369,7 @@ def merge(args: argparse.Namespace) -> int:
         "total_wall_s": max(float(p["total_wall_s"]) for p in parts),
     }
     result.pop("command", None)
-    out = ROOT / args.out
-    out.write_text(json.dumps(result, indent=1))
-    curves = {f"seed {r['seed']}": [float(v) for v in r["rollout_success_per_iteration"]] for r in per_seed}
-    plot(
-        curves,
-        eval_lines(per_seed),
-        f"{first['task']} ({first['head']} head): rollout success",
-        out.with_suffix(".png"),
-    )
+    save_result(result, ROOT / args.out)
     print(json.dumps({k: v for k, v in result.items() if k.startswith(("eval_", "seeds_"))}))
     return 0
 

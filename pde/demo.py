@@ -393,20 +393,18 @@ class Demo:
     # --- services --------------------------------------------------------------------------------
 
     def start_services(self) -> None:
-        from pde.health import Unhealthy, check_heartbeat, check_robot_server, check_ui
+        from pde.health import as_probe, check_heartbeat, check_robot_server, check_ui
 
         a, env, timeout = self.args, self.env(), self.args.startup_timeout_s
 
         def healthy(check: Callable[[], str]) -> Callable[[], bool]:
-            def probe() -> bool:
-                _check_stop()
-                try:
-                    check()
-                except Unhealthy:
-                    return False
-                return True
+            probe = as_probe(check)
 
-            return probe
+            def stoppable() -> bool:
+                _check_stop()
+                return probe()
+
+            return stoppable
 
         # The schema first, once, so the services do not race to migrate the same SQLite file.
         from pde_storage import Store

@@ -30,6 +30,19 @@ class Unhealthy(Exception):
     """Why a service is not healthy (printed, exit code 1)."""
 
 
+def as_probe(check: Callable[[], object]) -> Callable[[], bool]:
+    """A check (raises Unhealthy) as the yes/no probe ``ProcessGroup.wait_healthy`` polls."""
+
+    def probe() -> bool:
+        try:
+            check()
+        except Unhealthy:
+            return False
+        return True
+
+    return probe
+
+
 def check_robot_server(endpoint: str | None, timeout_s: float) -> str:
     from pde_contract.client import RobotClient
     from robot_server.settings import RobotServerSettings

@@ -7,8 +7,9 @@ import torch
 from learner.actor import Actor, ActorSettings, reward_from_label
 from learner.policies.vla import make_test_policy
 from learner.trainer import Trainer
+from pde.health import as_probe, check_robot_server
 from pde.procs import ProcessGroup
-from pde_contract.client import RobotClient, RobotServerError
+from pde_contract.client import RobotClient
 from tests.helpers import free_port, pde_command, subprocess_env
 
 
@@ -32,16 +33,8 @@ def sim_server(tmp_path):
     group.start("robot", argv, env=subprocess_env(OMP_NUM_THREADS="1", MUJOCO_GL="egl"))
     endpoint = f"tcp://127.0.0.1:{cmd_port}"
 
-    def healthy() -> bool:
-        try:
-            with RobotClient(cmd_endpoint=endpoint, name="probe", timeout_s=0.5) as c:
-                c.connect()
-            return True
-        except RobotServerError:
-            return False
-
     try:
-        group.wait_healthy("robot", healthy, timeout_s=120)
+        group.wait_healthy("robot", as_probe(lambda: check_robot_server(endpoint, 0.5)), timeout_s=120)
         yield endpoint
     finally:
         group.stop_all()
