@@ -225,6 +225,15 @@ class RobotClient:
                 f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running, "
                 f"and does it speak protocol {PROTOCOL_VERSION} (one frame per observation)?",
             )
+        if len(data) == len(OBS_TOPIC):
+            # Protocol 1 sent the topic and the body as two frames; conflation may hand over the bare
+            # topic frame (or nothing at all, which ends in the timeout above).
+            raise RobotServerError(
+                ErrorCode.VERSION_MISMATCH,
+                f"observation from {self.obs_endpoint} holds only its topic: the server sends two "
+                f"frames per observation (protocol 1), this client needs protocol {PROTOCOL_VERSION} "
+                "(one frame per observation); update the robot server",
+            )
         # the subscription matched the topic prefix; the msgpack body follows it in the same frame
         return memoryview(data)[len(OBS_TOPIC) :]
 
@@ -274,9 +283,12 @@ class _LatestOnlySubscriber:
                 self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
                 self._rcvtimeo_ms = timeout_ms
             try:
-                return self._sock.recv()  # blocking with a timeout: one call, no poll
+                data: bytes = self._sock.recv()  # blocking with a timeout: one call, no poll
             except zmq.Again:
                 return None
+            while self._sock.getsockopt(zmq.RCVMORE):  # a multi-frame sender: drop the rest
+                self._sock.recv()
+            return data
 
     def close(self) -> None:
         with self._lock:

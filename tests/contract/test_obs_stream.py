@@ -129,6 +129,10 @@ def test_old_two_frame_observations_are_not_taken_for_new_ones(
     subscribed(pub, client)
     time.sleep(0.05)
     pub.send_multipart([OBS_TOPIC, packb(observation(5))])  # protocol 1 framing
+    # Conflation either drops the two-frame message (a timeout) or hands over its bare topic frame;
+    # libzmq decides, so both are allowed, but neither may pass for an observation.
     with pytest.raises(RobotServerError, match="one frame per observation") as e:
         client.latest_observation(timeout_s=0.3)
-    assert e.value.code is ErrorCode.TIMEOUT
+    assert e.value.code in (ErrorCode.TIMEOUT, ErrorCode.VERSION_MISMATCH)
+    publish(pub, observation(6))  # a protocol 2 frame after it still arrives
+    assert client.latest_observation(timeout_s=2.0).seq == 6
