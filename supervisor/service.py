@@ -171,6 +171,8 @@ class SupervisorService:
         self._loop_done: set[int] = set()
         self._labelled_watermark = 0  # labelled episodes up to this id need no success proposal
         self._next_publish = 0.0
+        self._publish_lock = threading.Lock()
+        self._poll_started = self._poll_ended = 0.0
         self._confusion: dict[str, Any] = {}
         if vlm is not None:
             vlm.set_call_sink(self._on_call)  # every call is stored, from any worker thread
@@ -183,18 +185,36 @@ class SupervisorService:
             self.settings.poll_interval_s,
             self.proposer.source,
         )
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # a bad row or a database hiccup must not end the service
-                self.counters["errors"] += 1
-                log.exception("supervisor poll failed; trying again next poll")
-            stop.wait(self.settings.poll_interval_s)
+        # The heartbeat has its own thread: a poll that waits (the sentence model still loading on a
+        # loaded machine, a slow database) must not make a live service look dead to its healthcheck.
+        beat_stop = threading.Event()
+        beat = threading.Thread(
+            target=self._heartbeat, args=(beat_stop,), name="supervisor-heartbeat", daemon=True
+        )
+        beat.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # a bad row or a database hiccup must not end the service
+                    self.counters["errors"] += 1
+                    log.exception("supervisor poll failed; trying again next poll")
+                stop.wait(self.settings.poll_interval_s)
+        finally:
+            beat_stop.set()
+            beat.join(10)
         self.close()
         try:
             self.publish(force=True, phase="stopped")  # `pde health supervisor` then says so
         except Exception:
             log.exception("could not record the supervisor's stop")
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        while not stop.wait(self.settings.poll_interval_s):
+            try:
+                self.publish()
+            except Exception as e:  # the next beat tries again; the poll loop is not affected
+                log.warning("supervisor heartbeat not written: %s", e)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -206,6 +226,7 @@ class SupervisorService:
 
     def step(self) -> None:
         self.counters["polls"] += 1
+        self._poll_started = time.time()
         try:
             self._collect()
             self._flush_calls()
@@ -219,7 +240,8 @@ class SupervisorService:
             if self.settings.score_episodes and self.vlm is not None:
                 self._submit_success_proposals()
         finally:
-            self.publish()  # the heartbeat, also after a failed poll
+            self._poll_ended = time.time()
+            self.publish()  # also after a failed poll
 
     def _tasks(self) -> list[tuple[str, str]]:
         rows = [(t.name, t.canonical_prompt) for t in self.store.tasks()]
@@ -469,28 +491,35 @@ class SupervisorService:
 
     def publish(self, force: bool = False, phase: str = "running") -> None:
         """Service state for the page and health checks; the confusion matrix every PUBLISH_S."""
-        now = time.monotonic()
-        if force or now >= self._next_publish:
-            self._next_publish = now + PUBLISH_S
-            cm = confusion((e.vlm_proposal, e.success) for e in self.store.episodes())
-            if cm.agreement is not None and cm.n != self._confusion.get("n"):
-                # A curve for the page: how often the VLM's proposal matched the operator's label.
-                self.store.add_metric("supervisor/vlm_agreement", cm.agreement, cm.n)
-            self._confusion = cm.as_dict()
-        self.store.set_service_state(
-            SERVICE_NAME,
-            {
-                "phase": phase,
-                "proposer": self.proposer.source,
-                "vlm_available": self.health.available,
-                "last_vlm_error": self.health.last_error,
-                "inflight": sorted(f"{k}:{v}" for k, v in self._inflight),
-                "confusion": self._confusion,
-                "analysis": dict(self.last_analysis),
-                **self.counters,
-                "time": time.time(),
-            },
-        )
+        with self._publish_lock:  # the poll loop and the heartbeat thread both publish
+            now = time.monotonic()
+            if force or now >= self._next_publish:
+                self._next_publish = now + PUBLISH_S
+                cm = confusion((e.vlm_proposal, e.success) for e in self.store.episodes())
+                if cm.agreement is not None and cm.n != self._confusion.get("n"):
+                    # A curve for the page: how often the VLM's proposal matched the operator's label.
+                    self.store.add_metric("supervisor/vlm_agreement", cm.agreement, cm.n)
+                self._confusion = cm.as_dict()
+            inflight = list(self._inflight.copy())  # copied in one step: the poll loop mutates it
+            poll_started, poll_ended = self._poll_started, self._poll_ended
+            poll_running_s = round(time.time() - poll_started, 1) if poll_started > poll_ended else 0.0
+            self.store.set_service_state(
+                SERVICE_NAME,
+                {
+                    "phase": phase,
+                    "proposer": self.proposer.source,
+                    "vlm_available": self.health.available,
+                    "last_vlm_error": self.health.last_error,
+                    "inflight": sorted(f"{k}:{v}" for k, v in inflight),
+                    "confusion": self._confusion,
+                    "analysis": dict(self.last_analysis),
+                    **dict(self.counters),
+                    # A poll still running long after it started shows here, not as a dead service.
+                    "poll_running_s": poll_running_s,
+                    "last_poll_end_time": poll_ended,
+                    "time": time.time(),
+                },
+            )
 
 
 # --- worker-side functions: files and the VLM only, never the store ---------------------------------

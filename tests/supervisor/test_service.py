@@ -312,3 +312,43 @@ def test_late_proposal_is_dropped(store: Any, fake: FakeOpenAIServer, embedder: 
         assert [p.status for p in store.prompts(TASK)] == ["canonical"]
     finally:
         service.close()
+
+
+def test_heartbeat_stays_fresh_while_a_poll_waits(store: Any, embedder: MiniLMEmbedder) -> None:
+    """A poll stuck on something slow (the sentence model loading on a loaded machine, a slow
+    database) leaves the service alive to its healthcheck, and the stuck poll shows in its state."""
+    import threading
+
+    service = make_service(store, make_settings(poll_interval_s=0.05), embedder, vlm=False)
+    release, waiting = threading.Event(), threading.Event()
+    collect = service._collect
+
+    def slow_collect() -> None:
+        waiting.set()
+        release.wait(10)
+        collect()
+
+    service._collect = slow_collect  # type: ignore[method-assign]
+    stop = threading.Event()
+    t = threading.Thread(target=service.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        assert waiting.wait(10)  # the first poll is stuck before it ever published
+        deadline = time.monotonic() + 5.0
+        while "supervisor" not in store.service_states():
+            assert time.monotonic() < deadline, "no heartbeat while the first poll waits"
+            time.sleep(0.02)
+        first = store.service_states()["supervisor"].updated_at
+        while True:
+            row = store.service_states()["supervisor"]
+            if (row.updated_at - first).total_seconds() >= 0.3 and row.state["poll_running_s"] > 0:
+                break
+            assert time.monotonic() < deadline, f"heartbeat stalled with the poll: {row}"
+            time.sleep(0.02)
+        assert row.state["phase"] == "running"
+    finally:
+        release.set()
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+    assert store.service_states()["supervisor"].state["phase"] == "stopped"
