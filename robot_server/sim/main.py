@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", required=True, help="dataset root to create (LeRobotDataset(root=...))")
     ex.add_argument("--fps", type=int, help="dataset fps; must equal the episodes' control rate (default)")
     ex.add_argument("--vcodec", choices=["libsvtav1", "h264"], default="libsvtav1", help="video codec")
-    ex.add_argument("--crf", type=int, default=30, help="video quality, lower is better (default 30)")
+    ex.add_argument("--crf", type=int, help="video quality, lower is better (default: 30 AV1, 23 H.264)")
     ex.add_argument("--gop", type=int, default=2, help="keyframe every N frames (default 2)")
     ex.add_argument(
         "--task-prompt",
