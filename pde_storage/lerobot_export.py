@@ -233,6 +233,13 @@ def image_stats(images_hwc: list[np.ndarray], counts: np.ndarray) -> dict[str, l
 # --- one episode --------------------------------------------------------------------------------
 
 
+def _decode(path: Path, chunk: int, camera: str, jpeg: bytes) -> np.ndarray:
+    try:
+        return _decode_jpeg(jpeg)
+    except (ValueError, av.error.FFmpegError) as e:
+        raise ExportError(f"{path}: chunk {chunk}, camera {camera!r}: {e}; re-record this episode") from None
+
+
 @dataclass
 class _EpisodeRows:
     state: np.ndarray  # [N, 15] float32
@@ -259,10 +266,7 @@ def _episode_rows(path: Path, ep: EpisodeFile, schema: _Schema) -> _EpisodeRows:
                 f"{path}: chunk {c} has cameras {sorted(frames)}, the dataset has {sorted(schema.cameras)}"
             )
         for name, (h, w) in schema.cameras.items():
-            try:
-                img = _decode_jpeg(frames[name].jpeg)
-            except (ValueError, av.error.FFmpegError) as e:
-                raise ExportError(f"{path}: chunk {c}, camera {name!r}: {e}") from None
+            img = _decode(path, c, name, frames[name].jpeg)
             if img.shape[:2] != (h, w):
                 raise ExportError(
                     f"{path}: chunk {c}, camera {name!r} is {img.shape[1]}x{img.shape[0]}, the dataset's "
@@ -296,7 +300,7 @@ def _schema_of(path: Path, ep: EpisodeFile, config: ExportConfig) -> _Schema:
     first = ep.chunks[0]
     cameras: dict[str, tuple[int, int]] = {}
     for frame in first.observation.cameras:
-        img = _decode_jpeg(frame.jpeg)
+        img = _decode(path, 0, frame.name, frame.jpeg)
         h, w = img.shape[:2]
         if h % 2 or w % 2:
             raise ExportError(
@@ -341,7 +345,10 @@ def _write_video(
         stream = out.add_stream(
             VIDEO_ENCODERS[config.vcodec],
             rate=fps,
-            options={"g": str(config.gop), "crf": str(config.crf or DEFAULT_CRF[config.vcodec])},
+            options={
+                "g": str(config.gop),
+                "crf": str(DEFAULT_CRF[config.vcodec] if config.crf is None else config.crf),
+            },
         )
         assert isinstance(stream, av.VideoStream)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"

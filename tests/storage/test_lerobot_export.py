@@ -319,6 +319,13 @@ def test_bad_inputs_get_clear_errors_and_write_nothing(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="even sides"):
         export_lerobot(odd_dir, out)
 
+    # a camera frame that is not a JPEG
+    broken = make_episode_file(0, "put_green_container_in_bowl", n_chunks=2)
+    broken.chunks[1].observation.cameras[1].jpeg = b"\xff\xd8 truncated"
+    write_episode(tmp_path / "broken/0.episode", broken)
+    with pytest.raises(ExportError, match="chunk 1, camera 'wrist'"):
+        export_lerobot(tmp_path / "broken", out)
+
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / "bad.episode").write_bytes(b"not msgpack at all")
