@@ -345,26 +345,21 @@ def test_bad_inputs_get_clear_errors_and_write_nothing(tmp_path: Path) -> None:
         export_lerobot(src, src / "lerobot")
 
 
+def _export_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = pde_command("sim", "export-lerobot", *args)
+    return subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+
+
 def test_cli(tmp_path: Path) -> None:
     src = _learner_dir(tmp_path / "src", [True])
-    ok = subprocess.run(
-        pde_command(
-            "sim", "export-lerobot", "--in", str(src), "--out", str(tmp_path / "ds"), "--vcodec", "h264"
-        ),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    ok = _export_cli("--in", str(src), "--out", str(tmp_path / "ds"), "--vcodec", "h264")
     assert ok.returncode == 0, ok.stderr
     assert "wrote 1 episodes, 33 frames, 1 tasks" in ok.stdout
     assert (tmp_path / "ds/meta/info.json").is_file()
-    bad = subprocess.run(
-        pde_command("sim", "export-lerobot", "--in", str(tmp_path / "nope"), "--out", str(tmp_path / "x")),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = _export_cli("--in", str(tmp_path / "nope"), "--out", str(tmp_path / "x"))
     assert bad.returncode == 2
     assert "not a directory" in bad.stderr
+    refused = _export_cli("--in", str(src), "--out", str(tmp_path / "y"), "--fps", "30")
+    assert refused.returncode == 2
+    assert "fps must be 10" in refused.stderr
+    assert not (tmp_path / "y").exists()
