@@ -1,0 +1,638 @@
+"""Export a directory of episode files (``pde_contract.episodes.EpisodeFile``: the expert demos of
+``pde sim record``, the learner's stored episodes) to the LeRobotDataset v2.1 on-disk layout, so
+LeRobot's ``LeRobotDataset(repo_id, root=OUT)`` can train ACT, Diffusion or π0 on them.
+
+Layout written (format facts from LeRobot v0.3.x, ``CODEBASE_VERSION = "v2.1"``)::
+
+    OUT/meta/info.json                 codebase_version, fps, features, path templates, totals
+    OUT/meta/episodes.jsonl            {"episode_index", "tasks": [prompt], "length"}
+    OUT/meta/tasks.jsonl               {"task_index", "task": prompt}
+    OUT/meta/episodes_stats.jsonl      {"episode_index", "stats": {feature: {min,max,mean,std,count}}}
+    OUT/meta/pde_episodes.jsonl        ours: source file, episode id, task, seed, success, source
+    OUT/data/chunk-000/episode_000000.parquet
+    OUT/videos/chunk-000/observation.images.<camera>/episode_000000.mp4
+
+How an action chunk becomes rows. Our episodes hold one observation per action chunk of T rows
+(T = 10 at 10 Hz for the expert), and every row was executed at the control rate. LeRobot stores
+one row per control step at ``fps`` and builds action chunks itself from ``delta_timestamps``
+(ACT: ``{"action": [i / fps for i in range(chunk_size)]}``). So each executed action row is one
+dataset row, ``fps`` = the control rate, ``action`` = that row; ``observation.state`` and the
+camera frames are those of the chunk start, repeated over the chunk's rows (the video holds the same
+image T times, so video timestamps stay ``frame_index / fps`` as LeRobot's decoder checks). Two extra
+integer columns say where a row sits: ``chunk_index`` (which chunk of the episode) and ``chunk_row``
+(0..T-1). Only rows with ``chunk_row == 0`` carry an observation taken at that instant; training
+on the frames where ``chunk_row == 0`` with an action horizon of T reproduces exactly what the robot
+saw and did (sample those indices with a ``SubsetRandomSampler``); the other rows see a stale
+observation. LeRobot ignores these two columns for policy inputs (only ``observation*`` and
+``action*`` keys become policy features). Rows are the chunks as sent; a chunk that a later one
+preempted (policy rollouts) is exported whole. Per-chunk ``extras`` (log-probabilities, values,
+denoising chains) are not exported.
+
+``observation.state`` is 15 floats in the learner's order (``learner.policies.observations``): TCP
+position (m), TCP quaternion xyzw, gripper width (m), joint positions (rad). ``action`` is the
+episode's action space (``ee_delta``: dx dy dz (m), rotation vector (rad), gripper width (m)).
+
+Videos: PyAV, yuv420p, keyframe every ``gop`` frames (2) and ``crf`` quality, as LeRobot's
+``encode_video_frames``.
+The default codec is LeRobot's (AV1 by ``libsvtav1``; decoded by PyAV's ``libdav1d``); ``h264``
+(``libx264``) is faster to write and what any player shows. Image sides must be even (4:2:0).
+Stats follow LeRobot's ``compute_episode_stats``: vectors and scalars over all rows; images on up to
+100 evenly spaced rows of the source frames (before the lossy encode), per channel over [0, 1],
+shape [3, 1, 1].
+
+The dataset is built in a temporary sibling folder and renamed into place at the end: an error
+leaves no half-written dataset and never touches an existing one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+import av
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pde_contract.episodes import EpisodeFile, read_episode
+from pde_contract.messages import ActionSpace, Observation
+from pde_storage.media import _decode_jpeg
+
+CODEBASE_VERSION = "v2.1"
+CHUNKS_SIZE = 1000  # episodes per data/chunk-XXX folder (LeRobot's DEFAULT_CHUNK_SIZE)
+DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+EPISODE_SUFFIXES = (".episode", ".msgpack")  # pde sim record / bench_learning's demos
+# CLI name -> PyAV encoder, and its default quality: LeRobot's crf 30 for AV1; x264's own default
+# 23 for H.264, whose crf 30 is visibly worse (mean error 7 levels of 255 on 48x40 frames).
+VIDEO_ENCODERS = {"libsvtav1": "libsvtav1", "h264": "libx264"}
+DEFAULT_CRF = {"libsvtav1": 30, "h264": 23}
+# LeRobot samples at most this many images per episode for image stats (below ~500 rows: all rows
+# up to 100), and downsamples images of 300 px or more to ~150 px first.
+IMAGE_STATS_MIN_SAMPLES = 100
+IMAGE_STATS_MAX_SAMPLES = 10_000
+IMAGE_STATS_SAMPLE_POWER = 0.75
+
+STATE_NAMES = [
+    "ee_x_m",
+    "ee_y_m",
+    "ee_z_m",
+    "ee_qx",
+    "ee_qy",
+    "ee_qz",
+    "ee_qw",
+    "gripper_width_m",
+    *(f"joint_{i}_rad" for i in range(1, 8)),
+]
+ACTION_NAMES: dict[ActionSpace, list[str]] = {
+    ActionSpace.EE_DELTA: ["dx_m", "dy_m", "dz_m", "drx_rad", "dry_rad", "drz_rad", "gripper_width_m"],
+    ActionSpace.JOINT_ABS: [*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m"],
+}
+# Integer columns after the state/action vectors: ours first, then LeRobot's own (timestamp apart).
+INDEX_COLUMNS = ["chunk_index", "chunk_row", "frame_index", "episode_index", "index", "task_index"]
+
+
+class ExportError(ValueError):
+    """The input cannot be exported as asked; the message says what was wrong and what to do."""
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    fps: int | None = None  # None: the episodes' control rate (the only rate rows can have)
+    vcodec: str = "libsvtav1"  # a key of VIDEO_ENCODERS
+    crf: int | None = None  # quality, lower is better; None: DEFAULT_CRF of the codec
+    gop: int = 2  # a keyframe every this many frames: fast random access for training
+    task_prompt: Literal["rollout", "canonical"] = "rollout"  # which prompt becomes the task
+    only_success: bool = False  # skip episodes whose success label is not True
+    robot_type: str = "franka_fr3"
+    overwrite: bool = False  # replace an existing non-empty OUT
+
+
+@dataclass
+class ExportReport:
+    out_dir: Path
+    episodes: int = 0
+    frames: int = 0
+    tasks: int = 0
+    skipped: list[str] = field(default_factory=list)  # "file: why"
+    wall_s: float = 0.0
+
+
+@dataclass
+class _Schema:
+    """What every episode of one dataset must share."""
+
+    fps: int
+    action_space: ActionSpace
+    action_dim: int
+    cameras: dict[str, tuple[int, int]]  # name -> (height, width)
+
+
+def _natural_key(path: Path) -> list[Any]:
+    # seed2 before seed10
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(path))]
+
+
+def find_episode_files(in_dir: str | Path) -> list[Path]:
+    """Episode files under ``in_dir`` (recursively), in natural path order."""
+    root = Path(in_dir)
+    if not root.is_dir():
+        raise ExportError(f"{root}: not a directory; pass the folder `pde sim record --out` wrote")
+    files = [
+        p
+        for p in root.rglob("*")
+        if p.suffix in EPISODE_SUFFIXES and p.is_file() and not p.name.startswith(".")
+    ]
+    if not files:
+        raise ExportError(
+            f"{root}: no episode files ({', '.join('*' + s for s in EPISODE_SUFFIXES)}) in it or below; "
+            "record some with `pde sim record --out DIR`"
+        )
+    return sorted(files, key=lambda p: _natural_key(p.relative_to(root)))
+
+
+def state_vector(obs: Observation) -> np.ndarray:
+    """The 15 ``STATE_NAMES`` values, float32."""
+    s = obs.state
+    return np.concatenate(
+        [
+            np.asarray(s.ee_position_m, dtype=np.float32).reshape(3),
+            np.asarray(s.ee_quat_xyzw, dtype=np.float32).reshape(4),
+            np.asarray([s.gripper_width_m], dtype=np.float32),
+            np.asarray(s.joint_positions_rad, dtype=np.float32).reshape(7),
+        ]
+    )
+
+
+# --- stats (LeRobot's compute_episode_stats) ----------------------------------------------------
+
+
+def image_sample_indices(n_rows: int) -> np.ndarray:
+    """Rows LeRobot samples for image stats: evenly spaced, n**0.75 of them within [100, 10000]."""
+    lo = min(IMAGE_STATS_MIN_SAMPLES, n_rows)
+    n = max(lo, min(int(n_rows**IMAGE_STATS_SAMPLE_POWER), IMAGE_STATS_MAX_SAMPLES))
+    return np.round(np.linspace(0, n_rows - 1, n)).astype(int)
+
+
+def _downsample_for_stats(img_chw: np.ndarray) -> np.ndarray:
+    _, h, w = img_chw.shape
+    if max(h, w) < 300:
+        return img_chw
+    step = int(max(h, w) / 150)
+    return img_chw[:, ::step, ::step]
+
+
+def vector_stats(values: np.ndarray) -> dict[str, list[Any]]:
+    """min/max/mean/std over rows; ``values`` is [N] (stats of shape [1]) or [N, D] (shape [D])."""
+    v = values.astype(np.float64).reshape(len(values), -1)
+    return {
+        "min": v.min(axis=0).tolist(),
+        "max": v.max(axis=0).tolist(),
+        "mean": v.mean(axis=0).tolist(),
+        "std": v.std(axis=0).tolist(),
+        "count": [len(values)],
+    }
+
+
+def image_stats(images_hwc: list[np.ndarray], counts: np.ndarray) -> dict[str, list[Any]]:
+    """Per-channel stats in [0, 1], each [3, 1, 1], over ``counts[i]`` copies of image i (uint8 HWC):
+    LeRobot's stats over its sampled rows, from sums over the distinct chunk images."""
+    n_px = 0
+    lo, hi = np.full(3, 255), np.zeros(3, dtype=np.int64)
+    total, total_sq = np.zeros(3), np.zeros(3)
+    for img, k in zip(images_hwc, counts, strict=True):
+        if k == 0:
+            continue
+        px = _downsample_for_stats(img.transpose(2, 0, 1)).reshape(3, -1)
+        lo, hi = np.minimum(lo, px.min(axis=1)), np.maximum(hi, px.max(axis=1))
+        f = px.astype(np.float64)
+        total += k * f.sum(axis=1)
+        total_sq += k * np.einsum("ij,ij->i", f, f)
+        n_px += int(k) * px.shape[1]
+    mean = total / n_px
+    std = np.sqrt(np.maximum(total_sq / n_px - mean**2, 0.0))
+    out: dict[str, list[Any]] = {
+        name: (np.asarray(v, dtype=np.float64) / 255.0).reshape(3, 1, 1).tolist()
+        for name, v in (("min", lo), ("max", hi), ("mean", mean), ("std", std))
+    }
+    out["count"] = [int(np.sum(counts))]
+    return out
+
+
+# --- one episode --------------------------------------------------------------------------------
+
+
+def _decode(path: Path, chunk: int, camera: str, jpeg: bytes) -> np.ndarray:
+    try:
+        return _decode_jpeg(jpeg)
+    except (ValueError, av.error.FFmpegError) as e:
+        raise ExportError(f"{path}: chunk {chunk}, camera {camera!r}: {e}; re-record this episode") from None
+
+
+@dataclass
+class _EpisodeRows:
+    state: np.ndarray  # [N, 15] float32
+    action: np.ndarray  # [N, D] float32
+    chunk_index: np.ndarray  # [N] int64
+    chunk_row: np.ndarray  # [N] int64
+    images: dict[str, list[np.ndarray]]  # camera -> one RGB HWC uint8 image per chunk
+
+
+def _episode_rows(path: Path, ep: EpisodeFile, schema: _Schema) -> _EpisodeRows:
+    states, actions, chunk_idx, chunk_row = [], [], [], []
+    images: dict[str, list[np.ndarray]] = {name: [] for name in schema.cameras}
+    for c, chunk in enumerate(ep.chunks):
+        a = np.asarray(chunk.actions)
+        if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != schema.action_dim:
+            raise ExportError(
+                f"{path}: chunk {c} has actions of shape {a.shape}, expected [T >= 1, {schema.action_dim}]"
+            )
+        if not np.isfinite(a).all():
+            raise ExportError(f"{path}: chunk {c} has NaN or infinite actions; re-record this episode")
+        frames = {f.name: f for f in chunk.observation.cameras}
+        if sorted(frames) != sorted(schema.cameras):
+            raise ExportError(
+                f"{path}: chunk {c} has cameras {sorted(frames)}, the dataset has {sorted(schema.cameras)}"
+            )
+        for name, (h, w) in schema.cameras.items():
+            img = _decode(path, c, name, frames[name].jpeg)
+            if img.shape[:2] != (h, w):
+                raise ExportError(
+                    f"{path}: chunk {c}, camera {name!r} is {img.shape[1]}x{img.shape[0]}, the dataset's "
+                    f"is {w}x{h}; export episodes recorded at one --image-size together"
+                )
+            images[name].append(img)
+        t = a.shape[0]
+        states.append(np.repeat(state_vector(chunk.observation)[None], t, axis=0))
+        actions.append(a.astype(np.float32))
+        chunk_idx.append(np.full(t, c, dtype=np.int64))
+        chunk_row.append(np.arange(t, dtype=np.int64))
+    return _EpisodeRows(
+        state=np.concatenate(states),
+        action=np.concatenate(actions),
+        chunk_index=np.concatenate(chunk_idx),
+        chunk_row=np.concatenate(chunk_row),
+        images=images,
+    )
+
+
+def _schema_of(path: Path, ep: EpisodeFile, config: ExportConfig) -> _Schema:
+    rate = float(ep.control_rate_hz)
+    if rate <= 0 or abs(rate - round(rate)) > 1e-6:
+        raise ExportError(f"{path}: control rate {rate} Hz; LeRobot datasets need a whole number of fps")
+    fps = round(rate)
+    if config.fps is not None and config.fps != fps:
+        raise ExportError(
+            f"--fps {config.fps}: the episodes run at {fps} Hz and each dataset row is one executed "
+            f"action row, so fps must be {fps} (or leave --fps out)"
+        )
+    first = ep.chunks[0]
+    cameras: dict[str, tuple[int, int]] = {}
+    for frame in first.observation.cameras:
+        img = _decode(path, 0, frame.name, frame.jpeg)
+        h, w = img.shape[:2]
+        if h % 2 or w % 2:
+            raise ExportError(
+                f"{path}: camera {frame.name!r} is {w}x{h}; yuv420p video needs even sides, "
+                "record with an even --image-size"
+            )
+        cameras[frame.name] = (h, w)
+    if not cameras:
+        raise ExportError(f"{path}: the observations carry no camera frames; nothing to put in videos")
+    space = ActionSpace(ep.action_space)
+    return _Schema(fps=fps, action_space=space, action_dim=len(ACTION_NAMES[space]), cameras=cameras)
+
+
+def _check_same_schema(path: Path, ep: EpisodeFile, schema: _Schema, config: ExportConfig) -> None:
+    other = _schema_of(path, ep, config)
+    for what, mine, theirs in (
+        ("control rate (Hz)", schema.fps, other.fps),
+        ("action space", schema.action_space, other.action_space),
+        ("cameras (name: height, width)", schema.cameras, other.cameras),
+    ):
+        if mine != theirs:
+            raise ExportError(
+                f"{path}: {what} {theirs} differs from the first episode's {mine}; "
+                "export such episodes into separate datasets"
+            )
+
+
+def _video_key(camera: str) -> str:
+    return f"observation.images.{camera}"
+
+
+def _write_video(
+    path: Path, chunk_images: list[np.ndarray], rows_per_chunk: np.ndarray, fps: int, config: ExportConfig
+) -> None:
+    """One video frame per dataset row (each chunk's image repeated over its rows); frame i has
+    pts i in a 1/fps time base, so it decodes at exactly i / fps seconds."""
+    h, w = chunk_images[0].shape[:2]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # SVT-AV1 prints a banner to stderr for every video unless told to log errors only
+    os.environ.setdefault("SVT_LOG", "1")
+    with av.open(str(path), mode="w", format="mp4") as out:
+        stream = out.add_stream(
+            VIDEO_ENCODERS[config.vcodec],
+            rate=fps,
+            options={
+                "g": str(config.gop),
+                "crf": str(DEFAULT_CRF[config.vcodec] if config.crf is None else config.crf),
+            },
+        )
+        assert isinstance(stream, av.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        stream.time_base = Fraction(1, fps)
+        pts = 0
+        for img, repeat in zip(chunk_images, rows_per_chunk, strict=True):
+            # convert once per chunk, not once per repeated row
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24").reformat(
+                format="yuv420p"
+            )
+            for _ in range(int(repeat)):
+                frame.pts = pts
+                frame.time_base = Fraction(1, fps)
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+                pts += 1
+        for packet in stream.encode(None):
+            out.mux(packet)
+
+
+def video_info(path: Path) -> dict[str, Any]:
+    """The ``info`` block LeRobot keeps per video feature, read back from an encoded file."""
+    with av.open(str(path)) as f:
+        s = f.streams.video[0]
+        fps = s.base_rate or s.average_rate
+        return {
+            "video.height": s.height,
+            "video.width": s.width,
+            "video.codec": s.codec_context.codec.canonical_name,
+            "video.pix_fmt": s.codec_context.pix_fmt,
+            "video.is_depth_map": False,
+            "video.fps": int(fps) if fps else None,
+            "video.channels": 3,
+            "has_audio": bool(f.streams.audio),
+        }
+
+
+def _features(schema: _Schema) -> dict[str, dict[str, Any]]:
+    names = ACTION_NAMES[schema.action_space]
+    features: dict[str, dict[str, Any]] = {
+        "observation.state": {"dtype": "float32", "shape": [len(STATE_NAMES)], "names": STATE_NAMES},
+        "action": {"dtype": "float32", "shape": [len(names)], "names": names},
+    }
+    for cam, (h, w) in schema.cameras.items():
+        features[_video_key(cam)] = {
+            "dtype": "video",
+            "shape": [h, w, 3],
+            "names": ["height", "width", "channels"],
+        }
+    features["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
+    for col in INDEX_COLUMNS:
+        features[col] = {"dtype": "int64", "shape": [1], "names": None}
+    return features
+
+
+def _hf_value(dtype: str) -> dict[str, Any]:
+    return {"dtype": dtype, "id": None, "_type": "Value"}
+
+
+def _parquet_schema(features: dict[str, dict[str, Any]]) -> pa.Schema:
+    """Arrow types as Hugging Face ``datasets`` writes LeRobot's features (fixed-size lists for
+    vectors), with its ``huggingface`` schema metadata so ``load_dataset`` restores them."""
+    fields, hf = [], {}
+    for key, ft in features.items():
+        if ft["dtype"] == "video":
+            continue
+        scalar = pa.float32() if ft["dtype"] == "float32" else pa.int64()
+        if ft["shape"] == [1]:
+            fields.append(pa.field(key, scalar))
+            hf[key] = _hf_value(ft["dtype"])
+        else:
+            fields.append(pa.field(key, pa.list_(scalar, ft["shape"][0])))
+            hf[key] = {
+                "feature": _hf_value(ft["dtype"]),
+                "length": ft["shape"][0],
+                "id": None,
+                "_type": "Sequence",
+            }
+    return pa.schema(fields, metadata={"huggingface": json.dumps({"info": {"features": hf}})})
+
+
+def _fixed_list(values: np.ndarray) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+
+
+# --- the whole export ---------------------------------------------------------------------------
+
+
+def _episodes(
+    files: list[Path],
+    config: ExportConfig,
+    skipped: list[str],
+    progress: Callable[[Path], None] | None,
+) -> Iterator[tuple[Path, EpisodeFile]]:
+    for path in files:
+        try:
+            ep = read_episode(path)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
+            raise ExportError(
+                f"{path}: not a readable episode file ({e}); move it out of the input folder"
+            ) from None
+        why = "no chunks" if not ep.chunks else ""
+        if not why and config.only_success and ep.success is not True:
+            why = f"success={ep.success}"
+        if why:
+            skipped.append(f"{path}: {why}")
+            if progress is not None:
+                progress(path)
+            continue
+        yield path, ep
+
+
+def _prepare_out(out_dir: Path, config: ExportConfig) -> Path:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"{out_dir}: exists and is not a directory; choose another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not config.overwrite:
+        raise ExportError(f"{out_dir}: exists and is not empty; choose another --out or pass --overwrite")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.partial-"))
+
+
+def _publish(tmp: Path, out_dir: Path) -> None:
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def export_lerobot(
+    in_dir: str | Path,
+    out_dir: str | Path,
+    config: ExportConfig | None = None,
+    progress: Callable[[Path], None] | None = None,
+) -> ExportReport:
+    """Convert every episode file under ``in_dir`` into a LeRobotDataset v2.1 at ``out_dir``;
+    ``progress(path)`` is called after each episode file."""
+    config = config or ExportConfig()
+    if config.vcodec not in VIDEO_ENCODERS:
+        raise ExportError(f"video codec {config.vcodec!r}: choose one of {', '.join(VIDEO_ENCODERS)}")
+    if config.gop < 1 or (config.crf is not None and not 0 <= config.crf <= 51):
+        raise ExportError(f"gop {config.gop} / crf {config.crf}: gop must be >= 1 and crf in 0..51")
+    t0 = time.perf_counter()
+    in_dir, out_dir = Path(in_dir), Path(out_dir)
+    files = find_episode_files(in_dir)
+    if out_dir.resolve().is_relative_to(in_dir.resolve()):
+        raise ExportError(f"--out {out_dir} is inside --in {in_dir}; write the dataset elsewhere")
+    report = ExportReport(out_dir=out_dir)
+    tmp = _prepare_out(out_dir, config)
+    try:
+        _export_into(tmp, in_dir, files, config, report, progress)
+        _publish(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    report.wall_s = time.perf_counter() - t0
+    return report
+
+
+def _export_into(
+    root: Path,
+    in_dir: Path,
+    files: list[Path],
+    config: ExportConfig,
+    report: ExportReport,
+    progress: Callable[[Path], None] | None,
+) -> None:
+    schema: _Schema | None = None
+    features: dict[str, dict[str, Any]] = {}
+    arrow_schema: pa.Schema | None = None
+    tasks: dict[str, int] = {}
+    episodes, episodes_stats, provenance = [], [], []
+    for path, ep in _episodes(files, config, report.skipped, progress):
+        if schema is None:
+            schema = _schema_of(path, ep, config)
+            features = _features(schema)
+            arrow_schema = _parquet_schema(features)
+        else:
+            _check_same_schema(path, ep, schema, config)
+        assert arrow_schema is not None
+        rows = _episode_rows(path, ep, schema)
+        ep_index = report.episodes
+        n = len(rows.action)
+        task = ep.rollout_prompt if config.task_prompt == "rollout" else ep.canonical_prompt
+        task_index = tasks.setdefault(task, len(tasks))
+        columns: dict[str, np.ndarray] = {
+            "observation.state": rows.state,
+            "action": rows.action,
+            "timestamp": (np.arange(n, dtype=np.float64) / schema.fps).astype(np.float32),
+            "chunk_index": rows.chunk_index,
+            "chunk_row": rows.chunk_row,
+            "frame_index": np.arange(n, dtype=np.int64),
+            "episode_index": np.full(n, ep_index, dtype=np.int64),
+            "index": np.arange(report.frames, report.frames + n, dtype=np.int64),
+            "task_index": np.full(n, task_index, dtype=np.int64),
+        }
+        table = pa.Table.from_arrays(
+            [
+                _fixed_list(columns[f.name])
+                if pa.types.is_fixed_size_list(f.type)
+                else pa.array(columns[f.name])
+                for f in arrow_schema
+            ],
+            schema=arrow_schema,
+        )
+        chunk = ep_index // CHUNKS_SIZE
+        data_path = root / DATA_PATH.format(episode_chunk=chunk, episode_index=ep_index)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, data_path)
+
+        rows_per_chunk = np.bincount(rows.chunk_index, minlength=len(ep.chunks))
+        stats: dict[str, dict[str, list[Any]]] = {key: vector_stats(v) for key, v in columns.items()}
+        sampled_chunks = rows.chunk_index[image_sample_indices(n)]
+        for cam, chunk_images in rows.images.items():
+            key = _video_key(cam)
+            _write_video(
+                root / VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=ep_index),
+                chunk_images,
+                rows_per_chunk,
+                schema.fps,
+                config,
+            )
+            # the sampled rows' images are chunk images: count how often each is sampled
+            stats[key] = image_stats(chunk_images, np.bincount(sampled_chunks, minlength=len(chunk_images)))
+
+        episodes.append({"episode_index": ep_index, "tasks": [task], "length": n})
+        episodes_stats.append({"episode_index": ep_index, "stats": stats})
+        provenance.append(
+            {
+                "episode_index": ep_index,
+                "file": str(path.relative_to(in_dir)),
+                "episode_id": ep.episode_id,
+                "task": ep.task,
+                "canonical_prompt": ep.canonical_prompt,
+                "rollout_prompt": ep.rollout_prompt,
+                "seed": ep.seed,
+                "success": ep.success,
+                "source": ep.source,
+                "action_space": str(ep.action_space),
+                "chunks": len(ep.chunks),
+            }
+        )
+        report.episodes += 1
+        report.frames += n
+        if progress is not None:
+            progress(path)
+    if schema is None:
+        raise ExportError(
+            f"{in_dir}: every episode file was skipped ({'; '.join(report.skipped[:3])}...); "
+            "nothing to export (drop --only-success to include unlabelled or failed episodes)"
+        )
+    for cam in schema.cameras:
+        key = _video_key(cam)
+        features[key]["info"] = video_info(
+            root / VIDEO_PATH.format(episode_chunk=0, video_key=key, episode_index=0)
+        )
+    report.tasks = len(tasks)
+    info = {
+        "codebase_version": CODEBASE_VERSION,
+        "robot_type": config.robot_type,
+        "total_episodes": report.episodes,
+        "total_frames": report.frames,
+        "total_tasks": len(tasks),
+        "total_videos": report.episodes * len(schema.cameras),
+        "total_chunks": math.ceil(report.episodes / CHUNKS_SIZE),
+        "chunks_size": CHUNKS_SIZE,
+        "fps": schema.fps,
+        "splits": {"train": f"0:{report.episodes}"},
+        "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH,
+        "features": features,
+    }
+    meta = root / "meta"
+    meta.mkdir(parents=True, exist_ok=True)
+    (meta / "info.json").write_text(json.dumps(info, indent=4, ensure_ascii=False))
+    _write_jsonl(meta / "episodes.jsonl", episodes)
+    _write_jsonl(meta / "tasks.jsonl", [{"task_index": i, "task": t} for t, i in tasks.items()])
+    _write_jsonl(meta / "episodes_stats.jsonl", episodes_stats)
+    _write_jsonl(meta / "pde_episodes.jsonl", provenance)
