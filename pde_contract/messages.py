@@ -89,6 +89,34 @@ class RobotState(Message):
     robot_time_s: float  # the robot's (or simulator's) own clock
 
 
+# The robot state as one flat float32 vector, in this order: what the policy reads and what the
+# LeRobotDataset export writes as observation.state.
+STATE_VECTOR_NAMES: tuple[str, ...] = (
+    "ee_x_m",
+    "ee_y_m",
+    "ee_z_m",
+    "ee_qx",
+    "ee_qy",
+    "ee_qz",
+    "ee_qw",
+    "gripper_width_m",
+    *(f"joint_{i}_rad" for i in range(1, 8)),
+)
+
+
+def state_vector(state: RobotState) -> np.ndarray:
+    """``state`` as float32[len(STATE_VECTOR_NAMES)]: ee position, ee quaternion xyzw, gripper
+    width, joint positions."""
+    return np.concatenate(
+        [
+            np.asarray(state.ee_position_m, dtype=np.float32).reshape(3),
+            np.asarray(state.ee_quat_xyzw, dtype=np.float32).reshape(4),
+            np.asarray([state.gripper_width_m], dtype=np.float32),
+            np.asarray(state.joint_positions_rad, dtype=np.float32).reshape(7),
+        ]
+    )
+
+
 class Observation(Message):
     seq: int  # publisher counter
     publish_time_s: float

@@ -66,7 +66,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pde_contract.episodes import EpisodeFile, read_episode
-from pde_contract.messages import ActionSpace, Observation
+from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, state_vector
 from pde_storage.media import _decode_jpeg
 
 CODEBASE_VERSION = "v2.1"
@@ -84,17 +84,7 @@ IMAGE_STATS_MIN_SAMPLES = 100
 IMAGE_STATS_MAX_SAMPLES = 10_000
 IMAGE_STATS_SAMPLE_POWER = 0.75
 
-STATE_NAMES = [
-    "ee_x_m",
-    "ee_y_m",
-    "ee_z_m",
-    "ee_qx",
-    "ee_qy",
-    "ee_qz",
-    "ee_qw",
-    "gripper_width_m",
-    *(f"joint_{i}_rad" for i in range(1, 8)),
-]
+STATE_NAMES = list(STATE_VECTOR_NAMES)
 ACTION_NAMES: dict[ActionSpace, list[str]] = {
     ActionSpace.EE_DELTA: ["dx_m", "dy_m", "dz_m", "drx_rad", "dry_rad", "drz_rad", "gripper_width_m"],
     ActionSpace.JOINT_ABS: [*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m"],
@@ -160,19 +150,6 @@ def find_episode_files(in_dir: str | Path) -> list[Path]:
             "record some with `pde sim record --out DIR`"
         )
     return sorted(files, key=lambda p: _natural_key(p.relative_to(root)))
-
-
-def state_vector(obs: Observation) -> np.ndarray:
-    """The 15 ``STATE_NAMES`` values, float32."""
-    s = obs.state
-    return np.concatenate(
-        [
-            np.asarray(s.ee_position_m, dtype=np.float32).reshape(3),
-            np.asarray(s.ee_quat_xyzw, dtype=np.float32).reshape(4),
-            np.asarray([s.gripper_width_m], dtype=np.float32),
-            np.asarray(s.joint_positions_rad, dtype=np.float32).reshape(7),
-        ]
-    )
 
 
 # --- stats (LeRobot's compute_episode_stats) ----------------------------------------------------
@@ -274,7 +251,7 @@ def _episode_rows(path: Path, ep: EpisodeFile, schema: _Schema) -> _EpisodeRows:
                 )
             images[name].append(img)
         t = a.shape[0]
-        states.append(np.repeat(state_vector(chunk.observation)[None], t, axis=0))
+        states.append(np.repeat(state_vector(chunk.observation.state)[None], t, axis=0))
         actions.append(a.astype(np.float32))
         chunk_idx.append(np.full(t, c, dtype=np.int64))
         chunk_row.append(np.arange(t, dtype=np.int64))

@@ -9,22 +9,9 @@ import numpy as np
 import torch
 
 from learner.policies.base import ObsBatch
-from pde_contract.messages import Observation
+from pde_contract.messages import STATE_VECTOR_NAMES, Observation, state_vector
 
-# ee position (3), ee quaternion xyzw (4), gripper width (1), joint positions (7)
-STATE_DIM = 15
-
-
-def state_vector(obs: Observation) -> np.ndarray:
-    s = obs.state
-    return np.concatenate(
-        [
-            np.asarray(s.ee_position_m, dtype=np.float32).reshape(3),
-            np.asarray(s.ee_quat_xyzw, dtype=np.float32).reshape(4),
-            np.asarray([s.gripper_width_m], dtype=np.float32),
-            np.asarray(s.joint_positions_rad, dtype=np.float32).reshape(7),
-        ]
-    )
+STATE_DIM = len(STATE_VECTOR_NAMES)
 
 
 def decode_frame(jpeg: bytes, size_px: int) -> np.ndarray:
@@ -48,5 +35,5 @@ def preprocess(observations: Sequence[Observation], cameras: Sequence[str], size
                     f"observation {obs.seq} has cameras {sorted(frames)}, the policy needs {list(cameras)}"
                 )
             images[i, j] = decode_frame(frames[cam].jpeg, size_px)
-        states[i] = state_vector(obs)
+        states[i] = state_vector(obs.state)
     return ObsBatch(images=torch.from_numpy(images), state=torch.from_numpy(states))

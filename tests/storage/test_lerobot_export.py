@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pde_contract.episodes import EpisodeFile, read_episode, write_episode
+from pde_contract.messages import STATE_VECTOR_NAMES, RobotState, state_vector
 from pde_storage.lerobot_export import (
     ExportConfig,
     ExportError,
@@ -22,7 +23,6 @@ from pde_storage.lerobot_export import (
     find_episode_files,
     image_sample_indices,
     image_stats,
-    state_vector,
 )
 from pde_storage.media import _decode_jpeg
 from robot_server.sim.recorder import RecordConfig, record_demos
@@ -162,7 +162,7 @@ def test_parquet_columns_match_features_and_sources(dataset: Path, demos: Path) 
         rows = [len(c.actions) for c in ep.chunks]
         expected_state = np.concatenate(
             [
-                np.repeat(state_vector(c.observation)[None], t, axis=0)
+                np.repeat(state_vector(c.observation.state)[None], t, axis=0)
                 for c, t in zip(ep.chunks, rows, strict=True)
             ]
         )
@@ -171,11 +171,18 @@ def test_parquet_columns_match_features_and_sources(dataset: Path, demos: Path) 
         np.testing.assert_array_equal(cols["chunk_row"], np.concatenate([np.arange(t) for t in rows]))
 
 
-def test_state_order_is_the_learners(demos: Path) -> None:
-    from learner.policies.observations import state_vector as learner_state_vector
-
-    obs = _sources(demos)[0].chunks[3].observation
-    np.testing.assert_array_equal(state_vector(obs), learner_state_vector(obs))
+def test_state_columns_are_named_in_the_order_of_the_vector() -> None:
+    state = RobotState(
+        joint_positions_rad=np.arange(10.0, 17.0),
+        joint_velocities_rad_s=np.zeros(7),
+        ee_position_m=np.array([1.0, 2.0, 3.0]),
+        ee_quat_xyzw=np.array([4.0, 5.0, 6.0, 7.0]),
+        gripper_width_m=8.0,
+        robot_time_s=0.0,
+    )
+    named = dict(zip(STATE_VECTOR_NAMES, state_vector(state), strict=True))
+    assert named["ee_y_m"] == 2.0 and named["ee_qw"] == 7.0 and named["gripper_width_m"] == 8.0
+    assert named["joint_1_rad"] == 10.0 and named["joint_7_rad"] == 16.0
 
 
 def _check_videos(dataset: Path, sources: list[EpisodeFile], codec: str) -> None:
