@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pde_contract.episodes import read_episode
 from pde_storage.lerobot_export import ExportConfig, export_lerobot, find_episode_files
-from pde_storage.media import _decode_jpeg
+from pde_storage.media import decode_jpeg
 
 RESULT = Path(__file__).resolve().parent / "results" / "lerobot_export.json"
 
@@ -37,7 +37,7 @@ def _read_all(in_dir: Path) -> tuple[float, int]:
         size += path.stat().st_size
         for chunk in read_episode(path).chunks:
             for frame in chunk.observation.cameras:
-                _decode_jpeg(frame.jpeg)
+                decode_jpeg(frame.jpeg)
     return time.perf_counter() - t0, size
 
 

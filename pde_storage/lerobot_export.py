@@ -67,7 +67,7 @@ import pyarrow.parquet as pq
 
 from pde_contract.episodes import EpisodeFile, read_episode
 from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, state_vector
-from pde_storage.media import _decode_jpeg
+from pde_storage.media import decode_jpeg
 
 CODEBASE_VERSION = "v2.1"
 CHUNKS_SIZE = 1000  # episodes per data/chunk-XXX folder (LeRobot's DEFAULT_CHUNK_SIZE)
@@ -212,7 +212,7 @@ def image_stats(images_hwc: list[np.ndarray], counts: np.ndarray) -> dict[str, l
 
 def _decode(path: Path, chunk: int, camera: str, jpeg: bytes) -> np.ndarray:
     try:
-        return _decode_jpeg(jpeg)
+        return decode_jpeg(jpeg)
     except (ValueError, av.error.FFmpegError) as e:
         raise ExportError(f"{path}: chunk {chunk}, camera {camera!r}: {e}; re-record this episode") from None
 

@@ -17,7 +17,7 @@ VIDEO_CODEC = "libx264"
 MAX_FPS = 30.0
 
 
-def _decode_jpeg(data: bytes) -> np.ndarray:
+def decode_jpeg(data: bytes) -> np.ndarray:
     """JPEG bytes -> RGB uint8 [H, W, 3], decoded by PyAV's own MJPEG decoder (no OpenCV here)."""
     ctx = av.CodecContext.create("mjpeg", "r")
     frames = ctx.decode(av.Packet(data))
@@ -73,7 +73,7 @@ def write_episode_videos(episode: EpisodeFile, out_dir: Path, stem: str) -> dict
     per_camera: dict[str, list[np.ndarray]] = {}
     for chunk in episode.chunks:
         for cam in chunk.observation.cameras:
-            per_camera.setdefault(cam.name, []).append(_decode_jpeg(cam.jpeg))
+            per_camera.setdefault(cam.name, []).append(decode_jpeg(cam.jpeg))
     fps = frame_rate_hz(episode)
     paths: dict[str, Path] = {}
     for name, frames in sorted(per_camera.items()):

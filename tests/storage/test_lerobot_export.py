@@ -24,7 +24,7 @@ from pde_storage.lerobot_export import (
     image_sample_indices,
     image_stats,
 )
-from pde_storage.media import _decode_jpeg
+from pde_storage.media import decode_jpeg
 from robot_server.sim.recorder import RecordConfig, record_demos
 from tests.helpers import pde_command, subprocess_env
 from tests.storage.factories import make_episode_file, make_observation
@@ -73,7 +73,7 @@ def _source_frames(ep: EpisodeFile, camera: str) -> list[np.ndarray]:
     out = []
     for chunk in ep.chunks:
         frame = next(f for f in chunk.observation.cameras if f.name == camera)
-        out += [_decode_jpeg(frame.jpeg)] * len(chunk.actions)
+        out += [decode_jpeg(frame.jpeg)] * len(chunk.actions)
     return out
 
 
