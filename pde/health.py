@@ -24,6 +24,7 @@ from pathlib import Path
 # service -> name of its row in the store's service_states table
 HEARTBEAT_ROWS = {"learner": "loop", "supervisor": "supervisor"}
 DEFAULT_MAX_AGE_S = 30.0
+STUCK_POLL_S = 600.0  # a supervisor poll never takes this long unless something hangs
 
 
 class Unhealthy(Exception):
@@ -104,6 +105,12 @@ def check_heartbeat(service: str, database_url: str | None, max_age_s: float) ->
         raise Unhealthy(f"{service} says it stopped ({age_s:.0f} s ago)")
     if age_s > max_age_s:
         raise Unhealthy(f"{service}'s last heartbeat is {age_s:.0f} s old (limit {max_age_s:.0f} s)")
+    poll_s = float(row.state.get("poll_running_s", 0.0))
+    if poll_s > STUCK_POLL_S:  # alive (its heartbeat has its own thread) but its work is stuck
+        raise Unhealthy(
+            f"{service} is alive but one poll has been running for {poll_s:.0f} s (limit "
+            f"{STUCK_POLL_S:.0f} s): see its log; restarting it is safe"
+        )
     return f"{service} ok (heartbeat {age_s:.1f} s ago{', ' + phase if phase else ''})"
 
 

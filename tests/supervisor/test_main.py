@@ -108,6 +108,10 @@ def test_heartbeat_for_pde_health(tmp_path: Path) -> None:
         t.join(10)
     with pytest.raises(Unhealthy, match="stopped"):
         check_heartbeat("supervisor", url, 30.0)
+    # A fresh heartbeat from a service whose poll hangs is not healthy either.
+    store.set_service_state("supervisor", {"phase": "running", "poll_running_s": 700.0, "time": time.time()})
+    with pytest.raises(Unhealthy, match="one poll has been running for 700 s"):
+        check_heartbeat("supervisor", url, 30.0)
     store.close()
 
 
