@@ -378,6 +378,29 @@ class Demo:
                 lambda _text, task=task: (len(self.demo_files(task)), ""),  # type: ignore[misc]
             )
 
+    def sft_argv(self) -> list[str]:
+        a = self.args
+        return self.pde(
+            "learner",
+            "sft",
+            "--demos",
+            str(self.demo_dir),
+            "--checkpoints",
+            str(self.data / "checkpoints"),
+            "--tasks",
+            ",".join(a.tasks),
+            "--per-task",
+            str(a.demos_per_task),
+            "--steps",
+            str(a.sft_steps),
+            "--batch-size",
+            str(a.sft_batch_size),
+            "--head",
+            a.head,
+            "--image-size",
+            str(a.policy_image_px),
+        )
+
     def train_sft(self) -> None:
         a = self.args
         bar = Progress("SFT policy", a.sft_steps)
@@ -389,32 +412,7 @@ class Demo:
             step, _, loss = steps[-1]
             return int(step) + 1, f"loss {loss}" if loss else ""
 
-        run_with_progress(
-            self.pde(
-                "learner",
-                "sft",
-                "--demos",
-                str(self.demo_dir),
-                "--checkpoints",
-                str(self.data / "checkpoints"),
-                "--tasks",
-                ",".join(a.tasks),
-                "--per-task",
-                str(a.demos_per_task),
-                "--steps",
-                str(a.sft_steps),
-                "--batch-size",
-                str(a.sft_batch_size),
-                "--head",
-                a.head,
-                "--image-size",
-                str(a.policy_image_px),
-            ),
-            self.env(),
-            self.logs / "sft.log",
-            bar,
-            poll,
-        )
+        run_with_progress(self.sft_argv(), self.env(), self.logs / "sft.log", bar, poll)
         tail = (self.logs / "sft.log").read_text(errors="replace")
         cached = '"cached": true' in tail[-4000:]
         print(f"SFT policy: {'cached' if cached else 'trained'} in {self.data / 'checkpoints'}", flush=True)
