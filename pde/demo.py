@@ -416,6 +416,29 @@ class Demo:
         tail = (self.logs / "sft.log").read_text(errors="replace")
         cached = '"cached": true' in tail[-4000:]
         print(f"SFT policy: {'cached' if cached else 'trained'} in {self.data / 'checkpoints'}", flush=True)
+        if not cached and not a.prepare_only:
+            self.set_aside_previous_run()
+
+    def later_checkpoints(self) -> list[Path]:
+        """Policy versions after the SFT one (same file names as learner.checkpoints)."""
+        folder = self.data / "checkpoints"
+        found = (re.fullmatch(r"policy-(\d{6,})\.pt", p.name) for p in folder.glob("policy-*.pt"))
+        return sorted(folder / m.group(0) for m in found if m and int(m.group(1)) > 0)
+
+    def set_aside_previous_run(self) -> None:
+        """A new SFT policy (other options, another task) starts a new run: the learner would resume
+        from PPO versions of the old policy and mix the old run's episodes into the prompt search,
+        so those move, unchanged, to <data>/previous-runs/<time>/."""
+        db = self.data / "pde.db"
+        old = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), self.data / "media") if p.exists()]
+        old += self.later_checkpoints()
+        if not old:
+            return
+        dest = self.data / "previous-runs" / time.strftime("%Y%m%d-%H%M%S")
+        (dest / "checkpoints").mkdir(parents=True, exist_ok=True)
+        for p in old:
+            p.rename(dest / p.relative_to(self.data))
+        print(f"the SFT policy changed: the previous run (database, media, later policies) moved to {dest}")
 
     # --- services --------------------------------------------------------------------------------
 

@@ -172,3 +172,27 @@ def test_prompt_summary_counts_the_pool() -> None:
         "t: canonical prompt 1/4 successes; prompt pool: 1 admitted ('move it there' 2/4), "
         "1 rejected, 1 still candidates"
     )
+
+
+def test_a_new_sft_policy_sets_the_previous_run_aside(tmp_path: Path) -> None:
+    """Retrained SFT (e.g. new defaults on an old data folder): the learner must not resume from the
+    old run's PPO versions, and nothing of that run is deleted."""
+    from pde import demo
+
+    data = tmp_path / "data"
+    (data / "checkpoints").mkdir(parents=True)
+    (data / "media").mkdir()
+    (data / "media" / "ep1.mp4").write_bytes(b"video")
+    (data / "pde.db").write_bytes(b"db")
+    for v in (0, 1, 12):
+        (data / "checkpoints" / f"policy-{v:06d}.pt").write_bytes(bytes([v]))
+    d = demo.Demo(demo.parse_args(["--data-dir", str(data)]))
+    assert [p.name for p in d.later_checkpoints()] == ["policy-000001.pt", "policy-000012.pt"]
+    d.set_aside_previous_run()
+    assert [p.name for p in (data / "checkpoints").iterdir()] == ["policy-000000.pt"]
+    assert not (data / "pde.db").exists() and not (data / "media").exists()
+    (moved,) = (data / "previous-runs").iterdir()
+    assert (moved / "pde.db").read_bytes() == b"db" and (moved / "media" / "ep1.mp4").read_bytes() == b"video"
+    assert (moved / "checkpoints" / "policy-000012.pt").read_bytes() == bytes([12])
+    d.set_aside_previous_run()  # nothing left to move: no second folder
+    assert len(list((data / "previous-runs").iterdir())) == 1
