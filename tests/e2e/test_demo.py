@@ -61,6 +61,9 @@ def test_demo_first_run_cached_run_and_ctrl_c(tmp_path: Path) -> None:
     assert first.returncode == 0, out[-4000:]
     assert "SFT policy: trained" in out and "operator page: http://127.0.0.1:" in out
     assert f"files and videos under {data / 'media'}" in out
+    assert "put_green_container_in_bowl: canonical prompt 1/1 successes" in out or (
+        "put_green_container_in_bowl: canonical prompt 0/1 successes" in out
+    ), out[-2000:]
     for name in ("robot-server", "ui", "supervisor", "learner", "sft", "sim-record"):
         assert (data / "logs" / f"{name}.log").stat().st_size > 0, name
     with Store(f"sqlite:///{data / 'pde.db'}", data / "media", migrate=False) as store:
@@ -119,3 +122,80 @@ def test_stop_flag_ends_a_wait_even_if_the_interrupt_was_swallowed(tmp_path: Pat
         assert time.monotonic() - t0 < 10.0
     finally:
         demo._stop_requested.clear()
+
+
+def test_sft_command_carries_head_and_policy_image_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's defaults (the Gaussian head on 32 px frames, one task) reach `pde learner sft`;
+    PDE_DEMO_* and the command line change them, the command line winning."""
+    from pde import demo
+
+    def sft_options(argv: list[str]) -> dict[str, str]:
+        cmd = demo.Demo(demo.parse_args(argv)).sft_argv()
+        return {cmd[i]: cmd[i + 1] for i in range(cmd.index("sft") + 1, len(cmd), 2)}
+
+    for name in ("HEAD", "POLICY_IMAGE_PX", "TASKS"):
+        monkeypatch.delenv(f"PDE_DEMO_{name}", raising=False)
+    got = sft_options([])
+    assert (got["--head"], got["--image-size"]) == ("gaussian", "32")
+    assert got["--tasks"] == "put_green_container_in_front_of_camera"
+    monkeypatch.setenv("PDE_DEMO_HEAD", "flow")
+    assert sft_options([])["--head"] == "flow"
+    got = sft_options(["--head", "gaussian", "--policy-image-px", "64"])
+    assert (got["--head"], got["--image-size"]) == ("gaussian", "64")
+
+
+@pytest.mark.parametrize("argv", [["--policy-image-px", "8"], ["--head", "mlp"]])
+def test_bad_policy_options_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from pde import demo
+
+    with pytest.raises(SystemExit):
+        demo.parse_args(argv)
+    assert argv[0] in capsys.readouterr().err
+
+
+def test_prompt_summary_counts_the_pool() -> None:
+    from datetime import UTC, datetime
+
+    from pde.demo import prompt_summary
+    from pde_storage import PromptRow
+
+    def row(i: int, text: str, status: str, wins: int, n: int) -> PromptRow:
+        return PromptRow(i, "t", text, status, "offline", 1, "", n, wins, n, datetime.now(UTC))
+
+    line = prompt_summary(
+        "t",
+        [
+            row(1, "put it there", "canonical", 1, 4),
+            row(2, "move it there", "pool", 2, 4),
+            row(3, "carry it there", "rejected", 0, 4),
+            row(4, "place it there", "candidate", 0, 2),
+        ],
+    )
+    assert line == (
+        "t: canonical prompt 1/4 successes; prompt pool: 1 admitted ('move it there' 2/4), "
+        "1 rejected, 1 still candidates"
+    )
+
+
+def test_a_new_sft_policy_sets_the_previous_run_aside(tmp_path: Path) -> None:
+    """Retrained SFT (e.g. new defaults on an old data folder): the learner must not resume from the
+    old run's PPO versions, and nothing of that run is deleted."""
+    from pde import demo
+
+    data = tmp_path / "data"
+    (data / "checkpoints").mkdir(parents=True)
+    (data / "media").mkdir()
+    (data / "media" / "ep1.mp4").write_bytes(b"video")
+    (data / "pde.db").write_bytes(b"db")
+    for v in (0, 1, 12):
+        (data / "checkpoints" / f"policy-{v:06d}.pt").write_bytes(bytes([v]))
+    d = demo.Demo(demo.parse_args(["--data-dir", str(data)]))
+    assert [p.name for p in d.later_checkpoints()] == ["policy-000001.pt", "policy-000012.pt"]
+    d.set_aside_previous_run()
+    assert [p.name for p in (data / "checkpoints").iterdir()] == ["policy-000000.pt"]
+    assert not (data / "pde.db").exists() and not (data / "media").exists()
+    (moved,) = (data / "previous-runs").iterdir()
+    assert (moved / "pde.db").read_bytes() == b"db" and (moved / "media" / "ep1.mp4").read_bytes() == b"video"
+    assert (moved / "checkpoints" / "policy-000012.pt").read_bytes() == bytes([12])
+    d.set_aside_previous_run()  # nothing left to move: no second folder
+    assert len(list((data / "previous-runs").iterdir())) == 1
