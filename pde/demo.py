@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -193,7 +194,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     p.add_argument("--startup-timeout-s", type=float, default=d.startup_timeout_s, help="per service")
     args = p.parse_args(list(argv))
-    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    args.tasks = _task_list(args.tasks, p)
     positive = ("demos_per_task", "sft_steps", "sft_batch_size", "max_chunks", "rollouts_per_prompt")
     for name in (*positive, "batch_size", "candidates", "iterations"):
         if getattr(args, name) < 1:
@@ -207,6 +208,20 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not args.tasks:
         p.error("--tasks is empty")
     return args
+
+
+def _task_list(text: str, p: argparse.ArgumentParser) -> list[str]:
+    """Comma-separated names, or a JSON list (compose passes the loop's LOOP_TASKS as it is, so
+    sim_setup trains on exactly the tasks the learner runs)."""
+    if not text.lstrip().startswith("["):
+        return [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        tasks = json.loads(text)
+    except json.JSONDecodeError as e:
+        p.error(f"--tasks {text!r} starts like a JSON list but is not one ({e})")
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        p.error(f"--tasks {text!r}: a JSON list of task names, e.g. [\"put_green_container_in_bowl\"]")
+    return [t.strip() for t in tasks if t.strip()]
 
 
 # --- progress ------------------------------------------------------------------------------------

@@ -153,6 +153,24 @@ def test_bad_policy_options_are_refused(argv: list[str], capsys: pytest.CaptureF
     assert argv[0] in capsys.readouterr().err
 
 
+def test_tasks_as_a_comma_list_or_as_compose_passes_loop_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pde import demo
+
+    a, b = "put_green_container_in_bowl", "open_top_drawer_and_put_tape_inside"
+    assert demo.parse_args(["--tasks", f"{a}, {b}"]).tasks == [a, b]
+    monkeypatch.setenv("PDE_DEMO_TASKS", f'["{a}","{b}"]')  # compose: PDE_DEMO_TASKS=${LOOP_TASKS}
+    assert demo.parse_args([]).tasks == [a, b]
+
+
+@pytest.mark.parametrize("tasks", ['["put_green_container_in_bowl"', "[1, 2]"])
+def test_a_broken_json_task_list_is_refused(tasks: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from pde import demo
+
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--tasks", tasks])
+    assert "JSON list" in capsys.readouterr().err
+
+
 def test_prompt_summary_counts_the_pool() -> None:
     from datetime import UTC, datetime
 
