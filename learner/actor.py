@@ -17,8 +17,9 @@ from typing import Protocol
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.policies.base import ObsBatch, Policy
+from pde_contract.client import RobotServerError
 from pde_contract.episodes import ChunkRecord, EpisodeFile
-from pde_contract.messages import ActionChunk, ChunkAccepted, Observation, Status
+from pde_contract.messages import ActionChunk, ChunkAccepted, ErrorCode, Observation, Status
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,15 @@ class Actor:
     def _wait_chunk_done(self, seq: int) -> None:
         deadline = time.monotonic() + self.settings.chunk_timeout_s
         while True:
-            status = self.client.status()
+            try:
+                status = self.client.status()
+            except RobotServerError as e:
+                # A status reply late on a loaded machine is no reason to drop the episode: the
+                # heartbeat runs on its own thread and the server's watchdog guards the arm.
+                if e.code is not ErrorCode.TIMEOUT or time.monotonic() > deadline:
+                    raise
+                log.warning("chunk %d: status poll timed out, polling again: %s", seq, e)
+                continue
             if status.estopped:
                 raise RuntimeError(f"e-stop latched during the episode: {status.estop_reason}")
             if status.executing_chunk_seq != seq or status.steps_remaining == 0:

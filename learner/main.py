@@ -136,7 +136,8 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         )
         return 2
     successes = 0
-    with RobotClient(cmd_endpoint=args.cmd_endpoint, name="learner-eval") as client:
+    # Evaluation is not latency-bound: a generous reply timeout rides out a loaded machine.
+    with RobotClient(cmd_endpoint=args.cmd_endpoint, name="learner-eval", timeout_s=5.0) as client:
         info = client.connect()
         actor = Actor(
             loaded.policy,

@@ -5,7 +5,8 @@ from learner.actor import Actor, ActorSettings, reward_from_label
 from learner.policies.vla import make_test_policy
 from learner.synthetic import synthetic_observation
 from learner.trainer import Trainer
-from pde_contract.messages import ActionChunk, ChunkAccepted, Counters, Observation, Status
+from pde_contract.client import RobotServerError
+from pde_contract.messages import ActionChunk, ChunkAccepted, Counters, ErrorCode, Observation, Status
 
 
 class FakeRobotClient:
@@ -133,3 +134,28 @@ def test_observation_missing_a_camera_is_skipped():
     assert len(ep.chunks) == 2
     assert all(len(c.observation.cameras) == 2 for c in ep.chunks)
     assert ep.chunks[0].observation.seq == 2
+
+
+class SlowStatusClient(FakeRobotClient):
+    """Its first status replies come too late (a loaded machine), then it answers normally."""
+
+    def __init__(self, late_replies: int, code: ErrorCode = ErrorCode.TIMEOUT) -> None:
+        super().__init__()
+        self.late_replies, self.code = late_replies, code
+
+    def status(self) -> Status:
+        if self.late_replies > 0:
+            self.late_replies -= 1
+            raise RobotServerError(self.code, "no reply to GetStatus within 1.0 s")
+        return super().status()
+
+
+def test_a_late_status_reply_does_not_end_the_episode():
+    client = SlowStatusClient(late_replies=3)
+    _, _, ep = _run(client, max_chunks=4)
+    assert len(ep.chunks) == 4 and client.late_replies == 0
+
+
+def test_other_status_errors_still_end_the_episode():
+    with pytest.raises(RobotServerError, match="GetStatus"):
+        _run(SlowStatusClient(late_replies=1, code=ErrorCode.BACKEND_ERROR))
