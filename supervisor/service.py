@@ -172,6 +172,7 @@ class SupervisorService:
         self._labelled_watermark = 0  # labelled episodes up to this id need no success proposal
         self._next_publish = 0.0
         self._publish_lock = threading.Lock()
+        self._last_publish = float("-inf")
         self._poll_started = self._poll_ended = 0.0
         self._confusion: dict[str, Any] = {}
         if vlm is not None:
@@ -210,7 +211,10 @@ class SupervisorService:
             log.exception("could not record the supervisor's stop")
 
     def _heartbeat(self, stop: threading.Event) -> None:
-        while not stop.wait(self.settings.poll_interval_s):
+        period_s = self.settings.poll_interval_s
+        while not stop.wait(period_s):
+            if time.monotonic() - self._last_publish < period_s:
+                continue  # a poll just published: one write per period is enough
             try:
                 self.publish()
             except Exception as e:  # the next beat tries again; the poll loop is not affected
@@ -503,6 +507,7 @@ class SupervisorService:
             inflight = list(self._inflight.copy())  # copied in one step: the poll loop mutates it
             poll_started, poll_ended = self._poll_started, self._poll_ended
             poll_running_s = round(time.time() - poll_started, 1) if poll_started > poll_ended else 0.0
+            self._last_publish = time.monotonic()
             self.store.set_service_state(
                 SERVICE_NAME,
                 {
