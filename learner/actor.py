@@ -179,11 +179,7 @@ class Actor:
                     ChunkRecord(
                         observation=obs,
                         actions=sample.actions[0],
-                        extras={
-                            "log_prob": sample.log_prob[:1].copy(),
-                            "value": sample.value[:1].copy(),
-                            "chain": sample.chain[0],
-                        },
+                        extras=sample.extras(0),
                     )
                 )
                 self._wait_chunk_done(chunk.seq)

@@ -1,16 +1,21 @@
 """PPO with mixed back-propagation (PDE, Appendix B) as pure functions, read top to bottom:
 
-    rewards/values/dones --compute_gae--> b_advantages, b_returns
-    new log-probs (rollout p, canonical p_g) --mixed_log_prob--> l_t ; log_ratio = l_t - old log-prob
-    w0 guard (initial_log_w0 -> guard_w0) --> clipped surrogate (pg_loss) + value loss
+    episode rewards --group_advantages--> one advantage per episode (scene groups, GRPO-style)
+      or rewards/values/dones --compute_gae--> per-chunk advantages (critic)
+    per-element log-probs [B, T, D] --ratio_units--> [B, U] (one ratio per chunk, row or dim)
+    new log-probs (rollout p, canonical p_g) --mixed_log_prob--> l ; log_ratio = l - old log-prob
+    w0 guard (guard_w0) --> clipped surrogate per unit (clipped_policy_loss) + value loss
 
-Every function works on one flat batch of chunk-level samples (a chunk is one PPO step: one
-log-probability summed over its rows, one reward).
+A sample is one executed chunk; its log-probability is split into units (the chunk, its rows, or
+its T x D elements), each unit gets its own ratio and clip, and a sample's loss is the mean over its
+units. Summing 70 (Gaussian) or 350 (flow) dimensions into one ratio made every update either tiny
+or clipped: a per-unit ratio keeps the trust region meaningful at any chunk size.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,56 +24,90 @@ import torch
 
 RatioVariant = Literal["mixed", "canonical", "rollout", "plain"]
 RATIO_VARIANTS: tuple[RatioVariant, ...] = ("mixed", "canonical", "rollout", "plain")
-W0Guard = Literal["clamp", "drop", "none"]
+W0Guard = Literal["drop", "rebase", "none"]
+W0_GUARDS: tuple[W0Guard, ...] = ("drop", "rebase", "none")
+RatioUnit = Literal["chunk", "row", "dim"]
+RATIO_UNITS: tuple[RatioUnit, ...] = ("chunk", "row", "dim")
+AdvantageKind = Literal["group", "gae"]
 
 
 @dataclass
 class PPOConfig:
-    gamma: float = 0.99
-    """Discount per chunk."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
+    advantage: AdvantageKind = "group"
+    """'group': one advantage per episode, its reward minus the mean reward of its group (episodes
+    of the same task and scene seed; without a seed, of the same task in the batch), as GRPO (RLinf,
+    SimpleVLA-RL) -- no critic needed for a terminal 0/1 reward. 'gae': GAE on the value head."""
+    group_scale: bool = False
+    """Divide group advantages by the group's reward std (GRPO); off, a group's advantages keep the
+    size of the reward difference, so a 1-in-8 success is not amplified 2.6x."""
+    drop_uniform_groups: bool = True
+    """Leave groups whose episodes all got the same reward out of the policy loss (no signal)."""
+    ratio_unit: RatioUnit = "dim"
+    """One PPO ratio per 'chunk' (all T x D elements summed), per executed 'row' (D summed), or per
+    'dim' (each element, RLinf's token_level); the loss averages a sample's units."""
+    episode_weighting: bool = True
+    """Weight each chunk 1 / (its episode's chunks), so every episode counts once in the loss
+    (successes end early, failures run to the chunk limit)."""
+    gamma: float = 1.0
+    """Discount per chunk ('gae' only); 1 for a terminal 0/1 reward."""
+    gae_lambda: float = 1.0
+    """GAE lambda ('gae' only)."""
     clip_coef: float = 0.2
-    """PPO ratio clip epsilon."""
+    """PPO ratio clip epsilon (per unit)."""
     update_epochs: int = 4
     """Passes over each batch."""
     minibatch_size: int = 64
     """Chunks per gradient step."""
-    learning_rate: float = 2e-6
-    """Adam step size of the policy (the paper used 5e-6 for π0.5). Measured on the small CPU policy
-    (bench/bench_learning.py, 24-32 episodes per update): 1e-5 gives approx_kl 1-7 and clipfrac
-    ~0.5 per update, 2e-6 approx_kl 0.1-0.3 and clipfrac ~0.2."""
+    learning_rate: float = 1e-4
+    """Adam step size of the policy (the paper used 5e-6 for π0.5, with chunk-level ratios and
+    batches of 2048). Measured on the small CPU policy: bench/results/learning.json."""
     value_learning_rate: float | None = 1e-3
     """Adam step size of the value head (Policy.value_parameters); None: learning_rate. The value
     head is untrained after SFT and must catch up faster than the policy moves."""
-    noise_learning_rate: float | None = 3e-3
+    noise_learning_rate: float | None = 0.0
     """Adam step size of the exploration noise (Policy.noise_parameters, e.g. a Gaussian log std);
-    None: learning_rate. A chunk's log-probability sums T x D dimensions, so the mean must move in
-    tiny steps, but a handful of noise scales can adapt much faster."""
+    None: learning_rate; 0: the noise stays where it starts (bounded by the policy)."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     ent_coef: float = 0.0
     """Weight of the entropy bonus (the flow-SDE entropy is constant, so 0 by default)."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
-    norm_adv: bool = True
-    """Normalise advantages over the whole batch."""
+    norm_adv: bool = False
+    """Normalise advantages over the whole batch (scales a batch's step by 1/std of its rewards)."""
     clip_vloss: bool = True
     """Clip the value update around the recorded value, as cleanrl."""
     ratio_variant: RatioVariant = "mixed"
     """'mixed' (geometric mean of canonical and rollout likelihoods), 'canonical', 'rollout', or
     'plain' (single-prompt PPO; every rollout must use the canonical prompt)."""
-    w0_guard: W0Guard = "clamp"
-    """Guard on the initial ratio w0: 'clamp' shifts each sample's log-ratio so that |log w0| <=
-    w0_log_max (gradients kept), 'drop' removes those samples from the policy loss, 'none'."""
+    w0_guard: W0Guard = "drop"
+    """Guard on the initial ratio w0 of each unit (w0 != 1 when the ratio involves a prompt the
+    chunk was not sampled with): 'drop' removes units with |log w0| > w0_log_max from the policy
+    loss; 'rebase' measures every ratio from the update's start (w0 := 1, the behaviour-policy
+    correction is dropped, every unit's first gradient is A * grad l); 'none'."""
     w0_log_max: float = math.log(2.0)
-    """Bound on |log w0| used by the guard."""
+    """Bound on |log w0| used by 'drop'."""
     dual_clip: float = 3.0
     """Dual-clip c: for negative advantages the loss is bounded by c * |A| (0 disables)."""
-    target_kl: float | None = None
-    """Stop the epochs early when approx_kl exceeds this (None: never)."""
+    target_kl: float | None = 0.05
+    """Stop the epochs early when a minibatch's approx_kl (per unit) exceeds this (None: never)."""
     seed: int = 0
     """Minibatch shuffling seed."""
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("ratio_variant", self.ratio_variant, RATIO_VARIANTS),
+            ("w0_guard", self.w0_guard, W0_GUARDS),
+            ("ratio_unit", self.ratio_unit, RATIO_UNITS),
+            ("advantage", self.advantage, ("group", "gae")),
+        ):
+            if value not in allowed:
+                hint = (
+                    " ('clamp' was removed: it rescaled gradients by exp(-excess))"
+                    if value == "clamp"
+                    else ""
+                )
+                raise ValueError(f"PPOConfig.{name} is {value!r}; use one of {allowed}{hint}")
 
 
 # --- advantages ---------------------------------------------------------------------------------
@@ -91,13 +130,52 @@ def compute_gae(
     return advantages, advantages + values
 
 
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[Hashable], scale: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """One advantage per episode: its reward minus its group's mean reward (divided by the group's
+    std when ``scale``). Returns (advantages [E], informative [E]): an episode is informative when
+    its group has more than one reward value (a group of one, or all 0 / all 1, carries no signal)."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if len(groups) != len(r):
+        raise ValueError(f"{len(groups)} group keys for {len(r)} rewards")
+    adv = np.zeros_like(r)
+    informative = np.zeros(len(r), dtype=bool)
+    members: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    for idx in members.values():
+        gr = r[idx]
+        adv[idx] = gr - gr.mean()
+        if scale:
+            adv[idx] /= gr.std() + 1e-6
+        informative[idx] = np.ptp(gr) > 0
+    return adv, informative
+
+
 # --- ratios -------------------------------------------------------------------------------------
+
+
+def ratio_units(log_prob_elements: torch.Tensor, unit: RatioUnit) -> torch.Tensor:
+    """Per-element log-probs [B, T, D] -> per-unit log-probs [B, U]: U = 1 ('chunk'), T ('row') or
+    T * D ('dim')."""
+    if log_prob_elements.dim() != 3:
+        raise ValueError(
+            f"expected per-element log-probs [B, T, D], got shape {tuple(log_prob_elements.shape)}"
+        )
+    if unit == "chunk":
+        return log_prob_elements.flatten(1).sum(1, keepdim=True)
+    if unit == "row":
+        return log_prob_elements.sum(2)
+    if unit == "dim":
+        return log_prob_elements.flatten(1)
+    raise ValueError(f"unknown ratio unit {unit!r}; use one of {RATIO_UNITS}")
 
 
 def mixed_log_prob(
     variant: RatioVariant, logp_rollout: torch.Tensor, logp_canonical: torch.Tensor
 ) -> torch.Tensor:
-    """l_t(theta): the current-policy log-likelihood that enters the ratio."""
+    """l(theta): the current-policy log-likelihood that enters the ratio (any shape, elementwise)."""
     if variant == "mixed":
         return 0.5 * logp_canonical + 0.5 * logp_rollout
     if variant in ("canonical", "plain"):
@@ -110,18 +188,19 @@ def mixed_log_prob(
 def guard_w0(
     log_ratio: torch.Tensor, log_w0: torch.Tensor, guard: W0Guard, log_max: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (guarded log_ratio, keep mask). ``log_w0`` is the log-ratio at the start of the
-    update (detached). 'clamp' subtracts the part of log w0 beyond +-log_max (a constant per
-    sample, so gradients are unchanged); 'drop' masks those samples out of the policy loss."""
-    keep = torch.ones_like(log_w0, dtype=torch.bool)
+    """Returns (log_ratio to use, keep mask), both shaped like ``log_ratio``. ``log_w0`` is the
+    log-ratio at the start of the update (no gradient). 'drop' masks units with |log w0| > log_max
+    out of the policy loss; 'rebase' subtracts log w0, so every ratio starts at 1 (the gradient of
+    a unit at the start is A * grad l, whatever its w0 was: no unit is up- or down-weighted by
+    how (un)likely it is under the other prompt)."""
+    keep = torch.ones_like(log_ratio, dtype=torch.bool)
     if guard == "none":
         return log_ratio, keep
-    excess = log_w0 - log_w0.clamp(-log_max, log_max)
-    if guard == "clamp":
-        return log_ratio - excess.detach(), keep
     if guard == "drop":
-        return log_ratio, excess == 0
-    raise ValueError(f"unknown w0 guard {guard!r}; use 'clamp', 'drop' or 'none'")
+        return log_ratio, log_w0.abs() <= log_max
+    if guard == "rebase":
+        return log_ratio - log_w0.detach(), keep
+    raise ValueError(f"unknown w0 guard {guard!r}; use one of {W0_GUARDS}")
 
 
 # --- losses -------------------------------------------------------------------------------------
@@ -140,22 +219,36 @@ def clipped_policy_loss(
     clip_coef: float,
     dual_clip: float = 0.0,
     keep: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> PolicyLoss:
-    """PPO clipped surrogate (negated, mean over kept samples), with optional dual clip."""
+    """PPO clipped surrogate (negated), with optional dual clip. ``log_ratio`` is [B] or [B, U]
+    (one ratio per unit); ``advantages`` [B] is shared by a sample's units. A sample's loss is the
+    mean over its kept units; samples are averaged with ``weights`` [B] (default equal)."""
+    if log_ratio.dim() == 1:
+        log_ratio = log_ratio.unsqueeze(1)
+        keep = None if keep is None else keep.unsqueeze(1)
+    adv = advantages.unsqueeze(1)
     ratio = log_ratio.exp()
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    per_sample = torch.max(pg_loss1, pg_loss2)
+    pg_loss1 = -adv * ratio
+    pg_loss2 = -adv * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    per_unit = torch.max(pg_loss1, pg_loss2)
     if dual_clip > 0:
         # For A < 0 the max above is unbounded in the ratio; cap it at c * |A|.
-        per_sample = torch.where(advantages < 0, torch.min(per_sample, -dual_clip * advantages), per_sample)
-    if keep is None:
-        keep = torch.ones_like(per_sample, dtype=torch.bool)
-    n = keep.sum().clamp(min=1)
-    pg_loss = (per_sample * keep).sum() / n
+        per_unit = torch.where(adv < 0, torch.min(per_unit, -dual_clip * adv), per_unit)
+    keep_f = torch.ones_like(per_unit) if keep is None else keep.to(per_unit.dtype)
+    n_kept = keep_f.sum(1)
+    w = torch.ones_like(n_kept) if weights is None else weights.to(per_unit.dtype)
+    w = w * (n_kept > 0)  # a sample with no kept unit does not count
+    w_total = w.sum().clamp(min=1e-12)
+
+    def weighted_mean(per: torch.Tensor) -> torch.Tensor:
+        per_sample = (per * keep_f).sum(1) / n_kept.clamp(min=1)
+        return (per_sample * w).sum() / w_total
+
+    pg_loss = weighted_mean(per_unit)
     with torch.no_grad():
-        approx_kl = (((ratio - 1) - log_ratio) * keep).sum() / n
-        clipfrac = (((ratio - 1.0).abs() > clip_coef).float() * keep).sum() / n
+        approx_kl = weighted_mean((ratio - 1) - log_ratio)
+        clipfrac = weighted_mean(((ratio - 1.0).abs() > clip_coef).to(per_unit.dtype))
     return PolicyLoss(pg_loss=pg_loss, approx_kl=float(approx_kl), clipfrac=float(clipfrac))
 
 

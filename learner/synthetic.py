@@ -60,7 +60,7 @@ def synthetic_episode(
             ChunkRecord(
                 observation=obs,
                 actions=s.actions[0],
-                extras={"log_prob": s.log_prob[:1], "value": s.value[:1], "chain": s.chain[0]},
+                extras=s.extras(0),
             )
         )
     return EpisodeFile(

@@ -1,31 +1,33 @@
 """Trainer: one PPO update on a batch of labelled episodes -> diagnostics (floats).
 
-episodes + rewards --build_rollout_batch--> flat chunk batch
---compute_gae--> b_advantages, b_returns
---initial pass (no grad)--> w0, pi(a|o,p_g)/pi(a|o,p), KL(pi(.|o,p) || pi(.|o,p_g))
---epochs x minibatches--> pg_loss + vf_coef * v_loss - ent_coef * entropy
+episodes + rewards --build_rollout_batch--> flat chunk batch (one sample per executed chunk)
+--group_advantages (or compute_gae)--> one advantage per chunk, per-episode weights
+--initial pass (no grad)--> w0 per ratio unit, pi(a|o,p_g)/pi(a|o,p), KL(pi(.|o,p) || pi(.|o,p_g))
+--epochs x minibatches--> pg_loss (a ratio per chunk, row or dim) + vf_coef * v_loss
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from learner.policies.base import ObsBatch, PairEvaluation, Policy
+from learner.policies.base import ROLLOUT_EXTRAS, ObsBatch, PairEvaluation, Policy
 from learner.ppo import (
     PPOConfig,
     clipped_policy_loss,
     compute_gae,
     explained_variance,
+    group_advantages,
     guard_w0,
     mixed_log_prob,
     ratio_stats,
+    ratio_units,
     value_loss,
 )
 from pde_contract.episodes import EpisodeFile
@@ -38,9 +40,13 @@ class RolloutBatch:
     obs: ObsBatch
     chains: torch.Tensor  # [N, K+1, T, D]
     old_log_probs: torch.Tensor  # [N] recorded under the rollout prompt
+    old_log_prob_elements: torch.Tensor  # [N, T, D] recorded (NaN where an old episode lacks them)
     old_values: np.ndarray  # [N]
     rewards: np.ndarray  # [N] chunk-level: the episode reward on its last chunk
     dones: np.ndarray  # [N] 1 on the last chunk of each episode
+    episode_index: np.ndarray  # [N] which episode of the batch the chunk belongs to
+    episode_rewards: np.ndarray  # [E]
+    episode_groups: list[Hashable]  # [E] advantage groups
     rollout_prompts: list[str]
     canonical_prompts: list[str]
 
@@ -48,25 +54,48 @@ class RolloutBatch:
         return len(self.rollout_prompts)
 
 
+def advantage_groups(episodes: Sequence[EpisodeFile]) -> list[Hashable]:
+    """Episodes of the same task and scene seed form a group when the seed occurs more than once
+    in the batch (G rollouts of one scene); the others are grouped by task (a batch baseline)."""
+    counts: dict[tuple[str, int], int] = {}
+    for e in episodes:
+        if e.seed is not None:
+            counts[(e.task, e.seed)] = counts.get((e.task, e.seed), 0) + 1
+    return [
+        ("scene", e.task, e.seed) if e.seed is not None and counts[(e.task, e.seed)] > 1 else ("task", e.task)
+        for e in episodes
+    ]
+
+
 def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
-    observations, chains, logps, values, rewards, dones, rps, cps = [], [], [], [], [], [], [], []
-    for episode, reward in batch:
-        if not episode.chunks:
-            continue
+    observations, chains, logps, elems, values, rewards, dones, ep_index, rps, cps = (
+        [], [], [], [], [], [], [], [], [], []
+    )  # fmt: skip
+    kept: list[tuple[EpisodeFile, float]] = [(e, r) for e, r in batch if e.chunks]
+    for k, (episode, reward) in enumerate(kept):
         for i, chunk in enumerate(episode.chunks):
-            missing = [k for k in ("chain", "log_prob", "value") if k not in chunk.extras]
+            missing = [key for key in ROLLOUT_EXTRAS if key not in chunk.extras]
             if missing:
                 raise ValueError(
                     f"episode {episode.episode_id} chunk {i} lacks extras {missing}: PPO trains on episodes "
                     "recorded by the learner's actor (demonstrations are for `pde learner sft`)"
                 )
             observations.append(chunk.observation)
-            chains.append(np.asarray(chunk.extras["chain"], dtype=np.float32))
+            chain = np.asarray(chunk.extras["chain"], dtype=np.float32)
+            chains.append(chain)
             logps.append(float(np.asarray(chunk.extras["log_prob"]).reshape(-1)[0]))
+            el = chunk.extras.get("log_prob_elements")
+            t, d = policy.chunk_len, policy.action_dim
+            elems.append(
+                np.asarray(el, dtype=np.float32).reshape(t, d)
+                if el is not None
+                else np.full((t, d), np.nan, np.float32)
+            )
             values.append(float(np.asarray(chunk.extras["value"]).reshape(-1)[0]))
             last = i == len(episode.chunks) - 1
             rewards.append(float(reward) if last else 0.0)
             dones.append(1.0 if last else 0.0)
+            ep_index.append(k)
             rps.append(episode.rollout_prompt)
             cps.append(episode.canonical_prompt)
     if not observations:
@@ -80,9 +109,13 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
         obs=policy.preprocess(observations),
         chains=torch.from_numpy(np.stack(chains)),
         old_log_probs=torch.tensor(logps, dtype=torch.float32),
+        old_log_prob_elements=torch.from_numpy(np.stack(elems)),
         old_values=np.asarray(values),
         rewards=np.asarray(rewards),
         dones=np.asarray(dones),
+        episode_index=np.asarray(ep_index),
+        episode_rewards=np.asarray([float(r) for _, r in kept]),
+        episode_groups=advantage_groups([e for e, _ in kept]),
         rollout_prompts=rps,
         canonical_prompts=cps,
     )
@@ -108,8 +141,9 @@ class Trainer:
         groups: list[dict[str, Any]] = [{"params": rest, "lr": cfg.learning_rate}]
         for params, lr in special:
             trainable = [p for p in params if p.requires_grad]
-            if trainable:
-                groups.append({"params": trainable, "lr": lr or cfg.learning_rate})
+            step = cfg.learning_rate if lr is None else lr
+            if trainable and step > 0:  # a step size of 0 keeps those parameters where they are
+                groups.append({"params": trainable, "lr": step})
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
         self.rng = np.random.default_rng(self.config.seed)
         self.n_updates = 0
@@ -132,11 +166,32 @@ class Trainer:
         if self.config.ratio_variant in ("rollout", "plain"):
             # single-prompt variants need no canonical pass for the loss
             ev = self.policy.evaluate(obs, rps, chains)
-            zeros = torch.zeros_like(ev.log_prob)
             return PairEvaluation(
-                rollout=ev, canonical_log_prob=ev.log_prob, prompt_kl=zeros, n_second_pass=0
+                rollout=ev,
+                canonical_log_prob_elements=ev.log_prob_elements,
+                prompt_kl=torch.zeros_like(ev.value),
+                n_second_pass=0,
             )
         return self.policy.evaluate_pair(obs, rps, [rb.canonical_prompts[i] for i in idx], chains)
+
+    def _advantages(
+        self, rb: RolloutBatch, stats: dict[str, float]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(advantages [N], returns [N], policy-loss weights [N]) per chunk."""
+        cfg = self.config
+        n_chunks = np.bincount(rb.episode_index).astype(np.float64)
+        weights = 1.0 / n_chunks[rb.episode_index] if cfg.episode_weighting else np.ones(len(rb))
+        if cfg.advantage == "group":
+            ep_adv, informative = group_advantages(rb.episode_rewards, rb.episode_groups, cfg.group_scale)
+            advantages = ep_adv[rb.episode_index]
+            returns = rb.episode_rewards[rb.episode_index]  # gamma = 1: the value head predicts success
+            if cfg.drop_uniform_groups:
+                weights = weights * informative[rb.episode_index]
+            stats["n_groups"] = float(len(set(rb.episode_groups)))
+            stats["informative_episode_frac"] = float(informative.mean())
+        else:
+            advantages, returns = compute_gae(rb.rewards, rb.old_values, rb.dones, cfg.gamma, cfg.gae_lambda)
+        return advantages, returns, weights
 
     def update(self, batch: Batch) -> dict[str, float]:
         cfg = self.config
@@ -150,12 +205,13 @@ class Trainer:
                 "ratio_variant 'plain' is single-prompt PPO on the canonical prompt, but "
                 f"{int(differs.sum())} chunks were rolled out under another prompt; use 'mixed'"
             )
+        stats: dict[str, float] = {"n_chunks": float(n), "n_other_prompt_chunks": float(differs.sum())}
+        b_advantages, b_returns, b_weights = self._advantages(rb, stats)
 
-        # GAE on chunk-level rewards, with the values recorded at rollout time
-        b_advantages, b_returns = compute_gae(rb.rewards, rb.old_values, rb.dones, cfg.gamma, cfg.gae_lambda)
-
-        # Initial pass at theta_old: w0, prompt likelihood ratio, prompt KL (all prompts, no grad)
-        logp_r0, logp_c0, kl0 = np.zeros(n), np.zeros(n), np.zeros(n)
+        # Initial pass at theta_old: per-element log-probs under both prompts, prompt KL (no grad)
+        t, d = self.policy.chunk_len, self.policy.action_dim
+        logp_r0, logp_c0 = torch.zeros(n, t, d), torch.zeros(n, t, d)
+        kl0 = np.zeros(n)
         with torch.no_grad():
             for start in range(0, n, cfg.minibatch_size):
                 idx = np.arange(start, min(n, start + cfg.minibatch_size))
@@ -165,19 +221,27 @@ class Trainer:
                     [rb.canonical_prompts[i] for i in idx],
                     rb.chains[idx],
                 )
-                logp_r0[idx] = ev.rollout.log_prob.cpu().numpy()
-                logp_c0[idx] = ev.canonical_log_prob.cpu().numpy()
+                logp_r0[idx] = ev.rollout.log_prob_elements.float().cpu()
+                logp_c0[idx] = ev.canonical_log_prob_elements.float().cpu()
                 kl0[idx] = ev.prompt_kl.cpu().numpy()
-        b_log_w0 = torch.from_numpy(
-            mixed_log_prob(cfg.ratio_variant, torch.from_numpy(logp_r0), torch.from_numpy(logp_c0)).numpy()
-            - rb.old_log_probs.double().numpy()
-        ).float()
-        stats: dict[str, float] = {"n_chunks": float(n), "n_other_prompt_chunks": float(differs.sum())}
-        stats.update(ratio_stats("w0", b_log_w0.numpy()))
-        excess = np.abs(b_log_w0.numpy()) > cfg.w0_log_max
-        stats["w0_guarded_frac"] = float(excess.mean())
+        # The behaviour log-probs: recorded by the actor; episodes recorded before per-element
+        # log-probs existed use theta_old's (the update's start) in their place.
+        old_elems = rb.old_log_prob_elements.clone()
+        missing = torch.isnan(old_elems)
+        old_elems[missing] = logp_r0[missing]
+        stats["old_log_prob_reevaluated_frac"] = float(missing.any(-1).any(-1).float().mean())
+        old_units = ratio_units(old_elems, cfg.ratio_unit)
+        log_w0 = ratio_units(mixed_log_prob(cfg.ratio_variant, logp_r0, logp_c0), cfg.ratio_unit) - old_units
+        # Recorded vs re-evaluated log-prob of the rollout prompt: > 0 means the policy changed
+        # since the episodes were recorded (stale batch) or the recording is inconsistent.
+        stats["behaviour_log_ratio_abs_mean"] = float(
+            (ratio_units(logp_r0, cfg.ratio_unit) - old_units).abs().mean()
+        )
+        stats.update(ratio_stats("w0", log_w0.numpy().reshape(-1)))
+        stats["w0_guarded_frac"] = float((log_w0.abs() > cfg.w0_log_max).float().mean())
         if differs.any():
-            stats.update(ratio_stats("prompt_ratio", (logp_c0 - logp_r0)[differs]))
+            chunk_lr = (logp_c0 - logp_r0).flatten(1).sum(1).numpy()
+            stats.update(ratio_stats("prompt_ratio", chunk_lr[differs]))
             stats["prompt_kl"] = float(kl0[differs].mean())
 
         # The loss runs where the policy is; the batch was assembled on the CPU.
@@ -185,10 +249,11 @@ class Trainer:
         t_adv = torch.from_numpy(b_advantages).float().to(device)
         if cfg.norm_adv and n > 1:
             t_adv = (t_adv - t_adv.mean()) / (t_adv.std() + 1e-8)
+        t_weights = torch.from_numpy(b_weights).float().to(device)
         t_returns = torch.from_numpy(b_returns).float().to(device)
         t_old_values = torch.from_numpy(rb.old_values).float().to(device)
-        t_old_log_probs = rb.old_log_probs.to(device)
-        t_log_w0 = b_log_w0.to(device)
+        t_old_units = old_units.to(device)
+        t_log_w0 = log_w0.to(device)
 
         # Epochs x minibatches
         approx_kls, clipfracs, pg_losses, v_losses, entropies, kept = [], [], [], [], [], []
@@ -199,13 +264,19 @@ class Trainer:
             for start in range(0, n, cfg.minibatch_size):
                 mb = b_inds[start : start + cfg.minibatch_size]
                 ev = self._evaluate(rb, mb)
-                new_logp = mixed_log_prob(cfg.ratio_variant, ev.rollout.log_prob, ev.canonical_log_prob)
-                log_ratio = new_logp - t_old_log_probs[mb]
-                log_ratio, keep = guard_w0(log_ratio, t_log_w0[mb], cfg.w0_guard, cfg.w0_log_max)
+                new_units = ratio_units(
+                    mixed_log_prob(
+                        cfg.ratio_variant, ev.rollout.log_prob_elements, ev.canonical_log_prob_elements
+                    ),
+                    cfg.ratio_unit,
+                )
+                log_ratio, keep = guard_w0(
+                    new_units - t_old_units[mb], t_log_w0[mb], cfg.w0_guard, cfg.w0_log_max
+                )
 
-                # Policy loss
-                pl = clipped_policy_loss(log_ratio, t_adv[mb], cfg.clip_coef, cfg.dual_clip, keep)
-                # Value loss
+                pl = clipped_policy_loss(
+                    log_ratio, t_adv[mb], cfg.clip_coef, cfg.dual_clip, keep, t_weights[mb]
+                )
                 v_loss = value_loss(
                     ev.rollout.value, t_old_values[mb], t_returns[mb], cfg.clip_coef, cfg.clip_vloss
                 )
@@ -223,8 +294,10 @@ class Trainer:
                 v_losses.append(float(v_loss.detach()))
                 entropies.append(float(entropy.detach()))
                 kept.append(float(keep.float().mean()))
-            if cfg.target_kl is not None and approx_kls[-1] > cfg.target_kl:
-                stop = True
+                if cfg.target_kl is not None and pl.approx_kl > cfg.target_kl:
+                    stop = True
+                    break
+            if stop:
                 break
 
         self.n_updates += 1
@@ -239,8 +312,9 @@ class Trainer:
                 "clipfrac": float(np.mean(clipfracs)),
                 "kept_frac": float(np.mean(kept)),
                 "explained_variance": explained_variance(rb.old_values, b_returns),
-                "mean_reward": float(rb.rewards[rb.dones == 1].mean()),
+                "mean_reward": float(rb.episode_rewards.mean()),
                 "early_stop": float(stop),
+                "minibatch_steps": float(len(pg_losses)),
                 "update_s": time.perf_counter() - t_start,
                 "n_updates": float(self.n_updates),
             }

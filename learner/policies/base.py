@@ -59,15 +59,35 @@ class ChunkSample:
 
     actions: np.ndarray  # [B, T, D] in the action space's units (denormalised)
     log_prob: np.ndarray  # [B] log-probability of the chain under the prompt it was sampled with
+    log_prob_elements: np.ndarray  # [B, T, D] the same per executed element (sums to log_prob)
     value: np.ndarray  # [B]
     chain: np.ndarray  # [B, K+1, T, D] normalised; chain[:, -1] is the executed chunk
+
+    def extras(self, i: int) -> dict[str, np.ndarray]:
+        """What PPO needs of sample ``i``, as stored in ChunkRecord.extras (keys: ROLLOUT_EXTRAS)."""
+        return {
+            "log_prob": self.log_prob[i : i + 1].copy(),
+            "log_prob_elements": self.log_prob_elements[i].copy(),
+            "value": self.value[i : i + 1].copy(),
+            "chain": self.chain[i].copy(),
+        }
+
+
+# Keys of ChunkRecord.extras that the trainer needs; "log_prob_elements" is optional (episodes
+# recorded before it existed train with old per-element log-probs re-evaluated at the update start).
+ROLLOUT_EXTRAS = ("chain", "log_prob", "value")
 
 
 @dataclass
 class ChunkEvaluation:
-    log_prob: torch.Tensor  # [B]
+    log_prob_elements: torch.Tensor  # [B, T, D] per executed element (summed over denoising steps)
     entropy: torch.Tensor  # [B]
     value: torch.Tensor  # [B]
+
+    @property
+    def log_prob(self) -> torch.Tensor:
+        """Chunk-level log-probability [B]."""
+        return self.log_prob_elements.flatten(1).sum(1)
 
 
 @dataclass
@@ -75,9 +95,13 @@ class PairEvaluation:
     """Evaluation of stored chunks under their rollout prompt and the canonical prompt."""
 
     rollout: ChunkEvaluation
-    canonical_log_prob: torch.Tensor  # [B]; equals rollout.log_prob where the prompts are equal
+    canonical_log_prob_elements: torch.Tensor  # [B, T, D]; the rollout's where the prompts are equal
     prompt_kl: torch.Tensor  # [B] KL(pi(.|o,p) || pi(.|o,p_g)); 0 where the prompts are equal
     n_second_pass: int  # rows that needed the canonical pass
+
+    @property
+    def canonical_log_prob(self) -> torch.Tensor:
+        return self.canonical_log_prob_elements.flatten(1).sum(1)
 
 
 class Policy(nn.Module, ABC):
@@ -109,7 +133,8 @@ class Policy(nn.Module, ABC):
 
     @abstractmethod
     def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log_prob [B], entropy [B]) of chains given ``head_means``."""
+        """(log_prob [B, T, D] of each executed element, entropy [B]) of chains given ``head_means``.
+        Only the executed action columns count: padded model columns never reach the robot."""
 
     @abstractmethod
     def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
@@ -121,7 +146,8 @@ class Policy(nn.Module, ABC):
 
     @abstractmethod
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """(chain [B, K+1, T, D] normalised, log_prob [B])."""
+        """(chain [B, K+1, T, D] normalised, log_prob [B, T, D] per executed element; NaN when
+        deterministic)."""
 
     @abstractmethod
     def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
@@ -160,7 +186,8 @@ class Policy(nn.Module, ABC):
         actions = self.denormalize_actions(chain[:, -1])
         return ChunkSample(
             actions=actions.cpu().numpy().astype(np.float64),
-            log_prob=log_prob.cpu().numpy().astype(np.float64),
+            log_prob=log_prob.flatten(1).sum(1).cpu().numpy().astype(np.float64),
+            log_prob_elements=log_prob.cpu().numpy().astype(np.float32),
             value=self.value(cond).cpu().numpy().astype(np.float64),
             chain=chain.cpu().numpy().astype(np.float32),
         )
@@ -170,7 +197,7 @@ class Policy(nn.Module, ABC):
         obs, chain = obs.to(self.device), chain.to(self.device)
         cond = self.condition(self.encode_observations(obs), prompts)
         log_prob, entropy = self.head_log_prob(chain, self.head_means(cond, chain))
-        return ChunkEvaluation(log_prob=log_prob, entropy=entropy, value=self.value(cond))
+        return ChunkEvaluation(log_prob_elements=log_prob, entropy=entropy, value=self.value(cond))
 
     def evaluate_pair(
         self,
@@ -194,15 +221,17 @@ class Policy(nn.Module, ABC):
         means = self.head_means(cond, chains)
         log_prob, entropy = self.head_log_prob(chains, means)
         b = len(obs)
-        rollout = ChunkEvaluation(log_prob=log_prob[:b], entropy=entropy[:b], value=self.value(cond[:b]))
-        canonical_log_prob = log_prob[:b].clone()
+        rollout = ChunkEvaluation(
+            log_prob_elements=log_prob[:b], entropy=entropy[:b], value=self.value(cond[:b])
+        )
+        canonical = log_prob[:b].clone()
         prompt_kl = torch.zeros(b, dtype=log_prob.dtype, device=log_prob.device)
         if n2:
-            canonical_log_prob = canonical_log_prob.index_copy(0, second, log_prob[b:])
+            canonical = canonical.index_copy(0, second, log_prob[b:])
             kl = self.head_kl(means[:b][second], means[b:])
             prompt_kl = prompt_kl.index_copy(0, second, kl)
         return PairEvaluation(
-            rollout=rollout, canonical_log_prob=canonical_log_prob, prompt_kl=prompt_kl, n_second_pass=n2
+            rollout=rollout, canonical_log_prob_elements=canonical, prompt_kl=prompt_kl, n_second_pass=n2
         )
 
 

@@ -75,12 +75,13 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) ->
 def sample_chain(
     velocity_fn: VelocityFn, noise: torch.Tensor, schedule: FlowSDESchedule, deterministic: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the chain from ``noise`` [B, T, D]. Returns (chain [B, K+1, T, D], log_prob [B]).
+    """Run the chain from ``noise`` [B, T, D]. Returns (chain [B, K+1, T, D], log_prob [B, T, D]),
+    the log-probability of each element's path (summed over the K transitions).
 
     ``deterministic`` runs the plain Euler ODE (evaluation); its log_prob is NaN (no density)."""
     x = noise
     chain = [x]
-    log_prob = torch.zeros(noise.shape[0], dtype=noise.dtype, device=noise.device)
+    log_prob = torch.zeros_like(noise)
     stds = schedule.step_stds.to(noise.device)
     for i in range(schedule.num_steps):
         t = schedule.times[i : i + 1].to(noise.device)
@@ -92,7 +93,7 @@ def sample_chain(
             mean = transition_mean(x.unsqueeze(1), v.unsqueeze(1), t, sigma, schedule.dt)
             mean = mean.squeeze(1)
             x = mean + stds[i] * torch.randn_like(mean)
-            log_prob = log_prob + gaussian_log_prob(x, mean, stds[i]).flatten(1).sum(1)
+            log_prob = log_prob + gaussian_log_prob(x, mean, stds[i])
         chain.append(x)
     if deterministic:
         log_prob = torch.full_like(log_prob, float("nan"))
@@ -110,13 +111,20 @@ def chain_means(velocity_fn: VelocityFn, chain: torch.Tensor, schedule: FlowSDES
 def chain_log_prob_from_means(
     chain: torch.Tensor, means: torch.Tensor, schedule: FlowSDESchedule
 ) -> torch.Tensor:
+    """Per-element path log-probability [B, T, D]: each element's K transition densities summed.
+    The chain density factorises over elements given the previous states, which is what lets PPO
+    take one ratio per executed row or per dimension instead of one for all T x D x K terms."""
     stds = schedule.step_stds.to(chain.device).view(1, -1, 1, 1)
-    return gaussian_log_prob(chain[:, 1:], means, stds).flatten(1).sum(1)
+    return gaussian_log_prob(chain[:, 1:], means, stds).sum(1)
 
 
 def chain_log_prob(velocity_fn: VelocityFn, chain: torch.Tensor, schedule: FlowSDESchedule) -> torch.Tensor:
     """log pi(chain) = sum_i log N(x_{i+1}; mean_i(x_i), std_i**2), summed over T x D: [B]."""
-    return chain_log_prob_from_means(chain, chain_means(velocity_fn, chain, schedule), schedule)
+    return (
+        chain_log_prob_from_means(chain, chain_means(velocity_fn, chain, schedule), schedule)
+        .flatten(1)
+        .sum(1)
+    )
 
 
 def chain_entropy(schedule: FlowSDESchedule, elements_per_step: int) -> float:

@@ -99,9 +99,11 @@ class Pi05Policy(Policy):
         return flow_sde.chain_means(self._velocity_fn(cond), chain, self.schedule)
 
     def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)
-        ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.backbone.model_action_dim)
-        return log_prob, torch.full_like(log_prob, ent)
+        # Only the executed columns: the padded ones never reach the robot, and counting them
+        # would add 25 of 32 columns of noise to every ratio.
+        log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)[..., : self.action_dim]
+        ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
+        return log_prob, torch.full(log_prob.shape[:1], ent, dtype=log_prob.dtype, device=log_prob.device)
 
     def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
         return flow_sde.chain_kl(means_p, means_q, self.schedule)
@@ -111,7 +113,8 @@ class Pi05Policy(Policy):
 
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         noise = torch.randn(cond.shape[0], self.chunk_len, self.backbone.model_action_dim, device=cond.device)
-        return flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
+        chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
+        return chain, log_prob[..., : self.action_dim]
 
     def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
         return actions_norm[..., : self.action_dim] * self.action_std + self.action_mean

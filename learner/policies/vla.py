@@ -214,7 +214,7 @@ class SmallVLAPolicy(Policy):
             ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
             return log_prob, torch.full((b,), ent, dtype=log_prob.dtype, device=log_prob.device)
         std = self._gaussian_std()
-        log_prob = flow_sde.gaussian_log_prob(chain[:, 1:], means, std).flatten(1).sum(1)
+        log_prob = flow_sde.gaussian_log_prob(chain[:, 1:], means, std).sum(1)
         entropy = (0.5 * (1.0 + math.log(2 * math.pi)) + self.log_std).sum().expand(b)
         return log_prob, entropy
 
@@ -233,7 +233,7 @@ class SmallVLAPolicy(Policy):
         std = self._gaussian_std().squeeze(1)
         action = mean if deterministic else mean + std * torch.randn_like(mean)
         chain = torch.stack([torch.zeros_like(action), action], dim=1)
-        log_prob = flow_sde.gaussian_log_prob(action, mean, std).flatten(1).sum(1)
+        log_prob = flow_sde.gaussian_log_prob(action, mean, std)
         if deterministic:
             log_prob = torch.full_like(log_prob, float("nan"))
         return chain, log_prob

@@ -88,7 +88,10 @@ def test_episode_records_every_chunk_for_ppo():
     assert ep.canonical_prompt == "put the green container in the bowl"
     for rec, sent in zip(ep.chunks, client.chunks, strict=True):
         assert np.array_equal(rec.actions, sent.actions) and sent.actions.shape == (4, 7)
-        assert set(rec.extras) == {"log_prob", "value", "chain"}
+        assert set(rec.extras) == {"log_prob", "log_prob_elements", "value", "chain"}
+        elements = rec.extras["log_prob_elements"]
+        assert elements.shape == (4, 7)  # one per executed element: PPO takes per-row/dim ratios
+        assert float(elements.sum()) == pytest.approx(float(rec.extras["log_prob"][0]), rel=1e-4, abs=1e-3)
     # observations are distinct and in order
     assert [c.observation.seq for c in ep.chunks] == sorted({c.observation.seq for c in ep.chunks})
     # recorded episode trains directly

@@ -5,11 +5,14 @@ import pytest
 import torch
 
 from learner.ppo import (
+    PPOConfig,
     clipped_policy_loss,
     compute_gae,
     explained_variance,
+    group_advantages,
     guard_w0,
     mixed_log_prob,
+    ratio_units,
     value_loss,
 )
 
@@ -111,15 +114,76 @@ def test_clipped_loss_respects_keep_mask():
     assert float(pl.pg_loss) == pytest.approx(-1.0)
 
 
-def test_w0_guard_clamp_shifts_but_keeps_gradient():
-    new = torch.tensor([3.0, 0.1, -4.0], requires_grad=True)
-    log_w0 = torch.tensor([3.0, 0.1, -4.0])
-    m = math.log(2.0)
-    guarded, keep = guard_w0(new * 1.0, log_w0, "clamp", m)
-    assert np.allclose(guarded.detach().numpy(), [m, 0.1, -m], atol=1e-6)
-    assert keep.all()
-    guarded.sum().backward()
-    assert new.grad is not None and np.allclose(new.grad.numpy(), 1.0)
+def test_w0_guard_rebase_starts_every_ratio_at_one_and_weights_no_unit():
+    # Two units at the update's start (new == behaviour log-prob of the mixed likelihood at theta_old
+    # is log_w0 away from the recorded one). Unguarded, a unit's first gradient is -A * w0; rebased,
+    # it is -A for every unit, however (un)likely the chunk is under the canonical prompt.
+    log_w0 = torch.tensor([[0.1, -0.1]])
+    adv = torch.tensor([1.0])
+    grads = {}
+    for guard in ("none", "rebase"):
+        new = torch.zeros(1, 2, requires_grad=True)
+        log_ratio, keep = guard_w0(new + log_w0, log_w0, guard, math.log(2.0))
+        clipped_policy_loss(log_ratio, adv, clip_coef=0.2, keep=keep).pg_loss.backward()
+        grads[guard] = new.grad.numpy()[0]
+    # the loss averages the 2 units
+    assert np.allclose(grads["none"], -0.5 * np.exp([0.1, -0.1]), atol=1e-6)
+    assert np.allclose(grads["rebase"], [-0.5, -0.5], atol=1e-6)
+
+
+def test_clamp_guard_is_refused_with_what_to_use():
+    with pytest.raises(ValueError, match="clamp.*removed"):
+        PPOConfig(w0_guard="clamp")  # type: ignore[arg-type]
+
+
+def test_ratio_units_split_a_chunk_log_prob():
+    elems = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    assert torch.equal(ratio_units(elems, "chunk"), elems.flatten(1).sum(1, keepdim=True))
+    assert torch.equal(ratio_units(elems, "row"), elems.sum(2))
+    assert ratio_units(elems, "dim").shape == (2, 12)
+    for unit in ("chunk", "row", "dim"):
+        assert torch.allclose(ratio_units(elems, unit).sum(1), elems.flatten(1).sum(1))
+    with pytest.raises(ValueError, match="per-element"):
+        ratio_units(elems.flatten(1), "row")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_per_unit_loss_matches_a_plain_reference_loop(seed):
+    rng = np.random.default_rng(seed)
+    b, u, clip, dual = 5, 4, 0.2, 3.0
+    log_ratio = rng.normal(0, 0.4, (b, u))
+    adv = rng.normal(0, 1, b)
+    keep = rng.random((b, u)) > 0.3
+    keep[0] = False  # a sample with nothing kept does not count
+    weights = rng.random(b)
+    num = den = 0.0
+    for i in range(b):
+        terms = []
+        for j in range(u):
+            if not keep[i, j]:
+                continue
+            r = math.exp(log_ratio[i, j])
+            term = max(-adv[i] * r, -adv[i] * min(max(r, 1 - clip), 1 + clip))
+            if adv[i] < 0:
+                term = min(term, -dual * adv[i])
+            terms.append(term)
+        if terms:
+            num += weights[i] * np.mean(terms)
+            den += weights[i]
+    pl = clipped_policy_loss(
+        torch.tensor(log_ratio), torch.tensor(adv), clip, dual, torch.tensor(keep), torch.tensor(weights)
+    )
+    assert float(pl.pg_loss) == pytest.approx(num / den, rel=1e-6)
+
+
+def test_group_advantages_hand_computed():
+    adv, informative = group_advantages([1, 0, 0, 0, 1, 1, 0], ["a", "a", "a", "a", "b", "b", "c"])
+    assert np.allclose(adv, [0.75, -0.25, -0.25, -0.25, 0.0, 0.0, 0.0])
+    assert informative.tolist() == [True] * 4 + [False] * 3  # all-1 group and a group of one
+    scaled, _ = group_advantages([1, 0], ["g", "g"], scale=True)
+    assert np.allclose(scaled, [1.0, -1.0], atol=1e-5)
+    with pytest.raises(ValueError, match="group keys"):
+        group_advantages([1, 0], ["g"])
 
 
 def test_w0_guard_drop_and_none():
