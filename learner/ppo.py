@@ -131,7 +131,7 @@ def compute_gae(
 
 
 def group_advantages(
-    rewards: Sequence[float], groups: Sequence[Hashable], scale: bool = False
+    rewards: Sequence[float] | np.ndarray, groups: Sequence[Hashable], scale: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """One advantage per episode: its reward minus its group's mean reward (divided by the group's
     std when ``scale``). Returns (advantages [E], informative [E]): an episode is informative when

@@ -125,6 +125,7 @@ def test_w0_guard_rebase_starts_every_ratio_at_one_and_weights_no_unit():
         new = torch.zeros(1, 2, requires_grad=True)
         log_ratio, keep = guard_w0(new + log_w0, log_w0, guard, math.log(2.0))
         clipped_policy_loss(log_ratio, adv, clip_coef=0.2, keep=keep).pg_loss.backward()
+        assert new.grad is not None
         grads[guard] = new.grad.numpy()[0]
     # the loss averages the 2 units
     assert np.allclose(grads["none"], -0.5 * np.exp([0.1, -0.1]), atol=1e-6)
@@ -132,7 +133,7 @@ def test_w0_guard_rebase_starts_every_ratio_at_one_and_weights_no_unit():
 
 
 def test_clamp_guard_is_refused_with_what_to_use():
-    with pytest.raises(ValueError, match="clamp.*removed"):
+    with pytest.raises(ValueError, match=r"clamp.*removed"):
         PPOConfig(w0_guard="clamp")  # type: ignore[arg-type]
 
 
