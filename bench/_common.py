@@ -87,3 +87,14 @@ def measure(call: Callable[[], object], n: int, paced_hz: float | None) -> list[
         call()
         out.append(time.perf_counter() - t0)
     return out
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95% interval of a success rate (sound at 0 and n successes, unlike +-1.96 se)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * float(np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from bench._common import wilson_interval  # noqa: E402
 from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
 from learner.policies.base import Policy  # noqa: E402
@@ -125,6 +126,28 @@ def rollouts(
     return eps
 
 
+def training_seeds(rng: np.random.Generator, it: int, args: argparse.Namespace) -> list[int]:
+    """Scene seeds of one PPO iteration: episodes_per_iteration / group_size scenes, each rolled
+    out group_size times (the group advantage compares rollouts of the same scene)."""
+    n_scenes = max(1, args.episodes_per_iteration // args.group_size)
+    if args.train_scenes:  # a fixed set of training scenes, cycled
+        scenes = [TRAIN_SEED_BASE + (it * n_scenes + i) % args.train_scenes for i in range(n_scenes)]
+    else:
+        scenes = [int(s) for s in TRAIN_SEED_BASE + rng.integers(0, 1_000_000, n_scenes)]
+    return [s for s in scenes for _ in range(args.group_size)][: args.episodes_per_iteration]
+
+
+def with_interval(successes: int, n: int) -> dict[str, float]:
+    lo, hi = wilson_interval(successes, n)
+    return {
+        "successes": successes,
+        "n": n,
+        "rate": successes / max(1, n),
+        "wilson95_low": lo,
+        "wilson95_high": hi,
+    }
+
+
 def success_rate(eps: list[EpisodeFile]) -> float:
     return float(np.mean([bool(e.success) for e in eps]))
 
@@ -167,10 +190,10 @@ def plot(curves: dict[str, list[float]], evals: list[str], title: str, path: Pat
     cv2.imwrite(str(path), img)
 
 
-def eval_summary(per_seed: list[dict[str, Any]]) -> dict[str, float]:
+def eval_summary(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean success before/after PPO over seeds and how many seeds improved, for the sampled
     evaluation and (when run) the mean-chunk one."""
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     for key, name in (
         ("eval_success", "seeds_improved"),
         ("eval_mean_chunk_success", "seeds_improved_mean_chunk"),
@@ -181,6 +204,13 @@ def eval_summary(per_seed: list[dict[str, Any]]) -> dict[str, float]:
             continue
         out[f"{key}_before_mean"] = float(np.mean(before))
         out[f"{key}_after_mean"] = float(np.mean(after))
+        n = sum(int(r.get("eval_episodes", 0)) for r in per_seed)
+        if n:
+            for when, rates in (("before", before), ("after", after)):
+                k = round(
+                    sum(rate * int(r["eval_episodes"]) for rate, r in zip(rates, per_seed, strict=True))
+                )
+                out[f"{key}_{when}_pooled"] = with_interval(k, n)
         out[name] = int(sum(a > b for a, b in zip(after, before, strict=True)))
     return out
 
@@ -210,13 +240,15 @@ def run_seed(
             noise[0].fill_(args.init_log_std)
     cfg = PPOConfig(
         ratio_variant="plain",
+        advantage=args.advantage,
+        ratio_unit=args.ratio_unit,
         learning_rate=args.lr,
         value_learning_rate=args.value_lr,
         noise_learning_rate=args.noise_lr,
         minibatch_size=args.minibatch,
         seed=seed,
         ent_coef=0.0,
-        update_epochs=4,
+        update_epochs=args.epochs,
         target_kl=args.target_kl or None,
     )
     trainer = Trainer(policy, cfg)
@@ -234,6 +266,7 @@ def run_seed(
         )
 
         def evaluate(tag: str) -> tuple[float, float]:
+            # Checked with reset seeds, these scenes are the same for every seed, arm and update.
             sampled = rollouts(actor, args.task, prompt, eval_seeds, args.max_chunks, f"{tag}-sampled")
             if not args.eval_mean_chunk:
                 return success_rate(sampled), float("nan")
@@ -251,15 +284,7 @@ def run_seed(
         rng = np.random.default_rng(seed)
         n_eps = 0
         for it in range(args.iterations):
-            if args.train_scenes:  # a fixed set of training scenes, cycled
-                seeds = [
-                    TRAIN_SEED_BASE + (it * args.episodes_per_iteration + i) % args.train_scenes
-                    for i in range(args.episodes_per_iteration)
-                ]
-            else:
-                seeds = [
-                    int(s) for s in TRAIN_SEED_BASE + rng.integers(0, 1_000_000, args.episodes_per_iteration)
-                ]
+            seeds = training_seeds(rng, it, args)
             eps = rollouts(actor, args.task, prompt, seeds, args.max_chunks, f"s{seed}-it{it}")
             n_eps += len(eps)
             curve.append(success_rate(eps))
@@ -292,6 +317,11 @@ def run_seed(
                 flush=True,
             )
         out["eval_success_after"], out["eval_mean_chunk_success_after"] = evaluate("eval-post")
+        n_eval = len(eval_seeds)
+        out["eval_episodes"] = n_eval
+        for when in ("before", "after"):
+            k = round(out[f"eval_success_{when}"] * n_eval)
+            out[f"eval_success_{when}_interval"] = with_interval(k, n_eval)
         out.update(
             rollout_success_per_iteration=curve,
             ppo=diags,
@@ -318,6 +348,15 @@ def write_results(
         "canonical_prompt": prompt,
         "head": args.head,
         "variant": "plain PPO (canonical prompt)",
+        "ppo": {
+            "advantage": args.advantage,
+            "ratio_unit": args.ratio_unit,
+            "group_size": args.group_size,
+            "lr": args.lr,
+            "epochs": args.epochs,
+            "target_kl": args.target_kl,
+            "noise_lr": args.noise_lr,
+        },
         "layout_spread": args.layout_spread,
         "evaluation": "sampled chunks" + (" and the mean chunk" if args.eval_mean_chunk else ""),
         "init_log_std": args.init_log_std,
@@ -394,17 +433,23 @@ def main() -> int:
     ap.add_argument("--policy-px", type=int, default=32, help="the policy's downscaled image size")
     ap.add_argument("--sft-batch", type=int, default=64)
     ap.add_argument("--sft-checkpoint", default="", help="use this SFT checkpoint instead of training one")
-    ap.add_argument("--target-kl", type=float, default=0.0, help="early-stop PPO epochs above this (0: off)")
+    ap.add_argument("--target-kl", type=float, default=0.05, help="early-stop PPO epochs above this (0: off)")
+    ap.add_argument("--advantage", choices=["group", "gae"], default="group")
+    ap.add_argument("--ratio-unit", choices=["chunk", "row", "dim"], default="dim")
+    ap.add_argument("--group-size", type=int, default=8, help="rollouts per training scene (group advantage)")
+    ap.add_argument("--epochs", type=int, default=4, help="PPO epochs per update")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--iterations", type=int, default=6)
-    ap.add_argument("--episodes-per-iteration", type=int, default=16)
-    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--episodes-per-iteration", type=int, default=32)
+    ap.add_argument("--eval-episodes", type=int, default=100)
     ap.add_argument("--max-chunks", type=int, default=36)
-    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument(
         "--eval-mean-chunk", action="store_true", help="also evaluate the mean chunk (no sampling)"
     )
-    ap.add_argument("--noise-lr", type=float, default=3e-3, help="step size of the Gaussian log std")
+    ap.add_argument(
+        "--noise-lr", type=float, default=0.0, help="step size of the Gaussian log std (0: fixed)"
+    )
     ap.add_argument(
         "--init-log-std",
         type=float,
