@@ -42,7 +42,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pde.procs import ProcessGroup, ServiceError
 
 if TYPE_CHECKING:
-    from pde_storage import PromptRow
+    from pde_storage import EpisodeRow, PromptRow
 
 # Paper task 4: the one the short SFT learns best (README, "What `make demo` does": 0.38 sampled
 # success, against 0.08 for put_green_container_in_bowl with the same budget).
@@ -220,7 +220,7 @@ def _task_list(text: str, p: argparse.ArgumentParser) -> list[str]:
     except json.JSONDecodeError as e:
         p.error(f"--tasks {text!r} starts like a JSON list but is not one ({e})")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
-        p.error(f"--tasks {text!r}: a JSON list of task names, e.g. [\"put_green_container_in_bowl\"]")
+        p.error(f'--tasks {text!r}: a JSON list of task names, e.g. ["put_green_container_in_bowl"]')
     return [t.strip() for t in tasks if t.strip()]
 
 
@@ -588,6 +588,10 @@ class Demo:
             )
             for task in self.args.tasks:
                 print("  " + prompt_summary(task, store.prompts(task)), flush=True)
+                print(
+                    "  " + rl_summary(task, store.episodes(task=task), store.task_state(task).alpha),
+                    flush=True,
+                )
             if ckpt is not None:
                 print(
                     f"latest policy: version {ckpt.version} (0 = the SFT policy, +1 per PPO update; "
@@ -616,6 +620,26 @@ def prompt_summary(task: str, prompts: Sequence[PromptRow]) -> str:
         f"{task}: canonical prompt {wins}/{n} successes; prompt pool: {len(admitted)} admitted"
         f"{' (' + pool + ')' if pool else ''}, {len(rejected)} rejected, "
         f"{len(by_status.get('candidate', []))} still candidates"
+    )
+
+
+def rl_summary(task: str, episodes: Sequence[EpisodeRow], alpha: float) -> str:
+    """One line per task on PDE's mechanism in the RL stage: alpha now, how many RL rollouts used a
+    pool prompt, and the canonical prompt's labelled success under the SFT policy (version 0)
+    and under PPO-updated policies (version >= 1)."""
+    rl = [e for e in episodes if e.stage == "rl"]
+    pool_share = sum(e.rollout_prompt != e.canonical_prompt for e in rl)
+    canon = [e for e in episodes if e.rollout_prompt == e.canonical_prompt and e.success is not None]
+
+    def rate(rows: list[EpisodeRow]) -> str:
+        wins = sum(bool(e.success) for e in rows)
+        return f"{wins}/{len(rows)}" if rows else "none yet"
+
+    before = [e for e in canon if e.policy_version == 0]
+    after = [e for e in canon if e.policy_version >= 1]
+    return (
+        f"{task}: RL stage {len(rl)} rollouts, {pool_share} with a pool prompt, alpha {alpha:.2f}; "
+        f"canonical prompt before PPO {rate(before)}, after PPO {rate(after)}"
     )
 
 

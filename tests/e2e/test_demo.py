@@ -195,6 +195,57 @@ def test_prompt_summary_counts_the_pool() -> None:
     )
 
 
+def test_rl_summary_reports_alpha_pool_share_and_canonical_before_after() -> None:
+    from datetime import UTC, datetime
+
+    from pde.demo import rl_summary
+    from pde_storage import EpisodeRow
+
+    canon = "put it there"
+
+    def ep(i: int, prompt: str, stage: str, version: int, success: bool | None) -> EpisodeRow:
+        now = datetime.now(UTC)
+        return EpisodeRow(
+            i,
+            "t",
+            prompt,
+            canon,
+            1,
+            version,
+            stage,
+            "labelled",
+            success,
+            None,
+            "",
+            "",
+            {},
+            now,
+            now,
+            now,
+            "",
+            i,
+            3,
+        )
+
+    line = rl_summary(
+        "t",
+        [
+            ep(1, canon, "bootstrap", 0, False),
+            ep(2, "move it there", "bootstrap", 0, True),
+            ep(3, canon, "rl", 0, True),
+            ep(4, "move it there", "rl", 0, True),
+            ep(5, "move it there", "rl", 1, False),
+            ep(6, canon, "rl", 1, True),
+            ep(7, canon, "rl", 2, None),  # unlabelled: not counted in the rates
+        ],
+        0.05,
+    )
+    assert line == (
+        "t: RL stage 5 rollouts, 2 with a pool prompt, alpha 0.05; "
+        "canonical prompt before PPO 1/2, after PPO 1/1"
+    )
+
+
 def test_a_new_sft_policy_sets_the_previous_run_aside(tmp_path: Path) -> None:
     """Retrained SFT (e.g. new defaults on an old data folder): the learner must not resume from the
     old run's PPO versions, and nothing of that run is deleted."""
