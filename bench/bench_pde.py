@@ -180,6 +180,20 @@ class Runner:
             wins += bool(ep.success)
         return interval(wins, self.args.eval_episodes)
 
+    def start_evaluation(self) -> dict[str, float]:
+        """The SFT policy's evaluation, shared by every arm of this seed (same policy, same scenes,
+        same sampling seed): run once, cached in the work dir."""
+        a = self.args
+        path = Path(a.work_dir_path) / f"start-seed{self.seed}-eval{a.eval_episodes}.json"
+        if path.is_file():
+            cached = json.loads(path.read_text())
+            if cached.get("sft_checkpoint") == a.sft_checkpoint:
+                return dict(cached["evaluation"])
+        torch.manual_seed(self.seed)
+        result = self.evaluate()
+        path.write_text(json.dumps({"sft_checkpoint": a.sft_checkpoint, "evaluation": result}))
+        return result
+
     def search(self, log: dict[str, Any]) -> tuple[list[str], float]:
         """Prompt-posterior stage (policy frozen): canonical baseline, then T0 x K candidates of N
         rollouts each; a candidate with a success (s > eta = 0) joins the pool."""
@@ -203,7 +217,7 @@ class Runner:
         a = self.args
         t0 = time.perf_counter()
         log: dict[str, Any] = {"seed": self.seed, "eval_episodes": a.eval_episodes}
-        evals = [{"after_updates": 0, "env_episodes": 0, **self.evaluate()}]
+        evals = [{"after_updates": 0, "env_episodes": 0, **self.start_evaluation()}]
         print(f"[{self.arm_name} s{self.seed}] eval start {evals[0]['rate']:.2f}", flush=True)
         pool: list[str] = []
         alpha = AlphaSchedule()
@@ -224,7 +238,7 @@ class Runner:
             stats = self.trainer.update([(e, reward_from_label(e.success)) for e in batch])
             self.actor.set_policy(self.trainer.policy_snapshot())
             row = {
-                "alpha": alpha.alpha,
+                "alpha": alpha.alpha if pool else 1.0,  # no pool: every rollout is canonical
                 "pool_prompt_share": float(np.mean([e.rollout_prompt != self.goal for e in batch])),
                 "rollout_success": float(np.mean([bool(e.success) for e in batch])),
                 "canonical_rollouts": len(canon),
@@ -237,7 +251,7 @@ class Runner:
             n_up = len(iterations)
             print(
                 f"[{self.arm_name} s{self.seed}] update {n_up}: rollout {row['rollout_success']:.2f} "
-                f"alpha {row['alpha']:.2f} pool share {row['pool_prompt_share']:.2f} "
+                f"alpha {row['alpha'] if pool else 1.0:.2f} pool share {row['pool_prompt_share']:.2f} "
                 f"approx_kl {row['approx_kl']:.4f}",
                 flush=True,
             )
@@ -332,6 +346,7 @@ def main() -> int:
     args = ap.parse_args()
     work = ROOT / args.work_dir
     work.mkdir(parents=True, exist_ok=True)
+    args.work_dir_path = str(work)
     if not args.merge:
         torch.set_num_threads(1)
         todo = [
