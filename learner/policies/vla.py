@@ -46,6 +46,9 @@ class VLAConfig:
     """a in sigma_i = a * sqrt(t_i / (1 - t_i)) (flow-SDE exploration noise)."""
     gaussian_init_log_std: float = -1.5
     """Initial log std (normalised action units) of the Gaussian head."""
+    gaussian_log_std_range: tuple[float, float] = (-3.0, -0.5)
+    """The Gaussian head's log std is clamped to this range when PPO learns it (bounded
+    exploration: above e^-0.5 = 0.61 demo stds the sampled policy stops resembling the SFT policy)."""
     hidden_dim: int = 256
     """Width of the trunk and heads."""
     value_detached: bool = True
@@ -204,8 +207,12 @@ class SmallVLAPolicy(Policy):
     def noise_parameters(self) -> list[nn.Parameter]:
         return [self.log_std] if self.config.head == "gaussian" else []
 
+    def _gaussian_log_std(self) -> torch.Tensor:
+        lo, hi = self.config.gaussian_log_std_range
+        return self.log_std.clamp(lo, hi)
+
     def _gaussian_std(self) -> torch.Tensor:
-        return self.log_std.exp().reshape(1, 1, self.chunk_len, self.action_dim)
+        return self._gaussian_log_std().exp().reshape(1, 1, self.chunk_len, self.action_dim)
 
     def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b = chain.shape[0]
@@ -215,7 +222,7 @@ class SmallVLAPolicy(Policy):
             return log_prob, torch.full((b,), ent, dtype=log_prob.dtype, device=log_prob.device)
         std = self._gaussian_std()
         log_prob = flow_sde.gaussian_log_prob(chain[:, 1:], means, std).sum(1)
-        entropy = (0.5 * (1.0 + math.log(2 * math.pi)) + self.log_std).sum().expand(b)
+        entropy = (0.5 * (1.0 + math.log(2 * math.pi)) + self._gaussian_log_std()).sum().expand(b)
         return log_prob, entropy
 
     def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
@@ -254,6 +261,8 @@ class SmallVLAPolicy(Policy):
     def from_checkpoint_state(cls, state: dict[str, Any]) -> SmallVLAPolicy:
         cfg = dict(state["config"])
         cfg["cameras"] = tuple(cfg["cameras"])
+        if "gaussian_log_std_range" in cfg:
+            cfg["gaussian_log_std_range"] = tuple(cfg["gaussian_log_std_range"])
         config = VLAConfig(**cfg)
         cache = PromptEmbeddingCache(
             config.text_encoder, {k: v.numpy() for k, v in state.get("prompt_embeddings", {}).items()}

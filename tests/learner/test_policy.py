@@ -101,3 +101,14 @@ def test_policy_deepcopy_shares_the_encoder_and_keeps_embeddings():
     assert snap.prompt_cache._encoder is policy.prompt_cache._encoder
     snap.prompt_embeddings(["c"])
     assert len(policy.prompt_cache) == 1 and len(snap.prompt_cache) == 2
+
+
+def test_gaussian_noise_is_bounded():
+    policy = make_test_policy("gaussian")
+    lo, hi = policy.config.gaussian_log_std_range
+    with torch.no_grad():
+        policy.log_std.fill_(hi + 2.0)
+    assert torch.allclose(policy._gaussian_std(), torch.tensor(hi).exp())
+    with torch.no_grad():
+        policy.log_std.fill_(lo - 2.0)
+    assert torch.allclose(policy._gaussian_std(), torch.tensor(lo).exp())
