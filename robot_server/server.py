@@ -4,8 +4,8 @@ Threads:
 - control loop (``ChunkExecutor``): the only thread that calls the Robot;
 - one capture thread per camera (realtime pacing): reads at ``camera_fps``; the thread whose
   frame completes a set (every camera has a fresh frame) publishes the observation at once, so a
-  frame waits for no timer. With fast pacing the control loop reads the cameras and publishes once
-  per tick instead;
+  frame waits for no timer. With fast pacing the control loop reads the cameras and publishes at
+  the end of each chunk (and each idle tick) instead;
 - the command thread: owns the ROUTER socket, answers every request with one ``Reply``; a Reset
   runs on a worker thread and its reply is sent when it finishes, so the socket keeps serving
   (e-stop during a reset works).
@@ -211,7 +211,14 @@ class RobotServer:
                         self._publish_locked()
 
     def _publish_from_tick(self, _state: object) -> None:
-        """Fast pacing: one observation per control tick, frames read right after the step."""
+        """Fast pacing: one observation per control tick. Camera frames are read right after the
+        step only on ticks with no chunk executing (what the actor acts on: it waits for the first
+        observation after its chunk); ticks inside a chunk publish the state alone, since rendering
+        every tick was most of a fast episode's CPU."""
+        if self.executor.snapshot().executing_chunk_seq != -1:
+            with self._pub_lock:
+                self._publish_locked(with_frames=False)
+            return
         for slot in self._slots:
             try:
                 frame = slot.camera.read(timeout_s=0.5)
@@ -229,7 +236,7 @@ class RobotServer:
             with self._pub_lock:
                 self._publish_locked()
 
-    def _publish_locked(self) -> None:
+    def _publish_locked(self, with_frames: bool = True) -> None:
         # caller holds _pub_lock
         if self._pub is None:
             return
@@ -243,10 +250,13 @@ class RobotServer:
         frames = [
             s.latest
             for s in self._slots
-            if s.latest is not None and (s.fresh or now_s - s.latest.capture_time_s < _CAMERA_MAX_AGE_S)
+            if with_frames
+            and s.latest is not None
+            and (s.fresh or now_s - s.latest.capture_time_s < _CAMERA_MAX_AGE_S)
         ]
-        for s in self._slots:
-            s.fresh = False
+        if with_frames:
+            for s in self._slots:
+                s.fresh = False
         obs = Observation(
             seq=self._obs_seq,
             publish_time_s=now_s,

@@ -106,3 +106,54 @@ def test_a_camera_that_stopped_delivering_is_left_out(threads: Literal["shared",
         sub.close()
         server.close()
     assert [f.name for f in obs.cameras] == ["external"], "a frame over a second old was published"
+
+
+def test_fast_pacing_renders_only_between_chunks() -> None:
+    """Fast pacing publishes every tick, but reads the cameras only on ticks with no chunk
+    executing: that observation is the one the actor acts on; mid-chunk ticks carry the state."""
+    import numpy as np
+
+    from pde_contract.client import RobotClient
+    from pde_contract.messages import ActionChunk, ActionSpace
+
+    settings = RobotServerSettings.model_validate(
+        {"cmd_port": free_port(), "obs_port": free_port(), "pacing": "fast", "control_rate_hz": 10.0}
+    )
+    external = FakeCamera("external")
+    server = RobotServer(FakeRobot(), [external, FakeCamera("wrist")], settings)
+    sub = subscribe(settings)
+    seen: list[Observation] = []
+    reads_before = reads_after = 0
+    try:
+        server.start()
+        with RobotClient(settings.cmd_endpoint, timeout_s=5.0) as client:
+            client.connect()
+            deadline = time.monotonic() + 15.0
+            while not next_observation(sub, deadline).cameras:
+                pass
+            actions = np.zeros((10, 7))
+            actions[:, 0], actions[:, 6] = 0.002, 0.08
+            chunk = ActionChunk(
+                seq=1,
+                episode_id="e1",
+                action_space=ActionSpace.EE_DELTA,
+                actions=actions,
+                control_rate_hz=10.0,
+            )
+            reads_before = external._index
+            client.submit_chunk(chunk)
+            while True:
+                obs = next_observation(sub, deadline)
+                seen.append(obs)
+                if obs.last_chunk_seq == 1 and obs.executing_chunk_seq == -1:
+                    reads_after = external._index
+                    break
+    finally:
+        sub.close()
+        server.close()
+    # 10 ticks ran; the camera was read at most on the idle ticks around the chunk (the PUB socket
+    # may drop some of the mid-chunk observations: its high-water mark is small on purpose)
+    assert reads_after - reads_before <= 3, f"{reads_after - reads_before} camera reads for a 10-row chunk"
+    inside = [o for o in seen if o.executing_chunk_seq == 1]
+    assert inside and all(not o.cameras for o in inside), "mid-chunk observations should not render"
+    assert [f.name for f in seen[-1].cameras] == ["external", "wrist"]
