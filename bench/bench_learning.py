@@ -283,6 +283,16 @@ def run_seed(
         curve, diags = [], []
         rng = np.random.default_rng(seed)
         n_eps = 0
+        n_eval = len(eval_seeds)
+        evaluations = [
+            {
+                "after_updates": 0,
+                "training_episodes": 0,
+                **with_interval(round(out["eval_success_before"] * n_eval), n_eval),
+            }
+        ]
+        out["evaluations"] = evaluations
+        progress = ROOT / Path(args.out).with_suffix(f".seed{seed}.progress.json")
         for it in range(args.iterations):
             seeds = training_seeds(rng, it, args)
             eps = rollouts(actor, args.task, prompt, seeds, args.max_chunks, f"s{seed}-it{it}")
@@ -316,9 +326,29 @@ def run_seed(
                 f"({stats['update_s']:.1f} s update)",
                 flush=True,
             )
+            if args.eval_every and (it + 1) % args.eval_every == 0 and it + 1 < args.iterations:
+                rate, _ = evaluate(f"eval-it{it}")
+                evaluations.append(
+                    {
+                        "after_updates": it + 1,
+                        "training_episodes": n_eps,
+                        **with_interval(round(rate * n_eval), n_eval),
+                    }
+                )
+                print(f"seed {seed}: eval after {it + 1} updates {rate:.2f}", flush=True)
+                # what a run cut short still leaves behind
+                progress.write_text(
+                    json.dumps({**out, "rollout_success_per_iteration": curve, "ppo": diags}, indent=1)
+                )
         out["eval_success_after"], out["eval_mean_chunk_success_after"] = evaluate("eval-post")
-        n_eval = len(eval_seeds)
         out["eval_episodes"] = n_eval
+        evaluations.append(
+            {
+                "after_updates": args.iterations,
+                "training_episodes": n_eps,
+                **with_interval(round(out["eval_success_after"] * n_eval), n_eval),
+            }
+        )
         for when in ("before", "after"):
             k = round(out[f"eval_success_{when}"] * n_eval)
             out[f"eval_success_{when}_interval"] = with_interval(k, n_eval)
@@ -438,6 +468,9 @@ def main() -> int:
     ap.add_argument("--ratio-unit", choices=["chunk", "row", "dim"], default="dim")
     ap.add_argument("--group-size", type=int, default=8, help="rollouts per training scene (group advantage)")
     ap.add_argument("--epochs", type=int, default=4, help="PPO epochs per update")
+    ap.add_argument(
+        "--eval-every", type=int, default=0, help="also evaluate every this many updates (0: off)"
+    )
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--episodes-per-iteration", type=int, default=32)
