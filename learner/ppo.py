@@ -58,9 +58,11 @@ class PPOConfig:
     """Passes over each batch."""
     minibatch_size: int = 64
     """Chunks per gradient step."""
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-5
     """Adam step size of the policy (the paper used 5e-6 for π0.5, with chunk-level ratios and
-    batches of 2048). Measured on the small CPU policy: bench/results/learning.json."""
+    batches of 2048). On the small CPU policy with per-dim ratios (single-seed pilots, one or two
+    updates each): 1e-4 and 3e-4 hit target_kl within the first minibatches (approx_kl 0.04 / 0.22
+    per dim); 1e-5 and 3e-5 ran longer at 0.01-0.02. bench/results/learning.json uses 3e-5."""
     value_learning_rate: float | None = 1e-3
     """Adam step size of the value head (Policy.value_parameters); None: learning_rate. The value
     head is untrained after SFT and must catch up faster than the policy moves."""

@@ -61,12 +61,12 @@ class LoopSettings(BaseSettings):
     ratio_variant: Literal["mixed", "canonical", "rollout", "plain"] = "mixed"
     """PPO likelihood ratio: 'mixed' (PDE: both prompts), 'canonical', 'rollout', or 'plain'
     (single-prompt PPO; only valid when every rollout uses the canonical prompt)."""
-    learning_rate: float = Field(2e-6, gt=0)
+    learning_rate: float = Field(3e-5, gt=0)
     """Adam step size of the policy (see learner.ppo.PPOConfig for the measurements behind it)."""
     value_learning_rate: float = Field(1e-3, gt=0)
     """Adam step size of the value head."""
-    noise_learning_rate: float = Field(3e-3, gt=0)
-    """Adam step size of the Gaussian head's exploration noise (unused by the flow head)."""
+    noise_learning_rate: float = Field(0.0, ge=0)
+    """Adam step size of the Gaussian head's exploration noise (0: fixed; unused by the flow head)."""
     device: str = Field("auto", validation_alias=AliasChoices("PDE_LEARNER_DEVICE", "PDE_LOOP_DEVICE"))
     """Where the actor's and the trainer's policies run: auto (CUDA if torch sees a GPU, else CPU),
     cpu, cuda or cuda:N. Checkpoints load onto it; episodes and checkpoints on disk stay CPU data."""
