@@ -13,9 +13,11 @@ proposes for the target, i.e. what the PDE benchmark's ``pde_paraphrase`` arm sa
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = json.loads(out_path.read_text()) if out_path.is_file() else {}
     setup = {
         "checkpoint": args.checkpoint,
+        "checkpoint_sha256": hashlib.sha256(Path(args.checkpoint).read_bytes()).hexdigest(),
         "episodes": args.episodes,
         "seed": args.seed,
         "max_chunks": args.max_chunks,
@@ -192,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             "wordings": table,
             "prompts": per_prompt,
             "proposer_wordings_at_least_15pct": good,
-            "commands": [*args.recipe_command, " ".join(["python", *sys.argv])],
+            "commands": [*args.recipe_command, shlex.join(["python", *sys.argv])],
         }
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(out, indent=1) + "\n")
