@@ -17,6 +17,7 @@ from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
 from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
+from learner.mixture import AlphaSchedule
 from pde_contract.episodes import EpisodeFile
 from pde_storage import EpisodeRow, Store, intents
 
@@ -356,9 +357,7 @@ class EpisodeLoop:
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
 
-    def _schedule(self, ema_success: float) -> Any:
-        from learner.mixture import AlphaSchedule
-
+    def _schedule(self, ema_success: float) -> AlphaSchedule:
         return AlphaSchedule(
             beta=self.settings.beta,
             consolidation_target=self.settings.consolidation_target,

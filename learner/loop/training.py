@@ -3,7 +3,8 @@ new weights are swapped into the actor between episodes.
 
 So a batch can hold episodes of older policy versions (off-policy by a version or more: the ones
 collected while the previous update ran). ``staleness_stats`` says by how much, per update; the
-stats go with the update's PPO stats (metrics ``ppo/stale_*``, the page's curves)."""
+stats go with the update's PPO stats into the checkpoint's metrics and the store's metrics
+(``ppo/stale_lag_max`` etc., served at /api/metrics/ppo/stale_lag_max)."""
 
 from __future__ import annotations
 
