@@ -51,6 +51,7 @@ def add_device_arg(ap: argparse.ArgumentParser, default: str) -> None:
 
 
 def _sft(argv: list[str], settings: LearnerSettings) -> int:
+    from learner.paraphrases import WordingTable
     from learner.policies.vla import VLAConfig
     from learner.sft import SFTConfig, run_sft
 
@@ -68,12 +69,23 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--image-size", type=int, default=VLAConfig.image_size_px)
     ap.add_argument("--chunk-len", type=int, default=VLAConfig.chunk_len)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--wordings",
+        default="",
+        help="JSON table of training wordings per task (learner/paraphrases.py; e.g. "
+        "learner/recipes/language_premise.json); default: canonical p=.5, else a paraphrase",
+    )
     ap.add_argument("--force", action="store_true", help="retrain even if a matching checkpoint is cached")
     add_device_arg(ap, settings.device)
     args = ap.parse_args(argv)
     try:
         device = resolve_device(args.device)
     except DeviceUnavailableError as e:
+        print(f"pde learner sft: {e}", file=sys.stderr)
+        return 2
+    try:
+        wordings = WordingTable.load(args.wordings) if args.wordings else None
+    except ValueError as e:
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
     vla = VLAConfig(head=args.head, image_size_px=args.image_size, chunk_len=args.chunk_len)
@@ -92,7 +104,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
 
     try:
         path, metrics, cached = run_sft(
-            args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step, device
+            args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step, device, wordings
         )
     except (FileNotFoundError, ValueError) as e:
         print(f"pde learner sft: {e}", file=sys.stderr)

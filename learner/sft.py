@@ -2,7 +2,8 @@
 
 demo files (<= episodes_per_task per task) --> (observation at each chunk start, next T action rows)
 --> normalisation statistics from the demos --> flow-matching (or Gaussian-mean) regression,
-each sample labelled with its canonical prompt or a paraphrase (learner/paraphrases.py)
+each sample labelled with its canonical prompt or a paraphrase (learner/paraphrases.py), or as a
+per-task wording table says (``--wordings FILE.json``; e.g. learner/recipes/language_premise.json)
 --> cached checkpoint (re-used when demos and settings are unchanged)
 """
 
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from learner.checkpoints import CheckpointStore
-from learner.paraphrases import training_prompt
+from learner.paraphrases import WordingTable, training_prompt
 from learner.policies.base import ObsBatch
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from pde_contract.episodes import EpisodeFile, read_episode
@@ -153,9 +154,10 @@ def train_sft(
     cfg: SFTConfig,
     on_step: Callable[[int, float], None] | None = None,
     device: torch.device | str | None = None,
+    wordings: WordingTable | None = None,
 ) -> dict[str, float]:
     """Batches are drawn and augmented on the CPU; the network runs on ``device`` (default: where
-    the policy is)."""
+    the policy is). ``wordings``: per-task labels (default: canonical or a paraphrase)."""
     if device is not None:
         policy.to(device)
     torch.manual_seed(cfg.seed)
@@ -172,7 +174,9 @@ def train_sft(
         idx = torch.randint(0, len(data), (min(cfg.batch_size, len(data)),), generator=gen)
         obs = data.obs.index(idx)
         obs = ObsBatch(images=shift_images(obs.images, cfg.image_shift_px, gen), state=obs.state)
-        prompts = [training_prompt(data.canonical_prompts[i], rng) for i in idx.tolist()]
+        prompts = [
+            training_prompt(data.canonical_prompts[i], rng, data.tasks[i], wordings) for i in idx.tolist()
+        ]
         loss = sft_loss(policy, obs, prompts, actions[idx])
         opt.zero_grad()
         loss.backward()
@@ -192,12 +196,16 @@ def train_sft(
     }
 
 
-def cache_key(files: list[Path], vla: VLAConfig, cfg: SFTConfig) -> str:
+def cache_key(files: list[Path], vla: VLAConfig, cfg: SFTConfig, wordings: WordingTable | None = None) -> str:
+    """Demo files, network and training settings, and the wording table (when one is given: keys
+    made without a table stay what they were)."""
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
         h.update(f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     h.update(json.dumps([asdict(vla), asdict(cfg)], sort_keys=True, default=str).encode())
+    if wordings is not None:
+        h.update(json.dumps({"wordings": wordings.as_dict()}, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -210,11 +218,20 @@ def run_sft(
     force: bool = False,
     on_step: Callable[[int, float], None] | None = None,
     device: torch.device | str = "cpu",
+    wordings: WordingTable | None = None,
 ) -> tuple[Path, dict[str, float], bool]:
     """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
     Returns (path, metrics, cached)."""
     files = select_demo_files(demo_dir, cfg.episodes_per_task, tasks)
-    key = cache_key(files, vla, cfg)
+    if wordings is not None:
+        found = {read_episode(f).task for f in files}
+        missing = sorted(set(wordings.tasks) - found)
+        if missing:
+            raise ValueError(
+                f"the wording table names tasks with no demos under {demo_dir}: {missing} "
+                f"(demos hold {sorted(found)})"
+            )
+    key = cache_key(files, vla, cfg, wordings)
     store = CheckpointStore(checkpoint_dir)
     path = store.path_for(0)
     if path.is_file() and not force:
@@ -225,12 +242,13 @@ def run_sft(
         except Exception as e:  # unreadable cache: train again
             log.warning("SFT cache %s unreadable (%s); retraining", path, e)
     torch.manual_seed(cfg.seed)
-    vla = replace(
-        vla, extra={"sft_demo_files": len(files), "sft_wording": "canonical p=.5, else 1 of 4 paraphrases"}
-    )
+    wording: object = "canonical p=.5, else 1 of 4 paraphrases"
+    if wordings is not None:
+        wording = {"default": wording, "tasks": wordings.as_dict()}
+    vla = replace(vla, extra={"sft_demo_files": len(files), "sft_wording": wording})
     policy = SmallVLAPolicy(vla)
     data = build_dataset(policy, files)
-    metrics = train_sft(policy, data, cfg, on_step, device)
+    metrics = train_sft(policy, data, cfg, on_step, device, wordings)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))
     metrics["sft_episodes"] = float(len(files))
     store.save(policy, 0, metrics)

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
 from learner.loop.tasks import canonical_prompt
-from learner.loop.training import BackgroundTrainer
+from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
+from learner.mixture import AlphaSchedule
 from pde_contract.episodes import EpisodeFile
 from pde_storage import EpisodeRow, Store, intents
 
@@ -338,57 +339,84 @@ class EpisodeLoop:
         batch = [(self.store.load_episode_file(e.id), 1.0 if e.success else 0.0) for e in chosen]
         self.trained_through = chosen[-1].id
         self._update_alpha(chosen)
-        self.trainer.start(batch, [e.id for e in chosen], self.policy_version + 1)
+        # PPO starts from the weights in use (self.policy_version); episodes collected while the
+        # previous update ran are older.
+        versions = [
+            episode_policy_version(f, row.policy_version) for (f, _), row in zip(batch, chosen, strict=True)
+        ]
+        stale = staleness_stats(versions, self.policy_version)
+        log.info(
+            "PPO update to version %d: batch lag max %d, mean %.2f versions",
+            self.policy_version + 1,
+            int(stale["stale_lag_max"]),
+            stale["stale_lag_mean"],
+        )
+        self.trainer.start(batch, [e.id for e in chosen], self.policy_version + 1, stale)
         self._publish(
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
 
-    def _init_rl_alpha(self) -> None:
-        """When a task has just entered RL (the supervisor sets the stage), start the EMA at the
-        canonical prompt's success over its labelled rollouts so far, so the first batch already
-        mixes in pool prompts when the canonical prompt rarely succeeds."""
-        from learner.mixture import AlphaSchedule
+    def _schedule(self, ema_success: float) -> AlphaSchedule:
+        return AlphaSchedule(
+            beta=self.settings.beta,
+            consolidation_target=self.settings.consolidation_target,
+            alpha_min=self.settings.alpha_min,
+            ema_success=ema_success,
+            window=self.settings.alpha_window,
+        )
 
+    def _init_rl_alpha(self) -> None:
+        """When a task has just entered RL (the supervisor sets the stage), start the EMA:
+        s_bar_0 = ``settings.ema_start`` if set, else the canonical prompt's success over its
+        labelled (bootstrap) rollouts so far, so the first batch already mixes in pool prompts when
+        the canonical prompt rarely succeeds. The start is logged and recorded as a metric."""
         for task in self.settings.tasks:
             state = self.store.task_state(task)
             if state.stage != "rl" or state.ema_success is not None:
                 continue
             canon = self.store.prompts(task, "canonical")[0]
-            schedule = AlphaSchedule(
-                beta=self.settings.beta,
-                consolidation_target=self.settings.consolidation_target,
-                alpha_min=self.settings.alpha_min,
-                ema_success=canon.success_rate or 0.0,
-            )
+            if self.settings.ema_start is not None:
+                start, why = self.settings.ema_start, "ema_start setting"
+            else:
+                start = canon.success_rate or 0.0
+                why = f"canonical success over its {canon.n_episodes} bootstrap rollouts"
+            schedule = self._schedule(start)
             self.store.set_task_state(task, ema_success=schedule.ema_success, alpha=schedule.alpha)
+            self.store.add_metric(f"{task}/ema_start", start, self.store.count_episodes(status="labelled"))
             log.info(
-                "task %s enters RL: canonical success %.2f -> alpha %.2f",
+                "task %s enters RL: EMA starts at %.2f (%s) -> alpha %.2f",
                 task,
                 schedule.ema_success,
+                why,
                 schedule.alpha,
             )
 
     def _update_alpha(self, batch: list[EpisodeRow]) -> None:
-        """Adaptive alpha per task, once per PPO iteration, from s_t(p_g) in this batch."""
-        from learner.mixture import AlphaSchedule
-
+        """Adaptive alpha per task, once per PPO iteration, from the canonical prompt's success
+        over its last ``alpha_window`` labelled episodes (learner/mixture.py says why a window and
+        not the batch's canonical episodes). Tasks whose canonical prompt has no labelled episode
+        yet keep their alpha."""
+        step = self.store.count_episodes(status="labelled")
         for task in sorted({e.task for e in batch}):
-            canon = [e for e in batch if e.task == task and e.rollout_prompt == e.canonical_prompt]
             state = self.store.task_state(task)
-            if not canon:
-                self.store.set_task_state(task, iteration=state.iteration + 1)
-                continue
-            schedule = AlphaSchedule(
-                beta=self.settings.beta,
-                consolidation_target=self.settings.consolidation_target,
-                alpha_min=self.settings.alpha_min,
-                ema_success=state.ema_success or 0.0,
+            canon = self.store.prompts(task, "canonical")[0]
+            recent = self.store.episodes(
+                task=task,
+                status="labelled",
+                prompt_id=canon.id,
+                newest_first=True,
+                limit=self.settings.alpha_window,
             )
-            alpha = schedule.update(sum(bool(e.success) for e in canon) / len(canon))
+            outcomes = [bool(e.success) for e in reversed(recent)]
+            schedule = self._schedule(state.ema_success or 0.0)
+            alpha = schedule.update_from_window(outcomes)
             self.store.set_task_state(
                 task, alpha=alpha, ema_success=schedule.ema_success, iteration=state.iteration + 1
             )
+            self.store.add_metric(f"{task}/alpha_window_episodes", float(len(outcomes)), step)
+            if outcomes:
+                self.store.add_metric(f"{task}/alpha_window_success", sum(outcomes) / len(outcomes), step)
 
     def _swap_weights(self) -> None:
         """Between episodes only (callers never run this while an episode executes)."""

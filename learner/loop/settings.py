@@ -45,6 +45,12 @@ class LoopSettings(BaseSettings):
     consolidation_target: float = 0.5
     """c in alpha = clip(s_bar / c, alpha_min, 1)."""
     alpha_min: float = 0.05
+    """Floor on alpha: the canonical prompt keeps this share of RL rollouts."""
+    alpha_window: int = 16
+    """s_t(p_g): the canonical prompt's success over its last this many labelled episodes."""
+    ema_start: float | None = Field(None, ge=0.0, le=1.0)
+    """s_bar_0 when a task enters RL; None: the canonical prompt's success over its bootstrap
+    rollouts (its N = rollouts_per_prompt episodes)."""
     poll_period_s: float = 0.01
     """How often the loop looks for the operator's start intent and label."""
     heartbeat_period_s: float = 1.0
@@ -86,7 +92,7 @@ class LoopSettings(BaseSettings):
             )
         return v
 
-    @field_validator("rollouts_per_prompt", "batch_size", "max_chunks")
+    @field_validator("rollouts_per_prompt", "batch_size", "max_chunks", "alpha_window")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:

@@ -1,5 +1,10 @@
 """PPO in a background thread: the robot keeps collecting episodes while an update runs, and the
-new weights are swapped into the actor between episodes."""
+new weights are swapped into the actor between episodes.
+
+So a batch can hold episodes of older policy versions (off-policy by a version or more: the ones
+collected while the previous update ran). ``staleness_stats`` says by how much, per update; the
+stats go with the update's PPO stats into the checkpoint's metrics and the store's metrics
+(``ppo/stale_lag_max`` etc., served at /api/metrics/ppo/stale_lag_max)."""
 
 from __future__ import annotations
 
@@ -34,6 +39,29 @@ class UpdateResult:
     duration_s: float = 0.0
 
 
+def episode_policy_version(episode: EpisodeFile, fallback: int) -> int:
+    """The policy version an episode was collected with, from its ``source`` ("policy:<version>");
+    ``fallback`` (e.g. the stored row's version) when the source does not say."""
+    kind, _, version = episode.source.partition(":")
+    if kind == "policy" and version.strip().isdigit():
+        return int(version)
+    return fallback
+
+
+def staleness_stats(versions: Sequence[int], trained_version: int) -> dict[str, float]:
+    """How stale a batch is: lag = trained_version (the weights the update starts from) minus the
+    version each episode was collected with, in versions. 0 everywhere = on-policy."""
+    if not versions:
+        return {}
+    lags = [max(0, trained_version - v) for v in versions]
+    return {
+        "stale_lag_max": float(max(lags)),
+        "stale_lag_mean": sum(lags) / len(lags),
+        "stale_share": sum(lag > 0 for lag in lags) / len(lags),
+        "stale_oldest_version": float(min(versions)),
+    }
+
+
 # (policy, version, metrics) -> checkpoint path; called in the training thread.
 SaveCheckpoint = Callable[[Any, int, dict[str, float]], str]
 
@@ -50,14 +78,22 @@ class BackgroundTrainer:
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, batch: Batch, episode_ids: list[int], new_version: int) -> None:
+    def start(
+        self,
+        batch: Batch,
+        episode_ids: list[int],
+        new_version: int,
+        batch_stats: dict[str, float] | None = None,
+    ) -> None:
+        """Train ``new_version`` on ``batch``; ``batch_stats`` (e.g. staleness) join the
+        trainer's stats in the result and the checkpoint's metrics."""
         if self.busy:
             raise RuntimeError("a PPO update is already running; wait for poll() to return its result")
 
         def run() -> None:
             t0 = time.perf_counter()
             try:
-                stats = self.trainer.update(batch)
+                stats = {**self.trainer.update(batch), **(batch_stats or {})}
                 policy = self.trainer.policy_snapshot()
                 if hasattr(policy, "version"):
                     policy.version = new_version  # recorded in each episode file's source

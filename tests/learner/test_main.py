@@ -60,3 +60,17 @@ def test_sft_command_trains_then_reuses_the_cache(tmp_path):
 def test_sft_command_without_demos(tmp_path, capsys):
     assert main(["sft", "--demos", str(tmp_path / "none"), "--checkpoints", str(tmp_path / "c")]) == 2
     assert "pde sim record" in capsys.readouterr().err
+
+
+def test_sft_command_refuses_a_bad_wording_table(tmp_path, capsys):
+    write_episode(
+        tmp_path / "demos" / "d.msgpack", _demo("put_bowl_on_top_rack", "put the bowl on the top rack", 0)
+    )
+    table = tmp_path / "w.json"
+    table.write_text(json.dumps({"tasks": {"put_bowl_on_top_rack": {"canonical_prob": 2}}}))
+    args = ["sft", "--demos", str(tmp_path / "demos"), "--checkpoints", str(tmp_path / "c")]
+    assert main([*args, "--wordings", str(table)]) == 2
+    assert "canonical_prob" in capsys.readouterr().err
+    table.write_text(json.dumps({"tasks": {"put_tape_on_top_rack": {"canonical_prob": 0}}}))
+    assert main([*args, "--wordings", str(table)]) == 2
+    assert "put_tape_on_top_rack" in capsys.readouterr().err

@@ -40,3 +40,40 @@ def test_sample_prompt_edge_cases():
     assert {sample_prompt("canon", ["x"], 0.0, rng) for _ in range(50)} == {"x"}
     with pytest.raises(ValueError, match="alpha"):
         sample_prompt("canon", ["x"], 1.2, rng)
+
+
+def test_window_success_uses_only_the_last_episodes():
+    from learner.mixture import window_success
+
+    assert window_success([], 16) is None
+    assert window_success([True], 16) == 1.0
+    assert window_success([True] * 10 + [False] * 6, 4) == 0.0  # the last 4 only
+    assert window_success([False, True, True, False], 10) == 0.5
+
+
+def test_alpha_window_one_new_episode_moves_alpha_by_at_most_beta_over_window():
+    # alpha_min .05 and batch 8: most batches hold no canonical episode, a few exactly one.
+    history = [False] * 16  # 16 canonical failures so far: s_bar 0, alpha at the floor
+    sched = AlphaSchedule(window=16)
+    assert sched.update_from_window(history) == pytest.approx(0.05)
+    history.append(True)  # one lucky canonical episode
+    sched.update_from_window(history)
+    assert sched.ema_success == pytest.approx(0.3 * (1 / 16))  # not 0.3 * 1.0, as per batch
+    # a batch with no canonical episode still updates alpha from the window (it does not freeze)
+    before = sched.ema_success
+    sched.update_from_window(history)
+    assert sched.ema_success > before
+    # with no canonical evidence at all, alpha and the EMA stay where they started
+    start = AlphaSchedule(ema_success=0.4, window=16)
+    assert start.update_from_window([]) == pytest.approx(0.8) and start.ema_success == 0.4
+
+
+def test_alpha_window_follows_a_sustained_change():
+    sched = AlphaSchedule(window=8)
+    history = [False] * 8
+    for _ in range(20):  # the canonical prompt starts to work
+        history += [True, True]
+        sched.update_from_window(history)
+    assert sched.ema_success == pytest.approx(1.0, abs=0.01) and sched.alpha == 1.0
+    with pytest.raises(ValueError, match="window"):
+        AlphaSchedule(window=0)

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -87,3 +89,112 @@ def test_sft_learns_task_dependent_actions_and_caches(demo_dir, tmp_path, head):
         obs, ["put the bowl on the top rack", "put the tape on the top rack"], deterministic=True
     )
     assert s.actions[0, :, 0].mean() > 0.003 and s.actions[1, :, 0].mean() < -0.003
+
+
+TARGET = "put_green_container_in_front_of_camera"
+TARGET_PROMPT = "put the green container in front of the camera"
+
+
+def _premise_table():
+    from learner.paraphrases import WordingTable
+
+    return WordingTable.from_dict(
+        {
+            "about": "test",
+            "tasks": {
+                TARGET: {"canonical_prob": 0.0, "wordings": ["hold the green box up near the lens"]},
+                "put_green_container_in_bowl": {"extra": {TARGET_PROMPT: 0.3}},
+            },
+        }
+    )
+
+
+def test_wording_table_labels_per_task():
+    import random
+
+    from learner.paraphrases import training_prompt
+
+    table, rng = _premise_table(), random.Random(0)
+    target = {training_prompt(TARGET_PROMPT, rng, TARGET, table) for _ in range(200)}
+    assert target == {"hold the green box up near the lens"}  # never its canonical prompt
+    bowl_canonical = "put the green container in the bowl"
+    labels = [training_prompt(bowl_canonical, rng, "put_green_container_in_bowl", table) for _ in range(4000)]
+    assert labels.count(TARGET_PROMPT) / 4000 == pytest.approx(0.3, abs=0.03)  # the decoy
+    assert labels.count(bowl_canonical) / 4000 == pytest.approx(0.7 * 0.5, abs=0.03)
+    assert set(labels) - {TARGET_PROMPT, bowl_canonical} <= set(PARAPHRASES[bowl_canonical])
+    # a task the table does not name keeps the default, drawing exactly as without a table
+    a, b = random.Random(5), random.Random(5)
+    bowl_cam = "put the bowl in front of the camera"
+    assert [training_prompt(bowl_cam, a, "put_bowl_in_front_of_camera", table) for _ in range(50)] == [
+        training_prompt(bowl_cam, b) for _ in range(50)
+    ]
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"tasks": {"t": {"canonical_prob": 1.5}}}, "canonical_prob"),
+        ({"tasks": {"t": {"extra": {"a": 0.7, "b": 0.6}}}}, "sum to <= 1"),
+        ({"tasks": {"t": {"wording": ["a"]}}}, "unknown keys"),
+        ({"tasks": {"t": {"wordings": [" "]}}}, "empty"),
+        ({"task": {}}, "got keys"),
+    ],
+)
+def test_wording_table_refuses_bad_files(tmp_path, raw, match):
+    from learner.paraphrases import WordingTable
+
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match=match):
+        WordingTable.load(path)
+    with pytest.raises(ValueError, match=r"absent\.json"):
+        WordingTable.load(tmp_path / "absent.json")
+
+
+def test_the_checked_in_premise_recipe_loads():
+    from pathlib import Path
+
+    from learner.paraphrases import WordingTable
+
+    recipe = Path(__file__).resolve().parents[2] / "learner" / "recipes" / "language_premise.json"
+    table = WordingTable.load(recipe)
+    target = table.for_task(TARGET)
+    assert target.canonical_prob == 0.0 and target.wordings and TARGET_PROMPT not in target.wordings
+
+
+def test_sft_cache_key_includes_the_wording_table(demo_dir, tmp_path):
+    from learner.paraphrases import WordingTable
+    from learner.sft import cache_key
+
+    files = select_demo_files(demo_dir, 4)
+    vla, cfg = VLAConfig(text_encoder="fake-hashing"), SFTConfig()
+    table = WordingTable.from_dict({"tasks": {"put_bowl_on_top_rack": {"canonical_prob": 0.0}}})
+    other = WordingTable.from_dict({"tasks": {"put_bowl_on_top_rack": {"canonical_prob": 0.1}}})
+    keys = {cache_key(files, vla, cfg), cache_key(files, vla, cfg, table), cache_key(files, vla, cfg, other)}
+    assert len(keys) == 3
+    # the free-text "about" does not change the labels, so it does not change the key
+    about = WordingTable.from_dict({"about": "x", "tasks": {"put_bowl_on_top_rack": {"canonical_prob": 0.0}}})
+    assert cache_key(files, vla, cfg, about) == cache_key(files, vla, cfg, table)
+
+
+def test_sft_with_a_wording_table_retrains_and_refuses_unknown_tasks(demo_dir, tmp_path):
+    from learner.paraphrases import WordingTable
+
+    vla = VLAConfig(
+        image_size_px=16, hidden_dim=32, chunk_len=4, text_encoder="fake-hashing", head="gaussian"
+    )
+    cfg = SFTConfig(episodes_per_task=4, steps=3, batch_size=8)
+    run_sft(demo_dir, tmp_path / "ckpt", vla, cfg)
+    table = WordingTable.from_dict(
+        {"tasks": {"put_bowl_on_top_rack": {"canonical_prob": 0.0, "wordings": ["lift the bowl up high"]}}}
+    )
+    path, _, cached = run_sft(demo_dir, tmp_path / "ckpt", vla, cfg, wordings=table)
+    assert not cached  # a new table is a new checkpoint
+    assert run_sft(demo_dir, tmp_path / "ckpt", vla, cfg, wordings=table)[2]
+    from learner.checkpoints import CheckpointStore
+
+    extra = CheckpointStore.load(path).policy.config.extra
+    assert extra["sft_wording"]["tasks"]["put_bowl_on_top_rack"]["wordings"] == ["lift the bowl up high"]
+    bad = WordingTable.from_dict({"tasks": {"no_such_task": {"canonical_prob": 0.0}}})
+    with pytest.raises(ValueError, match="no_such_task"):
+        run_sft(demo_dir, tmp_path / "ckpt", vla, cfg, wordings=bad)

@@ -228,3 +228,77 @@ def test_heartbeat_stays_fresh_during_a_long_episode(store: Store) -> None:
     store.add_intent(intents.ABORT_EPISODE)  # seen; no need to sit through the rest
     t.join(20)
     assert _phase(store) == "stopped"
+
+
+def test_ppo_stats_report_how_stale_each_batch_is(rl_store: Store) -> None:
+    store = rl_store
+    trainer = FakeTrainer(update_time_s=0.3)  # episodes go on (with the old weights) while it runs
+    saved: dict[int, dict[str, float]] = {}
+
+    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
+        saved[version] = metrics
+        return f"/ck/{version}"
+
+    actor = FakeActor(chunk_time_s=0.02)
+    settings = _settings(batch_size=4, max_episodes=16)
+    loop = EpisodeLoop(store, FakeRobot(), actor, settings, trainer=BackgroundTrainer(trainer, save))
+    loop.run()
+    loop.finish_training(5)
+    rows = {e.id: e for e in store.episodes()}
+    assert len(trainer.batches) >= 2
+    for version, batch in enumerate(trainer.batches, start=1):
+        # the update to `version` starts from the weights of version - 1
+        lags = [version - 1 - rows[int(ef.episode_id)].policy_version for ef, _ in batch]
+        stats = saved[version]
+        assert stats["stale_lag_max"] == max(lags)
+        assert stats["stale_lag_mean"] == pytest.approx(sum(lags) / len(lags))
+        assert stats["stale_share"] == pytest.approx(sum(lag > 0 for lag in lags) / len(lags))
+    assert saved[1]["stale_lag_max"] == 0  # the first batch is on-policy
+    # the second batch was collected while the first update ran: by version 0, trained from 1
+    assert saved[2]["stale_lag_max"] >= 1
+    assert [v for _, v, _ in store.metrics("ppo/stale_lag_max")][:2] == [0.0, saved[2]["stale_lag_max"]]
+
+
+def test_staleness_from_the_episode_source() -> None:
+    from msgspec.structs import replace
+
+    from learner.loop.training import episode_policy_version, staleness_stats
+    from pde_contract.episodes import EpisodeFile
+    from tests.storage.factories import make_episode_file
+
+    def ep(source: str) -> EpisodeFile:
+        return replace(make_episode_file(1, TASK, n_chunks=1), source=source)
+
+    assert episode_policy_version(ep("policy:7"), fallback=3) == 7
+    assert episode_policy_version(ep("policy:unknown"), fallback=3) == 3
+    assert episode_policy_version(ep("expert"), fallback=3) == 3
+    stats = staleness_stats([5, 5, 4, 2], trained_version=5)
+    assert stats == {
+        "stale_lag_max": 3.0,
+        "stale_lag_mean": pytest.approx(1.0),
+        "stale_share": 0.5,
+        "stale_oldest_version": 2.0,
+    }
+    assert staleness_stats([], 5) == {}
+
+
+def test_alpha_is_updated_from_the_canonical_window_when_a_batch_has_no_canonical_episode(
+    store: Store,
+) -> None:
+    actor = FakeActor(outcomes=lambda i: i == 0)  # canonical baseline: 1 success in 4
+    EpisodeLoop(store, FakeRobot(), actor, _settings(rollouts_per_prompt=4, max_episodes=4)).run()
+    pool = store.add_prompt(TASK, "drop the green box into the bowl")
+    store.set_prompt_status(pool.id, "pool")
+    store.set_task_state(TASK, stage="rl")
+    # an explicit start: s_bar_0 = 1 (alpha 1), not the bootstrap rate
+    loop = EpisodeLoop(store, FakeRobot(), actor, _settings(ema_start=1.0, alpha_window=16))
+    loop._init_rl_alpha()
+    assert store.task_state(TASK).ema_success == 1.0 and store.task_state(TASK).alpha == 1.0
+    assert [v for _, v, _ in store.metrics(f"{TASK}/ema_start")] == [1.0]
+    batch = [store.create_episode(TASK, pool.id, 0, "rl") for _ in range(4)]  # no canonical episode
+    loop._update_alpha(batch)
+    st = store.task_state(TASK)
+    # s_t = 1/4 over the canonical prompt's window (its 4 labelled episodes), folded in with beta .3
+    assert st.ema_success == pytest.approx(0.3 * 0.25 + 0.7 * 1.0) and st.iteration == 1
+    assert [v for _, v, _ in store.metrics(f"{TASK}/alpha_window_success")] == [0.25]
+    assert [v for _, v, _ in store.metrics(f"{TASK}/alpha_window_episodes")] == [4.0]

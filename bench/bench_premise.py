@@ -1,0 +1,224 @@
+"""The language premise, calibrated: the target task's sampled success per prompt (issue 11 item 3).
+
+For each prompt, ``pde learner eval`` rolls the SFT checkpoint out on fixed scenes (seeds
+``--seed`` ..) of a fast-paced sim robot server, acting under that prompt; the counts go to
+bench/results/premise.json with Wilson 95% intervals. Prompts already measured with the same
+checkpoint, episodes and seed are kept (the run resumes). Each prompt is tagged: canonical,
+training (in the wording table), proposer (what the offline paraphrase proposer of supervisor/
+proposes for the target, i.e. what the PDE benchmark's ``pde_paraphrase`` arm samples), other.
+
+    python bench/bench_premise.py --checkpoint CKPT --wordings learner/recipes/language_premise.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS = REPO_ROOT / "bench" / "results" / "premise.json"
+TARGET_TASK = "put_green_container_in_front_of_camera"
+TARGET_PROMPT = "put the green container in front of the camera"
+NONSENSE = "xyzzy banana"
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% at z = 1.96)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proposer_wordings(goal: str, seeds: range, per_seed: int) -> list[str]:
+    """The offline proposer's first ``per_seed`` proposals of each seed, in order, without repeats."""
+    from supervisor.proposers import RandomParaphraseProposer
+    from supervisor.vlm.base import CandidateRequest
+
+    out: list[str] = []
+    for seed in seeds:
+        request = CandidateRequest(
+            task=TARGET_TASK,
+            goal=goal,
+            canonical_ema_success=None,
+            canonical_trend="unknown",
+            iteration=0,
+            n_new=per_seed,
+            pool=[],
+            failed=[],
+        )
+        for text in RandomParaphraseProposer(seed).propose(request).new_prompts:
+            if text not in out:
+                out.append(text)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_server(args: argparse.Namespace, stack: ExitStack) -> str:
+    cmd_port, obs_port = _free_port(), _free_port()
+    log = open(Path(args.log_dir) / f"server-{cmd_port}.log", "w")  # noqa: SIM115 (closed by the stack)
+    stack.callback(log.close)
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "pde", "robot-server", "--backend", "sim", "--pacing", "fast"),
+            *("--image-size", args.image_size, "--sim-layout-spread", str(args.spread)),
+            *("--cmd-port", str(cmd_port), "--obs-port", str(obs_port)),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    stack.callback(stop)
+    return f"tcp://127.0.0.1:{cmd_port}"
+
+
+def eval_command(args: argparse.Namespace, endpoint: str, prompt: str) -> list[str]:
+    return [
+        sys.executable, "-m", "pde", "learner", "eval", "--checkpoint", args.checkpoint,
+        "--cmd-endpoint", endpoint, "--task", TARGET_TASK, "--prompt", TARGET_PROMPT,
+        "--rollout-prompt", prompt, "--episodes", str(args.episodes), "--seed", str(args.seed),
+        "--max-chunks", str(args.max_chunks), "--device", "cpu",
+    ]  # fmt: skip
+
+
+def run_eval(args: argparse.Namespace, endpoint: str, prompt: str) -> dict[str, Any]:
+    t0 = time.monotonic()
+    proc = subprocess.run(eval_command(args, endpoint, prompt), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"eval of {prompt!r} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    wins = sum("success=True" in line for line in proc.stdout.splitlines())
+    episodes = sum(line.startswith("episode ") for line in proc.stdout.splitlines())
+    low, high = wilson(wins, episodes)
+    return {
+        "successes": wins,
+        "episodes": episodes,
+        "success_rate": round(wins / max(1, episodes), 4),
+        "wilson95": [round(low, 4), round(high, 4)],
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True, help="SFT checkpoint (pde learner sft --wordings ...)")
+    ap.add_argument("--wordings", required=True, help="the wording table it was trained with")
+    ap.add_argument("--prompts", default="", help="JSON list of extra prompts to measure")
+    ap.add_argument("--proposer-seeds", type=int, default=2, help="offline proposer seeds 0.. to measure")
+    ap.add_argument("--proposals-per-seed", type=int, default=5, help="K: the proposer's first batch")
+    ap.add_argument("--no-training", action="store_true", help="skip the training wordings")
+    ap.add_argument("--episodes", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=5000, help="first scene seed")
+    ap.add_argument("--max-chunks", type=int, default=20)
+    ap.add_argument("--image-size", default="128x128")
+    ap.add_argument("--spread", type=float, default=0.2)
+    ap.add_argument("--parallel", type=int, default=2, help="evaluations at once (one sim server each)")
+    ap.add_argument("--log-dir", default="/tmp")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--recipe-command", action="append", default=[], help="a command that made the checkpoint (recorded)"
+    )
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+
+    table = json.loads(Path(args.wordings).read_text())
+    training = list(table["tasks"].get(TARGET_TASK, {}).get("wordings", []))
+    proposed = proposer_wordings(TARGET_PROMPT, range(args.proposer_seeds), args.proposals_per_seed)
+    extra = json.loads(args.prompts) if args.prompts else []
+    kinds: dict[str, list[str]] = {}
+    for kind, prompts in (
+        ("canonical", [TARGET_PROMPT]),
+        ("training", [] if args.no_training else training),
+        ("proposer", proposed),
+        ("other", [*extra, NONSENSE]),
+    ):
+        for p in prompts:
+            kinds.setdefault(p, [])
+            kinds[p].append(kind)
+    for p in kinds:  # a proposal that is also a training wording is tagged both ways
+        if p in training and "training" not in kinds[p]:
+            kinds[p].append("training")
+
+    out_path = Path(args.out)
+    result: dict[str, Any] = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    setup = {
+        "checkpoint": args.checkpoint,
+        "checkpoint_sha256": hashlib.sha256(Path(args.checkpoint).read_bytes()).hexdigest(),
+        "episodes": args.episodes,
+        "seed": args.seed,
+        "max_chunks": args.max_chunks,
+        "image_size": args.image_size,
+        "layout_spread": args.spread,
+        "sampled": True,
+    }
+    same = result.get("setup", {}) == setup
+    per_prompt: dict[str, Any] = result.get("prompts", {}) if same else {}
+    todo = [p for p in kinds if p not in per_prompt]
+    print(f"{len(kinds)} prompts, {len(todo)} to measure", flush=True)
+
+    def save() -> None:
+        for p, row in per_prompt.items():
+            row["kind"] = kinds.get(p, row.get("kind", ["other"]))
+        good = [p for p, r in per_prompt.items() if "proposer" in r["kind"] and r["success_rate"] >= 0.15]
+        out = {
+            "benchmark": "premise",
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "task": TARGET_TASK,
+            "canonical_prompt": TARGET_PROMPT,
+            "setup": setup,
+            "wordings": table,
+            "prompts": per_prompt,
+            "proposer_wordings_at_least_15pct": good,
+            "commands": [*args.recipe_command, shlex.join(["python", *sys.argv])],
+        }
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(out, indent=1) + "\n")
+
+    with ExitStack() as stack:
+        endpoints = [_start_server(args, stack) for _ in range(max(1, args.parallel))]
+        time.sleep(3.0)  # the servers load MuJoCo
+
+        def one(i: int) -> None:
+            endpoint = endpoints[i % len(endpoints)]
+            for prompt in todo[i :: len(endpoints)]:
+                row = run_eval(args, endpoint, prompt)
+                per_prompt[prompt] = {**row, "kind": kinds[prompt]}
+                print(f"{row['successes']:3d}/{row['episodes']}  {row['wilson95']}  {prompt}", flush=True)
+                save()
+
+        with ThreadPoolExecutor(len(endpoints)) as pool:
+            for f in [pool.submit(one, i) for i in range(len(endpoints))]:
+                f.result()
+    save()
+    print(f"wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
