@@ -145,6 +145,7 @@ class Runner:
         self.prompt_rng = random.Random(seed)
         self.env_episodes = 0
         self.n_tag = 0
+        self.canonical_outcomes: list[bool] = []  # the alpha window's input, oldest first
 
     def close(self) -> None:
         self.client.close()
@@ -199,7 +200,8 @@ class Runner:
         rollouts each; a candidate with a success (s > eta = 0) joins the pool."""
         a = self.args
         canon = [self.rollout(self.goal, s) for s in self.scenes(a.n_per_prompt)]
-        canon_rate = float(np.mean([bool(e.success) for e in canon]))
+        self.canonical_outcomes = [bool(e.success) for e in canon]
+        canon_rate = float(np.mean(self.canonical_outcomes))
         known, pool, tried = {self.goal}, [], []
         for it in range(a.t0):
             for text in propose(self.arm, a, self.goal, known, it, self.seed):
@@ -235,6 +237,7 @@ class Runner:
                     )
                     batch.append(self.rollout(prompt, scene))
             canon = [bool(e.success) for e in batch if e.rollout_prompt == self.goal]
+            self.canonical_outcomes += canon
             stats = self.trainer.update([(e, reward_from_label(e.success)) for e in batch])
             self.actor.set_policy(self.trainer.policy_snapshot())
             row = {
@@ -245,8 +248,8 @@ class Runner:
                 "env_episodes": self.env_episodes,
                 **{k: float(v) for k, v in stats.items()},
             }
-            if pool and canon:  # alpha follows the canonical prompt's success in the batch
-                alpha.update(float(np.mean(canon)))
+            if pool:  # alpha follows the canonical prompt's success over its last `window` episodes
+                alpha.update_from_window(self.canonical_outcomes)
             iterations.append(row)
             n_up = len(iterations)
             print(
