@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 # Paper task 4: the one the short SFT learns best (README, "What `make demo` does": 0.38 sampled
 # success, against 0.08 for put_green_container_in_bowl with the same budget).
 DEFAULT_TASKS = ("put_green_container_in_front_of_camera",)
+PREMISE_TASKS = (
+    "put_green_container_in_bowl",
+    "put_bowl_in_front_of_camera",
+    "put_green_container_in_front_of_camera",
+)
+PREMISE_WORDINGS = Path(__file__).resolve().parent.parent / "learner" / "recipes" / "language_premise.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Camera frames of the demos and of the server alike; the policy sees them downscaled
 # (--policy-image-px).
@@ -105,8 +111,14 @@ class DemoSettings(BaseSettings):
 
     data_dir: Path = Path("data")
     tasks: str = ",".join(DEFAULT_TASKS)
-    demos_per_task: int = Field(default=10, ge=1)
-    sft_steps: int = Field(default=300, ge=1)
+    # The language premise (learner/recipes/README.md): SFT on three tasks of one scene, the target
+    # trained only under rewordings, so its canonical prompt fails (1/50) where wordings the offline
+    # proposer finds succeed (up to 30/50): the RL stage samples pool prompts whatever the
+    # bootstrap's luck. `--sft-tasks ""` and `--wordings ""` give the single-task start (prompts inert).
+    sft_tasks: str = ",".join(PREMISE_TASKS)
+    wordings: str = str(PREMISE_WORDINGS)
+    demos_per_task: int = Field(default=20, ge=1)
+    sft_steps: int = Field(default=1000, ge=1)
     sft_batch_size: int = Field(default=64, ge=1)
     # The Gaussian head: after the same short SFT it succeeds 9 times in 24 where the flow head
     # succeeds once (README); 32 px frames train and act faster than 64 px on a CPU.
@@ -140,6 +152,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--auto-label", action="store_true", help="the simulator labels episodes (unattended)")
     p.add_argument("--max-episodes", type=int, help="stop cleanly after this many episodes")
     p.add_argument("--tasks", default=d.tasks, help="comma-separated task names (default: %(default)s)")
+    p.add_argument(
+        "--sft-tasks",
+        default=d.sft_tasks,
+        help="tasks the SFT policy learns besides --tasks (default: %(default)s; '' for none)",
+    )
+    p.add_argument(
+        "--wordings",
+        default=d.wordings,
+        help="SFT wording table per task (default: the language premise, %(default)s; '' for the "
+        "canonical prompt and its paraphrases)",
+    )
     p.add_argument(
         "--demos-per-task", type=int, default=d.demos_per_task, help="expert demos per task (%(default)s)"
     )
@@ -195,6 +218,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--startup-timeout-s", type=float, default=d.startup_timeout_s, help="per service")
     args = p.parse_args(list(argv))
     args.tasks = _task_list(args.tasks, p)
+    # The SFT policy learns every task the loop runs, plus the extra ones (in a stable order).
+    args.sft_tasks = (
+        list(dict.fromkeys([*_task_list(args.sft_tasks, p), *args.tasks]))
+        if args.sft_tasks
+        else list(args.tasks)
+    )
+    if args.wordings and not Path(args.wordings).is_file():
+        p.error(f"--wordings {args.wordings}: no such file (a JSON table like {PREMISE_WORDINGS})")
     positive = ("demos_per_task", "sft_steps", "sft_batch_size", "max_chunks", "rollouts_per_prompt")
     for name in (*positive, "batch_size", "candidates", "iterations"):
         if getattr(args, name) < 1:
@@ -364,7 +395,7 @@ class Demo:
         return sorted(p for p in folder.rglob("*") if p.suffix in DEMO_SUFFIXES) if folder.exists() else []
 
     def record_demos(self) -> None:
-        for task in self.args.tasks:
+        for task in self.args.sft_tasks:
             have = len(self.demo_files(task))
             want = self.args.demos_per_task
             if have >= want:
@@ -404,7 +435,7 @@ class Demo:
             "--checkpoints",
             str(self.data / "checkpoints"),
             "--tasks",
-            ",".join(a.tasks),
+            ",".join(a.sft_tasks),
             "--per-task",
             str(a.demos_per_task),
             "--steps",
@@ -415,6 +446,7 @@ class Demo:
             a.head,
             "--image-size",
             str(a.policy_image_px),
+            *(["--wordings", a.wordings] if a.wordings else []),
         )
 
     def train_sft(self) -> None:

@@ -21,6 +21,8 @@ def _demo_env(data: Path) -> dict[str, str]:
     return subprocess_env(
         PDE_DEMO_DATA_DIR=str(data),
         PDE_DEMO_TASKS="put_green_container_in_bowl",
+        PDE_DEMO_SFT_TASKS="",  # one task, canonical labels: the sized-down run stays fast
+        PDE_DEMO_WORDINGS="",
         PDE_DEMO_DEMOS_PER_TASK="1",
         PDE_DEMO_SFT_STEPS="2",
         PDE_DEMO_SFT_BATCH_SIZE="4",
@@ -133,18 +135,26 @@ def test_sft_command_carries_head_and_policy_image_size(monkeypatch: pytest.Monk
         cmd = demo.Demo(demo.parse_args(argv)).sft_argv()
         return {cmd[i]: cmd[i + 1] for i in range(cmd.index("sft") + 1, len(cmd), 2)}
 
-    for name in ("HEAD", "POLICY_IMAGE_PX", "TASKS"):
+    for name in ("HEAD", "POLICY_IMAGE_PX", "TASKS", "SFT_TASKS", "WORDINGS"):
         monkeypatch.delenv(f"PDE_DEMO_{name}", raising=False)
     got = sft_options([])
     assert (got["--head"], got["--image-size"]) == ("gaussian", "32")
-    assert got["--tasks"] == "put_green_container_in_front_of_camera"
+    # the language premise: three tasks, the target last, with the recipe's wording table
+    assert got["--tasks"] == (
+        "put_green_container_in_bowl,put_bowl_in_front_of_camera,put_green_container_in_front_of_camera"
+    )
+    assert got["--wordings"].endswith("learner/recipes/language_premise.json")
+    plain = sft_options(["--sft-tasks", "", "--wordings", ""])
+    assert plain["--tasks"] == "put_green_container_in_front_of_camera" and "--wordings" not in plain
     monkeypatch.setenv("PDE_DEMO_HEAD", "flow")
     assert sft_options([])["--head"] == "flow"
     got = sft_options(["--head", "gaussian", "--policy-image-px", "64"])
     assert (got["--head"], got["--image-size"]) == ("gaussian", "64")
 
 
-@pytest.mark.parametrize("argv", [["--policy-image-px", "8"], ["--head", "mlp"]])
+@pytest.mark.parametrize(
+    "argv", [["--policy-image-px", "8"], ["--head", "mlp"], ["--wordings", "/nonexistent/table.json"]]
+)
 def test_bad_policy_options_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     from pde import demo
 
