@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from bench._common import wilson_interval  # noqa: E402
+from _common import wilson_interval  # noqa: E402
+
 from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
 from learner.policies.base import Policy  # noqa: E402

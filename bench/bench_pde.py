@@ -39,8 +39,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import wilson_interval  # noqa: E402
-from bench.bench_learning import EVAL_SEED_BASE, TRAIN_SEED_BASE, plot, start_server  # noqa: E402
+from _common import wilson_interval  # noqa: E402
+from bench_learning import EVAL_SEED_BASE, TRAIN_SEED_BASE, plot, start_server  # noqa: E402
+
 from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
 from learner.mixture import AlphaSchedule, sample_prompt  # noqa: E402

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import shlex
 import socket
@@ -28,20 +27,13 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from _common import wilson_interval  # noqa: E402
+
 RESULTS = REPO_ROOT / "bench" / "results" / "premise.json"
 TARGET_TASK = "put_green_container_in_front_of_camera"
 TARGET_PROMPT = "put the green container in front of the camera"
 NONSENSE = "xyzzy banana"
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (95% at z = 1.96)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def proposer_wordings(goal: str, seeds: range, per_seed: int) -> list[str]:
@@ -114,7 +106,7 @@ def run_eval(args: argparse.Namespace, endpoint: str, prompt: str) -> dict[str, 
         raise RuntimeError(f"eval of {prompt!r} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     wins = sum("success=True" in line for line in proc.stdout.splitlines())
     episodes = sum(line.startswith("episode ") for line in proc.stdout.splitlines())
-    low, high = wilson(wins, episodes)
+    low, high = wilson_interval(wins, episodes)
     return {
         "successes": wins,
         "episodes": episodes,

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from learner.paraphrases import PARAPHRASES
-from learner.policies.vla import VLAConfig
+from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from learner.sft import SFTConfig, action_windows, run_sft, select_demo_files
 from learner.synthetic import synthetic_observation
 from pde_contract.episodes import ChunkRecord, EpisodeFile, write_episode
@@ -193,7 +193,9 @@ def test_sft_with_a_wording_table_retrains_and_refuses_unknown_tasks(demo_dir, t
     assert run_sft(demo_dir, tmp_path / "ckpt", vla, cfg, wordings=table)[2]
     from learner.checkpoints import CheckpointStore
 
-    extra = CheckpointStore.load(path).policy.config.extra
+    policy = CheckpointStore.load(path).policy
+    assert isinstance(policy, SmallVLAPolicy)
+    extra = policy.config.extra
     assert extra["sft_wording"]["tasks"]["put_bowl_on_top_rack"]["wordings"] == ["lift the bowl up high"]
     bad = WordingTable.from_dict({"tasks": {"no_such_task": {"canonical_prob": 0.0}}})
     with pytest.raises(ValueError, match="no_such_task"):
