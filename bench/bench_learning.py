@@ -338,6 +338,7 @@ def run_seed(
                 )
                 print(f"seed {seed}: eval after {it + 1} updates {rate:.2f}", flush=True)
                 # what a run cut short still leaves behind
+                progress.parent.mkdir(parents=True, exist_ok=True)
                 progress.write_text(
                     json.dumps({**out, "rollout_success_per_iteration": curve, "ppo": diags}, indent=1)
                 )
