@@ -143,21 +143,36 @@ class SimRobot(Robot):
         ``seed`` (a random seed when None)."""
         from robot_server.sim import tasks  # tasks import the world; import here to avoid a cycle
 
+        # Everything that can refuse the request (unknown task, bad seed) before the sim is touched;
+        # a failure after that restores the state from before the call, so a failed reset leaves the
+        # arm and the scene as they were.
         new_task = tasks.load(task) if task else None
         if seed is None:
             seed = random.SystemRandom().randrange(2**31)
+        try:
+            rng = np.random.default_rng(seed)
+        except (TypeError, ValueError) as e:
+            raise RobotError(f"reset seed {seed!r} refused ({e}): use an integer >= 0 or None") from e
         w = self.world
         with self._reset_lock, w.lock:
             m, d = w.model, w.data
-            mujoco.mj_resetData(m, d)
-            d.qpos[w.arm_qpos_adr] = fr3.HOME_Q_RAD
-            d.qpos[w.finger_qpos_adr] = fr3.GRIPPER_MAX_WIDTH_M / 2
-            if new_task is not None:
-                new_task.reset(w, np.random.default_rng(seed))
-            mujoco.mj_forward(m, d)
-            self._q_cmd = fr3.HOME_Q_RAD.copy()
-            self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2
-            self._step(self._q_cmd, fr3.GRIPPER_MAX_WIDTH_M, max(1, round(SETTLE_S / w.timestep_s)))
+            before = mujoco.MjData(m)
+            mujoco.mj_copyData(before, m, d)
+            q_cmd, gripper_ctrl = self._q_cmd, self._gripper_ctrl
+            try:
+                mujoco.mj_resetData(m, d)
+                d.qpos[w.arm_qpos_adr] = fr3.HOME_Q_RAD
+                d.qpos[w.finger_qpos_adr] = fr3.GRIPPER_MAX_WIDTH_M / 2
+                if new_task is not None:
+                    new_task.reset(w, rng)
+                mujoco.mj_forward(m, d)
+                self._q_cmd = fr3.HOME_Q_RAD.copy()
+                self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2
+                self._step(self._q_cmd, fr3.GRIPPER_MAX_WIDTH_M, max(1, round(SETTLE_S / w.timestep_s)))
+            except BaseException:
+                mujoco.mj_copyData(d, m, before)
+                self._q_cmd, self._gripper_ctrl = q_cmd, gripper_ctrl
+                raise
             self._task, self.task_name, self.seed = new_task, task, seed
 
     def task_success(self) -> bool | None:
