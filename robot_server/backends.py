@@ -50,7 +50,7 @@ def _build_sim(settings: RobotServerSettings) -> Backend:
         )
     )
     try:
-        robot = SimRobot(world)
+        robot = SimRobot(world, max_tcp_step_m=settings.max_step_translation_m)
         cameras: list[Camera] = [SimCamera(world, name) for name in settings.cameras]
     except Exception:
         world.close()

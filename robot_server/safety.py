@@ -395,10 +395,26 @@ def _plan_rows(
             step = [min(max(w - p, -m), m) for w, p, m in zip(want, q, q_step, strict=True)]
             if any(s != w - p for s, w, p in zip(step, want, q, strict=True)):
                 why.append("joint step faster than the velocity limit")
+            # The TCP moves at most the per-tick translation limit, as for ee_delta: shorten the
+            # joint step (the TCP moves about linearly with it over one tick) until it does.
+            p_old = fr3_tcp_position_m(q)
             q_new = tuple(p + s for p, s in zip(q, step, strict=True))
+            p_new = fr3_tcp_position_m(q_new)
+            moved = float(np.linalg.norm(p_new - p_old))
+            if moved > max_tr:
+                why.append(f"TCP step {moved:.4f} m")
+                for _ in range(20):
+                    step = [x * 0.95 * max_tr / moved for x in step]
+                    q_new = tuple(p + s for p, s in zip(q, step, strict=True))
+                    p_new = fr3_tcp_position_m(q_new)
+                    moved = float(np.linalg.norm(p_new - p_old))
+                    if moved <= max_tr:
+                        break
+                else:
+                    q_new, p_new = q, p_old
             # Joint targets must keep the TCP in the workspace box too (or bring it closer to it).
-            d_new = _box_distance_m(fr3_tcp_position_m(q_new), lo_ws, hi_ws)
-            if d_new > 1e-9 and d_new >= _box_distance_m(fr3_tcp_position_m(q), lo_ws, hi_ws):
+            d_new = _box_distance_m(p_new, lo_ws, hi_ws)
+            if d_new > 1e-9 and d_new >= _box_distance_m(p_old, lo_ws, hi_ws):
                 why.append("joint target puts the TCP outside the workspace box: holding")
             else:
                 q = q_new

@@ -205,9 +205,13 @@ def test_ee_plans_never_leave_the_limits(actions: np.ndarray) -> None:
 @given(arrays(np.float64, st.tuples(st.integers(1, 20), st.just(8)), elements=finite))
 def test_joint_plans_never_leave_the_limits(actions: np.ndarray) -> None:
     plan = plan_chunk(actions, ActionSpace.JOINT_ABS, START, LIMITS, PERIOD_S)
+    p_prev = fr3_tcp_position_m(START.joint_positions_rad)
     for t in plan.targets:
         q = t.joint_positions_rad
         assert q is not None
+        # the same per-tick TCP step limit as ee_delta chunks
+        assert np.linalg.norm(fr3_tcp_position_m(q) - p_prev) <= LIMITS.max_step_translation_m + 1e-9
+        p_prev = fr3_tcp_position_m(q)
         assert np.all(q >= FR3_JOINT_LOWER_RAD + LIMITS.joint_margin_rad - 1e-12)
         assert np.all(q <= FR3_JOINT_UPPER_RAD - LIMITS.joint_margin_rad + 1e-12)
         p = fr3_tcp_position_m(q)
