@@ -126,8 +126,9 @@ def test_joint_targets_anywhere_keep_the_measured_tcp_in_the_box(rig: tuple[Chun
     assert_measured_within_limits(rec)
 
 
+@pytest.mark.parametrize("failure", ["bad seed", "task layout raises"])
 def test_a_reset_that_fails_leaves_the_arm_and_the_held_target_where_they_were(
-    rig: tuple[ChunkExecutor, Recorder],
+    rig: tuple[ChunkExecutor, Recorder], failure: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ex, rec = rig
     a = np.zeros((6, 7))
@@ -135,8 +136,20 @@ def test_a_reset_that_fails_leaves_the_arm_and_the_held_target_where_they_were(
     run_chunk(ex, rec, ActionSpace.EE_DELTA, a)
     before = ex.snapshot().state
     assert before is not None
-    with pytest.raises(SafetyError, match="seed") as ei:
-        ex.reset("", -1, timeout_s=30.0)
+    task, seed = "put_green_container_in_bowl", -1
+    if failure == "task layout raises":
+        from robot_server.sim import tasks
+
+        task_obj = tasks.load(task)
+
+        def broken(*args: object) -> None:
+            raise RuntimeError("layout failed half-way")
+
+        monkeypatch.setattr(task_obj, "reset", broken)
+        monkeypatch.setattr(tasks, "load", lambda name: task_obj)
+        seed = 3
+    with pytest.raises(SafetyError, match="seed|half-way") as ei:
+        ex.reset(task, seed, timeout_s=30.0)
     assert ei.value.code is ErrorCode.BACKEND_ERROR
     n = len(rec.states)
     deadline = time.monotonic() + 30.0
