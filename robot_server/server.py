@@ -370,8 +370,7 @@ class RobotServer:
         except CodecError:
             raw = None
         if isinstance(raw, dict):
-            rid = raw.get("request_id")
-            request_id = rid if isinstance(rid, int) else 0
+            request_id = _int_request_id(raw)
             req = raw.get("request")
             tag = req.get("type") if isinstance(req, dict) else None
             if isinstance(tag, str) and tag not in _REQUEST_TAGS:
@@ -568,8 +567,13 @@ def _request_id_of(body: bytes) -> int:
         raw = unpackb(body)
     except Exception:
         return 0
-    rid = raw.get("request_id") if isinstance(raw, dict) else None
-    return rid if isinstance(rid, int) else 0
+    return _int_request_id(raw) if isinstance(raw, dict) else 0
+
+
+def _int_request_id(raw: dict) -> int:
+    """``raw["request_id"]`` if it is an int a ``Reply`` can carry (not a bool), else 0."""
+    rid = raw.get("request_id")
+    return rid if type(rid) is int and -(2**63) <= rid < 2**64 else 0
 
 
 def _field_hint(error: str) -> str:
