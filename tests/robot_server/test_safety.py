@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,3 +269,11 @@ def test_unclipped_fast_path_equals_the_row_by_row_plan(actions: np.ndarray) -> 
         np.testing.assert_allclose(a.ee_position_m, b.ee_position_m, atol=1e-12)  # type: ignore[arg-type]
         np.testing.assert_allclose(a.ee_quat_xyzw, b.ee_quat_xyzw, atol=1e-12)  # type: ignore[arg-type]
         assert a.gripper_width_m == b.gripper_width_m
+
+
+def test_the_readme_states_the_default_workspace_box() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    lo, hi = LIMITS.workspace_min_m, LIMITS.workspace_max_m
+    assert -lo[1] == hi[1], "the README writes y as ±"
+    stated = f"default x {lo[0]:g}–{hi[0]:g}, y ±{hi[1]:g}, z {lo[2]:g}–{hi[2]:g} m"
+    assert stated in readme.replace("\n  ", " "), f"README.md should say {stated!r}"
