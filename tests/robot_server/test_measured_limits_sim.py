@@ -148,7 +148,7 @@ def test_a_reset_that_fails_leaves_the_arm_and_the_held_target_where_they_were(
         monkeypatch.setattr(task_obj, "reset", broken)
         monkeypatch.setattr(tasks, "load", lambda name: task_obj)
         seed = 3
-    with pytest.raises(SafetyError, match="seed|half-way") as ei:
+    with pytest.raises(SafetyError, match=r"seed|half-way") as ei:
         ex.reset(task, seed, timeout_s=30.0)
     assert ei.value.code is ErrorCode.BACKEND_ERROR
     n = len(rec.states)
