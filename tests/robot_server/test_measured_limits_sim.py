@@ -47,7 +47,11 @@ def world() -> Iterator[SimWorld]:
 
 @pytest.fixture
 def rig(world: SimWorld) -> Iterator[tuple[ChunkExecutor, Recorder]]:
-    robot = SimRobot(world, max_tcp_step_m=LIMITS.max_step_translation_m)
+    robot = SimRobot(
+        world,
+        max_tcp_step_m=LIMITS.max_step_translation_m,
+        workspace_m=(LIMITS.workspace_min_m, LIMITS.workspace_max_m),
+    )
     robot.connect()
     rec = Recorder()
     ex = ChunkExecutor(

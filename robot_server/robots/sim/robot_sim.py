@@ -4,10 +4,11 @@ period and advances physics by ``period_s``.
 
 Like a real arm's controller, the sim never jumps: per tick no joint setpoint moves faster than the
 FR3's velocity limit, and the setpoint's TCP moves at most ``max_tcp_step_m`` and stays within
-``tcp_tube_m`` of the straight line from where it was to the target. Where IK cannot get there
+``tcp_tube_m`` of the straight line from where it was to the target and inside the workspace box
+(``workspace_m``; once outside, it may only come back toward it). Where IK cannot get there
 within those bounds (an unreachable orientation, a singularity), the arm goes only as far as it can
 along that line, or holds. The safety layer keeps targets in the workspace box and their steps
-within the per-tick limit, so the TCP stays in the box (+ the tube and the servos' tracking error).
+within the per-tick limit; the measured TCP follows the setpoint within the servos' tracking error.
 """
 
 from __future__ import annotations
@@ -33,10 +34,19 @@ SETTLE_S = 0.2
 class SimRobot(Robot):
     name = "sim"
 
-    def __init__(self, world: SimWorld, max_tcp_step_m: float = 0.05, tcp_tube_m: float = 0.005) -> None:
+    def __init__(
+        self,
+        world: SimWorld,
+        max_tcp_step_m: float = 0.05,
+        tcp_tube_m: float = 0.005,
+        workspace_m: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+    ) -> None:
         self.world = world
         self.max_tcp_step_m = max_tcp_step_m
         self.tcp_tube_m = tcp_tube_m
+        # (min, max) corners of the box the setpoint's TCP may not leave (or, once outside, only
+        # come back toward); None: no box (tests of the bare arm)
+        self._box = None if workspace_m is None else (np.asarray(workspace_m[0]), np.asarray(workspace_m[1]))
         self.ik = DifferentialIK(world.model, world.tcp_site_id, world.arm_qpos_adr, world.arm_dof_adr)
         self._connected = False
         self._q_cmd = fr3.HOME_Q_RAD.copy()  # the servos' current setpoint
@@ -127,6 +137,7 @@ class SimRobot(Robot):
         for a pose target, stays within ``tcp_tube_m`` of the line from where it is to the target."""
         q0 = self._q_cmd
         p0 = self.ik.forward(q0)[0]
+        outside0 = self._outside_box_m(p0)
         dq = q_goal - q0
         line = None if pos_goal is None else pos_goal - p0
         line_len2 = 0.0 if line is None else float(line @ line)
@@ -134,7 +145,9 @@ class SimRobot(Robot):
             ok = True
             for s in (0.25, 0.5, 0.75, 1.0):  # the servos ramp along the joint-space line
                 p = self.ik.forward(q0 + s * scale * dq)[0]
-                if np.linalg.norm(p - p0) > self.max_tcp_step_m:
+                if np.linalg.norm(p - p0) > self.max_tcp_step_m or self._outside_box_m(p) > max(
+                    outside0, 0.001
+                ):
                     ok = False
                     break
                 if line is not None:
@@ -164,6 +177,12 @@ class SimRobot(Robot):
         self._q_cmd = q_goal.copy()
         if not np.all(np.isfinite(d.qpos)):
             raise RobotError("the simulation diverged (non-finite state): call home() to reset it")
+
+    def _outside_box_m(self, p: np.ndarray) -> float:
+        if self._box is None:
+            return 0.0
+        lo, hi = self._box
+        return float(np.linalg.norm(np.maximum(lo - p, 0.0) + np.maximum(p - hi, 0.0)))
 
     def hold(self) -> None:
         w = self.world
