@@ -19,6 +19,7 @@ import zmq
 
 from pde_contract.codec import CodecError, packb, unpackb
 from pde_contract.messages import (
+    MAX_COMMAND_BYTES,
     OBS_TOPIC,
     PROTOCOL_VERSION,
     Ack,
@@ -91,13 +92,34 @@ class RobotClient:
     # --- requests ---------------------------------------------------------------------------------
 
     def request(self, request: Request, timeout_s: float | None = None) -> Reply:
-        """Send one request and wait for its reply; raises RobotServerError when it is not ok."""
+        """Send one request and wait for its reply; raises RobotServerError when it is not ok.
+        A motion command refused for want of a handshake (the server restarted, or ``connect()``
+        was never called) is retried once after a ``Hello``."""
+        reply = self._exchange(request, timeout_s)
+        if reply.code is ErrorCode.HANDSHAKE_REQUIRED and not isinstance(request, Hello):
+            self.connect()
+            reply = self._exchange(request, timeout_s)
+        self.last_reply = reply
+        if not reply.ok:
+            cls = ProtocolVersionError if reply.code is ErrorCode.VERSION_MISMATCH else RobotServerError
+            raise cls(reply.code, reply.message)
+        return reply
+
+    def _exchange(self, request: Request, timeout_s: float | None) -> Reply:
+        """Send one request and return its reply, ok or not."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        rid = next(self._ids)  # atomic: ids stay unique across threads without the lock
+        data = packb(Envelope(request_id=rid, request=request))
+        if len(data) > MAX_COMMAND_BYTES:
+            raise RobotServerError(
+                ErrorCode.TOO_LARGE,
+                f"{type(request).__name__} is {len(data)} bytes, the server's limit is "
+                f"{MAX_COMMAND_BYTES}: not sent; send shorter chunks",
+            )
         with self._lock:
             if self._closed:
                 raise RobotServerError(ErrorCode.INTERNAL, "client is closed: create a new RobotClient")
-            rid = next(self._ids)
-            self._dealer.send(packb(Envelope(request_id=rid, request=request)))
+            self._dealer.send(data)
             deadline = time.monotonic() + timeout
             while True:
                 left_ms = int((deadline - time.monotonic()) * 1000)
@@ -115,13 +137,8 @@ class RobotClient:
                         ErrorCode.MALFORMED, f"cannot read the server's reply ({e}): versions differ?"
                     ) from e
                 if reply.request_id == rid:
-                    break
+                    return reply
                 # a late reply to an earlier, timed-out request: drop it
-        self.last_reply = reply
-        if not reply.ok:
-            cls = ProtocolVersionError if reply.code is ErrorCode.VERSION_MISMATCH else RobotServerError
-            raise cls(reply.code, reply.message)
-        return reply
 
     def _payload(self, request: Request, kind: type[P], timeout_s: float | None = None) -> P:
         reply = self.request(request, timeout_s)

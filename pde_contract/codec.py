@@ -1,5 +1,10 @@
 """numpy over msgpack. Arrays travel as a msgpack extension (dtype, shape, raw bytes); object
-arrays and unknown types are refused, and nothing is ever pickled."""
+arrays and unknown types are refused, and nothing is ever pickled.
+
+Decoding is depth-bounded: msgspec stops at the interpreter's recursion limit (about 1000 levels of
+nested arrays/maps; messages nest fewer than 10) and raises ``RecursionError``, which ``unpackb``
+turns into a ``CodecError`` like any other bad message, so ~1 KB of nesting cannot escape a caller
+that handles ``CodecError``."""
 
 from __future__ import annotations
 
@@ -137,5 +142,10 @@ def unpackb(data: bytes | memoryview, type_: Any = None) -> Any:
         raise
     except msgspec.ValidationError as e:
         raise CodecError(f"invalid message: {e}") from e
+    except RecursionError as e:
+        raise CodecError(
+            f"malformed message ({len(data)} bytes): arrays/maps nested too deeply (messages nest fewer "
+            "than 10 levels)"
+        ) from e
     except (msgspec.DecodeError, ValueError, TypeError) as e:
         raise CodecError(f"malformed message ({len(data)} bytes): {e}") from e

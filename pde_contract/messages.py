@@ -20,8 +20,16 @@ import numpy as np
 
 PROTOCOL_VERSION = 2  # 2: observations in one frame (topic prefix + msgpack), was two
 OBS_TOPIC = b"obs"
-# Commands larger than this are refused before decoding (a 64x8 float64 chunk is ~4 KiB).
+# Commands larger than this are refused before decoding with a TOO_LARGE reply (a 64x8 float64
+# chunk is ~4 KiB). RobotClient refuses to send them at all.
 MAX_COMMAND_BYTES = 1 << 20
+# Largest message the server reads at all: up to here every message gets a reply (TOO_LARGE above
+# MAX_COMMAND_BYTES); beyond it libzmq closes the sender's connection without reading the message,
+# so no reply comes (the sender times out; the server and its other clients carry on).
+MAX_FRAME_BYTES = 16 * MAX_COMMAND_BYTES
+
+
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ActionSpace(enum.StrEnum):
@@ -43,6 +51,10 @@ class ErrorCode(enum.StrEnum):
     TOO_LARGE = "too_large"
     UNKNOWN_COMMAND = "unknown_command"
     VERSION_MISMATCH = "version_mismatch"
+    # A motion command (SubmitChunk, Reset, GripperCommand, ReleaseEStop) from a connection that has
+    # not completed the Hello handshake (or was answered VERSION_MISMATCH). RobotClient sends Hello
+    # and retries once by itself.
+    HANDSHAKE_REQUIRED = "handshake_required"
     INVALID_ACTION = "invalid_action"  # NaN/inf, wrong shape, unknown action space
     UNSAFE = "unsafe"  # target outside the workspace or limits and clipping is not allowed
     STALE = "stale"  # chunk sequence number older than the executing one
@@ -163,7 +175,7 @@ class Reset(Message):
     operator resets the scene and ``task``/``seed`` are recorded only."""
 
     task: str = ""
-    seed: int | None = None
+    seed: NonNegInt | None = None
 
 
 class GripperCommand(Message):
@@ -238,6 +250,8 @@ class Counters(Message):
     commands_too_large: int = 0
     commands_unknown: int = 0
     commands_total: int = 0
+    commands_failed: int = 0  # requests whose handling raised an unexpected error (INTERNAL reply)
+    command_loop_restarts: int = 0  # the command thread's loop died and was restarted
     tick_overruns: int = 0  # control ticks that started more than one period late
 
 
@@ -296,5 +310,4 @@ class Envelope(Message):
     request: Request
 
 
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 Backend = Literal["sim", "franka"]

@@ -50,7 +50,11 @@ def _build_sim(settings: RobotServerSettings) -> Backend:
         )
     )
     try:
-        robot = SimRobot(world)
+        robot = SimRobot(
+            world,
+            max_tcp_step_m=settings.max_step_translation_m,
+            workspace_m=(settings.workspace_min_m, settings.workspace_max_m),
+        )
         cameras: list[Camera] = [SimCamera(world, name) for name in settings.cameras]
     except Exception:
         world.close()

@@ -42,6 +42,9 @@ from robot_server.safety import (
 
 log = logging.getLogger(__name__)
 
+# A held pose further than this outside the workspace box is reported (Status.last_error).
+_HOLD_OUTSIDE_TOLERANCE_M = 0.01
+
 
 @dataclass(frozen=True)
 class ExecutorConfig:
@@ -160,7 +163,7 @@ class ChunkExecutor:
         with self._lock:
             self._state = state
             self._connected = True
-            self._held = target_from_state(state, state.gripper_width_m, None)
+            self._held = self._checked_hold(state, state.gripper_width_m, None)
             self._last_target = self._held
         self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
         self._thread.start()
@@ -340,6 +343,23 @@ class ChunkExecutor:
             gripper_width_m=last.gripper_width_m,
         )
 
+    def _checked_hold(self, state: RobotState, width_m: float, like: RobotTarget | None) -> RobotTarget:
+        """Hold where the arm is (caller holds the lock), and say so when that is outside the
+        workspace box: a hold never moves the arm, and a chunk planned from there moves it back in
+        by at most the per-tick step."""
+        limits = self.config.limits
+        p = np.asarray(state.ee_position_m, dtype=np.float64)
+        lo, hi = np.asarray(limits.workspace_min_m), np.asarray(limits.workspace_max_m)
+        outside_m = float(np.linalg.norm(np.maximum(lo - p, 0.0) + np.maximum(p - hi, 0.0)))
+        if not np.all(np.isfinite(p)) or outside_m > _HOLD_OUTSIDE_TOLERANCE_M:
+            self._last_error = (
+                f"holding at a measured TCP {np.round(p, 4).tolist()} that is {outside_m * 1000:.0f} mm "
+                f"outside the workspace box {limits.workspace_min_m}-{limits.workspace_max_m}: chunks "
+                f"bring it back in at most {limits.max_step_translation_m} m per tick; check the arm"
+            )
+            log.warning(self._last_error)
+        return target_from_state(state, width_m, like)
+
     def _watchdog_deadline(self) -> float:
         # caller holds the lock
         t = self.config.heartbeat_timeout_s
@@ -396,7 +416,7 @@ class ChunkExecutor:
             return
         with self._lock:
             width = held.gripper_width_m if held else state.gripper_width_m
-            self._held = target_from_state(state, width, self._last_target)
+            self._held = self._checked_hold(state, width, self._last_target)
             self._last_target = self._held
             self._state = state
 
@@ -411,7 +431,7 @@ class ChunkExecutor:
         else:
             with self._lock:
                 self._state = state
-                self._held = target_from_state(state, state.gripper_width_m, None)
+                self._held = self._checked_hold(state, state.gripper_width_m, None)
                 self._last_target = self._held
                 self._task = req.task
                 self._task_success = success
@@ -442,7 +462,7 @@ class ChunkExecutor:
             self.counters.backend_recoveries += 1
             self._connected = True
             self._state = state
-            self._held = target_from_state(state, state.gripper_width_m, None)
+            self._held = self._checked_hold(state, state.gripper_width_m, None)
             self._last_target = self._held
 
     def _raise_priority(self) -> None:

@@ -71,6 +71,11 @@ def _tool_axis(quat: Vec) -> Vec:
     return (2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y))
 
 
+def _tool_tilt_rad(quat: Vec) -> float:
+    """Angle between the tool axis and straight down."""
+    return math.acos(min(1.0, max(-1.0, -_tool_axis(quat)[2])))
+
+
 def _within_reach(tcp: list[float], quat: Vec, limits: SafetyLimits) -> tuple[list[float], bool]:
     """Move a TCP target toward the shoulder until its flange is within reach."""
     axis = _tool_axis(quat)
@@ -111,6 +116,9 @@ class SafetyLimits:
     shoulder_m: tuple[float, float, float] = (0.0, 0.0, 0.333)
     max_step_translation_m: float = 0.05  # per control tick: 0.5 m/s at 10 Hz
     max_step_rotation_rad: float = 0.3  # per control tick
+    # Orientation envelope: the tool axis stays within this angle of pointing straight down (a
+    # rotation that tilts it further is refused; one that tilts it back is always allowed).
+    max_tool_tilt_rad: float = 1.0
     joint_margin_rad: float = 0.05  # joint targets stay this far inside the FR3 safe limits
     # A joint target may move at most this fraction of the FR3 velocity limit per tick.
     joint_velocity_fraction: float = 0.5
@@ -134,6 +142,8 @@ class SafetyLimits:
             )
         if self.max_step_translation_m <= 0 or self.max_step_rotation_rad <= 0:
             raise ValueError("per-step translation and rotation limits must be positive")
+        if not 0.0 < self.max_tool_tilt_rad <= math.pi:
+            raise ValueError(f"max_tool_tilt_rad must be in (0, pi], got {self.max_tool_tilt_rad}")
         if self.joint_margin_rad < 0:
             raise ValueError(f"joint_margin_rad must be >= 0, got {self.joint_margin_rad}")
 
@@ -295,6 +305,8 @@ def _plan_ee_unclipped(
     q = np.array(quats)
     x, y, z, w = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
     axes = np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=1)
+    if np.any(-axes[:, 2] < math.cos(limits.max_tool_tilt_rad)):  # outside the orientation envelope
+        return None
     previous = np.vstack([np.asarray(start.ee_position_m, dtype=np.float64)[None], pos[:-1]])
     shoulder = np.asarray(limits.shoulder_m)
     for tcp in (pos, previous):  # the new pose, and the rotation applied at the previous position
@@ -361,8 +373,14 @@ def _plan_rows(
             # A rotation swings the flange about the TCP: refuse one that takes it out of reach, so
             # the current position stays valid and (by convexity) so does every step toward want.
             swings_out = _within_reach(list(pos), new_quat, limits)[1]
+            tilt = _tool_tilt_rad(new_quat)
             if swings_out and not _within_reach(list(pos), quat, limits)[1]:
                 why.append("rotation would put the wrist beyond reach")
+            elif tilt > limits.max_tool_tilt_rad and tilt > _tool_tilt_rad(quat):
+                why.append(
+                    f"rotation would tilt the tool {tilt:.2f} rad from pointing down "
+                    f"(limit {limits.max_tool_tilt_rad} rad)"
+                )
             else:
                 quat = new_quat
             # Alternate projections onto the reach ball and the box (both convex) until a target
@@ -395,10 +413,26 @@ def _plan_rows(
             step = [min(max(w - p, -m), m) for w, p, m in zip(want, q, q_step, strict=True)]
             if any(s != w - p for s, w, p in zip(step, want, q, strict=True)):
                 why.append("joint step faster than the velocity limit")
+            # The TCP moves at most the per-tick translation limit, as for ee_delta: shorten the
+            # joint step (the TCP moves about linearly with it over one tick) until it does.
+            p_old = fr3_tcp_position_m(q)
             q_new = tuple(p + s for p, s in zip(q, step, strict=True))
+            p_new = fr3_tcp_position_m(q_new)
+            moved = float(np.linalg.norm(p_new - p_old))
+            if moved > max_tr:
+                why.append(f"TCP step {moved:.4f} m")
+                for _ in range(20):
+                    step = [x * 0.95 * max_tr / moved for x in step]
+                    q_new = tuple(p + s for p, s in zip(q, step, strict=True))
+                    p_new = fr3_tcp_position_m(q_new)
+                    moved = float(np.linalg.norm(p_new - p_old))
+                    if moved <= max_tr:
+                        break
+                else:
+                    q_new, p_new = q, p_old
             # Joint targets must keep the TCP in the workspace box too (or bring it closer to it).
-            d_new = _box_distance_m(fr3_tcp_position_m(q_new), lo_ws, hi_ws)
-            if d_new > 1e-9 and d_new >= _box_distance_m(fr3_tcp_position_m(q), lo_ws, hi_ws):
+            d_new = _box_distance_m(p_new, lo_ws, hi_ws)
+            if d_new > 1e-9 and d_new >= _box_distance_m(p_old, lo_ws, hi_ws):
                 why.append("joint target puts the TCP outside the workspace box: holding")
             else:
                 q = q_new

@@ -8,7 +8,16 @@ Threads:
   the end of each chunk (and each idle tick) instead;
 - the command thread: owns the ROUTER socket, answers every request with one ``Reply``; a Reset
   runs on a worker thread and its reply is sent when it finishes, so the socket keeps serving
-  (e-stop during a reset works).
+  (e-stop during a reset works). No request can end it: an unexpected error while handling one
+  becomes an ``INTERNAL`` reply (``commands_failed``), and should the loop itself ever fail, the
+  arm is held, the loop restarts (``command_loop_restarts``) and ``Health`` reports it for
+  ``_LOOP_FAILURE_REPORT_S``. A *stuck* command thread stops passing the clients' messages to the
+  executor, so the executor's watchdog drops the chunk and holds the arm after
+  ``heartbeat_timeout_s``, as for a silent client.
+
+Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``) are served only
+on a connection that completed the ``Hello`` handshake; stopping (``Stop``, ``EStop``) and queries
+work from anyone.
 
 The PUB socket has a small send high-water mark: a slow subscriber loses old observations, it never
 stalls the robot. Subscribers keep only the newest (``RobotClient.latest_observation``).
@@ -30,6 +39,7 @@ import zmq
 from pde_contract.codec import CodecError, packb, packb_into, unpackb
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
+    MAX_FRAME_BYTES,
     OBS_TOPIC,
     PROTOCOL_VERSION,
     Ack,
@@ -62,9 +72,18 @@ from robot_server.settings import RobotServerSettings
 
 log = logging.getLogger(__name__)
 
-# Messages far above MAX_COMMAND_BYTES make libzmq drop the connection instead of buffering them;
-# anything between gets a TOO_LARGE reply.
-_HARD_MAX_MESSAGE_BYTES = 16 * MAX_COMMAND_BYTES
+_LOOP_FAILURE_REPORT_S = 10.0  # Health stays not ok this long after the command loop failed
+_MAX_GREETED_CONNECTIONS = 4096  # handshakes remembered (oldest forgotten first)
+# Motion commands: refused from a connection without a completed handshake.
+_NEEDS_HELLO = (SubmitChunk, Reset, GripperCommand, ReleaseEStop)
+# What to send, for the fields a hand-written client gets wrong most (named in MALFORMED replies).
+_FIELD_HINTS = {
+    "action_space": "a string, one of " + ", ".join(repr(s.value) for s in ActionSpace),
+    "actions": "a float array [T, D] as pde_contract.codec.packb encodes numpy arrays (msgpack ext 1)",
+    "seed": "an integer >= 0, or nil for a random layout",
+    "request_id": "an integer",
+    "type": "the message class name, e.g. 'SubmitChunk'",
+}
 _CAMERA_MAX_AGE_S = 1.0  # a camera whose newest frame is older than this is left out of observations
 _REQUEST_TAGS: dict[str, type] = {
     str(cls.__struct_config__.tag): cls
@@ -115,6 +134,9 @@ class RobotServer:
         self._camera_epoch_s = self._started_s
         self._pub: zmq.Socket | None = None
         self._router: zmq.Socket | None = None
+        self._greeted: dict[bytes, None] = {}  # command thread only: connections that sent Hello
+        self._loop_failure = ""  # why the command loop last failed ("" never)
+        self._loop_failed_s = -math.inf
         self.executor = ChunkExecutor(
             robot,
             ExecutorConfig(
@@ -137,7 +159,8 @@ class RobotServer:
         self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
-        self._router.setsockopt(zmq.MAXMSGSIZE, _HARD_MAX_MESSAGE_BYTES)
+        # Larger messages make libzmq close the connection unread (no reply; MAX_FRAME_BYTES).
+        self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         self._router.bind(f"tcp://{s.host}:{s.cmd_port}")
         for slot in self._slots:
             slot.camera.connect()
@@ -278,6 +301,21 @@ class RobotServer:
     # --- commands ---------------------------------------------------------------------------------
 
     def _serve_commands(self) -> None:
+        """The command thread: runs the loop, and restarts it should it ever fail."""
+        while not self._closing.is_set():
+            try:
+                self._command_loop()
+            except Exception as e:
+                if self._closing.is_set():
+                    break
+                log.exception("command loop failed; holding the arm and restarting it")
+                self._loop_failure = f"{type(e).__name__}: {e}"
+                self._loop_failed_s = time.monotonic()
+                self.executor.counters.command_loop_restarts += 1
+                self.executor.stop()
+                self._closing.wait(0.05)
+
+    def _command_loop(self) -> None:
         assert self._router is not None
         router = self._router
         poller = zmq.Poller()
@@ -295,7 +333,17 @@ class RobotServer:
             t0 = time.perf_counter()
             ident = frames[0]
             self.executor.counters.commands_total += 1
-            reply = self._handle(ident, frames[1:])
+            try:
+                reply = self._handle(ident, frames[1:])
+            except Exception as e:  # a bug met by this request: answer it and keep serving
+                log.exception("request from %r failed", ident)
+                self.executor.counters.commands_failed += 1
+                reply = self._error(
+                    ErrorCode.INTERNAL,
+                    f"the server failed on this request ({type(e).__name__}: {e}); it keeps serving. "
+                    "Check the request against pde_contract.messages and report it",
+                    _request_id_of(frames[-1]),
+                )
             if reply is None:
                 continue  # answered later (reset)
             reply.handle_time_s = time.perf_counter() - t0
@@ -332,8 +380,7 @@ class RobotServer:
         except CodecError:
             raw = None
         if isinstance(raw, dict):
-            rid = raw.get("request_id")
-            request_id = rid if isinstance(rid, int) else 0
+            request_id = _int_request_id(raw)
             req = raw.get("request")
             tag = req.get("type") if isinstance(req, dict) else None
             if isinstance(tag, str) and tag not in _REQUEST_TAGS:
@@ -346,7 +393,8 @@ class RobotServer:
             chunk = req.get("chunk") if isinstance(req, dict) and tag == "SubmitChunk" else None
             if isinstance(chunk, dict):
                 space = chunk.get("action_space")
-                if space not in {s.value for s in ActionSpace}:
+                # a wrongly typed action space (not a string) is a MALFORMED message, named below
+                if isinstance(space, str) and space not in {s.value for s in ActionSpace}:
                     counters.chunks_received += 1
                     counters.chunks_rejected += 1
                     return self._error(
@@ -358,8 +406,8 @@ class RobotServer:
         counters.commands_malformed += 1
         return self._error(
             ErrorCode.MALFORMED,
-            f"{typed_error}. Send a msgpack Envelope(request_id, request) built from "
-            "pde_contract.messages (RobotClient does this)",
+            f"{typed_error}{_field_hint(typed_error)}. Send a msgpack Envelope(request_id, request) "
+            "built from pde_contract.messages (RobotClient does this)",
             request_id,
         )
 
@@ -376,6 +424,13 @@ class RobotServer:
             return env
         self.executor.note_activity(ident)
         req, rid = env.request, env.request_id
+        if isinstance(req, _NEEDS_HELLO) and ident not in self._greeted:
+            return self._error(
+                ErrorCode.HANDSHAKE_REQUIRED,
+                f"{type(req).__name__} refused: this connection has not completed the handshake. Send "
+                f"Hello(protocol_version={PROTOCOL_VERSION}, client_name=...) first (RobotClient.connect())",
+                rid,
+            )
         try:
             payload = self._dispatch(ident, req, rid)
         except SafetyError as e:
@@ -397,11 +452,15 @@ class RobotServer:
         match req:
             case Hello(protocol_version=v, client_name=name):
                 if v != PROTOCOL_VERSION:
+                    self._greeted.pop(ident, None)
                     return self._error(
                         ErrorCode.VERSION_MISMATCH,
                         f"client {name!r} speaks protocol {v}, this server speaks {PROTOCOL_VERSION}: "
                         "install the same pde_contract version on both machines",
                     )
+                self._greeted[ident] = None
+                if len(self._greeted) > _MAX_GREETED_CONNECTIONS:
+                    del self._greeted[next(iter(self._greeted))]
                 return self.server_info()
             case Heartbeat():
                 return Ack()
@@ -445,6 +504,11 @@ class RobotServer:
             reply = Reply(ok=True, payload=Ack(), request_id=rid)
         except SafetyError as e:
             reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
+        except Exception as e:  # still one reply per request
+            log.exception("reset failed")
+            reply = Reply(
+                ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
+            )
         self._deferred.put((ident, reply))
 
     # --- introspection ----------------------------------------------------------------------------
@@ -493,6 +557,11 @@ class RobotServer:
         problems += [
             f"camera {n} has no frame in the last {_CAMERA_MAX_AGE_S} s" for n, ok in cams.items() if not ok
         ]
+        if now - self._loop_failed_s < _LOOP_FAILURE_REPORT_S:
+            problems.append(
+                f"the command loop failed {now - self._loop_failed_s:.1f} s ago ({self._loop_failure}); "
+                "the arm was held and the loop restarted"
+            )
         return HealthInfo(
             ok=not problems,
             backend_connected=snap.connected,
@@ -500,6 +569,29 @@ class RobotServer:
             control_loop_hz=rate,
             detail="; ".join(problems),
         )
+
+
+def _request_id_of(body: bytes) -> int:
+    """The request id of a message, if it can be read at all (0 otherwise)."""
+    try:
+        raw = unpackb(body)
+    except Exception:
+        return 0
+    return _int_request_id(raw) if isinstance(raw, dict) else 0
+
+
+def _int_request_id(raw: dict) -> int:
+    """``raw["request_id"]`` if it is an int a ``Reply`` can carry (not a bool), else 0."""
+    rid = raw.get("request_id")
+    return rid if type(rid) is int and -(2**63) <= rid < 2**64 else 0
+
+
+def _field_hint(error: str) -> str:
+    """What to send for the field a msgspec validation error names (``... - at `$.a.b```)."""
+    path = error.rpartition("at `")[2].rstrip("`")
+    name = path.rpartition(".")[2] if path.startswith("$") else ""
+    hint = _FIELD_HINTS.get(name)
+    return f" ({name} must be {hint})" if hint else ""
 
 
 _DEFERRED = object()

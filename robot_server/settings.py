@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from robot_server.safety import ClipPolicy, SafetyLimits
 
+_LIMITS = SafetyLimits()  # the one home of the safety defaults
+
 
 class RobotServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PDE_ROBOT_", extra="ignore")
@@ -48,16 +50,17 @@ class RobotServerSettings(BaseSettings):
     fci_host: str = ""
     realsense_serials: dict[str, str] = {}  # camera name -> serial number
 
-    # Safety (see robot_server/safety.py for the clip policy)
-    clip_policy: ClipPolicy = ClipPolicy.CLIP
-    workspace_min_m: tuple[float, float, float] = (0.15, -0.5, 0.015)
-    workspace_max_m: tuple[float, float, float] = (0.75, 0.5, 0.55)
-    max_flange_reach_m: float = Field(default=0.8, gt=0.2, le=0.855)
-    max_step_translation_m: float = Field(default=0.05, gt=0)
-    max_step_rotation_rad: float = Field(default=0.3, gt=0)
-    joint_margin_rad: float = Field(default=0.05, ge=0)
-    joint_velocity_fraction: float = Field(default=0.5, gt=0, le=1)
-    max_chunk_steps: int = Field(default=256, ge=1)
+    # Safety (see robot_server/safety.py for the clip policy). The defaults live in SafetyLimits.
+    clip_policy: ClipPolicy = _LIMITS.clip_policy
+    workspace_min_m: tuple[float, float, float] = _LIMITS.workspace_min_m
+    workspace_max_m: tuple[float, float, float] = _LIMITS.workspace_max_m
+    max_flange_reach_m: float = Field(default=_LIMITS.max_flange_reach_m, gt=0.2, le=0.855)
+    max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0)
+    max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0)
+    max_tool_tilt_rad: float = Field(default=_LIMITS.max_tool_tilt_rad, gt=0, le=3.1416)
+    joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0)
+    joint_velocity_fraction: float = Field(default=_LIMITS.joint_velocity_fraction, gt=0, le=1)
+    max_chunk_steps: int = Field(default=_LIMITS.max_chunk_steps, ge=1)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -82,6 +85,7 @@ class RobotServerSettings(BaseSettings):
             max_flange_reach_m=self.max_flange_reach_m,
             max_step_translation_m=self.max_step_translation_m,
             max_step_rotation_rad=self.max_step_rotation_rad,
+            max_tool_tilt_rad=self.max_tool_tilt_rad,
             joint_margin_rad=self.joint_margin_rad,
             joint_velocity_fraction=self.joint_velocity_fraction,
             max_chunk_steps=self.max_chunk_steps,

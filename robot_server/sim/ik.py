@@ -1,6 +1,7 @@
 """Differential inverse kinematics for the simulated FR3 (SIM.md): damped least squares on the 6x7
-site Jacobian, a weak null-space pull toward home, joint limits clipped every iteration. It works on
-a scratch MjData so the simulation itself is never touched."""
+site Jacobian, a weak null-space pull toward home, joint limits (and optionally a per-call joint
+step limit) clipped every iteration. It works on a scratch MjData so the simulation itself is never
+touched."""
 
 from __future__ import annotations
 
@@ -49,8 +50,20 @@ class DifferentialIK:
         pos = self.data.site_xpos[self.site_id].copy()
         return pos, mat_to_quat_wxyz(self.data.site_xmat[self.site_id])
 
-    def solve(self, q_seed: np.ndarray, pos_target: np.ndarray, quat_target_wxyz: np.ndarray) -> np.ndarray:
+    def solve(
+        self,
+        q_seed: np.ndarray,
+        pos_target: np.ndarray,
+        quat_target_wxyz: np.ndarray,
+        max_step_rad: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Joint angles near ``q_seed`` that put the TCP at the target. With ``max_step_rad`` no joint
+        ends further than that from ``q_seed`` (a velocity limit times the control period): the
+        answer is then the best reachable within one tick, never a jump to another configuration."""
         q = np.clip(np.asarray(q_seed, dtype=np.float64).copy(), fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD)
+        lower, upper = fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD
+        if max_step_rad is not None:
+            lower, upper = np.maximum(lower, q - max_step_rad), np.minimum(upper, q + max_step_rad)
         lam2 = self.damping**2 * np.eye(6)
         err_norm = np.inf
         it = 0
@@ -70,7 +83,7 @@ class DifferentialIK:
             dq = jac.T @ self._chol_solve(chol, err)
             pull = self.nullspace_gain * (fr3.HOME_Q_RAD - q)
             dq += pull - jac.T @ self._chol_solve(chol, jac @ pull)  # (I - J+ J) pull
-            q = np.clip(q + dq, fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD)
+            q = np.clip(q + dq, lower, upper)
         self.last_error_norm = err_norm
         self.last_iterations = it
         return q

@@ -15,15 +15,22 @@ from pde_contract.client import ProtocolVersionError, RobotClient, RobotServerEr
 from pde_contract.codec import packb, unpackb
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
+    MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     ActionChunk,
     ActionSpace,
+    ChunkAccepted,
     Envelope,
     ErrorCode,
+    EStop,
+    GetStatus,
+    Health,
     Hello,
+    ReleaseEStop,
     Reply,
     Reset,
     Status,
+    Stop,
     SubmitChunk,
 )
 from robot_server.server import RobotServer
@@ -254,3 +261,150 @@ def test_closed_client_refuses_requests(server: RobotServer) -> None:
     c.close()
     with pytest.raises(RobotServerError, match="closed"):
         c.status()
+
+
+class RawConnection:
+    """One DEALER connection that sends hand-built frames (no RobotClient help)."""
+
+    def __init__(self, server: RobotServer) -> None:
+        self.sock: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(server.settings.cmd_endpoint)
+        self._ids = iter(range(1, 10**9))
+
+    def send(self, request: object) -> Reply:
+        return self.send_raw(packb(Envelope(request_id=next(self._ids), request=request)))  # type: ignore[arg-type]
+
+    def send_raw(self, data: bytes, timeout_ms: int = 3000) -> Reply:
+        self.sock.send(data)
+        assert self.sock.poll(timeout_ms), "the server must answer every message"
+        return unpackb(self.sock.recv(), Reply)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+@pytest.fixture
+def raw(server: RobotServer) -> Iterator[RawConnection]:
+    conn = RawConnection(server)
+    yield conn
+    conn.close()
+
+
+def _chunk_request(**chunk_fields: object) -> bytes:
+    fields: dict[str, object] = {
+        "type": "ActionChunk",
+        "seq": 0,
+        "episode_id": "x",
+        "action_space": "ee_delta",
+        "actions": np.zeros((2, 7)),
+        "control_rate_hz": 20.0,
+    }
+    fields.update(chunk_fields)
+    return packb({"request_id": 7, "request": {"type": "SubmitChunk", "chunk": fields}})
+
+
+def test_wrongly_typed_and_deeply_nested_messages_get_malformed_and_serving_goes_on(
+    raw: RawConnection, client: RobotClient
+) -> None:
+    r = raw.send_raw(_chunk_request(action_space=[1]))
+    assert r.code is ErrorCode.MALFORMED and r.request_id == 7
+    assert "action_space" in r.message and "'ee_delta'" in r.message
+    r = raw.send(Reset(seed=-1))
+    assert r.code is ErrorCode.MALFORMED and "seed" in r.message and ">= 0" in r.message
+    for nested in (  # as the request, and in a field of a valid request that the server would skip
+        b"\x82\xaarequest_id\x03\xa7request" + b"\x91" * 1000 + b"\xc0",
+        b"\x82\xaarequest_id\x03\xa7request\x82\xa4type\xa6Health\xa1x" + b"\x91" * 1000 + b"\xc0",
+    ):
+        r = raw.send_raw(nested)
+        assert r.code is ErrorCode.MALFORMED, r
+    wait_healthy(client)
+    assert client.submit_chunk(chunk(0)).steps == 4
+    assert client.status().counters.commands_malformed == 4
+
+
+def test_an_unexpected_error_in_one_request_gets_internal_and_serving_goes_on(
+    server: RobotServer, client: RobotClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decode = server._decode
+
+    def broken(body: bytes) -> object:
+        if b"GetStatus" in body:
+            raise KeyError("bug")
+        return decode(body)
+
+    monkeypatch.setattr(server, "_decode", broken)
+    with pytest.raises(RobotServerError, match="KeyError") as ei:
+        client.status()
+    assert ei.value.code is ErrorCode.INTERNAL
+    monkeypatch.setattr(server, "_decode", decode)
+    assert client.status().counters.commands_failed == 1
+    wait_healthy(client)
+
+
+def test_a_failed_command_loop_holds_the_arm_restarts_and_health_says_so(
+    server: RobotServer, client: RobotClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    send = server._send
+    calls = []
+
+    def fails_once(ident: bytes, reply: Reply) -> None:
+        calls.append(reply)
+        if len(calls) == 1:
+            raise RuntimeError("socket broke")
+        send(ident, reply)
+
+    client.start_heartbeat()
+    client.submit_chunk(chunk(0, rows=200))  # 10 s
+    client.stop_heartbeat()
+    monkeypatch.setattr(server, "_send", fails_once)
+    with pytest.raises(RobotServerError) as ei:
+        client.request(GetStatus(), timeout_s=0.5)
+    assert ei.value.code is ErrorCode.TIMEOUT  # that reply was lost with the loop
+    h = client.health()
+    assert not h.ok and "command loop failed" in h.detail and "socket broke" in h.detail
+    st = client.status()
+    assert st.counters.command_loop_restarts == 1 and st.executing_chunk_seq == -1  # held
+
+
+def test_motion_needs_the_handshake_and_stopping_does_not(raw: RawConnection, server: RobotServer) -> None:
+    for request in (Health(), GetStatus(), Stop(), EStop(reason="raw")):
+        assert raw.send(request).ok, request
+    assert server.executor.snapshot().estopped
+    r = raw.send_raw(_chunk_request())
+    assert (
+        r.code is ErrorCode.HANDSHAKE_REQUIRED and f"Hello(protocol_version={PROTOCOL_VERSION}" in r.message
+    )
+    r = raw.send(Hello(protocol_version=PROTOCOL_VERSION + 1, client_name="old"))
+    assert r.code is ErrorCode.VERSION_MISMATCH
+    assert raw.send(Reset()).code is ErrorCode.HANDSHAKE_REQUIRED
+    assert raw.send(Hello(protocol_version=PROTOCOL_VERSION, client_name="raw")).ok
+    assert raw.send(ReleaseEStop()).ok
+    r = raw.send_raw(_chunk_request())
+    assert r.ok and isinstance(r.payload, ChunkAccepted)
+    # A version mismatch forgets an earlier handshake.
+    raw.send(Hello(protocol_version=PROTOCOL_VERSION + 1, client_name="old"))
+    assert raw.send_raw(_chunk_request(seq=1)).code is ErrorCode.HANDSHAKE_REQUIRED
+
+
+def test_robot_client_says_hello_by_itself(server: RobotServer) -> None:
+    # e.g. after a server restart: the new server has never seen this connection's Hello
+    with RobotClient(server.settings.cmd_endpoint, name="late", timeout_s=2.0) as c:
+        assert c.submit_chunk(chunk(0)).steps == 4
+        assert c.info is not None and c.info.protocol_version == PROTOCOL_VERSION
+
+
+def test_every_message_up_to_the_frame_limit_gets_a_reply(raw: RawConnection, client: RobotClient) -> None:
+    for size in (MAX_COMMAND_BYTES + 1, MAX_FRAME_BYTES):
+        r = raw.send_raw(b"\x00" * size, timeout_ms=10_000)
+        assert r.code is ErrorCode.TOO_LARGE and str(MAX_COMMAND_BYTES) in r.message
+    # Beyond it libzmq drops the connection unread: no reply, and the server serves on.
+    raw.sock.send(b"\x00" * (MAX_FRAME_BYTES + 1))
+    assert not raw.sock.poll(1000)
+    wait_healthy(client)
+    # RobotClient refuses to send a command over the limit at all.
+    big = chunk(0, rows=10)
+    big.episode_id = "e" * MAX_COMMAND_BYTES
+    with pytest.raises(RobotServerError, match="not sent") as ei:
+        client.submit_chunk(big)
+    assert ei.value.code is ErrorCode.TOO_LARGE

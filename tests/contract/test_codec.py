@@ -164,3 +164,18 @@ def test_truncated_array_body_is_refused() -> None:
     good = packb(np.arange(10, dtype=np.float64))
     with pytest.raises(CodecError):
         unpackb(good[:-8])
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+@pytest.mark.parametrize("typed", [False, True])
+def test_deep_nesting_is_a_codec_error(depth: int, typed: bool) -> None:
+    # ~1 KB of one-element arrays nested `depth` deep, as the value of an unknown field of a valid
+    # request when typed: msgspec stops at the recursion limit and that must read as a bad message.
+    nested = b"\x91" * depth + b"\xc0"
+    if typed:
+        data = b"\x82" + packb("request_id") + b"\x01" + packb("request") + b"\x82" + packb("type")
+        data += packb("Health") + packb("x") + nested
+    else:
+        data = nested
+    with pytest.raises(CodecError, match="nested too deeply"):
+        unpackb(data, Envelope if typed else None)

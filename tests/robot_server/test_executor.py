@@ -3,6 +3,7 @@ hold, stale chunks, watchdog, e-stop latch, reset, backend errors."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 
@@ -232,3 +233,21 @@ def test_backend_error_mid_chunk_holds_where_the_arm_is(
     # it holds there: it neither continues the chunk nor goes back to the pre-chunk target
     np.testing.assert_allclose(robot.pos, pos)
     assert ex.snapshot().executing_chunk_seq == -1
+
+
+def test_a_hold_outside_the_box_is_reported_and_chunks_bring_the_arm_back(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    ex, robot = make()
+    limits = ex.config.limits
+    with robot.lock:
+        robot.pos = np.array([0.45, 0.0, limits.workspace_max_m[2] + 0.2])  # pushed up by hand
+    ex.stop()  # hold where it is now
+    wait_for(lambda: "outside the workspace box" in ex.snapshot().last_error)
+    assert "200 mm" in ex.snapshot().last_error
+    n = len(robot.commands)
+    ex.submit(ee_chunk(0, rows=6, dx=0.0), CLIENT)  # "stay": planned from the held pose
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+    zs = [t.ee_position_m[2] for _, t in robot.commands[n:] if t.ee_position_m is not None]
+    assert zs[-1] < zs[0]  # moving back in
+    assert all(a - b <= limits.max_step_translation_m + 1e-9 for a, b in itertools.pairwise(zs))

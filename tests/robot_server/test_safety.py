@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,6 +199,8 @@ def test_ee_plans_never_leave_the_limits(actions: np.ndarray) -> None:
         assert LIMITS.gripper_min_m <= t.gripper_width_m <= LIMITS.gripper_max_m
         flange = t.ee_position_m - tool_axis(t.ee_quat_xyzw) * (0.107 + 0.1034)
         assert np.linalg.norm(flange - np.array(LIMITS.shoulder_m)) <= LIMITS.max_flange_reach_m + 1e-6
+        # the orientation envelope: the tool points at most max_tool_tilt_rad away from down
+        assert -tool_axis(t.ee_quat_xyzw)[2] >= math.cos(LIMITS.max_tool_tilt_rad) - 1e-9
         pos, quat = t.ee_position_m, t.ee_quat_xyzw
 
 
@@ -205,9 +208,13 @@ def test_ee_plans_never_leave_the_limits(actions: np.ndarray) -> None:
 @given(arrays(np.float64, st.tuples(st.integers(1, 20), st.just(8)), elements=finite))
 def test_joint_plans_never_leave_the_limits(actions: np.ndarray) -> None:
     plan = plan_chunk(actions, ActionSpace.JOINT_ABS, START, LIMITS, PERIOD_S)
+    p_prev = fr3_tcp_position_m(START.joint_positions_rad)
     for t in plan.targets:
         q = t.joint_positions_rad
         assert q is not None
+        # the same per-tick TCP step limit as ee_delta chunks
+        assert np.linalg.norm(fr3_tcp_position_m(q) - p_prev) <= LIMITS.max_step_translation_m + 1e-9
+        p_prev = fr3_tcp_position_m(q)
         assert np.all(q >= FR3_JOINT_LOWER_RAD + LIMITS.joint_margin_rad - 1e-12)
         assert np.all(q <= FR3_JOINT_UPPER_RAD - LIMITS.joint_margin_rad + 1e-12)
         p = fr3_tcp_position_m(q)
@@ -264,3 +271,27 @@ def test_unclipped_fast_path_equals_the_row_by_row_plan(actions: np.ndarray) -> 
         np.testing.assert_allclose(a.ee_position_m, b.ee_position_m, atol=1e-12)  # type: ignore[arg-type]
         np.testing.assert_allclose(a.ee_quat_xyzw, b.ee_quat_xyzw, atol=1e-12)  # type: ignore[arg-type]
         assert a.gripper_width_m == b.gripper_width_m
+
+
+def test_the_readme_states_the_default_workspace_box() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    lo, hi = LIMITS.workspace_min_m, LIMITS.workspace_max_m
+    assert -lo[1] == hi[1], "the README writes y as ±"
+    stated = f"default x {lo[0]:g}–{hi[0]:g}, y ±{hi[1]:g}, z {lo[2]:g}–{hi[2]:g} m"
+    assert stated in readme.replace("\n  ", " "), f"README.md should say {stated!r}"
+
+
+def test_rotations_stop_at_the_orientation_envelope() -> None:
+    a = np.zeros((12, 7))
+    a[:, 3] = 0.2  # tilt about x, 0.2 rad per row: 2.4 rad asked
+    a[:, 6] = 0.08
+    plan = plan_chunk(a, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    tilts = [math.acos(-tool_axis(t.ee_quat_xyzw)[2]) for t in plan.targets if t.ee_quat_xyzw is not None]
+    assert max(tilts) <= LIMITS.max_tool_tilt_rad + 1e-9 and max(tilts) > LIMITS.max_tool_tilt_rad - 0.2
+    assert plan.steps_clipped > 0 and "tilt the tool" in plan.notes[0]
+    # and back: rotating toward down is always allowed
+    last = plan.targets[-1]
+    assert last.ee_position_m is not None and last.ee_quat_xyzw is not None
+    tilted = PlanStart(last.ee_position_m, last.ee_quat_xyzw, START.joint_positions_rad, 0.08)
+    a[:, 3] = -0.2
+    assert plan_chunk(a[:3], ActionSpace.EE_DELTA, tilted, LIMITS, PERIOD_S).steps_clipped == 0

@@ -26,6 +26,7 @@ FR3_ELBOW_ACCELERATION_RAD_S2 = 10.0
 FR3_ELBOW_JERK_RAD_S3 = 5000.0
 FR3_JOINT_LOWER_RAD = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
 FR3_JOINT_UPPER_RAD = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
+FR3_JOINT_TORQUE_MAX_NM = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)  # what each joint can produce
 FR3_GRIPPER_MAX_WIDTH_M = 0.08
 
 DEFAULT_HOME_JOINTS_RAD = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
@@ -64,8 +65,18 @@ class FrankaConfig(BaseSettings):
         default=0.5, gt=0.0, description="pause between reconnection attempts"
     )
     home_timeout_s: float = Field(default=30.0, gt=0.0)
-    # Collision thresholds (libfranka set_collision_behavior): reflex above these.
-    torque_thresholds_nm: tuple[float, float, float, float, float, float, float] = (20.0,) * 7
+    # Collision thresholds (libfranka set_collision_behavior): reflex above these. Each must sit
+    # below what its joint can produce (FR3_JOINT_TORQUE_MAX_NM: 87 Nm for joints 1-4, 12 Nm for
+    # 5-7), or torque-based detection on that joint never fires.
+    torque_thresholds_nm: tuple[float, float, float, float, float, float, float] = (
+        20.0,
+        20.0,
+        20.0,
+        20.0,
+        10.0,
+        10.0,
+        10.0,
+    )
     force_thresholds_n: tuple[float, float, float, float, float, float] = (30.0,) * 6
     # Automatic recovery from reflexes: at most this many within the window, then a hard error.
     max_recoveries: int = Field(default=3, ge=0)
@@ -88,6 +99,17 @@ class FrankaConfig(BaseSettings):
     def _positive(cls, value: tuple[float, ...]) -> tuple[float, ...]:
         if any(v <= 0.0 for v in value):
             raise ValueError(f"collision thresholds must be positive, got {value}")
+        return value
+
+    @field_validator("torque_thresholds_nm")
+    @classmethod
+    def _below_joint_torque(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        for i, (t, t_max) in enumerate(zip(value, FR3_JOINT_TORQUE_MAX_NM, strict=True)):
+            if t >= t_max:
+                raise ValueError(
+                    f"torque threshold {t} Nm for joint {i + 1} is not below the {t_max} Nm that joint can "
+                    "produce: its collision detection would never fire (use e.g. 10 Nm for joints 5-7)"
+                )
         return value
 
     @field_validator("home_joints_rad")

@@ -138,6 +138,8 @@ class FrankaRobot(Robot):
         self._last_joint_target: np.ndarray | None = None
         self._recovery_times: collections.deque[float] = collections.deque()
         self.reflex_recoveries = 0
+        self.reflexes = 0  # latched: operator action needed
+        self.user_stops = 0
         self.reconnects = 0
         self.network_errors = 0
         self.last_error = ""
@@ -415,7 +417,10 @@ class FrankaRobot(Robot):
                         continue
                     self._execute(robot, streamer, item)
             except Exception as e:
-                self._on_motion_error(e)
+                try:
+                    self._on_motion_error(e)
+                except Exception as e2:  # the thread must outlive any error handling too
+                    self._latch(f"handling {type(e).__name__}: {e} failed with {type(e2).__name__}: {e2}")
             finally:
                 self._busy_since = None
 
@@ -506,7 +511,39 @@ class FrankaRobot(Robot):
         if self._streamer is not None:
             self._streamer.reset()
 
+    def _latch(self, reason: str) -> None:
+        """Refuse motion until ``home()``: the next ``command()`` raises ``reason``, so the executor
+        drops the chunk and holds where the arm stopped (``Status.last_error`` says why)."""
+        self._failed_reason = reason
+        self.last_error = reason
+        logger.error("%s", reason)
+        if self._streamer is not None:
+            self._streamer.reset()
+        self._last_joint_target = None
+        self._mode = None
+
     def _recover_from_reflex(self, e: Exception) -> None:
+        """Fault model: a user stop and a reflex (collision, limits, discontinuities) stop the arm
+        where it is and latch until an operator resets (home); only a communication constraints
+        violation (a late packet, nothing hit) recovers by itself, within a budget."""
+        text = str(e)
+        if "preempted" in text:  # a newer motion replaced the running one: not a fault
+            logger.debug("motion preempted: %s", text)
+            return
+        if "user stop" in text.lower():
+            self.user_stops += 1
+            self._latch(
+                f"FR3 user stop pressed ({text}): the arm is stopped. Release the stop, check the cell, "
+                "then reset (home) to resume."
+            )
+            return
+        if "communication_constraints_violation" not in text:
+            self.reflexes += 1
+            self._latch(
+                f"FR3 reflex: {text}. The arm stopped where it was and the chunk was dropped. Check the "
+                "workspace (and the collision thresholds), then reset (home) to acknowledge and resume."
+            )
+            return
         now = time.monotonic()
         while self._recovery_times and now - self._recovery_times[0] > self.config.recovery_window_s:
             self._recovery_times.popleft()
@@ -525,7 +562,14 @@ class FrankaRobot(Robot):
             robot = self._robot
             if robot is None:
                 return
-            ok = bool(robot.recover_from_errors())
+            try:
+                ok = bool(robot.recover_from_errors())
+            except Exception as e2:  # CommandException, e.g. while a user stop is engaged
+                self._latch(
+                    f"{reason}; automatic recovery was refused ({type(e2).__name__}: {e2}). If the user "
+                    "stop is pressed, release it; clear errors in Desk, then reset (home) to resume."
+                )
+                return
             if self._streamer is not None:
                 self._streamer.reset()
             self._last_joint_target = None
@@ -596,6 +640,11 @@ class FrankaRobot(Robot):
                     f"Home move failed: {e}. Check the arm and the workspace, clear the error (Desk) and "
                     "reset again."
                 ) from e
+            except franky.CommandException as e:  # e.g. recovery while the user stop is engaged
+                raise RobotError(
+                    f"The FR3 refused the recovery or the home move ({e}). If the user stop is pressed, "
+                    "release it; clear errors in Desk, then reset again."
+                ) from e
         finally:
             self._franky_lock.release()
         if self._gripper is not None:
@@ -625,6 +674,8 @@ class FrankaRobot(Robot):
         gripper = self._gripper
         return {
             "reflex_recoveries": self.reflex_recoveries,
+            "reflexes": self.reflexes,
+            "user_stops": self.user_stops,
             "reconnects": self.reconnects,
             "network_errors": self.network_errors,
             "gripper_commands": gripper.commands_executed if gripper else 0,

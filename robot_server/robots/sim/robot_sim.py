@@ -1,6 +1,15 @@
 """SimRobot: the Robot ABC on a SimWorld. ``command()`` solves differential IK toward the absolute
 TCP target (or takes joint targets), ramps the joint servos' setpoints over the first half of the
-period and advances physics by ``period_s``."""
+period and advances physics by ``period_s``.
+
+Like a real arm's controller, the sim never jumps: per tick no joint setpoint moves faster than the
+FR3's velocity limit, and the setpoint's TCP moves at most ``max_tcp_step_m`` and stays within
+``tcp_tube_m`` of the straight line from where it was to the target and inside the workspace box
+(``workspace_m``; once outside, it may only come back toward it). Where IK cannot get there
+within those bounds (an unreachable orientation, a singularity), the arm goes only as far as it can
+along that line, or holds. The safety layer keeps targets in the workspace box and their steps
+within the per-tick limit; the measured TCP follows the setpoint within the servos' tracking error.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +34,19 @@ SETTLE_S = 0.2
 class SimRobot(Robot):
     name = "sim"
 
-    def __init__(self, world: SimWorld) -> None:
+    def __init__(
+        self,
+        world: SimWorld,
+        max_tcp_step_m: float = 0.05,
+        tcp_tube_m: float = 0.005,
+        workspace_m: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+    ) -> None:
         self.world = world
+        self.max_tcp_step_m = max_tcp_step_m
+        self.tcp_tube_m = tcp_tube_m
+        # (min, max) corners of the box the setpoint's TCP may not leave (or, once outside, only
+        # come back toward); None: no box (tests of the bare arm)
+        self._box = None if workspace_m is None else (np.asarray(workspace_m[0]), np.asarray(workspace_m[1]))
         self.ik = DifferentialIK(world.model, world.tcp_site_id, world.arm_qpos_adr, world.arm_dof_adr)
         self._connected = False
         self._q_cmd = fr3.HOME_Q_RAD.copy()  # the servos' current setpoint
@@ -85,6 +105,8 @@ class SimRobot(Robot):
         w = self.world
         n_steps = max(1, round(period_s / w.timestep_s))
         with w.lock:
+            max_step_rad = fr3.JOINT_VELOCITY_LIMIT_RAD_S * period_s
+            pos_goal: np.ndarray | None = None
             if target.joint_positions_rad is not None:
                 if np.shape(target.joint_positions_rad) != (7,):
                     raise RobotError(
@@ -93,20 +115,49 @@ class SimRobot(Robot):
                     )
                 q_goal = np.clip(
                     np.asarray(target.joint_positions_rad, dtype=np.float64),
-                    fr3.JOINT_LOWER_RAD,
-                    fr3.JOINT_UPPER_RAD,
+                    np.maximum(fr3.JOINT_LOWER_RAD, self._q_cmd - max_step_rad),
+                    np.minimum(fr3.JOINT_UPPER_RAD, self._q_cmd + max_step_rad),
                 )
             elif target.ee_position_m is not None and target.ee_quat_xyzw is not None:
                 quat = xyzw_to_wxyz(np.asarray(target.ee_quat_xyzw, dtype=np.float64))
                 quat /= np.linalg.norm(quat)
-                q_goal = self.ik.solve(self._q_cmd, np.asarray(target.ee_position_m, dtype=np.float64), quat)
+                pos_goal = np.asarray(target.ee_position_m, dtype=np.float64)
+                q_goal = self.ik.solve(self._q_cmd, pos_goal, quat, max_step_rad)
             else:
                 raise RobotError(
                     "RobotTarget needs either joint_positions_rad or ee_position_m + ee_quat_xyzw"
                 )
             if not np.all(np.isfinite(q_goal)):
                 raise RobotError("IK produced a non-finite joint target; target rejected, arm holds")
-            self._step(q_goal, float(target.gripper_width_m), n_steps)
+            self._step(self._bounded(q_goal, pos_goal), float(target.gripper_width_m), n_steps)
+
+    def _bounded(self, q_goal: np.ndarray, pos_goal: np.ndarray | None) -> np.ndarray:
+        """The furthest point on the joint-space line from the setpoint toward ``q_goal`` (whole,
+        half, quarter, ... or none of it) along which the TCP moves at most ``max_tcp_step_m`` and,
+        for a pose target, stays within ``tcp_tube_m`` of the line from where it is to the target."""
+        q0 = self._q_cmd
+        p0 = self.ik.forward(q0)[0]
+        outside0 = self._outside_box_m(p0)
+        dq = q_goal - q0
+        line = None if pos_goal is None else pos_goal - p0
+        line_len2 = 0.0 if line is None else float(line @ line)
+        for scale in (1.0, 0.5, 0.25, 0.125):
+            ok = True
+            for s in (0.25, 0.5, 0.75, 1.0):  # the servos ramp along the joint-space line
+                p = self.ik.forward(q0 + s * scale * dq)[0]
+                if np.linalg.norm(p - p0) > self.max_tcp_step_m or self._outside_box_m(p) > max(
+                    outside0, 0.001
+                ):
+                    ok = False
+                    break
+                if line is not None:
+                    t = min(1.0, max(0.0, float((p - p0) @ line) / line_len2)) if line_len2 > 0 else 0.0
+                    if np.linalg.norm(p - (p0 + t * line)) > self.tcp_tube_m:
+                        ok = False
+                        break
+            if ok:
+                return q0 + scale * dq
+        return q0.copy()
 
     def _step(self, q_goal: np.ndarray, gripper_width_m: float, n_steps: int) -> None:
         w = self.world
@@ -127,6 +178,12 @@ class SimRobot(Robot):
         if not np.all(np.isfinite(d.qpos)):
             raise RobotError("the simulation diverged (non-finite state): call home() to reset it")
 
+    def _outside_box_m(self, p: np.ndarray) -> float:
+        if self._box is None:
+            return 0.0
+        lo, hi = self._box
+        return float(np.linalg.norm(np.maximum(lo - p, 0.0) + np.maximum(p - hi, 0.0)))
+
     def hold(self) -> None:
         w = self.world
         with w.lock:
@@ -143,21 +200,36 @@ class SimRobot(Robot):
         ``seed`` (a random seed when None)."""
         from robot_server.sim import tasks  # tasks import the world; import here to avoid a cycle
 
+        # Everything that can refuse the request (unknown task, bad seed) before the sim is touched;
+        # a failure after that restores the state from before the call, so a failed reset leaves the
+        # arm and the scene as they were.
         new_task = tasks.load(task) if task else None
         if seed is None:
             seed = random.SystemRandom().randrange(2**31)
+        try:
+            rng = np.random.default_rng(seed)
+        except (TypeError, ValueError) as e:
+            raise RobotError(f"reset seed {seed!r} refused ({e}): use an integer >= 0 or None") from e
         w = self.world
         with self._reset_lock, w.lock:
             m, d = w.model, w.data
-            mujoco.mj_resetData(m, d)
-            d.qpos[w.arm_qpos_adr] = fr3.HOME_Q_RAD
-            d.qpos[w.finger_qpos_adr] = fr3.GRIPPER_MAX_WIDTH_M / 2
-            if new_task is not None:
-                new_task.reset(w, np.random.default_rng(seed))
-            mujoco.mj_forward(m, d)
-            self._q_cmd = fr3.HOME_Q_RAD.copy()
-            self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2
-            self._step(self._q_cmd, fr3.GRIPPER_MAX_WIDTH_M, max(1, round(SETTLE_S / w.timestep_s)))
+            before = mujoco.MjData(m)
+            mujoco.mj_copyData(before, m, d)
+            q_cmd, gripper_ctrl = self._q_cmd, self._gripper_ctrl
+            try:
+                mujoco.mj_resetData(m, d)
+                d.qpos[w.arm_qpos_adr] = fr3.HOME_Q_RAD
+                d.qpos[w.finger_qpos_adr] = fr3.GRIPPER_MAX_WIDTH_M / 2
+                if new_task is not None:
+                    new_task.reset(w, rng)
+                mujoco.mj_forward(m, d)
+                self._q_cmd = fr3.HOME_Q_RAD.copy()
+                self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2
+                self._step(self._q_cmd, fr3.GRIPPER_MAX_WIDTH_M, max(1, round(SETTLE_S / w.timestep_s)))
+            except BaseException:
+                mujoco.mj_copyData(d, m, before)
+                self._q_cmd, self._gripper_ctrl = q_cmd, gripper_ctrl
+                raise
             self._task, self.task_name, self.seed = new_task, task, seed
 
     def task_success(self) -> bool | None:

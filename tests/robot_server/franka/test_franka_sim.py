@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from pathlib import Path
@@ -108,7 +109,12 @@ def test_gripper_latest_command_wins(robot: FrankaRobot) -> None:
     assert robot.read_state().gripper_width_m > 0.07
 
 
-def test_reflex_errors_are_recovered_then_refused_past_the_budget(fci_sim: FciSim) -> None:
+_COMM_VIOLATION = (
+    'libfranka: Move command aborted: motion aborted by reflex! ["communication_constraints_violation"]'
+)
+
+
+def test_communication_errors_are_recovered_then_refused_past_the_budget(fci_sim: FciSim) -> None:
     import franky
 
     robot = FrankaRobot(sim_config(fci_sim.host, max_recoveries=2, gripper=False))
@@ -116,12 +122,12 @@ def test_reflex_errors_are_recovered_then_refused_past_the_budget(fci_sim: FciSi
     try:
         # franky-sim has no reflexes: feed the handler the exception franky raises for one.
         for _ in range(2):
-            robot._on_motion_error(franky.ControlException("cartesian_reflex"))
+            robot._on_motion_error(franky.ControlException(_COMM_VIOLATION))
         assert robot.reflex_recoveries == 2
         state = robot.read_state()
         target = RobotTarget(0.08, ee_position_m=state.ee_position_m, ee_quat_xyzw=state.ee_quat_xyzw)
         robot.command(target, PERIOD_S)  # still allowed
-        robot._on_motion_error(franky.ControlException("cartesian_reflex"))
+        robot._on_motion_error(franky.ControlException(_COMM_VIOLATION))
         with pytest.raises(RobotError, match=r"automatic recoveries.*reset \(home\)"):
             robot.command(target, PERIOD_S)
         robot.home()  # clears the latch
@@ -252,3 +258,75 @@ def test_a_stop_that_has_not_finished_is_reported_not_ignored(robot: FrankaRobot
         assert robot._mode == "joint"  # still known to be moving: no other motion type may start
         assert robot._stop_and_wait(arm, 30.0) is True
         assert robot._mode is None
+
+
+class _RecoveryRefused:
+    """The franky Robot, except that ``recover_from_errors`` raises as libfranka does while the
+    user stop is engaged."""
+
+    def __init__(self, robot: object) -> None:
+        self._robot = robot
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._robot, name)
+
+    def recover_from_errors(self) -> bool:
+        import franky
+
+        raise franky.CommandException("libfranka: Automatic recovery command rejected: User stop pressed")
+
+
+def _inject_at_next_motion(robot: FrankaRobot, exc: Exception) -> None:
+    """The next target the motion thread sends to franky raises ``exc`` (as franky does)."""
+    streamer = robot._streamer
+    assert streamer is not None
+
+    def send(*args: object) -> None:
+        # a fresh exception each time: a raised one keeps the frames (and franky's Robot, whose
+        # FCI connection the next test needs) alive through its traceback
+        raise type(exc)(str(exc))
+
+    streamer.send = send  # type: ignore[method-assign,assignment]
+
+
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [
+        ("libfranka: Move command aborted: User Stop pressed!", r"user stop pressed.*Release the stop"),
+        ('libfranka: Move command aborted: motion aborted by reflex! ["cartesian_reflex"]', r"reflex.*reset"),
+        (_COMM_VIOLATION, r"recovery was refused.*user stop"),  # recovery raises: stop still pressed
+    ],
+    ids=["user-stop", "collision-reflex", "recovery-refused"],
+)
+def test_faults_stop_the_arm_latch_and_keep_the_motion_thread(
+    fci_sim: FciSim, fault: str, words: str
+) -> None:
+    import franky
+
+    robot = FrankaRobot(sim_config(fci_sim.host, gripper=False))
+    robot.connect()
+    try:
+        robot._robot = _RecoveryRefused(robot._robot)
+        state = robot.read_state()
+        target = RobotTarget(0.08, ee_position_m=state.ee_position_m, ee_quat_xyzw=state.ee_quat_xyzw)
+        _inject_at_next_motion(robot, franky.ControlException(fault))
+        robot.command(target, PERIOD_S)
+        deadline = time.monotonic() + 10.0
+        while not robot._failed_reason:
+            assert time.monotonic() < deadline, "the fault was not handled"
+            time.sleep(0.01)
+        assert robot._worker is not None and robot._worker.is_alive()
+        assert robot.is_connected and re.search(words, robot.last_error, re.IGNORECASE), robot.last_error
+        with pytest.raises(RobotError, match=words):  # no chunk goes on after the fault
+            robot.command(target, PERIOD_S)
+        assert robot.reflex_recoveries == 0
+    finally:
+        robot.disconnect()
+
+
+def test_collision_thresholds_sit_below_what_each_joint_can_produce() -> None:
+    assert all(
+        t < m for t, m in zip(FrankaConfig().torque_thresholds_nm, (87, 87, 87, 87, 12, 12, 12), strict=True)
+    )
+    with pytest.raises(ValueError, match="joint 6"):
+        FrankaConfig(torque_thresholds_nm=(20.0, 20.0, 20.0, 20.0, 10.0, 20.0, 10.0))
