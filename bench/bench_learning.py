@@ -445,6 +445,50 @@ def merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def merge_progress(args: argparse.Namespace) -> int:
+    """Seeds cut short (session time): their progress files -> one result at the last held-out
+    evaluation every seed reached. Run with the same options as the runs themselves."""
+    parts = [json.loads(Path(f).read_text()) for f in args.from_progress.split(",") if f]
+    at = min(p["evaluations"][-1]["after_updates"] for p in parts)
+    per_seed = []
+    for p in parts:
+        ev = next(e for e in p["evaluations"] if e["after_updates"] == at)
+        n = int(ev["n"])
+        per_seed.append(
+            {
+                **p,
+                "eval_success_after": ev["rate"],
+                "eval_mean_chunk_success_after": float("nan"),
+                "eval_episodes": n,
+                "eval_success_before_interval": with_interval(round(p["eval_success_before"] * n), n),
+                "eval_success_after_interval": with_interval(ev["successes"], n),
+                "training_episodes": ev["training_episodes"],
+                "rollout_success_per_iteration": p["rollout_success_per_iteration"][:at],
+                "ppo": p["ppo"][:at],
+            }
+        )
+    args.iterations = at
+    result = write_results(
+        args, per_seed, canonical_prompt_of(args.task), args.sft_tasks.split(","), {}, time.perf_counter()
+    )
+    result.update(
+        cut_short={
+            "after_updates": at,
+            "why": "planned for more updates; the last held-out evaluation every seed reached",
+            "progress_files": args.from_progress.split(","),
+        }
+    )
+    save_result(result, ROOT / args.out)
+    print(json.dumps({k: v for k, v in result.items() if k.startswith(("eval_", "seeds_"))}))
+    return 0
+
+
+def canonical_prompt_of(task: str) -> str:
+    from learner.loop.tasks import canonical_prompt  # the task -> canonical prompt table
+
+    return canonical_prompt(task)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="put_green_container_in_front_of_camera")
@@ -506,9 +550,14 @@ def main() -> int:
         default="",
         help="comma-separated result files of single-seed runs (run in parallel) to combine",
     )
+    ap.add_argument(
+        "--from-progress", default="", help="comma-separated progress files of cut-short seeds to merge"
+    )
     args = ap.parse_args()
     if args.merge:
         return merge(args)
+    if args.from_progress:
+        return merge_progress(args)
     torch.set_num_threads(1)
     data = ROOT / args.data_dir
     from learner.loop.tasks import canonical_prompt  # the task -> canonical prompt table
