@@ -76,7 +76,11 @@ class BackgroundTrainer:
 
     @property
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """An update runs, or its result waits for poll(): the next update must start from the
+        version that result swaps in (starting earlier labelled two updates with one version)."""
+        with self._lock:
+            pending = self._result is not None
+        return pending or (self._thread is not None and self._thread.is_alive())
 
     def start(
         self,

@@ -302,3 +302,17 @@ def test_alpha_is_updated_from_the_canonical_window_when_a_batch_has_no_canonica
     assert st.ema_success == pytest.approx(0.3 * 0.25 + 0.7 * 1.0) and st.iteration == 1
     assert [v for _, v, _ in store.metrics(f"{TASK}/alpha_window_success")] == [0.25]
     assert [v for _, v, _ in store.metrics(f"{TASK}/alpha_window_episodes")] == [4.0]
+
+
+def test_a_finished_update_keeps_the_trainer_busy_until_its_result_is_taken() -> None:
+    """Otherwise the loop could start the next update before swapping in this one's weights, and
+    both updates would be labelled with the same version."""
+    trainer = BackgroundTrainer(FakeTrainer(update_time_s=0.0), lambda policy, version, metrics: "")
+    trainer.start([], [1], 1)
+    trainer.join(5)
+    assert trainer.busy, "a result is waiting: no new update may start"
+    with pytest.raises(RuntimeError, match="already running"):
+        trainer.start([], [2], 2)
+    result = trainer.poll()
+    assert result is not None and result.version == 1
+    assert not trainer.busy
