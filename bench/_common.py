@@ -98,3 +98,15 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     centre = (p + z * z / (2 * n)) / denom
     half = z * float(np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def success_interval(successes: int, n: int) -> dict[str, float]:
+    """A success count as the learning benchmarks record it: count, rate and Wilson 95% bounds."""
+    lo, hi = wilson_interval(successes, n)
+    return {
+        "successes": successes,
+        "n": n,
+        "rate": successes / max(1, n),
+        "wilson95_low": lo,
+        "wilson95_high": hi,
+    }

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from _common import wilson_interval  # noqa: E402
+from _common import success_interval  # noqa: E402
 
 from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
@@ -138,17 +138,6 @@ def training_seeds(rng: np.random.Generator, it: int, args: argparse.Namespace) 
     return [s for s in scenes for _ in range(args.group_size)][: args.episodes_per_iteration]
 
 
-def with_interval(successes: int, n: int) -> dict[str, float]:
-    lo, hi = wilson_interval(successes, n)
-    return {
-        "successes": successes,
-        "n": n,
-        "rate": successes / max(1, n),
-        "wilson95_low": lo,
-        "wilson95_high": hi,
-    }
-
-
 def success_rate(eps: list[EpisodeFile]) -> float:
     return float(np.mean([bool(e.success) for e in eps]))
 
@@ -211,7 +200,7 @@ def eval_summary(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
                 k = round(
                     sum(rate * int(r["eval_episodes"]) for rate, r in zip(rates, per_seed, strict=True))
                 )
-                out[f"{key}_{when}_pooled"] = with_interval(k, n)
+                out[f"{key}_{when}_pooled"] = success_interval(k, n)
         out[name] = int(sum(a > b for a, b in zip(after, before, strict=True)))
     return out
 
@@ -289,7 +278,7 @@ def run_seed(
             {
                 "after_updates": 0,
                 "training_episodes": 0,
-                **with_interval(round(out["eval_success_before"] * n_eval), n_eval),
+                **success_interval(round(out["eval_success_before"] * n_eval), n_eval),
             }
         ]
         out["evaluations"] = evaluations
@@ -333,7 +322,7 @@ def run_seed(
                     {
                         "after_updates": it + 1,
                         "training_episodes": n_eps,
-                        **with_interval(round(rate * n_eval), n_eval),
+                        **success_interval(round(rate * n_eval), n_eval),
                     }
                 )
                 print(f"seed {seed}: eval after {it + 1} updates {rate:.2f}", flush=True)
@@ -348,12 +337,12 @@ def run_seed(
             {
                 "after_updates": args.iterations,
                 "training_episodes": n_eps,
-                **with_interval(round(out["eval_success_after"] * n_eval), n_eval),
+                **success_interval(round(out["eval_success_after"] * n_eval), n_eval),
             }
         )
         for when in ("before", "after"):
             k = round(out[f"eval_success_{when}"] * n_eval)
-            out[f"eval_success_{when}_interval"] = with_interval(k, n_eval)
+            out[f"eval_success_{when}_interval"] = success_interval(k, n_eval)
         out.update(
             rollout_success_per_iteration=curve,
             ppo=diags,
@@ -460,8 +449,8 @@ def merge_progress(args: argparse.Namespace) -> int:
                 "eval_success_after": ev["rate"],
                 "eval_mean_chunk_success_after": float("nan"),
                 "eval_episodes": n,
-                "eval_success_before_interval": with_interval(round(p["eval_success_before"] * n), n),
-                "eval_success_after_interval": with_interval(ev["successes"], n),
+                "eval_success_before_interval": success_interval(round(p["eval_success_before"] * n), n),
+                "eval_success_after_interval": success_interval(ev["successes"], n),
                 "training_episodes": ev["training_episodes"],
                 "rollout_success_per_iteration": p["rollout_success_per_iteration"][:at],
                 "ppo": p["ppo"][:at],

@@ -39,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _common import wilson_interval  # noqa: E402
+from _common import success_interval  # noqa: E402
 from bench_learning import EVAL_SEED_BASE, TRAIN_SEED_BASE, plot, start_server  # noqa: E402
 
 from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
@@ -97,17 +97,6 @@ def propose(
         failed=[PromptEvidence(text=t, success_rate=None) for t in sorted(known - {goal})],
     )
     return proposer.propose(request).new_prompts
-
-
-def interval(successes: int, n: int) -> dict[str, float]:
-    lo, hi = wilson_interval(successes, n)
-    return {
-        "successes": successes,
-        "n": n,
-        "rate": successes / max(1, n),
-        "wilson95_low": lo,
-        "wilson95_high": hi,
-    }
 
 
 class Runner:
@@ -180,7 +169,7 @@ class Runner:
                 seed=EVAL_SEED_BASE + i,
             )
             wins += bool(ep.success)
-        return interval(wins, self.args.eval_episodes)
+        return success_interval(wins, self.args.eval_episodes)
 
     def start_evaluation(self) -> dict[str, float]:
         """The SFT policy's evaluation, shared by every arm of this seed (same policy, same scenes,
@@ -295,7 +284,7 @@ def merge(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         n = sum(r["eval_episodes"] for r in rows)
         for when in ("start", "end"):
             k = round(sum(r[f"success_{when}"] * r["eval_episodes"] for r in rows))
-            a[f"success_{when}_pooled"] = interval(k, n)
+            a[f"success_{when}_pooled"] = success_interval(k, n)
         a["gain_pooled"] = a["success_end_pooled"]["rate"] - a["success_start_pooled"]["rate"]
     result = {"arms": arms, "budget": budget, "commands": sorted(set(commands))}
     out = ROOT / args.out

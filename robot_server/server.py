@@ -65,7 +65,7 @@ from pde_contract.messages import (
     SubmitChunk,
 )
 from robot_server.cameras.base import Camera, CameraError
-from robot_server.executor import ChunkExecutor, ExecutorConfig
+from robot_server.executor import ChunkExecutor, ExecutorConfig, ExecutorSnapshot
 from robot_server.robots.base import Robot
 from robot_server.safety import SafetyError
 from robot_server.settings import RobotServerSettings
@@ -238,9 +238,10 @@ class RobotServer:
         step only on ticks with no chunk executing (what the actor acts on: it waits for the first
         observation after its chunk); ticks inside a chunk publish the state alone, since rendering
         every tick was most of a fast episode's CPU."""
-        if self.executor.snapshot().executing_chunk_seq != -1:
+        snap = self.executor.snapshot()
+        if snap.executing_chunk_seq != -1:
             with self._pub_lock:
-                self._publish_locked(with_frames=False)
+                self._publish_locked(with_frames=False, snap=snap)
             return
         for slot in self._slots:
             try:
@@ -259,11 +260,11 @@ class RobotServer:
             with self._pub_lock:
                 self._publish_locked()
 
-    def _publish_locked(self, with_frames: bool = True) -> None:
-        # caller holds _pub_lock
+    def _publish_locked(self, with_frames: bool = True, snap: ExecutorSnapshot | None = None) -> None:
+        # caller holds _pub_lock; ``snap``: the executor's state when the caller already read it
         if self._pub is None:
             return
-        snap = self.executor.snapshot()
+        snap = snap or self.executor.snapshot()
         if snap.state is None:
             return
         now_s = time.time()
