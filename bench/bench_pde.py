@@ -274,7 +274,8 @@ def merge(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     arms: dict[str, Any] = {}
     commands: list[str] = []
     budget: dict[str, Any] = {}
-    for part in sorted(work.glob("*-seed*.json")):
+    parts = [f for arm in ARMS for f in sorted(work.glob(f"{arm}-seed*.json"))]
+    for part in parts:  # the cached start evaluations (start-seed*.json) are not parts
         p = json.loads(part.read_text())
         arms.setdefault(p["arm"], {"per_seed": []})["per_seed"].append(p["result"])
         commands.append(p["command"])
@@ -327,7 +328,7 @@ def main() -> int:
         "--eval-every", type=int, default=0, help="evaluate every this many updates (0: start/end)"
     )
     ap.add_argument("--max-chunks", type=int, default=20)
-    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--lr", type=float, default=PPOConfig.learning_rate)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--target-kl", type=float, default=0.05)
     ap.add_argument("--init-log-std", type=float, default=-1.0)
