@@ -9,11 +9,12 @@ process with its log in <data>/logs/: the simulated robot server (real time), th
 127.0.0.1, the supervisor (offline paraphrase proposer unless a VLM endpoint is configured) and the
 learner's episode loop, all sharing SQLite in <data>/pde.db. Ctrl-C stops everything.
 
-The defaults are sized for a 2-core laptop CPU and for a policy that is neither hopeless nor solved,
-so that the loop has something to do: one task (put the green container in front of the camera),
-10 demonstrations, 300 SFT steps of the Gaussian head on 32 px frames, objects scattered over a
-fifth of the layout box. Measured (README): 9 successes in 24 on held-out scenes, about one in
-five in the loop, so candidate prompts get admitted to the pool and PPO sees both outcomes.
+The defaults are sized for a 2-core laptop CPU and for a start where PDE has something to do:
+the language premise (learner/recipes/): three tasks of one scene, 20 demonstrations each, 1000 SFT
+steps of the Gaussian head on 32 px frames, the target task (put the green container in front of
+the camera) trained only under other wordings, so its canonical prompt rarely succeeds and the
+prompt search fills the pool; the RL stage then samples pool prompts in most episodes (alpha near
+alpha_min) and prints alpha, the pool-prompt share and the canonical prompt's success at the end.
 """
 
 from __future__ import annotations
