@@ -17,7 +17,8 @@ Threads:
   even with the heartbeat watchdog off; while it is stuck nobody answers (clients time out), and
   once it turns again ``Health`` reports the stall for ``_LOOP_FAILURE_REPORT_S``.
 
-Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``) are served only
+Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``,
+``SetGuidingMode``) are served only
 on a connection that completed the ``Hello`` handshake; stopping (``Stop``, ``EStop``) and queries
 work from anyone.
 
@@ -61,7 +62,9 @@ from pde_contract.messages import (
     Reply,
     ReplyPayload,
     Reset,
+    RobotFault,
     ServerInfo,
+    SetGuidingMode,
     Status,
     Stop,
     SubmitChunk,
@@ -77,7 +80,8 @@ log = logging.getLogger(__name__)
 _LOOP_FAILURE_REPORT_S = 10.0  # Health stays not ok this long after the command loop failed
 _MAX_GREETED_CONNECTIONS = 4096  # handshakes remembered (oldest forgotten first)
 # Motion commands: refused from a connection without a completed handshake.
-_NEEDS_HELLO = (SubmitChunk, Reset, GripperCommand, ReleaseEStop)
+_NEEDS_HELLO = (SubmitChunk, Reset, GripperCommand, ReleaseEStop, SetGuidingMode)
+_GUIDING_TIMEOUT_S = 10.0  # a guiding change waits for the arm's motion to stop (FR3: <= 2 s)
 # What to send, for the fields a hand-written client gets wrong most (named in MALFORMED replies).
 _FIELD_HINTS = {
     "action_space": "a string, one of " + ", ".join(repr(s.value) for s in ActionSpace),
@@ -98,6 +102,7 @@ _REQUEST_TAGS: dict[str, type] = {
         Stop,
         EStop,
         ReleaseEStop,
+        SetGuidingMode,
         GetStatus,
         Health,
     )
@@ -530,11 +535,29 @@ class RobotServer:
             case ReleaseEStop():
                 ex.release_estop()
                 return Ack()
+            case SetGuidingMode(enabled=enabled):
+                threading.Thread(
+                    target=self._run_guiding, args=(ident, rid, enabled), name="guiding", daemon=True
+                ).start()
+                return _DEFERRED
             case GetStatus():
                 return self.status()
             case Health():
                 return self.health()
         raise SafetyError(ErrorCode.UNKNOWN_COMMAND, f"unhandled command {type(req).__name__}")
+
+    def _run_guiding(self, ident: bytes, rid: int, enabled: bool) -> None:
+        try:
+            self.executor.set_guiding(enabled, _GUIDING_TIMEOUT_S)
+            reply = Reply(ok=True, payload=Ack(), request_id=rid)
+        except SafetyError as e:
+            reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
+        except Exception as e:  # still one reply per request
+            log.exception("guiding change failed")
+            reply = Reply(
+                ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
+            )
+        self._deferred.put((ident, reply))
 
     def _run_reset(self, ident: bytes, rid: int, task: str, seed: int | None) -> None:
         try:
@@ -580,6 +603,10 @@ class RobotServer:
             uptime_s=time.monotonic() - self._started_s,
             last_error=snap.last_error,
             task=snap.task,
+            fault=snap.fault.kind if snap.fault else RobotFault.NONE,
+            fault_detail=snap.fault.detail if snap.fault else "",
+            fault_action=snap.fault.action if snap.fault else "",
+            guiding=snap.guiding,
         )
 
     def health(self) -> HealthInfo:

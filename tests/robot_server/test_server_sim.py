@@ -30,6 +30,7 @@ from pde_contract.messages import (
     ErrorCode,
     Observation,
     Reply,
+    RobotFault,
 )
 from robot_server.safety import FR3_JOINT_LOWER_RAD, FR3_JOINT_UPPER_RAD, SafetyLimits
 from tests.helpers import free_port, pde_command, subprocess_env
@@ -459,3 +460,26 @@ def test_watch_without_a_server_says_so() -> None:
         timeout=60,
     )
     assert out.returncode == 1 and "is `pde robot-server` running" in out.stderr
+
+
+def test_guiding_mode_hands_the_arm_over_and_back(client: RobotClient) -> None:
+    client.start_heartbeat()
+    client.submit_chunk(ee_chunk(40, (0.0, 0.002, 0.0)))
+    client.set_guiding_mode(True)
+    st = client.status()
+    assert st.guiding and st.executing_chunk_seq == -1 and st.fault is RobotFault.NONE
+    for call in (
+        lambda: client.submit_chunk(ee_chunk(41, (0.0, 0.002, 0.0))),
+        lambda: client.reset(),
+        lambda: client.gripper(0.01),
+    ):
+        with pytest.raises(RobotServerError) as ei:
+            call()
+        assert ei.value.code is ErrorCode.BUSY and "SetGuidingMode(enabled=False)" in ei.value.message
+    client.estop("while guiding")  # stopping always works
+    client.release_estop()
+    client.set_guiding_mode(False)
+    assert not client.status().guiding
+    assert client.submit_chunk(ee_chunk(42, (0.0, 0.002, 0.0))).steps > 0
+    client.stop()
+    client.stop_heartbeat()
