@@ -204,6 +204,9 @@ class SimRobot(Robot):
         m, ids = w.model, w.arm_actuator_ids
         with w.lock:
             if enabled and self._servo_params is None:
+                # stopped first, as the FR3 backend waits for its motion to end: a limp arm would
+                # coast on with the speed it had
+                w.data.qvel[w.arm_dof_adr] = 0.0
                 self._servo_params = (m.actuator_gainprm[ids].copy(), m.actuator_biasprm[ids].copy())
                 m.actuator_gainprm[ids] = 0.0
                 m.actuator_biasprm[ids] = 0.0

@@ -291,3 +291,19 @@ def test_guiding_makes_the_arm_compliant_and_holds_its_weight(robot: SimRobot) -
         robot.idle(PERIOD_S)
     # the servos hold where the operator left the arm (no jump back)
     assert np.linalg.norm(robot.read_state().ee_position_m - held) < 0.01
+
+
+def test_ik_keeps_every_joint_off_its_limits(robot: SimRobot) -> None:
+    from robot_server.sim.ik import IK_JOINT_MARGIN_RAD
+
+    q_far = fr3.HOME_Q_RAD.copy()
+    q_far[6] = fr3.JOINT_UPPER_RAD[6]  # a pose only reachable with joint 7 at its limit
+    pos, quat = robot.ik.forward(q_far)
+    q = robot.ik.solve(fr3.HOME_Q_RAD, pos, quat)
+    assert np.all(q >= fr3.JOINT_LOWER_RAD + IK_JOINT_MARGIN_RAD - 1e-12)
+    assert np.all(q <= fr3.JOINT_UPPER_RAD - IK_JOINT_MARGIN_RAD + 1e-12)
+    # a joint already inside the margin may stay there, but never goes further in
+    seed = q_far.copy()
+    seed[6] -= IK_JOINT_MARGIN_RAD / 2
+    q = robot.ik.solve(seed, pos, quat)
+    assert q[6] <= seed[6] + 1e-12
