@@ -529,6 +529,9 @@ class ChunkExecutor:
             self._held = target_from_state(state, width, None)
             self._last_target = self._held
             self._update_progress()
+        self._notify_tick(state)
+
+    def _notify_tick(self, state: RobotState) -> None:
         if self._on_tick is not None:
             try:
                 self._on_tick(state)
@@ -645,11 +648,7 @@ class ChunkExecutor:
                     self._state = state
                     self._task_success = success
                     self._update_progress()
-                if self._on_tick is not None:
-                    try:
-                        self._on_tick(state)
-                    except Exception:
-                        log.exception("on_tick callback failed")
+                self._notify_tick(state)
             now = time.monotonic()
             if not cfg.realtime and seq >= 0:
                 next_t = now + period  # fast pacing: idle ticks resume at the rate from here

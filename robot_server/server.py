@@ -34,7 +34,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import zmq
@@ -519,9 +519,8 @@ class RobotServer:
                     )
                 if snap.resetting:
                     raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
-                threading.Thread(
-                    target=self._run_reset, args=(ident, rid, task, seed), name="reset", daemon=True
-                ).start()
+                timeout_s = self.settings.reset_timeout_s
+                self._answer_later(ident, rid, "reset", lambda: ex.reset(task, seed, timeout_s))
                 return _DEFERRED
             case GripperCommand(width_m=w):
                 ex.gripper(w)
@@ -536,9 +535,7 @@ class RobotServer:
                 ex.release_estop()
                 return Ack()
             case SetGuidingMode(enabled=enabled):
-                threading.Thread(
-                    target=self._run_guiding, args=(ident, rid, enabled), name="guiding", daemon=True
-                ).start()
+                self._answer_later(ident, rid, "guiding", lambda: ex.set_guiding(enabled, _GUIDING_TIMEOUT_S))
                 return _DEFERRED
             case GetStatus():
                 return self.status()
@@ -546,31 +543,24 @@ class RobotServer:
                 return self.health()
         raise SafetyError(ErrorCode.UNKNOWN_COMMAND, f"unhandled command {type(req).__name__}")
 
-    def _run_guiding(self, ident: bytes, rid: int, enabled: bool) -> None:
-        try:
-            self.executor.set_guiding(enabled, _GUIDING_TIMEOUT_S)
-            reply = Reply(ok=True, payload=Ack(), request_id=rid)
-        except SafetyError as e:
-            reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
-        except Exception as e:  # still one reply per request
-            log.exception("guiding change failed")
-            reply = Reply(
-                ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
-            )
-        self._deferred.put((ident, reply))
+    def _answer_later(self, ident: bytes, rid: int, what: str, call: Callable[[], None]) -> None:
+        """Run a blocking executor call (reset, guiding change) on its own thread, so the socket
+        keeps serving; its reply goes out from the command thread when it returns."""
 
-    def _run_reset(self, ident: bytes, rid: int, task: str, seed: int | None) -> None:
-        try:
-            self.executor.reset(task, seed, self.settings.reset_timeout_s)
-            reply = Reply(ok=True, payload=Ack(), request_id=rid)
-        except SafetyError as e:
-            reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
-        except Exception as e:  # still one reply per request
-            log.exception("reset failed")
-            reply = Reply(
-                ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
-            )
-        self._deferred.put((ident, reply))
+        def run() -> None:
+            try:
+                call()
+                reply = Reply(ok=True, payload=Ack(), request_id=rid)
+            except SafetyError as e:
+                reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
+            except Exception as e:  # still one reply per request
+                log.exception("%s failed", what)
+                reply = Reply(
+                    ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
+                )
+            self._deferred.put((ident, reply))
+
+        threading.Thread(target=run, name=what, daemon=True).start()
 
     # --- introspection ----------------------------------------------------------------------------
 

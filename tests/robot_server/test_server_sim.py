@@ -366,6 +366,18 @@ def test_watchdog_stops_the_arm(client: RobotClient) -> None:
     assert moved_before and max(moved_before) - min(moved_before) > 0.005  # it was moving
 
 
+def assert_motion_refused(client: RobotClient, code: ErrorCode, says: str) -> None:
+    """A chunk, a reset and a gripper command are each refused with ``code``, saying ``says``."""
+    for call in (
+        lambda: client.submit_chunk(ee_chunk(5, (0.0, 0.01, 0.0))),
+        lambda: client.reset(),
+        lambda: client.gripper(0.01),
+    ):
+        with pytest.raises(RobotServerError) as ei:
+            call()
+        assert ei.value.code is code and says in ei.value.message, ei.value.message
+
+
 def test_estop_holds_until_released(client: RobotClient) -> None:
     client.start_heartbeat()
     client.submit_chunk(ee_chunk(30, (0.0, -0.008, 0.0)))
@@ -375,14 +387,7 @@ def test_estop_holds_until_released(client: RobotClient) -> None:
     still = collect(client, 1.0)
     ys = [o.state.ee_position_m[1] for o in still]
     assert max(ys) - min(ys) < 0.002 and all(o.estopped for o in still)
-    for call in (
-        lambda: client.submit_chunk(ee_chunk(5, (0.0, 0.01, 0.0))),
-        lambda: client.reset(),
-        lambda: client.gripper(0.01),
-    ):
-        with pytest.raises(RobotServerError) as ei:
-            call()
-        assert ei.value.code is ErrorCode.ESTOPPED and "release_estop" in ei.value.message
+    assert_motion_refused(client, ErrorCode.ESTOPPED, "release_estop")
     st = client.status()
     assert st.estopped and st.estop_reason == "test"
     client.release_estop()
@@ -473,14 +478,7 @@ def test_guiding_mode_hands_the_arm_over_and_back(client: RobotClient) -> None:
     client.set_guiding_mode(True)
     st = client.status()
     assert st.guiding and st.executing_chunk_seq == -1 and st.fault is RobotFault.NONE
-    for call in (
-        lambda: client.submit_chunk(ee_chunk(41, (0.0, 0.002, 0.0))),
-        lambda: client.reset(),
-        lambda: client.gripper(0.01),
-    ):
-        with pytest.raises(RobotServerError) as ei:
-            call()
-        assert ei.value.code is ErrorCode.BUSY and "SetGuidingMode(enabled=False)" in ei.value.message
+    assert_motion_refused(client, ErrorCode.BUSY, "SetGuidingMode(enabled=False)")
     client.estop("while guiding")  # stopping always works
     client.release_estop()
     client.set_guiding_mode(False)
