@@ -419,7 +419,10 @@ class FrankaRobot(Robot):
         if not enabled:
             self._guiding = False
             return
-        robot = self._require()
+        robot = self._robot
+        if robot is None or self._lost_reason:
+            self._require()  # raises: not connected
+        # allowed after a latched fault too: guiding the arm free of what it hit, before Reset
         self._guiding = True
         with self._cond:
             self._pending = None

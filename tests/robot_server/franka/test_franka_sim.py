@@ -469,6 +469,10 @@ def test_guiding_unlocks_every_axis_and_sends_no_targets(fci_sim: FciSim) -> Non
         while robot.fault() is None:  # now it reaches franky (the injected error says so)
             assert time.monotonic() < deadline, "the target after guiding was not sent"
             time.sleep(0.01)
+        report = robot.fault()
+        assert report is not None and report.latched
+        robot.set_guiding(True)  # after a fault too: the operator guides the arm free, then resets
+        assert len(recorder.guiding_calls) == 2
     finally:
         robot.disconnect()
 
