@@ -400,7 +400,7 @@ class FrankaRobot(Robot):
             self._pending = item  # the newest target wins
             self._cond.notify_all()
         if self._gripper is not None:
-            self._gripper.request(target.gripper_width_m)
+            self._gripper.request(target.gripper_width_m, held=target.gripper_hold)
 
     def hold(self) -> None:
         if self._robot is None or self._lost_reason:
