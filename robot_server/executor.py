@@ -614,13 +614,14 @@ class ChunkExecutor:
                 self._do_guiding(guiding_req)
                 next_t = time.monotonic()
                 continue
+            stand_down = self._read_fault()  # also while disconnected: Status shows why
             if not self._connected:
                 if start - last_reconnect >= cfg.reconnect_period_s:
                     last_reconnect = start
                     self._try_reconnect()
                 next_t = start + period
                 continue
-            if self._read_fault():
+            if stand_down:
                 self._stand_down_tick(period)
                 next_t = max(next_t + period, time.monotonic() - period)
                 continue
