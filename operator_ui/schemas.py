@@ -19,6 +19,25 @@ class EStopIn(BaseModel):
     reason: str = "operator pressed e-stop on the page"
 
 
+class EStopOut(BaseModel):
+    estopped: bool
+    reason: str = ""
+
+
+class CamerasOut(BaseModel):
+    cameras: list[str]
+    age_s: float | None  # since the newest observation arrived; None before the first
+    frame_age_s: dict[str, float]  # per camera, capture delay included
+    stale: bool  # no observation newer than UISettings.frame_stale_s
+    error: str
+    estopped: bool | None
+    fault: str  # the robot server's fault, when it reports one
+    task_success: bool | None
+    ee_position_m: list[float]
+    gripper_width_m: float | None
+    episode_id: str
+
+
 def episode_json(e: EpisodeRow) -> dict[str, Any]:
     return {
         "id": e.id,

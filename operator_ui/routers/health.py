@@ -26,10 +26,13 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
     view = robot.view()
     age = observation_age_s(view)
     services["robot_server"] = {
-        "ok": age is not None and age < 2.0 and not robot.error,
-        "detail": robot.error
-        or (f"last observation {age:.1f} s ago" if age is not None else "no observation yet"),
+        "ok": age is not None and age < settings.robot_down_s and not view.fault,
+        "detail": view.fault
+        or (f"last observation {age:.1f} s ago" if age is not None else "no observation yet")
+        + (f" ({robot.error})" if robot.error else ""),
         "estopped": view.estopped,
+        "fault": view.fault,
+        "estop_reason": view.estop_reason,
     }
     for name, row in store.service_states().items():
         if name.startswith("_"):

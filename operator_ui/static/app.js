@@ -18,32 +18,86 @@ function toast(msg) {
   clearTimeout(toastTimer); toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
 }
 
+// --- connection to the page's server -----------------------------------------------------------
+// Any HTTP answer proves the server is up; no answer for CONN_LOST_MS shows the banner, greys the
+// pills and disables every action (the page must never look healthy while it is blind).
+const CONN_LOST_MS = 2000;
+const REQUEST_TIMEOUT_MS = 2500;
+let lastAnswerMs = performance.now();
+let connected = true;
 async function api(path, opts = {}) {
   const headers = { "Content-Type": "application/json" };
   const tok = tokenInput.value.trim();
   if (tok) headers.Authorization = "Bearer " + tok;
-  const res = await fetch(path, { ...opts, headers });
+  const ctrl = new AbortController();
+  const timer = setTimeout(() => ctrl.abort(), REQUEST_TIMEOUT_MS);
+  let res;
+  try { res = await fetch(path, { ...opts, headers, signal: ctrl.signal }); }
+  catch (e) { throw new Error(`no answer from the page's server (${e.name === "AbortError" ? "timed out" : "connection refused"}): nothing was done`); }
+  finally { clearTimeout(timer); }
+  lastAnswerMs = performance.now();
+  if (!connected) setConnected(true);
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) { const msg = body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : res.statusText; throw new Error(`${res.status}: ${msg}`); }
+  if (!res.ok) { const msg = body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : res.statusText; const err = new Error(`${res.status}: ${msg}`); err.status = res.status; throw err; }
   return body;
 }
 const post = (path, data) => api(path, { method: "POST", body: JSON.stringify(data ?? {}) });
 async function act(fn, okMsg) { try { const r = await fn(); if (okMsg) toast(okMsg); refreshAll(); return r; } catch (e) { toast(e.message); } }
 
+function setConnected(ok) {
+  connected = ok;
+  $("#conn-banner").hidden = ok;
+  document.body.classList.toggle("disconnected", !ok);
+  for (const p of document.querySelectorAll(".pill")) { p.classList.remove("ok", "down"); p.classList.add("unknown"); }
+  updateButtons();
+}
+setInterval(() => { if (connected && performance.now() - lastAnswerMs > CONN_LOST_MS) setConnected(false); }, 250);
+
 // --- live view ---------------------------------------------------------------------------------
+// Frames are fetched (not <img src>) to read their age, which the server measures; the age keeps
+// growing here while no newer frame arrives, so a dead robot server or page server shows as stale.
+let frameStaleS = 1.0;
+const frames = {};
 function liveCamera(name) {
   const img = $("#cam-" + name);
-  const next = () => { img.src = `/api/cameras/${name}.jpg?t=${Date.now()}`; };
-  img.onload = () => setTimeout(next, 80);
-  img.onerror = () => setTimeout(next, 1000);
-  next();
+  const f = frames[name] = { ageS: null, atMs: 0 };
+  const next = (delayMs) => setTimeout(load, delayMs);
+  async function load() {
+    try {
+      const ctrl = new AbortController(); const timer = setTimeout(() => ctrl.abort(), REQUEST_TIMEOUT_MS);
+      const res = await fetch(`/api/cameras/${name}.jpg?t=${Date.now()}`, { cache: "no-store", signal: ctrl.signal }).finally(() => clearTimeout(timer));
+      lastAnswerMs = performance.now();
+      if (!res.ok) throw new Error(String(res.status));
+      const age = Number(res.headers.get("X-Frame-Age-S"));
+      const url = URL.createObjectURL(await res.blob());
+      const old = img.src; img.src = url; if (old.startsWith("blob:")) URL.revokeObjectURL(old);
+      f.ageS = Number.isFinite(age) ? age : null; f.atMs = performance.now();
+      next(80);
+    } catch (e) { next(500); }
+  }
+  load();
+}
+function frameAgeS(name) { const f = frames[name]; return f.ageS === null ? null : f.ageS + (performance.now() - f.atMs) / 1000; }
+function showStaleness() {
+  for (const name of Object.keys(frames)) {
+    const age = frameAgeS(name), badge = $("#stale-" + name);
+    const stale = age === null || age > frameStaleS;
+    badge.hidden = !stale;
+    badge.textContent = age === null ? "no frame" : `STALE · ${age < 100 ? age.toFixed(1) : Math.round(age)} s old`;
+    $("#cam-" + name).classList.toggle("stale", stale);
+  }
 }
 liveCamera("external"); liveCamera("wrist");
+setInterval(showStaleness, 200);
 
 // --- now -------------------------------------------------------------------------------------
+// S/F and the label buttons label `awaiting.id`, the episode shown in the "awaiting label" box
+// (with its video): never "whatever is current" on the server when the key arrives.
 let current = { phase: null, episode: null };
+let awaiting = null;
 async function refreshState() {
   const s = await api("/api/state");
+  frameStaleS = s.frame_stale_s;
   const loop = s.loop || {}; const ep = s.episode;
   current = { phase: loop.alive ? loop.phase : null, episode: ep };
   const phase = $("#phase");
@@ -56,34 +110,70 @@ async function refreshState() {
   $("#episode-id").textContent = ep ? "#" + ep.id : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
   $("#last-error").textContent = loop.last_error || "";
-  $("#start").disabled = current.phase !== "awaiting_start";
-  $("#abort").disabled = current.phase !== "running";
-  const canLabel = ep && ep.status === "awaiting_label";
+  showAwaiting(s.awaiting_label);
+  updateButtons();
+}
+
+function showAwaiting(ep) {
+  const box = $("#awaiting");
+  const changed = (awaiting ? awaiting.id : null) !== (ep ? ep.id : null);
+  awaiting = ep;
+  box.hidden = !ep;
+  box.dataset.episodeId = ep ? ep.id : "";
+  if (!ep) { if (changed) $("#awaiting-video").innerHTML = ""; return; }
+  $("#awaiting-id").textContent = "#" + ep.id;
+  $("#awaiting-meta").textContent = `${ep.task} · "${ep.rollout_prompt}" · ${ep.n_chunks} chunks`;
+  for (const b of document.querySelectorAll("#awaiting .labelbar button")) b.dataset.episodeId = ep.id;
+  $("#label-success .for").textContent = $("#label-failure .for").textContent = "#" + ep.id;
+  $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "") : "—");
+  if (changed) {
+    // Opens on the last frame (what the operator judges); the controls replay the episode.
+    const cam = ep.videos.external ? "external" : Object.keys(ep.videos)[0];
+    $("#awaiting-video").innerHTML = cam ? `<video controls muted preload="auto" data-camera="${esc(cam)}" src="${ep.videos[cam]}"></video>` : '<p class="muted">no video</p>';
+    const v = $("#awaiting-video video");
+    if (v) v.addEventListener("loadedmetadata", () => { if (Number.isFinite(v.duration)) v.currentTime = Math.max(0, v.duration - 0.05); }, { once: true });
+  }
+}
+
+function updateButtons() {
+  $("#start").disabled = !connected || current.phase !== "awaiting_start";
+  $("#abort").disabled = !connected || current.phase !== "running";
+  const canLabel = connected && awaiting !== null;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
-  $("#vlm").innerHTML = "VLM: " + (ep && ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "") : "—");
+  $("#release").disabled = !connected;
+  for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel;
 }
 
 function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
-function labelCurrent(success) {
-  const ep = current.episode;
-  if (ep && ep.status === "awaiting_label") act(() => post(`/api/episodes/${ep.id}/label`, { success }), `episode ${ep.id} labelled ${success ? "success" : "failure"}`);
+function labelAwaiting(success, episodeId) {
+  if (!awaiting || !connected || episodeId !== awaiting.id) return;
+  act(() => post(`/api/episodes/${episodeId}/label`, { success }), `episode #${episodeId} labelled ${success ? "success" : "failure"}`);
 }
 function estop() {
-  act(async () => { const r = await post("/api/robot/estop", { reason: "operator pressed e-stop on the page" }); $("#estop").classList.toggle("latched", r.estopped); return r; }, "E-STOP sent");
+  act(async () => {
+    try { const r = await post("/api/robot/estop", { reason: "operator pressed e-stop on the page" }); $("#estop").classList.toggle("latched", r.estopped); return r; }
+    catch (e) { throw new Error("E-STOP NOT CONFIRMED — use the hardware e-stop. " + e.message); }
+  }, "E-STOP sent and confirmed by the robot server");
 }
 $("#start").onclick = startEpisode;
 $("#abort").onclick = () => act(() => post("/api/loop/abort"), "abort requested");
-$("#label-success").onclick = () => labelCurrent(true);
-$("#label-failure").onclick = () => labelCurrent(false);
+$("#label-success").onclick = (ev) => labelAwaiting(true, Number(ev.currentTarget.dataset.episodeId));
+$("#label-failure").onclick = (ev) => labelAwaiting(false, Number(ev.currentTarget.dataset.episodeId));
 $("#estop").onclick = estop;
 $("#release").onclick = () => act(() => post("/api/robot/release"), "e-stop released");
+// A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
+document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
+// Shortcuts: unmodified keys only (Ctrl+F is the browser's find), and never while the focus is in a
+// field or a video (Space there plays/pauses, text there is text).
+const KEY_IGNORING = "input, textarea, select, video, audio, [contenteditable]";
 document.addEventListener("keydown", (ev) => {
-  if (ev.target instanceof HTMLInputElement) return;
+  if (ev.ctrlKey || ev.altKey || ev.metaKey || ev.shiftKey || ev.repeat) return;
+  if (ev.target instanceof Element && ev.target.closest(KEY_IGNORING)) return;
   if (ev.code === "Space") { ev.preventDefault(); estop(); }
   else if (ev.key === "Enter") { ev.preventDefault(); startEpisode(); }
-  else if (ev.key === "s" || ev.key === "S") labelCurrent(true);
-  else if (ev.key === "f" || ev.key === "F") labelCurrent(false);
+  else if (ev.key === "s" && awaiting) labelAwaiting(true, awaiting.id);
+  else if (ev.key === "f" && awaiting) labelAwaiting(false, awaiting.id);
 });
 
 // --- history and detail -----------------------------------------------------------------------
@@ -96,6 +186,7 @@ async function refreshHistory() {
 }
 
 let detailId = null;
+let detailCanRelabel = false;
 async function showDetail(id) {
   const e = await api(`/api/episodes/${id}`);
   const firstOpen = detailId !== id;
@@ -106,8 +197,8 @@ async function showDetail(id) {
       `<figure><video controls muted preload="auto" data-camera="${esc(cam)}" src="${url}"></video><figcaption>${esc(cam)}</figcaption></figure>`).join("") || '<p class="muted">no video (the episode did not end)</p>';
   }
   $("#detail-labels tbody").innerHTML = e.labels.map((l) => `<tr><td>${new Date(l.created_at).toLocaleString()}</td><td>${l.source}${l.authoritative ? "" : " (proposal)"}</td><td>${fmtLabel(l.success)}</td><td>${esc(l.reason)}</td></tr>`).join("");
-  const canRelabel = e.status === "labelled" || e.status === "awaiting_label";
-  $("#relabel-success").disabled = !canRelabel; $("#relabel-failure").disabled = !canRelabel;
+  detailCanRelabel = e.status === "labelled" || e.status === "awaiting_label";
+  updateButtons();
   if (firstOpen) $("#detail").scrollIntoView({ behavior: "instant", block: "nearest" });
 }
 function relabel(success) {
@@ -161,6 +252,11 @@ async function refreshHealth() {
   $("#estop").classList.toggle("latched", rs.estopped === true);
   $("#robot-info").textContent = rs.estopped ? "E-STOP LATCHED" : rs.detail || "";
   $("#robot-info").classList.toggle("error", rs.estopped === true);
+  $("#estop-banner").hidden = rs.estopped !== true;
+  $("#estop-reason").textContent = rs.estop_reason || "";
+  // Shown only when the robot server reports a fault (older servers never do).
+  $("#fault-banner").hidden = !rs.fault;
+  $("#fault-text").textContent = rs.fault || "";
 }
 
 // --- polling ---------------------------------------------------------------------------------

@@ -123,7 +123,9 @@ def test_reads_history_video_pools_curves_health(client: TestClient, store: Stor
 
 def test_estop_without_robot_server_says_so(client: TestClient) -> None:
     r = client.post("/api/robot/estop", json={})
-    assert r.status_code == 503 and "robot server" in r.text
+    assert r.status_code == 503 and "robot server" in r.text and "will not run later" in r.text
+    cams = client.get("/api/cameras").json()
+    assert cams["stale"] is True and cams["age_s"] is None and cams["fault"] == ""
 
 
 @pytest.mark.parametrize(
