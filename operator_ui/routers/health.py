@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from operator_ui.deps import RobotDep, SettingsDep, StoreDep
+from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.robot_link import observation_age_s
 
 router = APIRouter(tags=["health"])
@@ -45,3 +45,9 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
             "state": row.state,
         }
     return {"services": services}
+
+
+@router.get("/api/token/check", dependencies=[TokenDep])
+def token_check() -> dict[str, bool]:
+    """200 when the token is right (401 missing, 403 wrong): the page checks it on load."""
+    return {"ok": True}

@@ -5,12 +5,41 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const fmtLabel = (v) => (v === true ? '<span class="yes">success</span>' : v === false ? '<span class="no">failure</span>' : "—");
 
-// Token: from #token=... in the address (printed by `pde ui`), remembered in this browser.
+// Token: from #token=... in the address (printed by `pde ui`), remembered in this browser. It is
+// checked on load, when edited, every TOKEN_CHECK_MS and after any 401/403, so a wrong or missing
+// token shows at once with how to fix it, not on the first action (or e-stop release) that fails.
 const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
-if (hashToken) { localStorage.setItem("pde-token", hashToken); history.replaceState(null, "", location.pathname); }
+if (hashToken) history.replaceState(null, "", location.pathname);
 const tokenInput = $("#token");
 tokenInput.value = localStorage.getItem("pde-token") || "";
-tokenInput.addEventListener("change", () => localStorage.setItem("pde-token", tokenInput.value.trim()));
+const TOKEN_CHECK_MS = 10000;
+const TOKEN_FIX = "Open the address `pde ui` printed at start-up (it ends in #token=…), or paste the token it printed " +
+  "(or PDE_UI_TOKEN) into the token field. Watching works without it; labels, start and e-stop release need it.";
+async function tokenWorks(tok) {
+  try { await api("/api/token/check", { token: tok }); return true; }
+  catch (e) { if (e.status === 401 || e.status === 403) return false; throw e; }
+}
+async function checkToken() {
+  const tok = tokenInput.value.trim();
+  let ok;
+  try { ok = tok !== "" && await tokenWorks(tok); } catch (e) { return; }  // server down: the banner says so
+  $("#token-banner").hidden = ok;
+  tokenInput.classList.toggle("bad", !ok);
+  $("#token-fix").textContent = TOKEN_FIX;
+  if (!ok) $("#token-problem").textContent = tok === "" ? "No token: actions are refused." : "The token is wrong (was `pde ui` restarted with a new one?): actions are refused.";
+}
+async function adoptHashToken() {
+  const saved = tokenInput.value.trim();
+  if (hashToken && hashToken !== saved) {
+    let linkOk = true, savedOk = false;
+    try { linkOk = await tokenWorks(hashToken); savedOk = saved !== "" && !linkOk && await tokenWorks(saved); } catch (e) { /* keep the link's */ }
+    if (linkOk || !savedOk) { tokenInput.value = hashToken; localStorage.setItem("pde-token", hashToken); }
+    else toast("the token in the link is wrong; kept the token saved in this browser, which works");
+  }
+  await checkToken();
+  setInterval(checkToken, TOKEN_CHECK_MS);
+}
+tokenInput.addEventListener("change", () => { localStorage.setItem("pde-token", tokenInput.value.trim()); checkToken(); });
 
 let toastTimer = null;
 function toast(msg) {
@@ -27,12 +56,12 @@ let lastAnswerMs = performance.now();
 let connected = true;
 async function api(path, opts = {}) {
   const headers = { "Content-Type": "application/json" };
-  const tok = tokenInput.value.trim();
+  const tok = opts.token ?? tokenInput.value.trim();
   if (tok) headers.Authorization = "Bearer " + tok;
   const ctrl = new AbortController();
   const timer = setTimeout(() => ctrl.abort(), REQUEST_TIMEOUT_MS);
   let res;
-  try { res = await fetch(path, { ...opts, headers, signal: ctrl.signal }); }
+  try { res = await fetch(path, { method: opts.method, body: opts.body, headers, signal: ctrl.signal }); }
   catch (e) { throw new Error(`no answer from the page's server (${e.name === "AbortError" ? "timed out" : "connection refused"}): nothing was done`); }
   finally { clearTimeout(timer); }
   lastAnswerMs = performance.now();
@@ -42,7 +71,10 @@ async function api(path, opts = {}) {
   return body;
 }
 const post = (path, data) => api(path, { method: "POST", body: JSON.stringify(data ?? {}) });
-async function act(fn, okMsg) { try { const r = await fn(); if (okMsg) toast(okMsg); refreshAll(); return r; } catch (e) { toast(e.message); } }
+async function act(fn, okMsg) {
+  try { const r = await fn(); if (okMsg) toast(okMsg); refreshAll(); return r; }
+  catch (e) { toast(e.message); if (e.status === 401 || e.status === 403) checkToken(); }
+}
 
 function setConnected(ok) {
   connected = ok;
@@ -266,3 +298,4 @@ every(300, refreshState);
 every(1500, refreshHistory);
 every(1500, refreshHealth);
 every(4000, refreshPools);
+adoptHashToken();

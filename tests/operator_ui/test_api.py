@@ -159,3 +159,9 @@ def test_pde_ui_refuses_to_start_exposed_with_placeholder_token() -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "refusing to bind 0.0.0.0" in r.stderr and "PDE_UI_TOKEN" in r.stderr
+
+
+def test_token_check(client: TestClient) -> None:
+    assert client.get("/api/token/check").status_code == 401
+    assert client.get("/api/token/check", headers={"Authorization": "Bearer nope"}).status_code == 403
+    assert client.get("/api/token/check", headers=AUTH).json() == {"ok": True}

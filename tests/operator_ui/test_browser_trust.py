@@ -98,3 +98,25 @@ def test_keys_label_only_the_episode_shown_as_awaiting(page: Page, tmp_path: Pat
         page.goto("about:blank")
     assert [lab.success for lab in store.labels(second)] == [True]
     store.close()
+
+
+def test_token_is_checked_on_load_and_a_wrong_link_keeps_a_good_token(page: Page, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/pde.db"
+    with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
+        banner = page.locator("#token-banner")
+        page.goto(f"{base}/")
+        expect(banner).to_be_visible(timeout=15_000)
+        expect(banner).to_contain_text("No token")
+        expect(banner).to_contain_text("#token=")
+        # (a query string makes each goto a new load: a changed #hash alone does not reload)
+        page.goto(f"{base}/?load=2#token=an-old-token-from-yesterday")
+        expect(banner).to_contain_text("wrong", timeout=15_000)
+        page.fill("#token", TOKEN)
+        page.dispatch_event("#token", "change")
+        expect(banner).to_be_hidden(timeout=10_000)
+        # A stale link must not overwrite the good token saved in this browser.
+        page.goto(f"{base}/?load=3#token=an-old-token-from-yesterday")
+        expect(page.locator("#toast")).to_contain_text("kept the token saved", timeout=15_000)
+        expect(page.locator("#token")).to_have_value(TOKEN)
+        expect(banner).to_be_hidden()
+        page.goto("about:blank")
