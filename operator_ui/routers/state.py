@@ -29,12 +29,11 @@ def awaiting_label(store: Store, loop: dict[str, Any]) -> EpisodeRow | None:
 @router.get("/state")
 def state(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
     loop, age, alive = loop_state(store, settings.service_stale_s)
+    # Only the loop's own episode: "the newest unlabelled one" here once made the page show one
+    # episode while the label box asked about another.
     current = None
-    if loop.get("episode_id") is not None:
+    if alive and loop.get("episode_id") is not None:
         current = episode_json(store.episode(int(loop["episode_id"])))
-    else:
-        waiting = store.episodes(status="awaiting_label", limit=1, newest_first=True)
-        current = episode_json(waiting[0]) if waiting else None
     label_me = awaiting_label(store, loop)
     return {
         "loop": {**loop, "age_s": age, "alive": alive},

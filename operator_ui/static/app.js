@@ -151,6 +151,7 @@ function showAwaiting(ep) {
   const changed = (awaiting ? awaiting.id : null) !== (ep ? ep.id : null);
   awaiting = ep;
   box.hidden = !ep;
+  document.body.classList.toggle("awaiting-label", !!ep);
   box.dataset.episodeId = ep ? ep.id : "";
   if (!ep) { if (changed) $("#awaiting-video").innerHTML = ""; return; }
   $("#awaiting-id").textContent = "#" + ep.id;
@@ -250,7 +251,7 @@ async function refreshPools() {
     const rows = ps.map((p) => `<tr data-prompt-id="${p.id}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>
       <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td><td class="muted">${esc(p.summary)}</td></tr>`).join("");
     return `<div class="pooltask"><h3>${esc(t.name)} <span class="muted">stage ${t.stage} · iteration ${t.iteration} · α ${t.alpha.toFixed(2)} · pool ${t.pool_size}</span></h3>
-      <table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+      <div class="scroll-x"><table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div></div>`;
   }));
   $("#pools").innerHTML = parts.join("") || '<p class="muted">no tasks yet (the loop creates them)</p>';
   const curves = await Promise.all(tasks.map(async (t) => [t.name, await api(`/api/tasks/${encodeURIComponent(t.name)}/curves`)]));
@@ -260,13 +261,13 @@ async function refreshPools() {
 
 function plot(title, pts, yMin, yMax) {
   const W = 300, H = 140, L = 34, R = 8, T = 18, B = 20;
-  if (!pts.length) return `<svg class="plot" width="${W}" height="${H}"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
+  if (!pts.length) return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
   const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
   const lo = yMin ?? Math.min(...ys), hi = yMax ?? Math.max(...ys, lo + 1);
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), sy = (y) => H - B - ((y - lo) / (hi - lo || 1)) * (H - T - B);
   const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-  return `<svg class="plot" width="${W}" height="${H}" data-title="${esc(title)}" data-points="${pts.length}">
+  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(title)}" data-points="${pts.length}">
     <text x="${L}" y="12">${esc(title)} (last ${(+ys[ys.length - 1]).toFixed(2)})</text>
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#ccd"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#ccd"/>
     <text x="2" y="${T + 8}">${(+hi).toFixed(2)}</text><text x="2" y="${H - B}">${(+lo).toFixed(2)}</text>

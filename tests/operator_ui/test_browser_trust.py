@@ -120,3 +120,53 @@ def test_token_is_checked_on_load_and_a_wrong_link_keeps_a_good_token(page: Page
         expect(page.locator("#token")).to_have_value(TOKEN)
         expect(banner).to_be_hidden()
         page.goto("about:blank")
+
+
+def _box(page: Page, selector: str) -> dict[str, float]:
+    box = page.locator(selector).bounding_box()
+    assert box is not None, f"{selector} is not rendered"
+    return box
+
+
+def _inside_viewport(box: dict[str, float], width: int, height: int) -> bool:
+    return (
+        box["x"] >= 0
+        and box["y"] >= 0
+        and box["x"] + box["width"] <= width
+        and box["y"] + box["height"] <= height
+    )
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+
+
+def test_phone_width_keeps_estop_and_labels_on_screen(page: Page, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/pde.db"
+    w, h = 390, 844
+    with Store.open(url, tmp_path / "media") as store:
+        _ended_episodes(store, 3)
+    page.set_viewport_size({"width": w, "height": h})
+    with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
+        page.goto(f"{base}/#token={TOKEN}")
+        expect(page.locator("#label-success")).to_be_enabled(timeout=15_000)
+        expect(page.locator("#history tbody tr")).to_have_count(3, timeout=10_000)
+        assert page.evaluate("document.documentElement.scrollWidth") <= w
+        for scroll in ("window.scrollTo(0, 0)", "window.scrollTo(0, document.body.scrollHeight)"):
+            page.evaluate(scroll)
+            estop = _box(page, "#estop")
+            assert _inside_viewport(estop, w, h), estop
+            for button in ("#label-success", "#label-failure"):
+                assert _inside_viewport(_box(page, button), w, h), button
+                assert not _overlap(_box(page, button), estop), button
+        page.evaluate("window.scrollTo(0, 0)")
+        for covered in ("#token", "#release"):
+            assert not _overlap(_box(page, covered), _box(page, "#estop")), covered
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "operator_phone_awaiting_label.png"))
+        page.goto("about:blank")
