@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import FloatRect, Page, expect
 
 from pde_storage import Store
 from tests.helpers import free_port
@@ -122,13 +122,13 @@ def test_token_is_checked_on_load_and_a_wrong_link_keeps_a_good_token(page: Page
         page.goto("about:blank")
 
 
-def _box(page: Page, selector: str) -> dict[str, float]:
+def _box(page: Page, selector: str) -> FloatRect:
     box = page.locator(selector).bounding_box()
     assert box is not None, f"{selector} is not rendered"
     return box
 
 
-def _inside_viewport(box: dict[str, float], width: int, height: int) -> bool:
+def _inside_viewport(box: FloatRect, width: int, height: int) -> bool:
     return (
         box["x"] >= 0
         and box["y"] >= 0
@@ -137,7 +137,7 @@ def _inside_viewport(box: dict[str, float], width: int, height: int) -> bool:
     )
 
 
-def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+def _overlap(a: FloatRect, b: FloatRect) -> bool:
     return not (
         a["x"] + a["width"] <= b["x"]
         or b["x"] + b["width"] <= a["x"]
