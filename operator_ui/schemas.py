@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from pde_storage import EpisodeRow, LabelRow, PromptRow
 
@@ -12,7 +12,17 @@ from pde_storage import EpisodeRow, LabelRow, PromptRow
 class LabelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     success: bool
-    reason: str = ""
+    reason: str = Field("", max_length=500)
+
+
+class DiscardIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=500, description="why, e.g. 'bad reset'")
+
+
+class NoteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    note: str = Field(max_length=5000)
 
 
 class EStopIn(BaseModel):
@@ -58,6 +68,9 @@ def episode_json(e: EpisodeRow) -> dict[str, Any]:
         "abort_reason": e.abort_reason,
         "seed": e.seed,
         "n_chunks": e.n_chunks,
+        "discarded_at": e.discarded_at.isoformat() if e.discarded_at else None,
+        "discard_reason": e.discard_reason,
+        "note": e.note,
     }
 
 

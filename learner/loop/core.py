@@ -281,7 +281,8 @@ class EpisodeLoop:
             )
         else:
             self._publish("awaiting_label", episode_id=episode_id, **plan_fields)
-            self._wait(lambda: self.store.episode(episode_id).status in ("labelled", "aborted"))
+            # discarded on the page (bad reset, someone in the scene): no label, go on
+            self._wait(lambda: self.store.episode(episode_id).status in ("labelled", "aborted", "discarded"))
         self._after_label(self.store.episode(episode_id))
 
     def _finish_pending_labels(self) -> None:
