@@ -61,6 +61,7 @@ class RobotServerSettings(BaseSettings):
     max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0)
     max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0)
     max_tool_tilt_rad: float = Field(default=_LIMITS.max_tool_tilt_rad, gt=0, le=3.1416)
+    wrist_margin_rad: float = Field(default=_LIMITS.wrist_margin_rad, ge=0, lt=1)
     joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0)
     joint_velocity_fraction: float = Field(default=_LIMITS.joint_velocity_fraction, gt=0, le=1)
     max_chunk_steps: int = Field(default=_LIMITS.max_chunk_steps, ge=1)
@@ -89,6 +90,7 @@ class RobotServerSettings(BaseSettings):
             max_step_translation_m=self.max_step_translation_m,
             max_step_rotation_rad=self.max_step_rotation_rad,
             max_tool_tilt_rad=self.max_tool_tilt_rad,
+            wrist_margin_rad=self.wrist_margin_rad,
             joint_margin_rad=self.joint_margin_rad,
             joint_velocity_fraction=self.joint_velocity_fraction,
             max_chunk_steps=self.max_chunk_steps,
