@@ -265,7 +265,7 @@ def _joint_velocity(model: Pi05Model, images, image_valid, tokens, token_valid, 
     """LeRobot's training forward written plainly: prefix and suffix tokens through every layer
     together (q/k/v of both streams concatenated, ``make_att_2d_masks`` with att [0..0 | 1 0..0],
     positions cumsum(pad) - 1), as its ``compute_layer_complete`` does."""
-    from learner.policies.pi05_model import _apply_rope, _gated, _rope
+    from learner.policies.pi05_model import GemmaDecoderLayer, _apply_rope, _gated, _rope
 
     lm, ex = model.vlm.language_model, model.expert
     assert lm.embed_tokens is not None
@@ -284,6 +284,7 @@ def _joint_velocity(model: Pi05Model, images, image_valid, tokens, token_valid, 
     cos_sin = _rope(pad.long().cumsum(1) - 1, lm.head_dim, prefix.dtype)
     streams = [prefix, suffix]
     for layer_p, layer_e in zip(lm.layers, ex.layers, strict=True):
+        assert isinstance(layer_p, GemmaDecoderLayer) and isinstance(layer_e, GemmaDecoderLayer)
         layers, conds = (layer_p, layer_e), (None, cond)
         qs, ks, vs, gates, hs = [], [], [], [], []
         for layer, x, c in zip(layers, streams, conds, strict=True):
