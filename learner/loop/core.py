@@ -18,6 +18,7 @@ from learner.loop.settings import LoopSettings
 from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.mixture import AlphaSchedule
+from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
 from pde_storage import EpisodeRow, Store, intents
 
@@ -336,7 +337,7 @@ class EpisodeLoop:
         if len(ready) < self.settings.batch_size:
             return
         chosen = ready[: self.settings.batch_size]
-        batch = [(self.store.load_episode_file(e.id), 1.0 if e.success else 0.0) for e in chosen]
+        batch = [(self.store.load_episode_file(e.id), reward_from_label(e.success)) for e in chosen]
         self.trained_through = chosen[-1].id
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
