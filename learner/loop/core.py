@@ -17,7 +17,6 @@ from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
 from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
-from learner.mixture import AlphaSchedule
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
 from pde_storage import EpisodeRow, Store, intents
@@ -358,15 +357,6 @@ class EpisodeLoop:
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
 
-    def _schedule(self, ema_success: float) -> AlphaSchedule:
-        return AlphaSchedule(
-            beta=self.settings.beta,
-            consolidation_target=self.settings.consolidation_target,
-            alpha_min=self.settings.alpha_min,
-            ema_success=ema_success,
-            window=self.settings.alpha_window,
-        )
-
     def _init_rl_alpha(self) -> None:
         """When a task has just entered RL (the supervisor sets the stage), start the EMA:
         s_bar_0 = ``settings.ema_start`` if set, else the canonical prompt's success over its
@@ -382,7 +372,7 @@ class EpisodeLoop:
             else:
                 start = canon.success_rate or 0.0
                 why = f"canonical success over its {canon.n_episodes} bootstrap rollouts"
-            schedule = self._schedule(start)
+            schedule = self.settings.alpha_schedule(start)
             self.store.set_task_state(task, ema_success=schedule.ema_success, alpha=schedule.alpha)
             self.store.add_metric(f"{task}/ema_start", start, self.store.count_episodes(status="labelled"))
             log.info(
@@ -410,7 +400,7 @@ class EpisodeLoop:
                 limit=self.settings.alpha_window,
             )
             outcomes = [bool(e.success) for e in reversed(recent)]
-            schedule = self._schedule(state.ema_success or 0.0)
+            schedule = self.settings.alpha_schedule(state.ema_success or 0.0)
             alpha = schedule.update_from_window(outcomes)
             self.store.set_task_state(
                 task, alpha=alpha, ema_success=schedule.ema_success, iteration=state.iteration + 1

@@ -316,3 +316,19 @@ def test_a_finished_update_keeps_the_trainer_busy_until_its_result_is_taken() ->
     result = trainer.poll()
     assert result is not None and result.version == 1
     assert not trainer.busy
+
+
+def test_the_alpha_schedule_has_one_home() -> None:
+    # The loop's defaults are AlphaSchedule's, and the loop builds its schedule from its settings.
+    from learner.mixture import AlphaSchedule
+
+    default, fields = AlphaSchedule(), LoopSettings.model_fields
+    assert [fields[k].default for k in ("beta", "consolidation_target", "alpha_min", "alpha_window")] == [
+        default.beta,
+        default.consolidation_target,
+        default.alpha_min,
+        default.window,
+    ]
+    s = _settings(beta=0.5, consolidation_target=0.4, alpha_min=0.1, alpha_window=4).alpha_schedule(0.2)
+    assert (s.beta, s.consolidation_target, s.alpha_min, s.window, s.ema_success) == (0.5, 0.4, 0.1, 4, 0.2)
+    assert s.alpha == 0.5  # 0.2 / 0.4
