@@ -252,6 +252,7 @@ class Counters(Message):
     commands_total: int = 0
     commands_failed: int = 0  # requests whose handling raised an unexpected error (INTERNAL reply)
     command_loop_restarts: int = 0  # the command thread's loop died and was restarted
+    command_loop_stalls: int = 0  # the command thread was stuck past command_stall_timeout_s
     tick_overruns: int = 0  # control ticks that started more than one period late
 
 

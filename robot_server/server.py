@@ -11,9 +11,11 @@ Threads:
   (e-stop during a reset works). No request can end it: an unexpected error while handling one
   becomes an ``INTERNAL`` reply (``commands_failed``), and should the loop itself ever fail, the
   arm is held, the loop restarts (``command_loop_restarts``) and ``Health`` reports it for
-  ``_LOOP_FAILURE_REPORT_S``. A *stuck* command thread stops passing the clients' messages to the
-  executor, so the executor's watchdog drops the chunk and holds the arm after
-  ``heartbeat_timeout_s``, as for a silent client.
+  ``_LOOP_FAILURE_REPORT_S``;
+- the command watchdog: a *stuck* command thread (one request or loop turn taking longer than
+  ``command_stall_timeout_s``) gets the chunk dropped and the arm held (``command_loop_stalls``),
+  even with the heartbeat watchdog off; while it is stuck nobody answers (clients time out), and
+  once it turns again ``Health`` reports the stall for ``_LOOP_FAILURE_REPORT_S``.
 
 Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``) are served only
 on a connection that completed the ``Hello`` handshake; stopping (``Stop``, ``EStop``) and queries
@@ -137,6 +139,10 @@ class RobotServer:
         self._greeted: dict[bytes, None] = {}  # command thread only: connections that sent Hello
         self._loop_failure = ""  # why the command loop last failed ("" never)
         self._loop_failed_s = -math.inf
+        # The command loop's last turn (monotonic s) and the request it is handling ("" between
+        # requests): read by the command watchdog thread.
+        self._loop_turn_s = time.monotonic()
+        self._handling = ""
         self.executor = ChunkExecutor(
             robot,
             ExecutorConfig(
@@ -165,7 +171,9 @@ class RobotServer:
         for slot in self._slots:
             slot.camera.connect()
         self.executor.start()
+        self._loop_turn_s = time.monotonic()
         self._spawn(self._serve_commands, "commands")
+        self._spawn(self._watch_command_thread, "command-watchdog")
         if s.pacing == "realtime":
             if self.settings.capture_threads == "shared" and self._slots:
                 self._spawn(lambda: self._capture(self._slots), "cameras")
@@ -316,12 +324,38 @@ class RobotServer:
                 self.executor.stop()
                 self._closing.wait(0.05)
 
+    def _watch_command_thread(self) -> None:
+        """Hold the arm once per stall of the command thread. Detection takes the timeout plus up
+        to a quarter of it (the check period); the hold then takes effect at the control thread's
+        next wake-up (it is woken at once)."""
+        timeout_s = self.settings.command_stall_timeout_s
+        stalled = False
+        while not self._closing.wait(timeout_s / 4):
+            stuck_s = time.monotonic() - self._loop_turn_s
+            if stuck_s <= timeout_s:
+                stalled = False
+                continue
+            if stalled:
+                continue
+            stalled = True
+            what = f"handling {self._handling}" if self._handling else "between requests"
+            self._loop_failure = (
+                f"the command thread was stuck {what} for over {timeout_s:g} s "
+                "(command_stall_timeout_s); the chunk was dropped and the arm held"
+            )
+            self._loop_failed_s = time.monotonic()
+            log.error("%s", self._loop_failure)
+            self.executor.counters.command_loop_stalls += 1
+            self.executor.stop()
+
     def _command_loop(self) -> None:
         assert self._router is not None
         router = self._router
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         while not self._closing.is_set():
+            self._loop_turn_s = time.monotonic()
+            self._handling = ""
             while True:
                 try:
                     ident, deferred = self._deferred.get_nowait()
@@ -331,6 +365,8 @@ class RobotServer:
             if not poller.poll(10):
                 continue
             frames = router.recv_multipart(copy=True)
+            self._loop_turn_s = time.monotonic()
+            self._handling = "a request"
             t0 = time.perf_counter()
             ident = frames[0]
             self.executor.counters.commands_total += 1
@@ -425,6 +461,7 @@ class RobotServer:
             return env
         self.executor.note_activity(ident)
         req, rid = env.request, env.request_id
+        self._handling = type(req).__name__
         if isinstance(req, _NEEDS_HELLO) and ident not in self._greeted:
             return self._error(
                 ErrorCode.HANDSHAKE_REQUIRED,
@@ -561,7 +598,7 @@ class RobotServer:
         if now - self._loop_failed_s < _LOOP_FAILURE_REPORT_S:
             problems.append(
                 f"the command loop failed {now - self._loop_failed_s:.1f} s ago ({self._loop_failure}); "
-                "the arm was held and the loop restarted"
+                "the arm was held and the loop goes on"
             )
         return HealthInfo(
             ok=not problems,

@@ -37,6 +37,9 @@ class RobotServerSettings(BaseSettings):
     # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing only.
     rt_priority: int = Field(default=0, ge=0, le=99)
     heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
+    # The command thread not turning for this long (one request stuck) drops the chunk and holds
+    # the arm; Health then reports it. Far above any request's handling time (< 10 ms).
+    command_stall_timeout_s: float = Field(default=2.0, gt=0)
     obs_sndhwm: int = Field(default=2, ge=1)  # messages queued per subscriber before dropping
     reset_timeout_s: float = Field(default=60.0, gt=0)
 

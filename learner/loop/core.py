@@ -85,7 +85,14 @@ class EpisodeLoop:
         self.episodes_run = 0
         self._state: dict[str, Any] = {}
         self._state_lock = threading.Lock()
-        self.last_error = ""
+        # Shown on the page until fixed: a robot error until the robot resets again, a failed PPO
+        # update until an update succeeds.
+        self.robot_error = ""
+        self.training_error = ""
+
+    @property
+    def last_error(self) -> str:
+        return " · ".join(e for e in (self.robot_error, self.training_error) if e)
 
     # --- state for the page -------------------------------------------------------------------
 
@@ -200,6 +207,7 @@ class EpisodeLoop:
         except Exception as e:  # e-stop latched, server down: show it and retry later
             self._robot_error(f"reset failed: {e}", plan_fields)
             return None
+        self.robot_error = ""  # the robot works again (the episode's abort reason stays in its row)
         if self.warm_up is not None:
             try:
                 self.warm_up(plan)
@@ -254,7 +262,7 @@ class EpisodeLoop:
 
     def _robot_error(self, message: str, plan_fields: dict[str, Any]) -> None:
         log.error("%s", message)
-        self.last_error = message
+        self.robot_error = message
         self._publish("robot_error", **plan_fields)
         deadline = time.monotonic() + self.settings.error_backoff_s
         self._wait(lambda: time.monotonic() >= deadline)
@@ -273,7 +281,8 @@ class EpisodeLoop:
             )
         else:
             self._publish("awaiting_label", episode_id=episode_id, **plan_fields)
-            self._wait(lambda: self.store.episode(episode_id).status in ("labelled", "aborted"))
+            # discarded on the page (bad reset, someone in the scene): no label, go on
+            self._wait(lambda: self.store.episode(episode_id).status in ("labelled", "aborted", "discarded"))
         self._after_label(self.store.episode(episode_id))
 
     def _finish_pending_labels(self) -> None:
@@ -417,9 +426,10 @@ class EpisodeLoop:
         if result is None:
             return
         if result.policy is None:
-            self.last_error = f"PPO update to version {result.version} failed: {result.error}"
-            log.error("%s", self.last_error)
+            self.training_error = f"PPO update to version {result.version} failed: {result.error}"
+            log.error("%s", self.training_error)
             return
+        self.training_error = ""
         self.actor.set_policy(result.policy)
         self.policy_version = result.version
         for k, v in result.stats.items():

@@ -162,6 +162,34 @@ def test_bad_labels_are_refused_and_change_nothing(store: Store) -> None:
     assert store.episode(running.id).status == "aborted"
 
 
+def test_discard_restore_and_note(store: Store) -> None:
+    eid = _finished_episode(store)
+    store.add_label(eid, True, source="operator")
+    pid = store.episode(eid).prompt_id
+    assert store.prompt(pid).n_episodes == 1
+    e = store.discard_episode(eid, "someone reached into the scene")
+    assert (e.status, e.discard_reason, e.success) == ("discarded", "someone reached into the scene", True)
+    assert e.discarded_at is not None
+    # Out of every statistic and of training (which reads labelled episodes), labels kept.
+    assert (store.prompt(pid).n_episodes, store.prompt(pid).n_finished) == (0, 0)
+    assert store.episodes(status="labelled") == [] and len(store.labels(eid)) == 1
+    with pytest.raises(ConflictError, match="restore it before labelling"):
+        store.add_label(eid, False, source="operator", relabel=True)
+    with pytest.raises(ConflictError, match="only an ended episode"):
+        store.discard_episode(eid, "twice")
+    with pytest.raises(InvalidArgumentError, match="needs a reason"):
+        store.discard_episode(eid, " ")
+    e = store.restore_episode(eid)
+    assert (e.status, e.success, e.discard_reason, e.discarded_at) == ("labelled", True, "", None)
+    assert store.prompt(pid).n_episodes == 1
+    with pytest.raises(ConflictError, match="not discarded"):
+        store.restore_episode(eid)
+    assert store.set_episode_note(eid, "gripper slipped on the rim").note == "gripper slipped on the rim"
+    running = store.create_episode(TASK, pid, 0, "bootstrap")
+    with pytest.raises(ConflictError, match="abort it first"):
+        store.discard_episode(running.id, "bad reset")
+
+
 def test_abort_running_after_crash(store: Store) -> None:
     eid = _finished_episode(store)
     pid = store.episode(eid).prompt_id
