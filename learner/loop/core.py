@@ -136,10 +136,12 @@ class EpisodeLoop:
     # --- start-up -------------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Make the stored state consistent after a restart: create the tasks, mark episodes
-        left running by a dead process aborted, drop start clicks meant for that process."""
+        """Make the stored state consistent after a restart: create the tasks and write this
+        loop's N on them (the supervisor judges candidates by it), mark episodes left running by a
+        dead process aborted, drop start clicks meant for that process."""
         for task in self.settings.tasks:
             self.store.ensure_task(task, canonical_prompt(task))
+            self.store.set_task_state(task, rollouts_per_prompt=self.settings.rollouts_per_prompt)
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
             log.warning("marked interrupted episode(s) %s aborted", aborted)

@@ -36,7 +36,8 @@ class LoopSettings(BaseSettings):
     auto_label: bool = False
     """Label each episode with the simulator's success check instead of waiting for the operator."""
     rollouts_per_prompt: int = 10
-    """N: rollouts of each candidate prompt (and of the canonical prompt) in the bootstrap stage."""
+    """N: rollouts of each candidate prompt (and of the canonical prompt) in the bootstrap stage.
+    Its one home: the loop writes it on each task's row, where the supervisor reads it."""
     batch_size: int = 64
     """Labelled RL-stage rollouts per PPO update."""
     max_chunks: int = 30

@@ -330,6 +330,11 @@ def test_a_finished_update_keeps_the_trainer_busy_until_its_result_is_taken() ->
     assert not trainer.busy
 
 
+def test_the_loop_writes_its_n_on_each_task_for_the_supervisor(store: Store) -> None:
+    EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(rollouts_per_prompt=3)).recover()
+    assert store.task_state(TASK).rollouts_per_prompt == 3
+
+
 def test_the_alpha_schedule_has_one_home() -> None:
     # The loop's defaults are AlphaSchedule's, and the loop builds its schedule from its settings.
     from learner.mixture import AlphaSchedule
