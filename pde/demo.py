@@ -396,9 +396,8 @@ class Demo:
             PDE_UI_TOKEN=self.token,
             PDE_LEARNER_CHECKPOINT_DIR=str(self.data / "checkpoints"),
             PDE_LEARNER_DEMO_DIR=str(self.demo_dir),
-            # The loop and the supervisor must agree on N (rollouts per prompt).
+            # N (rollouts per prompt): the loop writes it on each task, where the supervisor reads it.
             PDE_LOOP_ROLLOUTS_PER_PROMPT=str(a.rollouts_per_prompt),
-            PDE_SUPERVISOR_ROLLOUTS_N=str(a.rollouts_per_prompt),
             PDE_SUPERVISOR_CANDIDATES_K=str(a.candidates),
             PDE_SUPERVISOR_ITERATIONS_T0=str(a.iterations),
             PYTHONUNBUFFERED="1",
