@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pde_contract.link import ClientCurve
+
 log = logging.getLogger(__name__)
 
 
@@ -29,7 +31,7 @@ class RobotUnavailableError(RuntimeError):
 
 
 class RobotLink:
-    def __init__(self, cmd_endpoint: str, timeout_s: float = 1.0) -> None:
+    def __init__(self, cmd_endpoint: str, timeout_s: float = 1.0, curve: ClientCurve | None = None) -> None:
         self.cmd_endpoint = cmd_endpoint
         self.timeout_s = timeout_s
         self._view = LiveView()
@@ -43,7 +45,7 @@ class RobotLink:
         except ImportError as e:  # the wire client is part of the robot-server work
             self.error = f"pde_contract.client unavailable ({e})"
             return
-        self._client = RobotClient(cmd_endpoint, name="operator-ui", timeout_s=timeout_s)
+        self._client = RobotClient(cmd_endpoint, name="operator-ui", timeout_s=timeout_s, curve=curve)
 
     @property
     def available(self) -> bool:
