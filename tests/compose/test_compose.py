@@ -1,6 +1,10 @@
-"""docker-compose.yml: Debian's docker-compose (v1) parses it, required variables fail loudly, and
-every service command in it starts as a plain process with the compose environment and answers
-its own healthcheck (PostgreSQL: a real server started here; robot backend: sim)."""
+"""The compose stacks (docker-compose.yml on one machine; docker-compose.robot.yml and
+docker-compose.workstation.yml on two, all over docker/compose.services.yml): Debian's
+docker-compose (v1) parses each with every profile, required variables fail loudly, and every
+service command starts as a plain process with its stack's environment and answers its own
+healthcheck (PostgreSQL: a real server started here; robot backend: sim; the two-machine layout
+over the CURVE robot link with keys from `pde keys init`). No image is built: CI has no Docker
+engine."""
 
 from __future__ import annotations
 
@@ -16,13 +20,35 @@ import psycopg
 import pytest
 import yaml
 
+from pde.keys import DEFAULT_CLIENTS
 from pde.procs import ProcessGroup
 from tests.helpers import REPO_ROOT, free_port, pde_command, subprocess_env
 from tests.storage.postgres import find_pg_bin, postgres_server
 
-COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+SINGLE, ROBOT, WORKSTATION = (
+    "docker-compose.yml",
+    "docker-compose.robot.yml",
+    "docker-compose.workstation.yml",
+)
+STACKS = (SINGLE, ROBOT, WORKSTATION)
 DOCKER_COMPOSE = shutil.which("docker-compose")
-REQUIRED = ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", "ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
+ROBOT_REQUIRED = ("ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
+REQUIRED = {
+    SINGLE: ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", *ROBOT_REQUIRED),
+    ROBOT: (*ROBOT_REQUIRED, "ROBOT_LINK_HOST", "LINK_KEYS_DIR"),
+    WORKSTATION: ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", "ROBOT_PC_HOST", "LINK_KEYS_DIR"),
+}
+# What each stack runs whatever the profiles (sim_setup and vllm are behind theirs).
+ALWAYS = {
+    SINGLE: {"postgres", "robot_server", "learner", "supervisor", "operator_ui"},
+    ROBOT: {"robot_server"},
+    WORKSTATION: {"postgres", "learner", "supervisor", "operator_ui"},
+}
+PROFILES = {
+    SINGLE: ("", "sim", "vllm", "sim,vllm"),
+    ROBOT: ("",),
+    WORKSTATION: ("", "sim", "vllm", "sim,vllm"),
+}
 # Not plain `pde` processes: the database and the VLM server are other images. (docker-compose v1
 # `config` lists every service whatever the profiles; their `profiles` key says which.)
 OTHER_IMAGES = {"postgres", "vllm"}
@@ -33,7 +59,13 @@ needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compos
 def env_file(tmp_path: Path, **values: str) -> Path:
     """.env.example with the required blanks filled and ``values`` applied ('' removes a line)."""
     lines = []
-    filled = {"POSTGRES_PASSWORD": "pw-" + "x" * 20, "PDE_UI_TOKEN": "tok-" + "y" * 24}
+    filled = {
+        "POSTGRES_PASSWORD": "pw-" + "x" * 20,
+        "PDE_UI_TOKEN": "tok-" + "y" * 24,
+        "ROBOT_LINK_HOST": "0.0.0.0",
+        "ROBOT_PC_HOST": "192.0.2.10",
+        "LINK_KEYS_DIR": str(tmp_path / "keys"),
+    }
     filled.update(values)
     for line in (REPO_ROOT / ".env.example").read_text().splitlines():
         key = line.split("=", 1)[0].strip()
@@ -47,14 +79,16 @@ def env_file(tmp_path: Path, **values: str) -> Path:
     return path
 
 
-def compose(env_path: Path, *args: str, profiles: str = "") -> subprocess.CompletedProcess[str]:
+def compose(
+    env_path: Path, *args: str, profiles: str = "", stack: str = SINGLE
+) -> subprocess.CompletedProcess[str]:
     assert DOCKER_COMPOSE is not None
     # Only what the .env file says: variables of the test's own shell must not leak in.
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     if profiles:
         env["COMPOSE_PROFILES"] = profiles
     return subprocess.run(
-        [DOCKER_COMPOSE, "--env-file", str(env_path), "-f", str(COMPOSE_FILE), *args],
+        [DOCKER_COMPOSE, "--env-file", str(env_path), "-f", str(REPO_ROOT / stack), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -62,22 +96,29 @@ def compose(env_path: Path, *args: str, profiles: str = "") -> subprocess.Comple
     )
 
 
-def config(env_path: Path, profiles: str = "") -> dict[str, Any]:
-    r = compose(env_path, "config", profiles=profiles)
+def config(env_path: Path, profiles: str = "", stack: str = SINGLE) -> dict[str, Any]:
+    r = compose(env_path, "config", profiles=profiles, stack=stack)
     assert r.returncode == 0, r.stderr
     doc: dict[str, Any] = yaml.safe_load(r.stdout)
     return doc
 
 
 @needs_compose
-def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stack_validates_with_each_profile(tmp_path: Path, stack: str) -> None:
     env = env_file(tmp_path)
-    for profiles in ("", "sim", "vllm", "sim,vllm"):
-        config(env, profiles)
-    services = config(env)["services"]
-    # Always on: the database and the five services; behind a profile: the sim setup and the VLM.
+    for profiles in PROFILES[stack]:
+        config(env, profiles, stack)
+    services = config(env, stack=stack)["services"]
     always = {n for n, s in services.items() if not s.get("profiles")}
-    assert always == {"postgres", "robot_server", "learner", "supervisor", "operator_ui"}
+    assert always == ALWAYS[stack]
+    assert set(services) - always == ({"sim_setup", "vllm"} if stack != ROBOT else set())
+
+
+@needs_compose
+def test_single_machine_stack(tmp_path: Path) -> None:
+    env = env_file(tmp_path)
+    services = config(env)["services"]
     assert services["sim_setup"]["profiles"] == ["sim"]
     assert services["sim_setup"]["command"][:2] == ["demo", "--prepare-only"]
     assert services["vllm"]["profiles"] == ["vllm"]
@@ -86,9 +127,22 @@ def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
     robot = services["robot_server"]
     assert robot["network_mode"] == "host"
     assert robot["ulimits"]["rtprio"] == 99 and robot["ulimits"]["memlock"] == -1
-    assert "/dev/bus/usb:/dev/bus/usb" in robot["devices"]
+    # USB bind-mounted (a reset camera's new device node appears), udev read-only, any USB device.
+    assert "/dev/bus/usb:/dev/bus/usb:rw" in robot["volumes"] and "/run/udev:/run/udev:ro" in robot["volumes"]
+    assert robot["device_cgroup_rules"] == ["c 189:* rmw"] and "devices" not in robot
+    # Everything on loopback: no keys needed.
+    assert robot["environment"]["PDE_ROBOT_HOST"] == "127.0.0.1"
+    assert not any(k.startswith("PDE_ROBOT_LINK") for k in robot["environment"])
+    # One GPU each by index, vLLM pinned with a memory share.
     gpu = services["learner"]["deploy"]["resources"]["reservations"]["devices"][0]
-    assert gpu["capabilities"] == ["gpu"]
+    assert gpu["capabilities"] == ["gpu"] and gpu["device_ids"] == ["0"]
+    vllm_gpu = services["vllm"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert vllm_gpu["device_ids"] == ["1"]
+    assert services["vllm"]["image"] == "vllm/vllm-openai:v0.10.0"
+    assert "--gpu-memory-utilization=0.85" in services["vllm"]["command"]
+    shared = config(env_file(tmp_path, VLLM_GPU="0", VLLM_GPU_MEMORY_UTILIZATION="0.4"))["services"]["vllm"]
+    assert shared["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0"]
+    assert "--gpu-memory-utilization=0.4" in shared["command"]
     # ... and the learner uses it (no quiet CPU fallback), unless LEARNER_DEVICE says otherwise.
     assert services["learner"]["environment"]["PDE_LEARNER_DEVICE"] == "cuda"
     learner_env = config(env_file(tmp_path, LEARNER_DEVICE=""))["services"]["learner"]["environment"]
@@ -97,16 +151,49 @@ def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
 
 
 @needs_compose
-@pytest.mark.parametrize("missing", REQUIRED)
-def test_required_variables_fail_loudly(tmp_path: Path, missing: str) -> None:
-    r = compose(env_file(tmp_path, **{missing: ""}), "config")
+def test_two_machine_stacks(tmp_path: Path) -> None:
+    env = env_file(tmp_path)
+    robot = config(env, stack=ROBOT)["services"]["robot_server"]
+    renv = robot["environment"]
+    # The lab LAN with keys; the FCI's host network and the real-time limits as on one machine.
+    assert renv["PDE_ROBOT_HOST"] == "0.0.0.0"
+    assert renv["PDE_ROBOT_LINK_SECRET_KEY"] == "/keys/server.key_secret"
+    assert renv["PDE_ROBOT_LINK_CLIENTS_DIR"] == "/keys/clients"
+    assert f"{tmp_path / 'keys'}:/keys:ro" in robot["volumes"]
+    assert robot["network_mode"] == "host" and robot["ulimits"]["rtprio"] == 99
+    assert renv["PDE_ROBOT_RT_PRIORITY"] == "80"
+    assert "PDE_DATABASE_URL" not in renv  # the robot PC has no database
+    ws = config(env, stack=WORKSTATION)["services"]
+    for name in ("learner", "operator_ui"):
+        wenv = ws[name]["environment"]
+        assert wenv["PDE_ROBOT_CMD_ENDPOINT"] == "tcp://192.0.2.10:5556"
+        assert wenv["PDE_ROBOT_LINK_SERVER_KEY"] == "/keys/server.key"
+        assert wenv["PDE_ROBOT_LINK_CLIENT_KEY"].startswith("/keys/")
+        assert f"{tmp_path / 'keys'}:/keys:ro" in ws[name]["volumes"]
+    # What `pde keys init` writes is what the stacks name.
+    assert {
+        Path(ws[n]["environment"]["PDE_ROBOT_LINK_CLIENT_KEY"]).name for n in ("learner", "operator_ui")
+    } == {f"{c}.key_secret" for c in DEFAULT_CLIENTS}
+    # The same service definitions in every stack (docker/compose.services.yml).
+    single = config(env)["services"]
+    for name in ALWAYS[WORKSTATION] - {"postgres"}:
+        assert ws[name]["command"] == single[name]["command"]
+        assert ws[name]["healthcheck"] == single[name]["healthcheck"]
+    assert robot["command"] == single["robot_server"]["command"]
+
+
+@needs_compose
+@pytest.mark.parametrize("stack,missing", [(s, m) for s in STACKS for m in REQUIRED[s]])
+def test_required_variables_fail_loudly(tmp_path: Path, stack: str, missing: str) -> None:
+    r = compose(env_file(tmp_path, **{missing: ""}), "config", stack=stack)
     assert r.returncode != 0
     assert f"set {missing}" in r.stderr, r.stderr
 
 
 @needs_compose
-def test_every_dependency_is_waited_for_by_its_health(tmp_path: Path) -> None:
-    services = config(env_file(tmp_path), "sim")["services"]
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_dependency_is_waited_for_by_its_health(tmp_path: Path, stack: str) -> None:
+    services = config(env_file(tmp_path), PROFILES[stack][-1], stack)["services"]
     for name, svc in services.items():
         for dep, how in (svc.get("depends_on") or {}).items():
             assert how["condition"] == "service_healthy", (name, dep)
