@@ -124,9 +124,12 @@ def watch(argv: list[str]) -> int:
     p.add_argument("--save-dir", type=Path, help="write <camera>.jpg here, refreshed every second")
     args = p.parse_args(argv)
     from pde_contract.client import RobotClient, RobotServerError
+    from pde_contract.link import client_curve_from_env
     from pde_contract.messages import RobotFault
 
-    with RobotClient(cmd_endpoint=args.cmd, name="watch", timeout_s=2.0) as client:
+    with RobotClient(
+        cmd_endpoint=args.cmd, name="watch", timeout_s=2.0, curve=client_curve_from_env()
+    ) as client:
         try:
             info = client.connect()
         except RobotServerError as e:
@@ -187,8 +190,11 @@ def guide(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=0.0, help="end after this long (0: on Enter)")
     args = p.parse_args(argv)
     from pde_contract.client import RobotClient, RobotServerError
+    from pde_contract.link import client_curve_from_env
 
-    with RobotClient(cmd_endpoint=args.cmd, name="guide", timeout_s=2.0) as client:
+    with RobotClient(
+        cmd_endpoint=args.cmd, name="guide", timeout_s=2.0, curve=client_curve_from_env()
+    ) as client:
         try:
             client.connect()
             client.set_guiding_mode(True)

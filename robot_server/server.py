@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import zmq
 
 from pde_contract.codec import CodecError, packb, packb_into, unpackb
+from pde_contract.link import LinkAuthenticator
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
     MAX_FRAME_BYTES,
@@ -129,7 +130,12 @@ class RobotServer:
         self.settings = settings
         self.robot = robot
         self._slots = [_CameraSlot(c) for c in cameras]
-        self._ctx = context or zmq.Context.instance()
+        # With CURVE keys the sockets get a context of their own: its ZAP handler (one per
+        # context) then judges only this server's clients.
+        self._curve = settings.link_curve()
+        self._own_ctx = zmq.Context() if self._curve is not None else None
+        self._ctx = self._own_ctx or context or zmq.Context.instance()
+        self._authenticator: LinkAuthenticator | None = None
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pub_lock = threading.Lock()  # guards the PUB socket and the camera slots
@@ -164,12 +170,17 @@ class RobotServer:
 
     def start(self) -> None:
         s = self.settings
+        if self._curve is not None:
+            self._authenticator = LinkAuthenticator(self._ctx, self._curve.allowed_clients)
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, s.obs_sndhwm)
         self._pub.setsockopt(zmq.LINGER, 0)
-        self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
+        if self._curve is not None:
+            self._curve.apply(self._pub)
+            self._curve.apply(self._router)
+        self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
         # Larger messages make libzmq close the connection unread (no reply; MAX_FRAME_BYTES).
         self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         self._router.bind(f"tcp://{s.host}:{s.cmd_port}")
@@ -203,6 +214,12 @@ class RobotServer:
             if sock is not None:
                 sock.close(linger=0)
         self._pub = self._router = None
+        if self._authenticator is not None:
+            self._authenticator.stop()
+            self._authenticator = None
+        if self._own_ctx is not None:
+            self._own_ctx.term()
+            self._own_ctx = None
 
     def __enter__(self) -> RobotServer:
         self.start()
