@@ -355,6 +355,32 @@ def test_a_recovered_communication_error_is_reported_not_latched(fci_sim: FciSim
         robot.disconnect()
 
 
+def test_a_rejected_command_is_reported_and_the_next_target_goes_on(fci_sim: FciSim) -> None:
+    import franky
+
+    robot = FrankaRobot(sim_config(fci_sim.host, gripper=False))
+    robot.connect()
+    try:
+        streamer = robot._streamer
+        assert streamer is not None
+        send = streamer.send
+        _inject_at_next_motion(robot, franky.CommandException("libfranka: Move command rejected: wrong mode"))
+        state = robot.read_state()
+        target = RobotTarget(0.08, ee_position_m=state.ee_position_m, ee_quat_xyzw=state.ee_quat_xyzw)
+        robot.command(target, PERIOD_S)
+        deadline = time.monotonic() + 10.0
+        while robot.fault() is None:
+            assert time.monotonic() < deadline, "the rejected command was not reported"
+            time.sleep(0.01)
+        report = robot.fault()
+        assert report is not None and report.kind is RobotFault.COMMAND_REJECTED and not report.latched
+        assert "wrong mode" in report.detail and robot._worker is not None and robot._worker.is_alive()
+        streamer.send = send  # type: ignore[method-assign]
+        robot.command(target, PERIOD_S)  # not latched: the next target is accepted
+    finally:
+        robot.disconnect()
+
+
 class _StateInMode:
     """franky's RobotState with ``robot_mode`` replaced."""
 
