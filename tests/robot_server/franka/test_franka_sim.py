@@ -355,6 +355,32 @@ def test_a_recovered_communication_error_is_reported_not_latched(fci_sim: FciSim
         robot.disconnect()
 
 
+def test_a_reflex_mode_latches_only_when_no_recovery_clears_it(fci_sim: FciSim) -> None:
+    import franky
+
+    robot = FrankaRobot(sim_config(fci_sim.host, gripper=False))
+    robot.connect()
+    try:
+        arm = robot._robot
+        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)
+        robot.read_state()  # e.g. a communication_constraints_violation being recovered
+        robot._robot = arm  # recovered: Idle again
+        robot.read_state()
+        assert robot.fault() is None
+        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)
+        robot.read_state()
+        deadline = time.monotonic() + 10.0
+        while robot.fault() is None:  # a reflex that stays latches
+            assert time.monotonic() < deadline, "a lasting Reflex mode was not latched"
+            time.sleep(0.05)
+            robot.read_state()
+        report = robot.fault()
+        assert report is not None and report.kind is RobotFault.REFLEX and report.latched
+        robot._robot = arm
+    finally:
+        robot.disconnect()
+
+
 def test_a_rejected_command_is_reported_and_the_next_target_goes_on(fci_sim: FciSim) -> None:
     import franky
 
