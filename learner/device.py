@@ -76,7 +76,10 @@ def describe_device(device: torch.device) -> str:
         for var in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
         if var in os.environ
     )
+    # The UUID is what `nvidia-smi -L` lists beside each physical GPU's index (getattr: older
+    # torch builds lack it); inside a container the one reserved GPU is always cuda:0.
+    uuid = getattr(props, "uuid", None)
     return (
-        f"cuda:{index} = {props.name} ({props.total_memory / 2**30:.0f} GiB)"
-        f"{'; ' + visible if visible else ''}"
+        f"cuda:{index} = {props.name} ({props.total_memory / 2**30:.0f} GiB"
+        f"{f', UUID GPU-{uuid}' if uuid else ''}){'; ' + visible if visible else ''}"
     )
