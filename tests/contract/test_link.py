@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from pde_contract.link import (
 from pde_contract.messages import ErrorCode
 from robot_server.server import RobotServer
 from robot_server.settings import RobotServerSettings
-from tests.helpers import free_port
+from tests.helpers import free_port, pde_command, subprocess_env
 from tests.robot_server.fakes import FakeCamera, FakeRobot
 
 REFUSED_WAIT_S = 0.5  # a refused client never gets a reply: how long each refusal test listens
@@ -176,3 +177,27 @@ def test_health_on_the_robot_pc_uses_the_server_key(lab: Lab, monkeypatch: pytes
     monkeypatch.setenv(ENV_CLIENT_KEY, str(lab.keys / "workstation/operator-ui.key_secret"))
     assert "ok" in _healthy(endpoint)
     assert os.environ[ENV_CLIENT_KEY].endswith("operator-ui.key_secret")
+
+
+def test_pde_keys_command(tmp_path: Path) -> None:
+    r = subprocess.run(
+        pde_command("keys", "new", str(tmp_path), "laptop"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    shown = subprocess.run(
+        pde_command("keys", "show", str(tmp_path / "laptop.key")),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert shown.stdout.strip() == read_key_file(tmp_path / "laptop.key").public.decode()
+    bad = subprocess.run(
+        pde_command("keys", "show", str(tmp_path / "nope.key")),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "cannot read the key file" in bad.stderr and "pde keys init" in bad.stderr
