@@ -4,8 +4,11 @@ FakeCameras, real ZeroMQ CURVE sockets on 127.0.0.1) that answers only listed cl
 from __future__ import annotations
 
 import os
+import select
+import socket
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -201,3 +204,80 @@ def test_pde_keys_command(tmp_path: Path) -> None:
         text=True,
     )
     assert bad.returncode == 2 and "cannot read the key file" in bad.stderr and "pde keys init" in bad.stderr
+
+
+class _Tap:
+    """A TCP forwarder between clients and one server port that keeps every byte it carries, to
+    see what an eavesdropper on the lab LAN would see."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.seen = bytearray()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", free_port()))
+        self._listener.settimeout(0.1)
+        self.port = self._listener.getsockname()[1]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            t = threading.Thread(target=self._pump, args=(client, server), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        with a, b:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([a, b], [], [], 0.1)
+                for src in ready:
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    (b if src is a else a).sendall(data)
+                    with self._lock:
+                        self.seen += data
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        self._listener.close()
+
+
+def _tapped_exchange(server: RobotServer, curve: ClientCurve | None) -> bytes:
+    """What crossed the wire while a client said Hello and read one observation."""
+    s = server.settings
+    cmd_tap, obs_tap = _Tap(s.cmd_port), _Tap(s.obs_port)
+    try:
+        with RobotClient(
+            f"tcp://127.0.0.1:{cmd_tap.port}",
+            "tapped",
+            5.0,
+            obs_endpoint=f"tcp://127.0.0.1:{obs_tap.port}",
+            curve=curve,
+        ) as c:
+            c.connect()
+            deadline = time.monotonic() + 10.0
+            while not c.latest_observation(timeout_s=5.0).cameras:  # one with a picture in it
+                assert time.monotonic() < deadline, "no observation with a camera frame"
+    finally:
+        cmd_tap.close()
+        obs_tap.close()
+    return bytes(cmd_tap.seen + obs_tap.seen)
+
+
+def test_the_link_is_encrypted_on_the_wire(lab: Lab) -> None:
+    jpeg = FakeCamera("external").jpeg[100:164]  # 64 bytes from inside the served picture
+    plain_settings = RobotServerSettings(cmd_port=free_port(), obs_port=free_port(), control_rate_hz=20.0)
+    with RobotServer(FakeRobot(), [FakeCamera("external")], plain_settings) as plain:
+        seen = _tapped_exchange(plain, None)
+    assert b"Hello" in seen and jpeg in seen  # the tap sees a plain link in the clear
+    seen = _tapped_exchange(lab.server, lab.learner_keys())
+    assert len(seen) > len(jpeg) and b"Hello" not in seen and jpeg not in seen
