@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 
@@ -40,13 +41,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _common import success_interval  # noqa: E402
-from bench_learning import EVAL_SEED_BASE, TRAIN_SEED_BASE, plot, start_server  # noqa: E402
+from bench_learning import EVAL_SEED_BASE, TRAIN_SEED_BASE, start_server  # noqa: E402
 
-from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
+from learner.actor import Actor, ActorSettings  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
 from learner.mixture import AlphaSchedule, sample_prompt  # noqa: E402
 from learner.policies.base import Policy  # noqa: E402
 from learner.ppo import PPOConfig, RatioVariant  # noqa: E402
+from learner.rewards import reward_from_label  # noqa: E402
 from learner.trainer import Trainer  # noqa: E402
 from pde_contract.client import RobotClient  # noqa: E402
 from pde_contract.episodes import EpisodeFile  # noqa: E402
@@ -269,6 +271,87 @@ class Runner:
         return log
 
 
+ARM_COLORS_BGR = {
+    "noise": (60, 60, 200),
+    "pde_paraphrase": (60, 150, 60),
+    "pde_rollout_ratio": (200, 120, 40),
+    "pde_scripted": (150, 60, 150),
+}
+
+
+def plot_arms(arms: dict[str, Any], title: str, path: Path) -> None:
+    """Success against environment episodes spent (bootstrap included): one colour per arm, a thin
+    line per seed, a thick line for the arm's pooled rate at each evaluation point."""
+    w, h, m = 760, 460, 60
+    img = np.full((h, w, 3), 255, np.uint8)
+    x_max = max(r["env_episodes"] for a in arms.values() for r in a["per_seed"]) or 1
+    y_max = 0.6
+    x = lambda e: int(m + (w - 2 * m) * e / x_max)  # noqa: E731
+    y = lambda v: int(h - m - (h - 2 * m) * min(v, y_max) / y_max)  # noqa: E731
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    for v in np.arange(0.0, y_max + 1e-9, 0.1):
+        cv2.line(img, (m, y(v)), (w - m, y(v)), (225, 225, 225), 1)
+        cv2.putText(img, f"{v:.1f}", (18, y(v) + 4), font, 0.4, (0, 0, 0), 1)
+    for e in range(0, x_max + 1, 64):
+        cv2.putText(img, str(e), (x(e) - 8, h - m + 18), font, 0.4, (0, 0, 0), 1)
+    cv2.line(img, (m, h - m), (w - m, h - m), (0, 0, 0), 1)
+    cv2.line(img, (m, m), (m, h - m), (0, 0, 0), 1)
+    for k, (name, a) in enumerate(arms.items()):
+        color = ARM_COLORS_BGR.get(name, (0, 0, 0))
+        rows = a["per_seed"]
+        for r in rows:
+            pts = [(x(e["env_episodes"]), y(e["rate"])) for e in r["evaluations"]]
+            cv2.polylines(img, [np.array(pts, np.int32)], False, color, 1)
+        n_points = min(len(r["evaluations"]) for r in rows)
+        pooled = []
+        for i in range(n_points):
+            evs = [r["evaluations"][i] for r in rows]
+            rate = sum(e["successes"] for e in evs) / sum(e["n"] for e in evs)
+            pooled.append((x(float(np.mean([e["env_episodes"] for e in evs]))), y(rate)))
+        cv2.polylines(img, [np.array(pooled, np.int32)], False, color, 3)
+        label = (
+            f"{name}: {a['success_start_pooled']['rate']:.2f} -> {a['success_end_pooled']['rate']:.2f}"
+            f" pooled ({len(rows)} seeds)"
+        )
+        cv2.putText(img, label, (m + 10, m + 16 * k + 12), font, 0.42, color, 1)
+    cv2.putText(img, title, (m, 25), font, 0.5, (0, 0, 0), 1)
+    cv2.putText(
+        img,
+        "environment episodes per arm and seed (bootstrap included)",
+        (w // 2 - 200, h - 15),
+        font,
+        0.45,
+        (0, 0, 0),
+        1,
+    )
+    cv2.imwrite(str(path), img)
+
+
+def markdown_table(arms: dict[str, Any]) -> str:
+    """One row per arm: start and end successes per seed and pooled, with Wilson 95% intervals."""
+
+    def cell(k: int, n: int) -> str:
+        iv = success_interval(k, n)
+        return f"{k}/{n} = {iv['rate']:.2f} [{iv['wilson95_low']:.2f}, {iv['wilson95_high']:.2f}]"
+
+    lines = [
+        "| arm | per seed, start → end (successes/100) | pooled start | pooled end | gain |",
+        "|---|---|---|---|---|",
+    ]
+    for name, a in arms.items():
+        rows = a["per_seed"]
+        per_seed = ", ".join(
+            f"s{r['seed']} {round(r['success_start'] * r['eval_episodes'])}→"
+            f"{round(r['success_end'] * r['eval_episodes'])}"
+            for r in rows
+        )
+        n = sum(r["eval_episodes"] for r in rows)
+        k0 = round(sum(r["success_start"] * r["eval_episodes"] for r in rows))
+        k1 = round(sum(r["success_end"] * r["eval_episodes"] for r in rows))
+        lines.append(f"| `{name}` | {per_seed} | {cell(k0, n)} | {cell(k1, n)} | {a['gain_pooled']:+.2f} |")
+    return "\n".join(lines)
+
+
 def merge(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """All finished parts -> the result file (+ a curve of evaluations per arm)."""
     arms: dict[str, Any] = {}
@@ -291,28 +374,15 @@ def merge(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    curves = {
-        f"{name} s{r['seed']}": [e["rate"] for e in r["evaluations"]]
-        for name, a in arms.items()
-        for r in a["per_seed"]
-    }
-    if curves:
-        n_max = max(len(c) for c in curves.values())
-        curves = {k: c + [c[-1]] * (n_max - len(c)) for k, c in curves.items()}
-        lines = [
-            f"{name}: {a['success_start_pooled']['rate']:.2f} -> {a['success_end_pooled']['rate']:.2f} "
-            f"({len(a['per_seed'])} seeds)"
-            for name, a in arms.items()
-        ]
-        plot(curves, lines, f"{args.task}: canonical-prompt success per evaluation", out.with_suffix(".png"))
+    if arms:
+        plot_arms(arms, f"{args.task}: canonical-prompt sampled success", out.with_suffix(".png"))
+        print(markdown_table(arms))
     return result
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--sft-checkpoint", required=True, help="the SFT start (e.g. the language-premise recipe's)"
-    )
+    ap.add_argument("--sft-checkpoint", help="the SFT start (e.g. the language-premise recipe's)")
     ap.add_argument("--task", default="put_green_container_in_front_of_camera")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--seeds", default="0,1,2")
@@ -337,7 +407,18 @@ def main() -> int:
     ap.add_argument("--work-dir", default="data/bench_pde")
     ap.add_argument("--out", default="bench/results/pde_vs_noise.json")
     ap.add_argument("--merge", action="store_true", help="only merge the finished parts")
+    ap.add_argument(
+        "--redraw", action="store_true", help="only redraw the PNG and print the table from --out"
+    )
     args = ap.parse_args()
+    if args.redraw:
+        arms = json.loads((ROOT / args.out).read_text())["arms"]
+        png = (ROOT / args.out).with_suffix(".png")
+        plot_arms(arms, f"{args.task}: canonical-prompt sampled success", png)
+        print(markdown_table(arms))
+        return 0
+    if not args.merge and not args.sft_checkpoint:
+        raise SystemExit("--sft-checkpoint CKPT is needed to run arms (see scripts/premise.sh)")
     work = ROOT / args.work_dir
     work.mkdir(parents=True, exist_ok=True)
     args.work_dir_path = str(work)

@@ -31,7 +31,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.store = store or Store.open(settings.database_url, settings.media_dir)
         app.state.robot = robot_link or RobotLink(
-            settings.robot_cmd_endpoint, settings.robot_timeout_s, robot_keys
+            settings.robot_cmd_endpoint, settings.robot_timeout_s, curve=robot_keys
         )
         app.state.robot.start()
         try:

@@ -1,111 +1,186 @@
-"""The page's connection to the robot server: the newest frame of each camera for the live view
-(a background thread), plus e-stop / release / status on demand."""
+"""The page's connection to the robot server: the newest frame of each camera for the live view and
+the server's status (a background thread), plus e-stop / release on demand.
+
+Two rules the page relies on:
+- every frame carries its age, measured on this machine's monotonic clock (time since it arrived,
+  plus the capture-to-publish delay the robot server reported on its own clock), so a dead robot
+  server shows as a growing age and never as a live picture;
+- a command that failed (timed out) is dropped, never delivered later: the command socket is closed
+  with linger 0 after a failure, which discards what ZMQ still queued for a server that was down.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
+from pde_contract.client import RobotClient
 from pde_contract.link import ClientCurve
+from pde_contract.messages import Observation, Status
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-@dataclass
+@dataclass(frozen=True)
+class CameraFrame:
+    jpeg: bytes
+    received_monotonic_s: float  # when this process received it
+    capture_delay_s: float  # publish time - capture time, both on the robot server's clock
+
+    def age_s(self, now_monotonic_s: float) -> float:
+        return max(0.0, now_monotonic_s - self.received_monotonic_s) + max(0.0, self.capture_delay_s)
+
+
+@dataclass(frozen=True)
 class LiveView:
-    frames: dict[str, bytes] = field(default_factory=dict)  # camera -> JPEG
-    frame_time_s: dict[str, float] = field(default_factory=dict)
-    observation_time_s: float = 0.0
+    frames: dict[str, CameraFrame] = field(default_factory=dict)
+    received_monotonic_s: float = 0.0  # 0: no observation yet
     estopped: bool | None = None
     episode_id: str = ""
     task_success: bool | None = None
-    ee_position_m: list[float] = field(default_factory=list)
+    ee_position_m: tuple[float, ...] = ()
     gripper_width_m: float | None = None
+    # From the robot server's Status when it reports these (``fault`` is optional on the wire:
+    # servers that do not have it simply never show the banner).
+    fault: str = ""
+    last_error: str = ""
+    estop_reason: str = ""
+
+    @staticmethod
+    def from_observation(obs: Observation, received_monotonic_s: float, old: LiveView) -> LiveView:
+        return LiveView(
+            frames={
+                c.name: CameraFrame(
+                    bytes(c.jpeg), received_monotonic_s, obs.publish_time_s - c.capture_time_s
+                )
+                for c in obs.cameras
+            },
+            received_monotonic_s=received_monotonic_s,
+            estopped=obs.estopped,
+            episode_id=obs.episode_id,
+            task_success=obs.task_success,
+            ee_position_m=tuple(float(x) for x in obs.state.ee_position_m),
+            gripper_width_m=float(obs.state.gripper_width_m),
+            fault=old.fault,
+            last_error=old.last_error,
+            estop_reason=old.estop_reason,
+        )
 
 
-class RobotUnavailableError(RuntimeError):
-    pass
+def observation_age_s(view: LiveView, now_monotonic_s: float | None = None) -> float | None:
+    """Seconds since the newest observation arrived; None before the first one."""
+    if not view.received_monotonic_s:
+        return None
+    now = time.monotonic() if now_monotonic_s is None else now_monotonic_s
+    return max(0.0, now - view.received_monotonic_s)
 
 
 class RobotLink:
-    def __init__(self, cmd_endpoint: str, timeout_s: float = 1.0, curve: ClientCurve | None = None) -> None:
+    def __init__(
+        self,
+        cmd_endpoint: str,
+        timeout_s: float = 1.0,
+        status_period_s: float = 1.0,
+        curve: ClientCurve | None = None,
+    ) -> None:
         self.cmd_endpoint = cmd_endpoint
         self.timeout_s = timeout_s
+        self.status_period_s = status_period_s
         self._view = LiveView()
         self._lock = threading.Lock()
+        self._cmd_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error = ""
-        self._client: Any = None
-        try:
-            from pde_contract.client import RobotClient
-        except ImportError as e:  # the wire client is part of the robot-server work
-            self.error = f"pde_contract.client unavailable ({e})"
-            return
-        self._client = RobotClient(cmd_endpoint, name="operator-ui", timeout_s=timeout_s, curve=curve)
-
-    @property
-    def available(self) -> bool:
-        return self._client is not None
+        self.curve = curve  # CURVE keys when the robot link is authenticated (pde_contract/link.py)
+        # The live view and status polls use their own client, so a slow status request never
+        # holds an e-stop back (and an e-stop's socket can be thrown away on failure).
+        self._watch_client = RobotClient(
+            cmd_endpoint, name="operator-ui-view", timeout_s=timeout_s, curve=curve
+        )
+        self._cmd_client: RobotClient | None = None
 
     def start(self) -> None:
-        if self._client is None or self._thread is not None:
+        if self._thread is not None:
             return
         self._thread = threading.Thread(target=self._watch, name="ui-live-view", daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
+        next_status_s = 0.0
         while not self._stop.is_set():
             try:
-                obs = self._client.latest_observation(timeout_s=1.0)
+                obs = self._watch_client.latest_observation(timeout_s=1.0)
             except Exception as e:  # server down or restarting: show it, keep trying
-                self.error = f"no observation from the robot server: {e}"
-                continue
-            self.error = ""
-            view = LiveView(
-                frames={c.name: bytes(c.jpeg) for c in obs.cameras},
-                frame_time_s={c.name: c.capture_time_s for c in obs.cameras},
-                observation_time_s=obs.publish_time_s,
-                estopped=obs.estopped,
-                episode_id=obs.episode_id,
-                task_success=obs.task_success,
-                ee_position_m=[float(x) for x in obs.state.ee_position_m],
-                gripper_width_m=float(obs.state.gripper_width_m),
+                self.error = f"no observation from the robot server at {self.cmd_endpoint}: {e}"
+            else:
+                self.error = ""
+                with self._lock:
+                    self._view = LiveView.from_observation(obs, time.monotonic(), self._view)
+            if time.monotonic() >= next_status_s:
+                next_status_s = time.monotonic() + self.status_period_s
+                self._poll_status()
+
+    def _poll_status(self) -> None:
+        try:
+            st = self._watch_client.status()
+        except Exception:  # the observation stream already says the server is unreachable
+            return
+        with self._lock:
+            v = self._view
+            self._view = LiveView(
+                frames=v.frames,
+                received_monotonic_s=v.received_monotonic_s,
+                estopped=v.estopped,
+                episode_id=v.episode_id,
+                task_success=v.task_success,
+                ee_position_m=v.ee_position_m,
+                gripper_width_m=v.gripper_width_m,
+                fault=str(getattr(st, "fault", "") or ""),
+                last_error=st.last_error,
+                estop_reason=st.estop_reason,
             )
-            with self._lock:
-                self._view = view
 
     def view(self) -> LiveView:
         with self._lock:
             return self._view
 
-    def _need(self) -> Any:
-        if self._client is None:
-            raise RobotUnavailableError(f"no robot client: {self.error}")
-        return self._client
+    def _command(self, fn: Callable[[RobotClient], T]) -> T:
+        """One command with a deadline of ``timeout_s``; on failure its socket is discarded, so the
+        request can never reach a server that comes back later."""
+        with self._cmd_lock:
+            if self._cmd_client is None:
+                self._cmd_client = RobotClient(
+                    self.cmd_endpoint, name="operator-ui", timeout_s=self.timeout_s, curve=self.curve
+                )
+            client = self._cmd_client
+            try:
+                return fn(client)
+            except Exception:
+                self._cmd_client = None
+                client.close()  # linger 0: what is still queued is dropped here
+                raise
 
     def estop(self, reason: str) -> None:
-        self._need().estop(reason)
+        self._command(lambda c: c.estop(reason))
 
     def release_estop(self) -> None:
-        self._need().release_estop()
+        self._command(lambda c: c.release_estop())
 
-    def status(self) -> Any:
-        return self._need().status()
-
-    def health(self) -> Any:
-        return self._need().health()
+    def status(self) -> Status:
+        return self._command(lambda c: c.status())
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(2.0)
-        if self._client is not None:
-            self._client.close()
-
-
-def observation_age_s(view: LiveView) -> float | None:
-    return None if not view.observation_time_s else max(0.0, time.time() - view.observation_time_s)
+            self._thread.join(3.0)
+        self._watch_client.close()
+        with self._cmd_lock:
+            if self._cmd_client is not None:
+                self._cmd_client.close()
+                self._cmd_client = None

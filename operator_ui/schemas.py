@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from pde_storage import EpisodeRow, LabelRow, PromptRow
 
@@ -12,11 +12,40 @@ from pde_storage import EpisodeRow, LabelRow, PromptRow
 class LabelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     success: bool
-    reason: str = ""
+    reason: str = Field("", max_length=500)
+
+
+class DiscardIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=500, description="why, e.g. 'bad reset'")
+
+
+class NoteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    note: str = Field(max_length=5000)
 
 
 class EStopIn(BaseModel):
     reason: str = "operator pressed e-stop on the page"
+
+
+class EStopOut(BaseModel):
+    estopped: bool
+    reason: str = ""
+
+
+class CamerasOut(BaseModel):
+    cameras: list[str]
+    age_s: float | None  # since the newest observation arrived; None before the first
+    frame_age_s: dict[str, float]  # per camera, capture delay included
+    stale: bool  # no observation newer than UISettings.frame_stale_s
+    error: str
+    estopped: bool | None
+    fault: str  # the robot server's fault, when it reports one
+    task_success: bool | None
+    ee_position_m: list[float]
+    gripper_width_m: float | None
+    episode_id: str
 
 
 def episode_json(e: EpisodeRow) -> dict[str, Any]:
@@ -39,6 +68,9 @@ def episode_json(e: EpisodeRow) -> dict[str, Any]:
         "abort_reason": e.abort_reason,
         "seed": e.seed,
         "n_chunks": e.n_chunks,
+        "discarded_at": e.discarded_at.isoformat() if e.discarded_at else None,
+        "discard_reason": e.discard_reason,
+        "note": e.note,
     }
 
 

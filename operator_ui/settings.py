@@ -52,6 +52,10 @@ class UISettings(BaseSettings):
     )
     robot_timeout_s: float = 1.0
     """Timeout of one request to the robot server (e-stop, status)."""
+    frame_stale_s: float = 1.0
+    """A live-view frame older than this is badged stale on the page."""
+    robot_down_s: float = 2.0
+    """No observation for this long: the robot server is shown as down."""
     service_stale_s: float = 10.0
     """A service whose last heartbeat is older than this is shown as down."""
 

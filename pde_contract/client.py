@@ -41,6 +41,7 @@ from pde_contract.messages import (
     Request,
     Reset,
     ServerInfo,
+    SetGuidingMode,
     Status,
     Stop,
     SubmitChunk,
@@ -187,6 +188,10 @@ class RobotClient:
 
     def release_estop(self) -> None:
         self._payload(ReleaseEStop(), Ack)
+
+    def set_guiding_mode(self, enabled: bool, timeout_s: float = 15.0) -> None:
+        """Hand the arm to an operator (``enabled``) or take it back; waits for the motion to stop."""
+        self._payload(SetGuidingMode(enabled=enabled), Ack, timeout_s)
 
     def status(self) -> Status:
         return self._payload(GetStatus(), Status)

@@ -36,6 +36,9 @@ class Task(Base):
     iteration: Mapped[int] = mapped_column(Integer, default=0)
     alpha: Mapped[float] = mapped_column(Float, default=1.0)
     ema_success: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # N, rollouts per prompt in the bootstrap stage: written by the episode loop (its setting is
+    # the one home of N), read by the supervisor, which judges a candidate after N labels.
+    rollouts_per_prompt: Mapped[int | None] = mapped_column(Integer, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
@@ -64,7 +67,8 @@ class Episode(Base):
     canonical_prompt: Mapped[str] = mapped_column(Text)
     policy_version: Mapped[int] = mapped_column(Integer)
     stage: Mapped[str] = mapped_column(String(20))
-    status: Mapped[str] = mapped_column(String(20))  # running | awaiting_label | labelled | aborted
+    # running | awaiting_label | labelled | aborted | discarded
+    status: Mapped[str] = mapped_column(String(20))
     seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
     success: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # latest authoritative label
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -75,6 +79,12 @@ class Episode(Base):
     video_paths: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     n_chunks: Mapped[int] = mapped_column(Integer, default=0)
     abort_reason: Mapped[str] = mapped_column(Text, default="")
+    # Discarded by the operator (bad reset, someone in the scene): kept with its labels, excluded
+    # from training and statistics; restoring it puts back status_before_discard.
+    discarded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    discard_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    status_before_discard: Mapped[str] = mapped_column(String(20), default="", server_default="")
+    note: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class ChunkRow(Base):

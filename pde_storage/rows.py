@@ -9,13 +9,15 @@ from typing import Any, Literal
 
 Stage = Literal["bootstrap", "rl"]
 PromptStatus = Literal["canonical", "candidate", "pool", "rejected"]
-EpisodeStatus = Literal["running", "awaiting_label", "labelled", "aborted"]
+EpisodeStatus = Literal["running", "awaiting_label", "labelled", "aborted", "discarded"]
 LabelSource = Literal["operator", "simulator", "vlm"]
 
 STAGES: tuple[str, ...] = ("bootstrap", "rl")
 PROMPT_STATUSES: tuple[str, ...] = ("canonical", "candidate", "pool", "rejected")
 PROMPT_SOURCES: tuple[str, ...] = ("canonical", "vlm", "offline", "operator")
-EPISODE_STATUSES: tuple[str, ...] = ("running", "awaiting_label", "labelled", "aborted")
+EPISODE_STATUSES: tuple[str, ...] = ("running", "awaiting_label", "labelled", "aborted", "discarded")
+# Statuses an episode can be discarded from (a running one is aborted first).
+DISCARDABLE_STATUSES: tuple[str, ...] = ("awaiting_label", "labelled", "aborted")
 LABEL_SOURCES: tuple[str, ...] = ("operator", "simulator", "vlm")
 # Operator and simulator labels decide the reward; a VLM label is only shown as a proposal.
 AUTHORITATIVE_SOURCES: tuple[str, ...] = ("operator", "simulator")
@@ -37,6 +39,7 @@ class TaskState:
     alpha: float
     ema_success: float | None
     updated_at: datetime
+    rollouts_per_prompt: int | None = None  # N, as the episode loop last wrote it (None: not yet)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class EpisodeRow:
     abort_reason: str
     seed: int | None
     n_chunks: int
+    discarded_at: datetime | None = None
+    discard_reason: str = ""
+    note: str = ""
 
 
 @dataclass(frozen=True)

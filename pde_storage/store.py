@@ -32,6 +32,7 @@ from pde_storage.models import (
 )
 from pde_storage.rows import (
     AUTHORITATIVE_SOURCES,
+    DISCARDABLE_STATUSES,
     EPISODE_STATUSES,
     LABEL_SOURCES,
     PROMPT_SOURCES,
@@ -51,7 +52,7 @@ from pde_storage.rows import (
 
 DEFAULT_URL = "sqlite:///data/pde.db"
 DEFAULT_MEDIA_DIR = "data/media"
-TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success")
+TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success", "rollouts_per_prompt")
 
 
 def _now() -> datetime:
@@ -195,10 +196,16 @@ class Store:
                 for t in s.scalars(select(Task).order_by(Task.id))
             ]
 
+    @staticmethod
+    def _task_state(t: Task) -> TaskState:
+        return TaskState(
+            t.name, t.stage, t.iteration, t.alpha, t.ema_success, _utc(t.updated_at), t.rollouts_per_prompt
+        )
+
     def task_state(self, task: str) -> TaskState:
         with self._read() as s:
             t = self._task(s, task)
-            return TaskState(t.name, t.stage, t.iteration, t.alpha, t.ema_success, _utc(t.updated_at))
+            return self._task_state(t)
 
     def set_task_state(self, task: str, **fields: Any) -> TaskState:
         unknown = set(fields) - set(TASK_STATE_FIELDS)
@@ -210,12 +217,15 @@ class Store:
             _check_choice("stage", fields["stage"], STAGES)
         if "alpha" in fields and not 0.0 <= float(fields["alpha"]) <= 1.0:
             raise InvalidArgumentError(f"alpha {fields['alpha']} is outside [0, 1]")
+        n = fields.get("rollouts_per_prompt")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise InvalidArgumentError(f"rollouts_per_prompt must be an integer >= 1, got {n!r}")
         with self._write() as s:
             t = self._task(s, task, lock=True)
             for k, v in fields.items():
                 setattr(t, k, v)
             t.updated_at = _now()
-            return TaskState(t.name, t.stage, t.iteration, t.alpha, t.ema_success, _utc(t.updated_at))
+            return self._task_state(t)
 
     # --- prompts ------------------------------------------------------------------------------
 
@@ -365,6 +375,9 @@ class Store:
                 abort_reason=e.abort_reason,
                 seed=e.seed,
                 n_chunks=e.n_chunks,
+                discarded_at=_utc_opt(e.discarded_at),
+                discard_reason=e.discard_reason or "",
+                note=e.note or "",
             )
             for e, name in eps
         ]
@@ -417,8 +430,16 @@ class Store:
         limit: int | None = None,
         newest_first: bool = False,
         prompt_id: int | None = None,
+        *,
+        before_id: int | None = None,
+        stage: str | None = None,
+        success: bool | None = None,
+        unlabelled: bool = False,
     ) -> list[EpisodeRow]:
-        """Episodes with id > ``since_id``, oldest first unless ``newest_first``."""
+        """Episodes with ``since_id`` < id < ``before_id``, oldest first unless ``newest_first``;
+        ``success`` / ``unlabelled`` filter on the authoritative label."""
+        if stage is not None:
+            _check_choice("stage", stage, STAGES)
         statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
         for st in statuses or []:
             _check_choice("episode status", st, EPISODE_STATUSES)
@@ -430,6 +451,14 @@ class Store:
                 q = q.where(Episode.status.in_(statuses))
             if prompt_id is not None:
                 q = q.where(Episode.prompt_id == prompt_id)
+            if before_id is not None:
+                q = q.where(Episode.id < before_id)
+            if stage is not None:
+                q = q.where(Episode.stage == stage)
+            if success is not None:
+                q = q.where(Episode.success == success)
+            if unlabelled:
+                q = q.where(Episode.success.is_(None))
             q = q.order_by(Episode.id.desc() if newest_first else Episode.id)
             if limit is not None:
                 q = q.limit(limit)
@@ -507,6 +536,38 @@ class Store:
             e.finished_at = _now()
         return self.episode(episode_id)
 
+    def discard_episode(self, episode_id: int, reason: str) -> EpisodeRow:
+        """Keep the episode and its labels but leave it out of training and every statistic
+        (status "discarded"); ``restore_episode`` undoes it."""
+        if not reason.strip():
+            raise InvalidArgumentError("discard_episode needs a reason (e.g. 'bad reset', 'person in scene')")
+        with self._write() as s:
+            e = self._locked_episode(s, episode_id)
+            if e.status not in DISCARDABLE_STATUSES:
+                raise ConflictError(
+                    f"episode {episode_id} is {e.status}; only an ended episode can be discarded"
+                    + (" (abort it first)" if e.status == "running" else "")
+                )
+            e.status_before_discard, e.status = e.status, "discarded"
+            e.discarded_at, e.discard_reason = _now(), reason.strip()
+        return self.episode(episode_id)
+
+    def restore_episode(self, episode_id: int) -> EpisodeRow:
+        """Undo ``discard_episode``: the episode counts again, with the status it had."""
+        with self._write() as s:
+            e = self._locked_episode(s, episode_id)
+            if e.status != "discarded":
+                raise ConflictError(f"episode {episode_id} is {e.status}, not discarded; nothing to restore")
+            e.status, e.status_before_discard = e.status_before_discard or "awaiting_label", ""
+            e.discarded_at, e.discard_reason = None, ""
+        return self.episode(episode_id)
+
+    def set_episode_note(self, episode_id: int, note: str) -> EpisodeRow:
+        """The operator's free-text note on an episode (replaces the previous one)."""
+        with self._write() as s:
+            self._locked_episode(s, episode_id).note = note
+        return self.episode(episode_id)
+
     def abort_running_episodes(self, reason: str) -> list[int]:
         """After a crash: every episode still marked running was interrupted."""
         with self._write() as s:
@@ -554,6 +615,10 @@ class Store:
                 raise ConflictError(f"episode {episode_id} is still running; label it after it ends")
             if e.status == "aborted":
                 raise ConflictError(f"episode {episode_id} was aborted ({e.abort_reason}); it takes no label")
+            if e.status == "discarded":
+                raise ConflictError(
+                    f"episode {episode_id} is discarded ({e.discard_reason}); restore it before labelling"
+                )
             authoritative = source in AUTHORITATIVE_SOURCES
             if authoritative and e.status == "labelled" and not relabel:
                 raise ConflictError(

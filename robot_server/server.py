@@ -11,11 +11,14 @@ Threads:
   (e-stop during a reset works). No request can end it: an unexpected error while handling one
   becomes an ``INTERNAL`` reply (``commands_failed``), and should the loop itself ever fail, the
   arm is held, the loop restarts (``command_loop_restarts``) and ``Health`` reports it for
-  ``_LOOP_FAILURE_REPORT_S``. A *stuck* command thread stops passing the clients' messages to the
-  executor, so the executor's watchdog drops the chunk and holds the arm after
-  ``heartbeat_timeout_s``, as for a silent client.
+  ``_LOOP_FAILURE_REPORT_S``;
+- the command watchdog: a *stuck* command thread (one request or loop turn taking longer than
+  ``command_stall_timeout_s``) gets the chunk dropped and the arm held (``command_loop_stalls``),
+  even with the heartbeat watchdog off; while it is stuck nobody answers (clients time out), and
+  once it turns again ``Health`` reports the stall for ``_LOOP_FAILURE_REPORT_S``.
 
-Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``) are served only
+Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``,
+``SetGuidingMode``) are served only
 on a connection that completed the ``Hello`` handshake; stopping (``Stop``, ``EStop``) and queries
 work from anyone.
 
@@ -31,7 +34,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import zmq
@@ -60,7 +63,9 @@ from pde_contract.messages import (
     Reply,
     ReplyPayload,
     Reset,
+    RobotFault,
     ServerInfo,
+    SetGuidingMode,
     Status,
     Stop,
     SubmitChunk,
@@ -76,7 +81,8 @@ log = logging.getLogger(__name__)
 _LOOP_FAILURE_REPORT_S = 10.0  # Health stays not ok this long after the command loop failed
 _MAX_GREETED_CONNECTIONS = 4096  # handshakes remembered (oldest forgotten first)
 # Motion commands: refused from a connection without a completed handshake.
-_NEEDS_HELLO = (SubmitChunk, Reset, GripperCommand, ReleaseEStop)
+_NEEDS_HELLO = (SubmitChunk, Reset, GripperCommand, ReleaseEStop, SetGuidingMode)
+_GUIDING_TIMEOUT_S = 10.0  # a guiding change waits for the arm's motion to stop (FR3: <= 2 s)
 # What to send, for the fields a hand-written client gets wrong most (named in MALFORMED replies).
 _FIELD_HINTS = {
     "action_space": "a string, one of " + ", ".join(repr(s.value) for s in ActionSpace),
@@ -97,6 +103,7 @@ _REQUEST_TAGS: dict[str, type] = {
         Stop,
         EStop,
         ReleaseEStop,
+        SetGuidingMode,
         GetStatus,
         Health,
     )
@@ -143,6 +150,10 @@ class RobotServer:
         self._greeted: dict[bytes, None] = {}  # command thread only: connections that sent Hello
         self._loop_failure = ""  # why the command loop last failed ("" never)
         self._loop_failed_s = -math.inf
+        # The command loop's last turn (monotonic s) and the request it is handling ("" between
+        # requests): read by the command watchdog thread.
+        self._loop_turn_s = time.monotonic()
+        self._handling = ""
         self.executor = ChunkExecutor(
             robot,
             ExecutorConfig(
@@ -176,7 +187,9 @@ class RobotServer:
         for slot in self._slots:
             slot.camera.connect()
         self.executor.start()
+        self._loop_turn_s = time.monotonic()
         self._spawn(self._serve_commands, "commands")
+        self._spawn(self._watch_command_thread, "command-watchdog")
         if s.pacing == "realtime":
             if self.settings.capture_threads == "shared" and self._slots:
                 self._spawn(lambda: self._capture(self._slots), "cameras")
@@ -333,12 +346,38 @@ class RobotServer:
                 self.executor.stop()
                 self._closing.wait(0.05)
 
+    def _watch_command_thread(self) -> None:
+        """Hold the arm once per stall of the command thread. Detection takes the timeout plus up
+        to a quarter of it (the check period); the hold then takes effect at the control thread's
+        next wake-up (it is woken at once)."""
+        timeout_s = self.settings.command_stall_timeout_s
+        stalled = False
+        while not self._closing.wait(timeout_s / 4):
+            stuck_s = time.monotonic() - self._loop_turn_s
+            if stuck_s <= timeout_s:
+                stalled = False
+                continue
+            if stalled:
+                continue
+            stalled = True
+            what = f"handling {self._handling}" if self._handling else "between requests"
+            self._loop_failure = (
+                f"the command thread was stuck {what} for over {timeout_s:g} s "
+                "(command_stall_timeout_s); the chunk was dropped and the arm held"
+            )
+            self._loop_failed_s = time.monotonic()
+            log.error("%s", self._loop_failure)
+            self.executor.counters.command_loop_stalls += 1
+            self.executor.stop()
+
     def _command_loop(self) -> None:
         assert self._router is not None
         router = self._router
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         while not self._closing.is_set():
+            self._loop_turn_s = time.monotonic()
+            self._handling = ""
             while True:
                 try:
                     ident, deferred = self._deferred.get_nowait()
@@ -348,6 +387,8 @@ class RobotServer:
             if not poller.poll(10):
                 continue
             frames = router.recv_multipart(copy=True)
+            self._loop_turn_s = time.monotonic()
+            self._handling = "a request"
             t0 = time.perf_counter()
             ident = frames[0]
             self.executor.counters.commands_total += 1
@@ -442,6 +483,7 @@ class RobotServer:
             return env
         self.executor.note_activity(ident)
         req, rid = env.request, env.request_id
+        self._handling = type(req).__name__
         if isinstance(req, _NEEDS_HELLO) and ident not in self._greeted:
             return self._error(
                 ErrorCode.HANDSHAKE_REQUIRED,
@@ -494,9 +536,8 @@ class RobotServer:
                     )
                 if snap.resetting:
                     raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
-                threading.Thread(
-                    target=self._run_reset, args=(ident, rid, task, seed), name="reset", daemon=True
-                ).start()
+                timeout_s = self.settings.reset_timeout_s
+                self._answer_later(ident, rid, "reset", lambda: ex.reset(task, seed, timeout_s))
                 return _DEFERRED
             case GripperCommand(width_m=w):
                 ex.gripper(w)
@@ -510,24 +551,33 @@ class RobotServer:
             case ReleaseEStop():
                 ex.release_estop()
                 return Ack()
+            case SetGuidingMode(enabled=enabled):
+                self._answer_later(ident, rid, "guiding", lambda: ex.set_guiding(enabled, _GUIDING_TIMEOUT_S))
+                return _DEFERRED
             case GetStatus():
                 return self.status()
             case Health():
                 return self.health()
         raise SafetyError(ErrorCode.UNKNOWN_COMMAND, f"unhandled command {type(req).__name__}")
 
-    def _run_reset(self, ident: bytes, rid: int, task: str, seed: int | None) -> None:
-        try:
-            self.executor.reset(task, seed, self.settings.reset_timeout_s)
-            reply = Reply(ok=True, payload=Ack(), request_id=rid)
-        except SafetyError as e:
-            reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
-        except Exception as e:  # still one reply per request
-            log.exception("reset failed")
-            reply = Reply(
-                ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
-            )
-        self._deferred.put((ident, reply))
+    def _answer_later(self, ident: bytes, rid: int, what: str, call: Callable[[], None]) -> None:
+        """Run a blocking executor call (reset, guiding change) on its own thread, so the socket
+        keeps serving; its reply goes out from the command thread when it returns."""
+
+        def run() -> None:
+            try:
+                call()
+                reply = Reply(ok=True, payload=Ack(), request_id=rid)
+            except SafetyError as e:
+                reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
+            except Exception as e:  # still one reply per request
+                log.exception("%s failed", what)
+                reply = Reply(
+                    ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
+                )
+            self._deferred.put((ident, reply))
+
+        threading.Thread(target=run, name=what, daemon=True).start()
 
     # --- introspection ----------------------------------------------------------------------------
 
@@ -560,6 +610,10 @@ class RobotServer:
             uptime_s=time.monotonic() - self._started_s,
             last_error=snap.last_error,
             task=snap.task,
+            fault=snap.fault.kind if snap.fault else RobotFault.NONE,
+            fault_detail=snap.fault.detail if snap.fault else "",
+            fault_action=snap.fault.action if snap.fault else "",
+            guiding=snap.guiding,
         )
 
     def health(self) -> HealthInfo:
@@ -578,7 +632,7 @@ class RobotServer:
         if now - self._loop_failed_s < _LOOP_FAILURE_REPORT_S:
             problems.append(
                 f"the command loop failed {now - self._loop_failed_s:.1f} s ago ({self._loop_failure}); "
-                "the arm was held and the loop restarted"
+                "the arm was held and the loop goes on"
             )
         return HealthInfo(
             ok=not problems,

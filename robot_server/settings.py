@@ -44,6 +44,9 @@ class RobotServerSettings(BaseSettings):
     # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing only.
     rt_priority: int = Field(default=0, ge=0, le=99)
     heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
+    # The command thread not turning for this long (one request stuck) drops the chunk and holds
+    # the arm; Health then reports it. Far above any request's handling time (< 10 ms).
+    command_stall_timeout_s: float = Field(default=2.0, gt=0)
     obs_sndhwm: int = Field(default=2, ge=1)  # messages queued per subscriber before dropping
     reset_timeout_s: float = Field(default=60.0, gt=0)
 
@@ -65,6 +68,7 @@ class RobotServerSettings(BaseSettings):
     max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0)
     max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0)
     max_tool_tilt_rad: float = Field(default=_LIMITS.max_tool_tilt_rad, gt=0, le=3.1416)
+    wrist_margin_rad: float = Field(default=_LIMITS.wrist_margin_rad, ge=0, lt=1)
     joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0)
     joint_velocity_fraction: float = Field(default=_LIMITS.joint_velocity_fraction, gt=0, le=1)
     max_chunk_steps: int = Field(default=_LIMITS.max_chunk_steps, ge=1)
@@ -110,6 +114,7 @@ class RobotServerSettings(BaseSettings):
             max_step_translation_m=self.max_step_translation_m,
             max_step_rotation_rad=self.max_step_rotation_rad,
             max_tool_tilt_rad=self.max_tool_tilt_rad,
+            wrist_margin_rad=self.wrist_margin_rad,
             joint_margin_rad=self.joint_margin_rad,
             joint_velocity_fraction=self.joint_velocity_fraction,
             max_chunk_steps=self.max_chunk_steps,

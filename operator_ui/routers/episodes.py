@@ -1,15 +1,15 @@
-"""Episode history, labels and relabels, videos."""
+"""Episode history (paged, filtered), labels and relabels, discard/restore, notes, videos."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse
 
 from operator_ui.deps import StoreDep, TokenDep
-from operator_ui.schemas import LabelIn, episode_json, label_json
+from operator_ui.schemas import DiscardIn, LabelIn, NoteIn, episode_json, label_json
 
 router = APIRouter(prefix="/api/episodes", tags=["episodes"])
 
@@ -19,9 +19,25 @@ def list_episodes(
     store: StoreDep,
     task: str | None = None,
     status: str | None = None,
+    stage: str | None = None,
+    prompt_id: int | None = None,
+    label: Literal["success", "failure", "none"] | None = None,
+    before_id: int | None = Query(None, ge=1, description="page: episodes older than this id"),
     limit: int = Query(50, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
-    return [episode_json(e) for e in store.episodes(task=task, status=status, limit=limit, newest_first=True)]
+    """Newest first; pass the last id of a page as ``before_id`` for the next (older) page."""
+    rows = store.episodes(
+        task=task or None,
+        status=status or None,
+        limit=limit,
+        newest_first=True,
+        prompt_id=prompt_id,
+        before_id=before_id,
+        stage=stage or None,
+        success={"success": True, "failure": False}.get(label or ""),
+        unlabelled=label == "none",
+    )
+    return [episode_json(e) for e in rows]
 
 
 @router.get("/{episode_id}")
@@ -42,6 +58,22 @@ def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str
     """Change a label; the earlier ones stay in the history."""
     lab = store.add_label(episode_id, body.success, source="operator", reason=body.reason, relabel=True)
     return {"label": label_json(lab), "episode": episode_json(store.episode(episode_id))}
+
+
+@router.post("/{episode_id}/discard", dependencies=[TokenDep])
+def discard_episode(episode_id: int, body: DiscardIn, store: StoreDep) -> dict[str, Any]:
+    """Keep the episode but leave it out of training and statistics (undo: restore)."""
+    return episode_json(store.discard_episode(episode_id, body.reason))
+
+
+@router.post("/{episode_id}/restore", dependencies=[TokenDep])
+def restore_episode(episode_id: int, store: StoreDep) -> dict[str, Any]:
+    return episode_json(store.restore_episode(episode_id))
+
+
+@router.put("/{episode_id}/note", dependencies=[TokenDep])
+def set_note(episode_id: int, body: NoteIn, store: StoreDep) -> dict[str, Any]:
+    return episode_json(store.set_episode_note(episode_id, body.note))
 
 
 @router.get("/{episode_id}/video/{camera}")

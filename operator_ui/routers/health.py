@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from operator_ui.deps import RobotDep, SettingsDep, StoreDep
+from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.robot_link import observation_age_s
 
 router = APIRouter(tags=["health"])
@@ -26,10 +26,13 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
     view = robot.view()
     age = observation_age_s(view)
     services["robot_server"] = {
-        "ok": age is not None and age < 2.0 and not robot.error,
-        "detail": robot.error
-        or (f"last observation {age:.1f} s ago" if age is not None else "no observation yet"),
+        "ok": age is not None and age < settings.robot_down_s and not view.fault,
+        "detail": view.fault
+        or (f"last observation {age:.1f} s ago" if age is not None else "no observation yet")
+        + (f" ({robot.error})" if robot.error else ""),
         "estopped": view.estopped,
+        "fault": view.fault,
+        "estop_reason": view.estop_reason,
     }
     for name, row in store.service_states().items():
         if name.startswith("_"):
@@ -42,3 +45,9 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
             "state": row.state,
         }
     return {"services": services}
+
+
+@router.get("/api/token/check", dependencies=[TokenDep])
+def token_check() -> dict[str, bool]:
+    """200 when the token is right (401 missing, 403 wrong): the page checks it on load."""
+    return {"ok": True}

@@ -2,37 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Response
 
-from operator_ui.deps import RobotDep, TokenDep
-from operator_ui.robot_link import observation_age_s
-from operator_ui.schemas import EStopIn
+from operator_ui.deps import RobotDep, SettingsDep, TokenDep
+from operator_ui.robot_link import RobotLink, observation_age_s
+from operator_ui.schemas import CamerasOut, EStopIn, EStopOut
 
 router = APIRouter(prefix="/api", tags=["robot"])
+T = TypeVar("T")
+# The frame's age in seconds on the page's server clock (see robot_link.CameraFrame.age_s).
+FRAME_AGE_HEADER = "X-Frame-Age-S"
 
 
-def _robot_call(fn: Any, *args: Any) -> Any:
+def _robot_call(fn: Callable[[], T], what: str) -> T:
     try:
-        return fn(*args)
-    except Exception as e:  # RobotServerError / RobotUnavailableError: say what failed
-        raise HTTPException(503, f"robot server did not accept the request: {e}") from e
+        return fn()
+    except Exception as e:  # RobotServerError (timeout, refused): say what failed and what happened
+        raise HTTPException(
+            503,
+            f"{what} failed: the robot server did not confirm it ({e}). The request was dropped and "
+            "will not run later; check the robot (use the hardware e-stop if it must stop now).",
+        ) from e
+
+
+def _estopped_now(robot: RobotLink, fallback: bool) -> bool:
+    try:
+        return robot.status().estopped
+    except Exception:  # the command itself was acknowledged; the status is only a confirmation
+        return fallback
 
 
 @router.get("/cameras")
-def cameras(robot: RobotDep) -> dict[str, Any]:
+def cameras(robot: RobotDep, settings: SettingsDep) -> CamerasOut:
     v = robot.view()
-    return {
-        "cameras": sorted(v.frames),
-        "age_s": observation_age_s(v),
-        "error": robot.error,
-        "estopped": v.estopped,
-        "task_success": v.task_success,
-        "ee_position_m": v.ee_position_m,
-        "gripper_width_m": v.gripper_width_m,
-        "episode_id": v.episode_id,
-    }
+    now = time.monotonic()
+    age = observation_age_s(v, now)
+    return CamerasOut(
+        cameras=sorted(v.frames),
+        age_s=age,
+        frame_age_s={name: f.age_s(now) for name, f in sorted(v.frames.items())},
+        stale=age is None or age > settings.frame_stale_s,
+        error=robot.error,
+        estopped=v.estopped,
+        fault=v.fault,
+        task_success=v.task_success,
+        ee_position_m=list(v.ee_position_m),
+        gripper_width_m=v.gripper_width_m,
+        episode_id=v.episode_id,
+    )
 
 
 @router.get("/cameras/{name}.jpg")
@@ -42,28 +63,31 @@ def camera_frame(name: str, robot: RobotDep) -> Response:
         raise HTTPException(
             404, f"no frame from camera {name!r} (robot server: {robot.error or 'connected'})"
         )
-    return Response(frame, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+    return Response(
+        frame.jpeg,
+        media_type="image/jpeg",
+        headers={"Cache-Control": "no-store", FRAME_AGE_HEADER: f"{frame.age_s(time.monotonic()):.3f}"},
+    )
 
 
 # No token on the e-stop, deliberately: stopping the arm is never harmful, and an operator who
 # lost the token must still be able to stop it. Releasing it needs the token.
 @router.post("/robot/estop")
-def estop(robot: RobotDep, body: EStopIn | None = None) -> dict[str, Any]:
-    _robot_call(robot.estop, (body or EStopIn()).reason)
-    st = _robot_call(robot.status)
-    return {"estopped": st.estopped, "reason": st.estop_reason}
+def estop(robot: RobotDep, body: EStopIn | None = None) -> EStopOut:
+    reason = (body or EStopIn()).reason
+    _robot_call(lambda: robot.estop(reason), "E-STOP")
+    return EStopOut(estopped=_estopped_now(robot, True), reason=reason)
 
 
 @router.post("/robot/release", dependencies=[TokenDep])
-def release(robot: RobotDep) -> dict[str, Any]:
-    _robot_call(robot.release_estop)
-    st = _robot_call(robot.status)
-    return {"estopped": st.estopped}
+def release(robot: RobotDep) -> EStopOut:
+    _robot_call(robot.release_estop, "release of the e-stop")
+    return EStopOut(estopped=_estopped_now(robot, False))
 
 
 @router.get("/robot/status")
 def status(robot: RobotDep) -> dict[str, Any]:
-    st = _robot_call(robot.status)
+    st = _robot_call(robot.status, "status request")
     return {
         "backend": st.backend,
         "connected": st.connected,
@@ -74,4 +98,5 @@ def status(robot: RobotDep) -> dict[str, Any]:
         "steps_remaining": st.steps_remaining,
         "task": st.task,
         "last_error": st.last_error,
+        "fault": str(getattr(st, "fault", "") or ""),
     }

@@ -1,4 +1,5 @@
-"""What the operator needs at a glance: the loop's phase, the current task, prompt and episode."""
+"""What the operator needs at a glance: the loop's phase, the current task, prompt and episode, and
+the one episode that awaits the operator's label."""
 
 from __future__ import annotations
 
@@ -9,17 +10,34 @@ from fastapi import APIRouter
 from operator_ui.deps import SettingsDep, StoreDep
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import episode_json
+from pde_storage import EpisodeRow, Store
 
 router = APIRouter(prefix="/api", tags=["state"])
+
+
+def awaiting_label(store: Store, loop: dict[str, Any]) -> EpisodeRow | None:
+    """The episode the page asks the operator to label: the one the loop waits for, else the
+    oldest unlabelled one (the order the loop asks for them after a restart)."""
+    if loop.get("phase") == "awaiting_label" and loop.get("episode_id") is not None:
+        ep = store.episode(int(loop["episode_id"]))
+        if ep.status == "awaiting_label":
+            return ep
+    waiting = store.episodes(status="awaiting_label", limit=1)
+    return waiting[0] if waiting else None
 
 
 @router.get("/state")
 def state(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
     loop, age, alive = loop_state(store, settings.service_stale_s)
+    # Only the loop's own episode: "the newest unlabelled one" here once made the page show one
+    # episode while the label box asked about another.
     current = None
-    if loop.get("episode_id") is not None:
+    if alive and loop.get("episode_id") is not None:
         current = episode_json(store.episode(int(loop["episode_id"])))
-    else:
-        waiting = store.episodes(status="awaiting_label", limit=1, newest_first=True)
-        current = episode_json(waiting[0]) if waiting else None
-    return {"loop": {**loop, "age_s": age, "alive": alive}, "episode": current}
+    label_me = awaiting_label(store, loop)
+    return {
+        "loop": {**loop, "age_s": age, "alive": alive},
+        "episode": current,
+        "awaiting_label": episode_json(label_me) if label_me else None,
+        "frame_stale_s": settings.frame_stale_s,
+    }

@@ -5,12 +5,41 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const fmtLabel = (v) => (v === true ? '<span class="yes">success</span>' : v === false ? '<span class="no">failure</span>' : "—");
 
-// Token: from #token=... in the address (printed by `pde ui`), remembered in this browser.
+// Token: from #token=... in the address (printed by `pde ui`), remembered in this browser. It is
+// checked on load, when edited, every TOKEN_CHECK_MS and after any 401/403, so a wrong or missing
+// token shows at once with how to fix it, not on the first action (or e-stop release) that fails.
 const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
-if (hashToken) { localStorage.setItem("pde-token", hashToken); history.replaceState(null, "", location.pathname); }
+if (hashToken) history.replaceState(null, "", location.pathname);
 const tokenInput = $("#token");
 tokenInput.value = localStorage.getItem("pde-token") || "";
-tokenInput.addEventListener("change", () => localStorage.setItem("pde-token", tokenInput.value.trim()));
+const TOKEN_CHECK_MS = 10000;
+const TOKEN_FIX = "Open the address `pde ui` printed at start-up (it ends in #token=…), or paste the token it printed " +
+  "(or PDE_UI_TOKEN) into the token field. Watching works without it; labels, start and e-stop release need it.";
+async function tokenWorks(tok) {
+  try { await api("/api/token/check", { token: tok }); return true; }
+  catch (e) { if (e.status === 401 || e.status === 403) return false; throw e; }
+}
+async function checkToken() {
+  const tok = tokenInput.value.trim();
+  let ok;
+  try { ok = tok !== "" && await tokenWorks(tok); } catch (e) { return; }  // server down: the banner says so
+  $("#token-banner").hidden = ok;
+  tokenInput.classList.toggle("bad", !ok);
+  $("#token-fix").textContent = TOKEN_FIX;
+  if (!ok) $("#token-problem").textContent = tok === "" ? "No token: actions are refused." : "The token is wrong (was `pde ui` restarted with a new one?): actions are refused.";
+}
+async function adoptHashToken() {
+  const saved = tokenInput.value.trim();
+  if (hashToken && hashToken !== saved) {
+    let linkOk = true, savedOk = false;
+    try { linkOk = await tokenWorks(hashToken); savedOk = saved !== "" && !linkOk && await tokenWorks(saved); } catch (e) { /* keep the link's */ }
+    if (linkOk || !savedOk) { tokenInput.value = hashToken; localStorage.setItem("pde-token", hashToken); }
+    else toast("the token in the link is wrong; kept the token saved in this browser, which works");
+  }
+  await checkToken();
+  setInterval(checkToken, TOKEN_CHECK_MS);
+}
+tokenInput.addEventListener("change", () => { localStorage.setItem("pde-token", tokenInput.value.trim()); checkToken(); });
 
 let toastTimer = null;
 function toast(msg) {
@@ -18,32 +47,89 @@ function toast(msg) {
   clearTimeout(toastTimer); toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
 }
 
+// --- connection to the page's server -----------------------------------------------------------
+// Any HTTP answer proves the server is up; no answer for CONN_LOST_MS shows the banner, greys the
+// pills and disables every action (the page must never look healthy while it is blind).
+const CONN_LOST_MS = 2000;
+const REQUEST_TIMEOUT_MS = 2500;
+let lastAnswerMs = performance.now();
+let connected = true;
 async function api(path, opts = {}) {
   const headers = { "Content-Type": "application/json" };
-  const tok = tokenInput.value.trim();
+  const tok = opts.token ?? tokenInput.value.trim();
   if (tok) headers.Authorization = "Bearer " + tok;
-  const res = await fetch(path, { ...opts, headers });
+  const ctrl = new AbortController();
+  const timer = setTimeout(() => ctrl.abort(), REQUEST_TIMEOUT_MS);
+  let res;
+  try { res = await fetch(path, { method: opts.method, body: opts.body, headers, signal: ctrl.signal }); }
+  catch (e) { throw new Error(`no answer from the page's server (${e.name === "AbortError" ? "timed out" : "connection refused"}): nothing was done`); }
+  finally { clearTimeout(timer); }
+  lastAnswerMs = performance.now();
+  if (!connected) setConnected(true);
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) { const msg = body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : res.statusText; throw new Error(`${res.status}: ${msg}`); }
+  if (!res.ok) { const msg = body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : res.statusText; const err = new Error(`${res.status}: ${msg}`); err.status = res.status; throw err; }
   return body;
 }
 const post = (path, data) => api(path, { method: "POST", body: JSON.stringify(data ?? {}) });
-async function act(fn, okMsg) { try { const r = await fn(); if (okMsg) toast(okMsg); refreshAll(); return r; } catch (e) { toast(e.message); } }
+async function act(fn, okMsg) {
+  try { const r = await fn(); if (okMsg) toast(okMsg); refreshAll(); return r; }
+  catch (e) { toast(e.message); if (e.status === 401 || e.status === 403) checkToken(); }
+}
+
+function setConnected(ok) {
+  connected = ok;
+  $("#conn-banner").hidden = ok;
+  document.body.classList.toggle("disconnected", !ok);
+  for (const p of document.querySelectorAll(".pill")) { p.classList.remove("ok", "down"); p.classList.add("unknown"); }
+  updateButtons();
+}
+setInterval(() => { if (connected && performance.now() - lastAnswerMs > CONN_LOST_MS) setConnected(false); }, 250);
 
 // --- live view ---------------------------------------------------------------------------------
+// Frames are fetched (not <img src>) to read their age, which the server measures; the age keeps
+// growing here while no newer frame arrives, so a dead robot server or page server shows as stale.
+let frameStaleS = 1.0;
+const frames = {};
 function liveCamera(name) {
   const img = $("#cam-" + name);
-  const next = () => { img.src = `/api/cameras/${name}.jpg?t=${Date.now()}`; };
-  img.onload = () => setTimeout(next, 80);
-  img.onerror = () => setTimeout(next, 1000);
-  next();
+  const f = frames[name] = { ageS: null, atMs: 0 };
+  const next = (delayMs) => setTimeout(load, delayMs);
+  async function load() {
+    try {
+      const ctrl = new AbortController(); const timer = setTimeout(() => ctrl.abort(), REQUEST_TIMEOUT_MS);
+      const res = await fetch(`/api/cameras/${name}.jpg?t=${Date.now()}`, { cache: "no-store", signal: ctrl.signal }).finally(() => clearTimeout(timer));
+      lastAnswerMs = performance.now();
+      if (!res.ok) throw new Error(String(res.status));
+      const age = Number(res.headers.get("X-Frame-Age-S"));
+      const url = URL.createObjectURL(await res.blob());
+      const old = img.src; img.src = url; if (old.startsWith("blob:")) URL.revokeObjectURL(old);
+      f.ageS = Number.isFinite(age) ? age : null; f.atMs = performance.now();
+      next(80);
+    } catch (e) { next(500); }
+  }
+  load();
+}
+function frameAgeS(name) { const f = frames[name]; return f.ageS === null ? null : f.ageS + (performance.now() - f.atMs) / 1000; }
+function showStaleness() {
+  for (const name of Object.keys(frames)) {
+    const age = frameAgeS(name), badge = $("#stale-" + name);
+    const stale = age === null || age > frameStaleS;
+    badge.hidden = !stale;
+    badge.textContent = age === null ? "no frame" : `STALE · ${age < 100 ? age.toFixed(1) : Math.round(age)} s old`;
+    $("#cam-" + name).classList.toggle("stale", stale);
+  }
 }
 liveCamera("external"); liveCamera("wrist");
+setInterval(showStaleness, 200);
 
 // --- now -------------------------------------------------------------------------------------
+// S/F and the label buttons label `awaiting.id`, the episode shown in the "awaiting label" box
+// (with its video): never "whatever is current" on the server when the key arrives.
 let current = { phase: null, episode: null };
+let awaiting = null;
 async function refreshState() {
   const s = await api("/api/state");
+  frameStaleS = s.frame_stale_s;
   const loop = s.loop || {}; const ep = s.episode;
   current = { phase: loop.alive ? loop.phase : null, episode: ep };
   const phase = $("#phase");
@@ -56,46 +142,154 @@ async function refreshState() {
   $("#episode-id").textContent = ep ? "#" + ep.id : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
   $("#last-error").textContent = loop.last_error || "";
-  $("#start").disabled = current.phase !== "awaiting_start";
-  $("#abort").disabled = current.phase !== "running";
-  const canLabel = ep && ep.status === "awaiting_label";
+  showAwaiting(s.awaiting_label);
+  updateButtons();
+}
+
+function showAwaiting(ep) {
+  const box = $("#awaiting");
+  const changed = (awaiting ? awaiting.id : null) !== (ep ? ep.id : null);
+  awaiting = ep;
+  box.hidden = !ep;
+  document.body.classList.toggle("awaiting-label", !!ep);
+  box.dataset.episodeId = ep ? ep.id : "";
+  if (!ep) { if (changed) $("#awaiting-video").innerHTML = ""; return; }
+  $("#awaiting-id").textContent = "#" + ep.id;
+  $("#awaiting-meta").textContent = `${ep.task} · "${ep.rollout_prompt}" · ${ep.n_chunks} chunks`;
+  for (const b of document.querySelectorAll("#awaiting .labelbar button")) b.dataset.episodeId = ep.id;
+  $("#label-success .for").textContent = $("#label-failure .for").textContent = "#" + ep.id;
+  $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "") : "—");
+  if (changed) {
+    // Opens on the last frame (what the operator judges); the controls replay the episode.
+    const cam = ep.videos.external ? "external" : Object.keys(ep.videos)[0];
+    $("#awaiting-video").innerHTML = cam ? `<video controls muted preload="auto" data-camera="${esc(cam)}" src="${ep.videos[cam]}"></video>` : '<p class="muted">no video</p>';
+    const v = $("#awaiting-video video");
+    if (v) v.addEventListener("loadedmetadata", () => { if (Number.isFinite(v.duration)) v.currentTime = Math.max(0, v.duration - 0.05); }, { once: true });
+  }
+}
+
+function updateButtons() {
+  $("#start").disabled = !connected || current.phase !== "awaiting_start";
+  $("#abort").disabled = !connected || current.phase !== "running";
+  const canLabel = connected && awaiting !== null && pending === null;
+  $("#discard-awaiting").disabled = !canLabel;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
-  $("#vlm").innerHTML = "VLM: " + (ep && ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "") : "—");
+  $("#release").disabled = !connected;
+  for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel;
+  for (const b of document.querySelectorAll("#detail .reasonbar button")) if (b.id !== "discard") b.disabled = !connected;
 }
 
 function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
-function labelCurrent(success) {
-  const ep = current.episode;
-  if (ep && ep.status === "awaiting_label") act(() => post(`/api/episodes/${ep.id}/label`, { success }), `episode ${ep.id} labelled ${success ? "success" : "failure"}`);
+// A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
+// Undo button takes it back. Leaving the page sends it at once.
+const UNDO_MS = 3000;
+let pending = null;  // { episodeId, success, reason, timer }
+function labelAwaiting(success, episodeId) {
+  if (!awaiting || !connected || episodeId !== awaiting.id || pending) return;
+  const reason = $("#label-reason").value.trim();
+  pending = { episodeId, success, reason, timer: setTimeout(sendPending, UNDO_MS) };
+  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${UNDO_MS / 1000} s`;
+  $("#pending").hidden = false;
+  updateButtons();
+}
+function sendPending() {
+  const p = pending; if (!p) return;
+  clearTimeout(p.timer); pending = null; $("#pending").hidden = true;
+  $("#label-reason").value = "";
+  act(() => post(`/api/episodes/${p.episodeId}/label`, { success: p.success, reason: p.reason }), `episode #${p.episodeId} labelled ${p.success ? "success" : "failure"}`).finally(updateButtons);
+}
+function undoPending() {
+  if (!pending) return;
+  clearTimeout(pending.timer);
+  toast(`label of #${pending.episodeId} undone: nothing was sent`);
+  pending = null; $("#pending").hidden = true; updateButtons();
+}
+window.addEventListener("pagehide", () => {
+  if (!pending) return;
+  const tok = tokenInput.value.trim();
+  fetch(`/api/episodes/${pending.episodeId}/label`, { method: "POST", keepalive: true, body: JSON.stringify({ success: pending.success, reason: pending.reason }),
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + tok } });
+});
+function discardAwaiting() {
+  if (!awaiting) return;
+  const id = awaiting.id, reason = $("#label-reason").value.trim() || "bad reset";
+  act(() => post(`/api/episodes/${id}/discard`, { reason }), `episode #${id} discarded (${reason}); restore it from its history entry`);
 }
 function estop() {
-  act(async () => { const r = await post("/api/robot/estop", { reason: "operator pressed e-stop on the page" }); $("#estop").classList.toggle("latched", r.estopped); return r; }, "E-STOP sent");
+  act(async () => {
+    try { const r = await post("/api/robot/estop", { reason: "operator pressed e-stop on the page" }); $("#estop").classList.toggle("latched", r.estopped); return r; }
+    catch (e) { throw new Error("E-STOP NOT CONFIRMED — use the hardware e-stop. " + e.message); }
+  }, "E-STOP sent and confirmed by the robot server");
 }
 $("#start").onclick = startEpisode;
 $("#abort").onclick = () => act(() => post("/api/loop/abort"), "abort requested");
-$("#label-success").onclick = () => labelCurrent(true);
-$("#label-failure").onclick = () => labelCurrent(false);
+$("#label-success").onclick = (ev) => labelAwaiting(true, Number(ev.currentTarget.dataset.episodeId));
+$("#label-failure").onclick = (ev) => labelAwaiting(false, Number(ev.currentTarget.dataset.episodeId));
+$("#undo-label").onclick = undoPending;
+$("#discard-awaiting").onclick = discardAwaiting;
 $("#estop").onclick = estop;
 $("#release").onclick = () => act(() => post("/api/robot/release"), "e-stop released");
+// A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
+document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
+// Shortcuts: unmodified keys only (Ctrl+F is the browser's find), and never while the focus is in a
+// field or a video (Space there plays/pauses, text there is text).
+const KEY_IGNORING = "input, textarea, select, video, audio, [contenteditable]";
 document.addEventListener("keydown", (ev) => {
-  if (ev.target instanceof HTMLInputElement) return;
+  if (ev.ctrlKey || ev.altKey || ev.metaKey || ev.shiftKey || ev.repeat) return;
+  if (ev.target instanceof Element && ev.target.closest(KEY_IGNORING)) return;
   if (ev.code === "Space") { ev.preventDefault(); estop(); }
   else if (ev.key === "Enter") { ev.preventDefault(); startEpisode(); }
-  else if (ev.key === "s" || ev.key === "S") labelCurrent(true);
-  else if (ev.key === "f" || ev.key === "F") labelCurrent(false);
+  else if (ev.key === "s" && awaiting) labelAwaiting(true, awaiting.id);
+  else if (ev.key === "f" && awaiting) labelAwaiting(false, awaiting.id);
+  else if (ev.key === "u") undoPending();
 });
 
 // --- history and detail -----------------------------------------------------------------------
+// Paged newest first: `pageStack` holds the before_id of each page shown so far (null: newest).
+const PAGE_SIZE = 50;
+let pageStack = [null];
+let lastPage = [];
+function historyQuery() {
+  const q = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  for (const [id, key] of [["#f-task", "task"], ["#f-prompt", "prompt_id"], ["#f-stage", "stage"], ["#f-label", "label"], ["#f-status", "status"]]) {
+    if ($(id).value) q.set(key, $(id).value);
+  }
+  const before = pageStack[pageStack.length - 1];
+  if (before !== null) q.set("before_id", String(before));
+  return q;
+}
 async function refreshHistory() {
-  const eps = await api("/api/episodes?limit=50");
-  $("#history tbody").innerHTML = eps.map((e) => `<tr data-episode-id="${e.id}">
+  const eps = await api("/api/episodes?" + historyQuery());
+  lastPage = eps;
+  $("#history tbody").innerHTML = eps.map((e) => `<tr data-episode-id="${e.id}" class="${e.status === "discarded" ? "discarded" : ""}">
     <td>${e.id}</td><td>${esc(e.task)}</td><td>${esc(e.rollout_prompt)}</td><td>${e.stage}</td><td>v${e.policy_version}</td>
-    <td title="${esc(e.abort_reason)}">${e.status}${e.abort_reason ? " ⚠" : ""}</td><td>${fmtLabel(e.success)}</td><td>${fmtLabel(e.vlm_proposal)}</td></tr>`).join("");
-  for (const tr of document.querySelectorAll("#history tbody tr")) tr.onclick = () => showDetail(Number(tr.dataset.episodeId));
+    <td title="${esc(e.abort_reason || e.discard_reason)}">${e.status}${e.abort_reason ? " ⚠" : ""}${e.note ? " ✎" : ""}</td><td>${fmtLabel(e.success)}</td><td>${fmtLabel(e.vlm_proposal)}${disagree(e)}</td></tr>`).join("")
+    || '<tr><td colspan="8" class="muted">no episodes match</td></tr>';
+  for (const tr of document.querySelectorAll("#history tbody tr[data-episode-id]")) tr.onclick = () => showDetail(Number(tr.dataset.episodeId));
+  $("#page-info").textContent = eps.length ? `page ${pageStack.length} · #${eps[0].id}–#${eps[eps.length - 1].id}` : `page ${pageStack.length}`;
+  $("#page-older").disabled = eps.length < PAGE_SIZE;
+  $("#page-newest").disabled = pageStack.length === 1;
+}
+// Operator and VLM disagree: flagged so the VLM's reasoning can be checked against the video.
+const disagree = (e) => (e.success !== null && e.vlm_proposal !== null && e.success !== e.vlm_proposal ? ' <span class="flag" title="operator and VLM disagree">≠</span>' : "");
+function resetPaging() { pageStack = [null]; refreshHistory().catch(() => {}); }
+$("#page-older").onclick = () => { if (lastPage.length) { pageStack.push(lastPage[lastPage.length - 1].id); refreshHistory().catch(() => {}); } };
+$("#page-newest").onclick = resetPaging;
+for (const id of ["#f-prompt", "#f-stage", "#f-label", "#f-status"]) $(id).onchange = resetPaging;
+$("#f-task").onchange = async () => {
+  const task = $("#f-task").value;
+  const ps = task ? await api(`/api/tasks/${encodeURIComponent(task)}/prompts`) : [];
+  $("#f-prompt").innerHTML = '<option value="">all prompts</option>' + ps.map((p) => `<option value="${p.id}">${esc(p.text)} (${p.status})</option>`).join("");
+  resetPaging();
+};
+function fillTaskFilter(tasks) {
+  const sel = $("#f-task"), have = new Set([...sel.options].map((o) => o.value));
+  for (const t of tasks) if (!have.has(t.name)) sel.insertAdjacentHTML("beforeend", `<option value="${esc(t.name)}">${esc(t.name)}</option>`);
 }
 
 let detailId = null;
+let detailCanRelabel = false;
 async function showDetail(id) {
   const e = await api(`/api/episodes/${id}`);
   const firstOpen = detailId !== id;
@@ -104,30 +298,44 @@ async function showDetail(id) {
   if (firstOpen) {
     $("#detail-videos").innerHTML = Object.entries(e.videos).map(([cam, url]) =>
       `<figure><video controls muted preload="auto" data-camera="${esc(cam)}" src="${url}"></video><figcaption>${esc(cam)}</figcaption></figure>`).join("") || '<p class="muted">no video (the episode did not end)</p>';
+    $("#note").value = e.note;
   }
   $("#detail-labels tbody").innerHTML = e.labels.map((l) => `<tr><td>${new Date(l.created_at).toLocaleString()}</td><td>${l.source}${l.authoritative ? "" : " (proposal)"}</td><td>${fmtLabel(l.success)}</td><td>${esc(l.reason)}</td></tr>`).join("");
-  const canRelabel = e.status === "labelled" || e.status === "awaiting_label";
-  $("#relabel-success").disabled = !canRelabel; $("#relabel-failure").disabled = !canRelabel;
+  const discarded = e.status === "discarded";
+  $("#detail-discarded").hidden = !discarded;
+  $("#detail-discarded").textContent = discarded ? `Discarded ${new Date(e.discarded_at).toLocaleString()}: ${e.discard_reason} — not used for training or statistics.` : "";
+  $("#discard").hidden = discarded; $("#discard-reason").hidden = discarded; $("#restore").hidden = !discarded;
+  $("#discard").disabled = !["awaiting_label", "labelled", "aborted"].includes(e.status);
+  detailCanRelabel = e.status === "labelled" || e.status === "awaiting_label";
+  updateButtons();
   if (firstOpen) $("#detail").scrollIntoView({ behavior: "instant", block: "nearest" });
 }
 function relabel(success) {
   if (detailId === null) return;
-  const id = detailId;
-  act(async () => { const r = await post(`/api/episodes/${id}/relabel`, { success, reason: "relabelled on the page" }); await showDetail(id); return r; }, `episode ${id} relabelled`);
+  const id = detailId, reason = $("#relabel-reason").value.trim() || "relabelled on the page";
+  act(async () => { const r = await post(`/api/episodes/${id}/relabel`, { success, reason }); $("#relabel-reason").value = ""; await showDetail(id); return r; }, `episode ${id} relabelled`);
 }
 $("#relabel-success").onclick = () => relabel(true);
 $("#relabel-failure").onclick = () => relabel(false);
+$("#discard").onclick = () => {
+  const id = detailId, reason = $("#discard-reason").value.trim();
+  if (!reason) { toast("say why the episode is discarded (e.g. bad reset); nothing was changed"); $("#discard-reason").focus(); return; }
+  act(async () => { const r = await post(`/api/episodes/${id}/discard`, { reason }); $("#discard-reason").value = ""; await showDetail(id); return r; }, `episode ${id} discarded; restore undoes it`);
+};
+$("#restore").onclick = () => { const id = detailId; act(async () => { const r = await post(`/api/episodes/${id}/restore`); await showDetail(id); return r; }, `episode ${id} restored`); };
+$("#save-note").onclick = () => { const id = detailId; act(() => api(`/api/episodes/${id}/note`, { method: "PUT", body: JSON.stringify({ note: $("#note").value }) }), `note on episode ${id} saved`); };
 $("#detail-close").onclick = () => { detailId = null; $("#detail").hidden = true; $("#detail-videos").innerHTML = ""; };
 
 // --- pools and curves ---------------------------------------------------------------------------
 async function refreshPools() {
   const tasks = await api("/api/tasks");
+  fillTaskFilter(tasks);
   const parts = await Promise.all(tasks.map(async (t) => {
     const ps = await api(`/api/tasks/${encodeURIComponent(t.name)}/prompts`);
     const rows = ps.map((p) => `<tr data-prompt-id="${p.id}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>
       <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td><td class="muted">${esc(p.summary)}</td></tr>`).join("");
     return `<div class="pooltask"><h3>${esc(t.name)} <span class="muted">stage ${t.stage} · iteration ${t.iteration} · α ${t.alpha.toFixed(2)} · pool ${t.pool_size}</span></h3>
-      <table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+      <div class="scroll-x"><table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div></div>`;
   }));
   $("#pools").innerHTML = parts.join("") || '<p class="muted">no tasks yet (the loop creates them)</p>';
   const curves = await Promise.all(tasks.map(async (t) => [t.name, await api(`/api/tasks/${encodeURIComponent(t.name)}/curves`)]));
@@ -137,13 +345,13 @@ async function refreshPools() {
 
 function plot(title, pts, yMin, yMax) {
   const W = 300, H = 140, L = 34, R = 8, T = 18, B = 20;
-  if (!pts.length) return `<svg class="plot" width="${W}" height="${H}"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
+  if (!pts.length) return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
   const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
   const lo = yMin ?? Math.min(...ys), hi = yMax ?? Math.max(...ys, lo + 1);
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), sy = (y) => H - B - ((y - lo) / (hi - lo || 1)) * (H - T - B);
   const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-  return `<svg class="plot" width="${W}" height="${H}" data-title="${esc(title)}" data-points="${pts.length}">
+  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(title)}" data-points="${pts.length}">
     <text x="${L}" y="12">${esc(title)} (last ${(+ys[ys.length - 1]).toFixed(2)})</text>
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#ccd"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#ccd"/>
     <text x="2" y="${T + 8}">${(+hi).toFixed(2)}</text><text x="2" y="${H - B}">${(+lo).toFixed(2)}</text>
@@ -161,6 +369,11 @@ async function refreshHealth() {
   $("#estop").classList.toggle("latched", rs.estopped === true);
   $("#robot-info").textContent = rs.estopped ? "E-STOP LATCHED" : rs.detail || "";
   $("#robot-info").classList.toggle("error", rs.estopped === true);
+  $("#estop-banner").hidden = rs.estopped !== true;
+  $("#estop-reason").textContent = rs.estop_reason || "";
+  // Shown only when the robot server reports a fault (older servers never do).
+  $("#fault-banner").hidden = !rs.fault;
+  $("#fault-text").textContent = rs.fault || "";
 }
 
 // --- polling ---------------------------------------------------------------------------------
@@ -170,3 +383,4 @@ every(300, refreshState);
 every(1500, refreshHistory);
 every(1500, refreshHealth);
 every(4000, refreshPools);
+adoptHashToken();

@@ -367,6 +367,50 @@ def test_a_failed_command_loop_holds_the_arm_restarts_and_health_says_so(
     assert st.counters.command_loop_restarts == 1 and st.executing_chunk_seq == -1  # held
 
 
+def test_a_stuck_command_thread_holds_the_arm_and_health_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The heartbeat watchdog is off: only the command watchdog can stop the chunk.
+    settings = RobotServerSettings(
+        cmd_port=free_port(),
+        obs_port=free_port(),
+        control_rate_hz=20.0,
+        heartbeat_timeout_s=0.0,
+        command_stall_timeout_s=0.3,
+    )
+    srv = RobotServer(FakeRobot(), [], settings)
+    srv.start()
+    release = threading.Event()
+    status = srv.status
+
+    def stuck_status() -> Status:
+        release.wait(30.0)  # a request that never finishes, until the test lets it
+        return status()
+
+    try:
+        with RobotClient(settings.cmd_endpoint, name="stall", timeout_s=2.0) as c:
+            c.connect()
+            c.submit_chunk(chunk(0, rows=200))  # 10 s
+            monkeypatch.setattr(srv, "status", stuck_status)
+            with pytest.raises(RobotServerError) as ei:
+                c.request(GetStatus(), timeout_s=0.2)
+            assert ei.value.code is ErrorCode.TIMEOUT
+            deadline = time.monotonic() + 20.0
+            while srv.executor.snapshot().executing_chunk_seq != -1:  # held while still stuck
+                assert time.monotonic() < deadline, "the command watchdog did not hold the arm"
+                time.sleep(0.01)
+            assert srv.executor.counters.command_loop_stalls == 1
+            release.set()
+            monkeypatch.setattr(srv, "status", status)
+            h = c.health()
+            assert not h.ok and "stuck handling GetStatus" in h.detail, h.detail
+            st = c.status()
+            assert st.counters.command_loop_stalls == 1 and st.holding
+    finally:
+        release.set()
+        srv.close()
+
+
 def test_motion_needs_the_handshake_and_stopping_does_not(raw: RawConnection, server: RobotServer) -> None:
     for request in (Health(), GetStatus(), Stop(), EStop(reason="raw")):
         assert raw.send(request).ok, request

@@ -27,6 +27,21 @@ CHROMIUM_ARGS = [
 
 @contextmanager
 def ui_process(db_url: str, data_dir: Path, token: str, robot_endpoint: str) -> Iterator[str]:
+    with ui_server(db_url, data_dir, token, robot_endpoint) as (base, _):
+        yield base
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL, as a crash would: no graceful shutdown the page could notice."""
+    proc.kill()
+    proc.wait(10)
+
+
+@contextmanager
+def ui_server(
+    db_url: str, data_dir: Path, token: str, robot_endpoint: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`pde ui` as a process; yields its base URL and the process (to kill it in a test)."""
     port = free_port()
     log = data_dir / "ui.log"
     env = subprocess_env(
@@ -52,7 +67,7 @@ def ui_process(db_url: str, data_dir: Path, token: str, robot_endpoint: str) -> 
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"pde ui not healthy in 60 s: {log.read_text()}") from None
                 time.sleep(0.1)
-        yield base
+        yield base, proc
     finally:
         proc.terminate()
         try:
@@ -63,11 +78,14 @@ def ui_process(db_url: str, data_dir: Path, token: str, robot_endpoint: str) -> 
 
 
 @contextmanager
-def sim_robot_server(log_dir: Path, image_size: str = "96x96", camera_fps: float = 15.0) -> Iterator[str]:
-    """`pde robot-server --backend sim` on free ports; yields its command endpoint."""
+def sim_robot_server(
+    log_dir: Path, image_size: str = "96x96", camera_fps: float = 15.0, cmd_port: int | None = None
+) -> Iterator[str]:
+    """`pde robot-server --backend sim` on free ports (or the given command port); yields its
+    command endpoint."""
     from pde_contract.client import RobotClient, RobotServerError
 
-    cmd_port, obs_port = free_port(), free_port()
+    cmd_port, obs_port = cmd_port or free_port(), free_port()
     log = log_dir / "robot-server.log"
     proc = subprocess.Popen(
         pde_command(

@@ -4,6 +4,7 @@ a clear 4xx and change nothing."""
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -123,7 +124,9 @@ def test_reads_history_video_pools_curves_health(client: TestClient, store: Stor
 
 def test_estop_without_robot_server_says_so(client: TestClient) -> None:
     r = client.post("/api/robot/estop", json={})
-    assert r.status_code == 503 and "robot server" in r.text
+    assert r.status_code == 503 and "robot server" in r.text and "will not run later" in r.text
+    cams = client.get("/api/cameras").json()
+    assert cams["stale"] is True and cams["age_s"] is None and cams["fault"] == ""
 
 
 @pytest.mark.parametrize(
@@ -157,3 +160,45 @@ def test_pde_ui_refuses_to_start_exposed_with_placeholder_token() -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "refusing to bind 0.0.0.0" in r.stderr and "PDE_UI_TOKEN" in r.stderr
+
+
+def test_token_check(client: TestClient) -> None:
+    assert client.get("/api/token/check").status_code == 401
+    assert client.get("/api/token/check", headers={"Authorization": "Bearer nope"}).status_code == 403
+    assert client.get("/api/token/check", headers=AUTH).json() == {"ok": True}
+
+
+def test_discard_restore_note_and_history_paging_filters(client: TestClient, store: Store) -> None:
+    ids = [_episode(store) for _ in range(5)]
+    store.add_label(ids[0], True, source="operator")
+    store.add_label(ids[1], False, source="operator")
+    r = client.post(f"/api/episodes/{ids[2]}/discard", json={"reason": "bad reset"}, headers=AUTH)
+    assert (
+        r.status_code == 200
+        and r.json()["status"] == "discarded"
+        and r.json()["discard_reason"] == "bad reset"
+    )
+    assert (
+        client.post(f"/api/episodes/{ids[3]}/discard", json={"reason": ""}, headers=AUTH).status_code == 422
+    )
+    assert client.post(f"/api/episodes/{ids[3]}/discard", json={"reason": "x"}).status_code == 401
+    r = client.put(f"/api/episodes/{ids[1]}/note", json={"note": "gripper slipped"}, headers=AUTH)
+    assert r.json()["note"] == "gripper slipped"
+
+    def page(**params: Any) -> list[int]:
+        r = client.get("/api/episodes", params=params)
+        assert r.status_code == 200, r.text
+        return [e["id"] for e in r.json()]
+
+    assert page(limit=2) == [ids[4], ids[3]]
+    assert page(limit=2, before_id=ids[3]) == [ids[2], ids[1]]
+    assert page(limit=2, before_id=ids[1]) == [ids[0]]
+    assert page(label="success") == [ids[0]] and page(label="failure") == [ids[1]]
+    assert page(label="none") == [ids[4], ids[3], ids[2]]
+    assert page(status="discarded") == [ids[2]] and page(stage="rl") == []
+    assert page(task=TASK, prompt_id=store.episode(ids[0]).prompt_id) == ids[::-1]
+    assert client.get("/api/episodes", params={"stage": "warmup"}).status_code == 422
+    assert client.get("/api/episodes", params={"label": "maybe"}).status_code == 422
+    r = client.post(f"/api/episodes/{ids[2]}/restore", headers=AUTH)
+    assert r.json()["status"] == "awaiting_label" and r.json()["discarded_at"] is None
+    assert client.post(f"/api/episodes/{ids[2]}/restore", headers=AUTH).status_code == 409

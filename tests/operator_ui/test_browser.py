@@ -32,16 +32,22 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
             max_chunks=6,
             poll_period_s=0.01,
             rollouts_per_prompt=10,
+            error_backoff_s=0.2,
         )
     )
     actor = FakeActor(chunk_time_s=0.05, n_chunks=6)
-    loop = EpisodeLoop(store, FakeRobot(), actor, settings)
+    robot = FakeRobot()
+    robot.fail_resets = 10**6  # e-stop latched until the test "releases" it
+    loop = EpisodeLoop(store, robot, actor, settings)
     t = threading.Thread(target=loop.run, daemon=True)
     t.start()
     with ui_process(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as base:
         page.goto(f"{base}/#token={TOKEN}")
         expect(page.locator("#estop")).to_be_visible()
+        expect(page.locator("#last-error")).to_contain_text("reset failed", timeout=15_000)
+        robot.fail_resets = 0  # released: the next reset works and the error goes away
         expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+        expect(page.locator("#last-error")).to_have_text("")
         expect(page.locator("#task")).to_have_text("put_green_container_in_bowl")
         expect(page.locator("#start")).to_be_enabled()
         SHOTS.mkdir(parents=True, exist_ok=True)

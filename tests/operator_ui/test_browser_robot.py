@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.helpers import free_port
 from tests.operator_ui.browser import SHOTS, sim_robot_server, ui_process
 from tests.operator_ui.conftest import TOKEN
 
@@ -44,3 +45,38 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
         expect(page.locator("#toast")).to_contain_text("released", timeout=5_000)
         assert observer.status().estopped is False
         page.goto("about:blank")  # stop the page's polling before the servers go
+
+
+def test_failed_estop_never_runs_later_and_a_dead_server_shows_stale(page: Page, tmp_path: Path) -> None:
+    """E-STOP pressed while the robot server is down is reported failed and dropped: the server
+    that comes up on that port afterwards is not e-stopped. When the server dies, the live view is
+    badged stale and its pill goes red."""
+    from pde_contract.client import RobotClient
+
+    cmd_port = free_port()
+    endpoint = f"tcp://127.0.0.1:{cmd_port}"
+    with ui_process(f"sqlite:///{tmp_path}/pde.db", tmp_path, TOKEN, endpoint) as base:
+        page.goto(f"{base}/#token={TOKEN}")
+        expect(page.locator("#stale-external")).to_have_text("no frame", timeout=10_000)
+        page.locator("#estop").click()
+        expect(page.locator("#toast")).to_contain_text("E-STOP NOT CONFIRMED", timeout=10_000)
+        expect(page.locator("#toast")).to_contain_text("will not run later")
+        with (
+            sim_robot_server(tmp_path, cmd_port=cmd_port),
+            RobotClient(endpoint, name="test-observer", timeout_s=2.0) as observer,
+        ):
+            observer.connect()
+            expect(page.locator('.pill[data-service="robot_server"]')).to_have_class(
+                "pill ok", timeout=20_000
+            )
+            expect(page.locator("#stale-external")).to_be_hidden(timeout=10_000)
+            # The page's clients are connected now: a queued e-stop would have arrived.
+            status = observer.status()
+            assert status.estopped is False, status.estop_reason
+            assert observer.status().counters.commands_total >= 1
+        expect(page.locator("#stale-external")).to_contain_text("STALE", timeout=10_000)
+        expect(page.locator("#stale-wrist")).to_contain_text("s old")
+        expect(page.locator('.pill[data-service="robot_server"]')).to_have_class("pill down", timeout=10_000)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "operator_robot_server_dead.png"), full_page=True)
+        page.goto("about:blank")

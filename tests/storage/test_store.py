@@ -65,6 +65,12 @@ def test_tasks_and_task_state(store: Store) -> None:
     with pytest.raises(NotFoundError, match="unknown task 'nope'"):
         store.task_state("nope")
     assert store.task_state(TASK).stage == "rl"
+    # N, written by the episode loop for the supervisor
+    assert store.task_state(TASK).rollouts_per_prompt is None
+    assert store.set_task_state(TASK, rollouts_per_prompt=4).rollouts_per_prompt == 4
+    with pytest.raises(InvalidArgumentError, match="rollouts_per_prompt must be an integer >= 1, got 0"):
+        store.set_task_state(TASK, rollouts_per_prompt=0)
+    assert store.task_state(TASK).rollouts_per_prompt == 4
 
 
 def test_prompts_status_and_dedup(store: Store) -> None:
@@ -160,6 +166,34 @@ def test_bad_labels_are_refused_and_change_nothing(store: Store) -> None:
         store.add_label(running.id, True)
     assert store.labels(running.id) == []
     assert store.episode(running.id).status == "aborted"
+
+
+def test_discard_restore_and_note(store: Store) -> None:
+    eid = _finished_episode(store)
+    store.add_label(eid, True, source="operator")
+    pid = store.episode(eid).prompt_id
+    assert store.prompt(pid).n_episodes == 1
+    e = store.discard_episode(eid, "someone reached into the scene")
+    assert (e.status, e.discard_reason, e.success) == ("discarded", "someone reached into the scene", True)
+    assert e.discarded_at is not None
+    # Out of every statistic and of training (which reads labelled episodes), labels kept.
+    assert (store.prompt(pid).n_episodes, store.prompt(pid).n_finished) == (0, 0)
+    assert store.episodes(status="labelled") == [] and len(store.labels(eid)) == 1
+    with pytest.raises(ConflictError, match="restore it before labelling"):
+        store.add_label(eid, False, source="operator", relabel=True)
+    with pytest.raises(ConflictError, match="only an ended episode"):
+        store.discard_episode(eid, "twice")
+    with pytest.raises(InvalidArgumentError, match="needs a reason"):
+        store.discard_episode(eid, " ")
+    e = store.restore_episode(eid)
+    assert (e.status, e.success, e.discard_reason, e.discarded_at) == ("labelled", True, "", None)
+    assert store.prompt(pid).n_episodes == 1
+    with pytest.raises(ConflictError, match="not discarded"):
+        store.restore_episode(eid)
+    assert store.set_episode_note(eid, "gripper slipped on the rim").note == "gripper slipped on the rim"
+    running = store.create_episode(TASK, pid, 0, "bootstrap")
+    with pytest.raises(ConflictError, match="abort it first"):
+        store.discard_episode(running.id, "bad reset")
 
 
 def test_abort_running_after_crash(store: Store) -> None:

@@ -110,7 +110,9 @@ def test_operator_abort_marks_episode_aborted(store: Store) -> None:
     assert ep.status == "aborted" and "operator aborted" in ep.abort_reason
 
 
-def test_robot_errors_abort_the_episode_and_the_loop_goes_on(store: Store) -> None:
+def test_robot_errors_abort_the_episode_and_the_loop_goes_on(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     robot, actor = FakeRobot(), FakeActor()
     actor.fail_next = RuntimeError("e-stop latched during the episode: operator")
     robot.fail_resets = 0
@@ -120,9 +122,19 @@ def test_robot_errors_abort_the_episode_and_the_loop_goes_on(store: Store) -> No
     assert first.status == "aborted" and "e-stop latched" in first.abort_reason
     assert second.status == "labelled"
     robot.fail_resets = 1  # a failing reset creates no episode at all
+    published: list[str] = []
+    set_state = store.set_service_state
+
+    def spy(name: str, state: dict[str, Any]) -> None:
+        published.append(state.get("last_error", ""))
+        set_state(name, state)
+
+    monkeypatch.setattr(store, "set_service_state", spy)
     loop2 = EpisodeLoop(store, robot, actor, _settings(max_episodes=1))
     loop2.run()
-    assert len(store.episodes()) == 3 and "reset failed" in loop2.last_error
+    assert len(store.episodes()) == 3 and any("reset failed" in e for e in published)
+    # Fixed by the next reset that worked: the page no longer shows it.
+    assert loop2.last_error == "" and store.service_states()["loop"].state["last_error"] == ""
 
 
 def test_recover_aborts_running_and_finishes_pending_labels(store: Store, tmp_path: Any) -> None:
@@ -316,3 +328,24 @@ def test_a_finished_update_keeps_the_trainer_busy_until_its_result_is_taken() ->
     result = trainer.poll()
     assert result is not None and result.version == 1
     assert not trainer.busy
+
+
+def test_the_loop_writes_its_n_on_each_task_for_the_supervisor(store: Store) -> None:
+    EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(rollouts_per_prompt=3)).recover()
+    assert store.task_state(TASK).rollouts_per_prompt == 3
+
+
+def test_the_alpha_schedule_has_one_home() -> None:
+    # The loop's defaults are AlphaSchedule's, and the loop builds its schedule from its settings.
+    from learner.mixture import AlphaSchedule
+
+    default, fields = AlphaSchedule(), LoopSettings.model_fields
+    assert [fields[k].default for k in ("beta", "consolidation_target", "alpha_min", "alpha_window")] == [
+        default.beta,
+        default.consolidation_target,
+        default.alpha_min,
+        default.window,
+    ]
+    s = _settings(beta=0.5, consolidation_target=0.4, alpha_min=0.1, alpha_window=4).alpha_schedule(0.2)
+    assert (s.beta, s.consolidation_target, s.alpha_min, s.window, s.ema_success) == (0.5, 0.4, 0.1, 4, 0.2)
+    assert s.alpha == 0.5  # 0.2 / 0.4
