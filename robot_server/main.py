@@ -16,9 +16,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from robot_server.settings import RobotServerSettings
 
 log = logging.getLogger("robot_server")
 
@@ -101,7 +104,7 @@ def serve(argv: list[str]) -> int:
     print(
         f"robot-server ready: backend={settings.backend} commands={settings.cmd_endpoint} "
         f"observations={settings.obs_endpoint} control={settings.control_rate_hz} Hz "
-        f"pacing={settings.pacing}",
+        f"pacing={settings.pacing} link={_link_mode(settings)}",
         flush=True,
     )
     try:
@@ -112,6 +115,15 @@ def serve(argv: list[str]) -> int:
         backend.close()
         print("robot-server stopped", flush=True)
     return 0
+
+
+def _link_mode(settings: RobotServerSettings) -> str:
+    """What the ready line says about the robot link: encrypted, or plain (loopback only)."""
+    curve = settings.link_curve()
+    if curve is None:
+        return "plain (loopback only)"
+    clients = curve.allowed_clients - {curve.keys.public}  # its own key is accepted for health checks
+    return f"curve ({len(clients)} client keys from {settings.link_clients_dir})"
 
 
 def watch(argv: list[str]) -> int:

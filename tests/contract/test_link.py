@@ -281,3 +281,10 @@ def test_the_link_is_encrypted_on_the_wire(lab: Lab) -> None:
     assert b"Hello" in seen and jpeg in seen  # the tap sees a plain link in the clear
     seen = _tapped_exchange(lab.server, lab.learner_keys())
     assert len(seen) > len(jpeg) and b"Hello" not in seen and jpeg not in seen
+
+
+def test_ready_line_says_whether_the_link_is_encrypted(lab: Lab) -> None:
+    from robot_server.main import _link_mode
+
+    assert _link_mode(RobotServerSettings()) == "plain (loopback only)"
+    assert _link_mode(lab.server.settings) == f"curve (2 client keys from {lab.keys / 'robot-pc/clients'})"
