@@ -35,6 +35,12 @@ def _server_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise-host", help="host name clients use to reach this machine")
     p.add_argument("--cmd-port", type=int, help="ROUTER port for commands (default 5556)")
     p.add_argument("--obs-port", type=int, help="PUB port for observations (default 5555)")
+    p.add_argument(
+        "--link-secret-key",
+        type=Path,
+        help="CURVE: this server's server.key_secret (`pde keys init`); needed for a non-loopback --host",
+    )
+    p.add_argument("--link-clients-dir", type=Path, help="CURVE: folder of the client *.key files it accepts")
     p.add_argument("--control-rate-hz", type=float, help="control ticks per second (default 10)")
     p.add_argument(
         "--pacing", choices=["realtime", "fast"], help="realtime, or fast (sim: chunks back to back)"

@@ -288,3 +288,14 @@ def test_ready_line_says_whether_the_link_is_encrypted(lab: Lab) -> None:
 
     assert _link_mode(RobotServerSettings()) == "plain (loopback only)"
     assert _link_mode(lab.server.settings) == f"curve (2 client keys from {lab.keys / 'robot-pc/clients'})"
+
+
+def test_robot_server_command_refuses_a_lan_host_without_keys() -> None:
+    r = subprocess.run(
+        pde_command("robot-server", "--backend", "sim", "--host", "0.0.0.0"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "is not loopback" in r.stderr and "pde keys init" in r.stderr, r.stderr
