@@ -152,8 +152,15 @@ def test_unlisted_key_plain_client_and_wrong_server_key_get_nothing(lab: Lab, tm
             assert "PDE_ROBOT_LINK" in e.value.message  # the hint names the keys
             with pytest.raises(RobotServerError, match="no observation"):
                 c.latest_observation_bytes(timeout_s=REFUSED_WAIT_S)
-    assert lab.server._authenticator is not None
-    assert read_key_file(stranger_secret).public in lab.server._authenticator.refused
+    # ... and the server's ZAP handler saw and refused the unlisted key (a connected client retries
+    # its handshake, so wait while one is there)
+    authenticator, stranger = lab.server._authenticator, read_key_file(stranger_secret).public
+    assert authenticator is not None
+    deadline = time.monotonic() + 30.0
+    with lab.client(unlisted):
+        while stranger not in authenticator.refused:
+            assert time.monotonic() < deadline, "the unlisted key never reached the ZAP handler"
+            time.sleep(0.05)
 
 
 def _healthy(endpoint: str) -> str:
