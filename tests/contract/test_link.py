@@ -306,3 +306,17 @@ def test_robot_server_command_refuses_a_lan_host_without_keys() -> None:
         timeout=120,
     )
     assert r.returncode == 2 and "is not loopback" in r.stderr and "pde keys init" in r.stderr, r.stderr
+
+
+def test_client_commands_name_a_bad_key_setting(tmp_path: Path) -> None:
+    public, _ = generate_key_pair(tmp_path, "server")
+    r = subprocess.run(
+        pde_command("robot-server", "watch", "--seconds", "1"),
+        env=subprocess_env(**{ENV_SERVER_KEY: str(public), ENV_CLIENT_KEY: ""}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        r.returncode == 2 and f"pde robot-server watch: {ENV_SERVER_KEY} and {ENV_CLIENT_KEY}" in r.stderr
+    ), r.stderr
