@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import write_result
+from _common import write_result  # bench/ is on sys.path when run as a script
+
 from learner.policies import flow_sde
 from learner.policies.pi05 import Pi05Options, Pi05Policy
 from learner.policies.pi05_checkpoint import FeatureStats, Pi05Checkpoint, Pi05Mapping
