@@ -114,7 +114,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         from dataclasses import asdict
 
         def factory() -> Any:
-            return load_init_policy(args)
+            return load_init_policy(args, stats_from_demos=True)
 
         key = {"pi05_init": str(Path(args.init).resolve()), "options": asdict(pi05_options(args))}
     try:

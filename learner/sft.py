@@ -25,6 +25,7 @@ import torch
 from learner.checkpoints import CheckpointStore
 from learner.paraphrases import WordingTable, training_prompt
 from learner.policies.base import ObsBatch, Policy
+from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from pde_contract.episodes import EpisodeFile, read_episode
 from pde_contract.messages import ActionSpace
@@ -167,6 +168,8 @@ def train_sft(
     gen = torch.Generator().manual_seed(cfg.seed)
     if isinstance(policy, SmallVLAPolicy):
         set_normalization_from(policy, data)
+    elif isinstance(policy, Pi05Policy) and not policy.statistics_known:
+        policy.set_statistics_from(data.obs.state.numpy(), data.actions)
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.steps))
