@@ -33,11 +33,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 from _common import success_interval  # noqa: E402
 
-from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
+from learner.actor import Actor, ActorSettings  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
 from learner.policies.base import Policy  # noqa: E402
 from learner.policies.vla import VLAConfig  # noqa: E402
 from learner.ppo import PPOConfig  # noqa: E402
+from learner.rewards import reward_from_label  # noqa: E402
 from learner.sft import SFTConfig, run_sft  # noqa: E402
 from learner.trainer import Trainer  # noqa: E402
 from pde.health import as_probe, check_robot_server  # noqa: E402

@@ -43,11 +43,12 @@ sys.path.insert(0, str(ROOT))
 from _common import success_interval  # noqa: E402
 from bench_learning import EVAL_SEED_BASE, TRAIN_SEED_BASE, start_server  # noqa: E402
 
-from learner.actor import Actor, ActorSettings, reward_from_label  # noqa: E402
+from learner.actor import Actor, ActorSettings  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
 from learner.mixture import AlphaSchedule, sample_prompt  # noqa: E402
 from learner.policies.base import Policy  # noqa: E402
 from learner.ppo import PPOConfig, RatioVariant  # noqa: E402
+from learner.rewards import reward_from_label  # noqa: E402
 from learner.trainer import Trainer  # noqa: E402
 from pde_contract.client import RobotClient  # noqa: E402
 from pde_contract.episodes import EpisodeFile  # noqa: E402

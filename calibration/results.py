@@ -15,6 +15,7 @@ import msgspec
 import numpy as np
 
 from calibration.board import BoardSpec
+from pde_contract.files import atomic_write_bytes
 from pde_contract.messages import CameraIntrinsics
 
 FORMAT_VERSION = 1
@@ -133,10 +134,8 @@ S = TypeVar("S", bound=msgspec.Struct)
 
 
 def save_json(obj: msgspec.Struct, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
-    tmp.replace(path)  # never leave a half-written calibration behind
+    # never leave a half-written calibration behind
+    atomic_write_bytes(path, msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
 
 
 def load_json(path: Path, kind: type[S]) -> S:

@@ -3,7 +3,7 @@
 Per chunk: latest observation -> policy.sample(obs, rollout prompt) -> submit the chunk -> wait until
 the server has executed it -> record (observation, actions, log_prob, value, chain). The finished
 episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal reward comes
-later from the label (``reward_from_label``).
+later from the label (``learner.rewards.reward_from_label``).
 """
 
 from __future__ import annotations
@@ -55,12 +55,6 @@ class ActorSettings(BaseSettings):
     """End the episode early when the simulator reports task success (hardware never reports it)."""
     deterministic: bool = False
     """Sample the mean chunk (evaluation) instead of a stochastic chain."""
-
-
-def reward_from_label(success: bool | None) -> float:
-    """Terminal chunk-level reward: 1 for a success label, 0 otherwise (reward from the task, not
-    the prompt)."""
-    return 1.0 if success else 0.0
 
 
 class Actor:

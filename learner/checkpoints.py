@@ -5,9 +5,7 @@ returns the highest version that loads."""
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import torch
 
 from learner.policies import policy_from_checkpoint_state
 from learner.policies.base import Policy
+from pde_contract.files import atomic_path
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^policy-(\d{6,})\.pt$")
@@ -28,20 +27,6 @@ class LoadedCheckpoint:
     policy: Policy
     metrics: dict[str, float]
     trainer_state: dict[str, Any] | None
-
-
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class CheckpointStore:
@@ -67,7 +52,8 @@ class CheckpointStore:
             "metrics": dict(metrics or {}),
             "trainer_state": trainer_state,
         }
-        atomic_torch_save(payload, path)
+        with atomic_path(path) as tmp:
+            torch.save(payload, tmp)
         return path
 
     def versions(self) -> list[int]:

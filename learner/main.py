@@ -156,6 +156,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         return 2
     try:
         from pde_contract.client import RobotClient
+        from pde_contract.link import client_curve_from_env
     except ImportError as e:
         print(f"pde learner eval: the robot client is not available ({e})", file=sys.stderr)
         return 2
@@ -179,7 +180,9 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         return 2
     successes = 0
     # Evaluation is not latency-bound: a generous reply timeout rides out a loaded machine.
-    with RobotClient(cmd_endpoint=args.cmd_endpoint, name="learner-eval", timeout_s=5.0) as client:
+    with RobotClient(
+        cmd_endpoint=args.cmd_endpoint, name="learner-eval", timeout_s=5.0, curve=client_curve_from_env()
+    ) as client:
         info = client.connect()
         actor = Actor(
             loaded.policy,

@@ -30,9 +30,8 @@ from learner.ppo import (
     ratio_units,
     value_loss,
 )
+from learner.rewards import Batch
 from pde_contract.episodes import EpisodeFile
-
-Batch = Sequence[tuple[EpisodeFile, float]]
 
 
 @dataclass

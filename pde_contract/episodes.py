@@ -9,14 +9,13 @@ holds the bulky arrays and is enough on its own to train from.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
 from pde_contract.codec import packb, unpackb
+from pde_contract.files import atomic_write_bytes
 from pde_contract.messages import ActionSpace, Observation
 
 EPISODE_FORMAT_VERSION = 1
@@ -44,19 +43,7 @@ class EpisodeFile(msgspec.Struct, kw_only=True):
 
 def write_episode(path: str | Path, episode: EpisodeFile) -> None:
     """Write atomically (temp file + rename): a crash never leaves a half-written episode."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = packb(episode)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, packb(episode))
 
 
 def read_episode(path: str | Path) -> EpisodeFile:

@@ -3,7 +3,6 @@ computed from), yuv420p + faststart so Chromium's <video> plays and seeks it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -12,6 +11,7 @@ import av
 import numpy as np
 
 from pde_contract.episodes import EpisodeFile
+from pde_contract.files import atomic_path
 
 VIDEO_CODEC = "libx264"
 MAX_FPS = 30.0
@@ -44,10 +44,11 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> None:
     h, w = frames[0].shape[:2]
     # yuv420p needs even sizes; pad by one black row/column rather than rescale.
     ph, pw = h + h % 2, w + w % 2
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     rate = Fraction(fps).limit_denominator(1000)
-    with av.open(str(tmp), mode="w", format="mp4", options={"movflags": "+faststart"}) as out:
+    with (
+        atomic_path(path) as tmp,
+        av.open(str(tmp), mode="w", format="mp4", options={"movflags": "+faststart"}) as out,
+    ):
         stream = out.add_stream(VIDEO_CODEC, rate=rate)
         assert isinstance(stream, av.VideoStream)
         stream.width, stream.height, stream.pix_fmt = pw, ph, "yuv420p"
@@ -65,7 +66,6 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: float) -> None:
                 out.mux(packet)
         for packet in stream.encode(None):
             out.mux(packet)
-    os.replace(tmp, path)
 
 
 def write_episode_videos(episode: EpisodeFile, out_dir: Path, stem: str) -> dict[str, Path]:

@@ -36,6 +36,9 @@ class Task(Base):
     iteration: Mapped[int] = mapped_column(Integer, default=0)
     alpha: Mapped[float] = mapped_column(Float, default=1.0)
     ema_success: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # N, rollouts per prompt in the bootstrap stage: written by the episode loop (its setting is
+    # the one home of N), read by the supervisor, which judges a candidate after N labels.
+    rollouts_per_prompt: Mapped[int | None] = mapped_column(Integer, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

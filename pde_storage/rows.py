@@ -39,6 +39,7 @@ class TaskState:
     alpha: float
     ema_success: float | None
     updated_at: datetime
+    rollouts_per_prompt: int | None = None  # N, as the episode loop last wrote it (None: not yet)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from pde_storage.rows import (
 
 DEFAULT_URL = "sqlite:///data/pde.db"
 DEFAULT_MEDIA_DIR = "data/media"
-TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success")
+TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success", "rollouts_per_prompt")
 
 
 def _now() -> datetime:
@@ -196,10 +196,16 @@ class Store:
                 for t in s.scalars(select(Task).order_by(Task.id))
             ]
 
+    @staticmethod
+    def _task_state(t: Task) -> TaskState:
+        return TaskState(
+            t.name, t.stage, t.iteration, t.alpha, t.ema_success, _utc(t.updated_at), t.rollouts_per_prompt
+        )
+
     def task_state(self, task: str) -> TaskState:
         with self._read() as s:
             t = self._task(s, task)
-            return TaskState(t.name, t.stage, t.iteration, t.alpha, t.ema_success, _utc(t.updated_at))
+            return self._task_state(t)
 
     def set_task_state(self, task: str, **fields: Any) -> TaskState:
         unknown = set(fields) - set(TASK_STATE_FIELDS)
@@ -211,12 +217,15 @@ class Store:
             _check_choice("stage", fields["stage"], STAGES)
         if "alpha" in fields and not 0.0 <= float(fields["alpha"]) <= 1.0:
             raise InvalidArgumentError(f"alpha {fields['alpha']} is outside [0, 1]")
+        n = fields.get("rollouts_per_prompt")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise InvalidArgumentError(f"rollouts_per_prompt must be an integer >= 1, got {n!r}")
         with self._write() as s:
             t = self._task(s, task, lock=True)
             for k, v in fields.items():
                 setattr(t, k, v)
             t.updated_at = _now()
-            return TaskState(t.name, t.stage, t.iteration, t.alpha, t.ema_success, _utc(t.updated_at))
+            return self._task_state(t)
 
     # --- prompts ------------------------------------------------------------------------------
 

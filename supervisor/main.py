@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
             overrides[key] = getattr(args, key)
     if args.offline:
         overrides["proposer"] = "offline"
+    if os.environ.get("PDE_SUPERVISOR_ROLLOUTS_N"):
+        log.warning(
+            "PDE_SUPERVISOR_ROLLOUTS_N is ignored: N is the episode loop's PDE_LOOP_ROLLOUTS_PER_PROMPT, "
+            "which the loop writes on each task for the supervisor to read"
+        )
     try:
         settings = SupervisorSettings(**overrides)
     except ValidationError as e:

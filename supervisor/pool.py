@@ -19,11 +19,14 @@ Stage = Literal["bootstrap", "rl"]
 
 @dataclass(frozen=True)
 class BootstrapConfig:
-    """Appendix A.2 defaults: T0 = 10 iterations x K = 5 candidates x N = 10 rollouts."""
+    """Appendix A.2 defaults: T0 = 10 iterations x K = 5 candidates (x N rollouts each)."""
 
     iterations_t0: int = 10
     candidates_k: int = 5
-    rollouts_n: int = 10
+    # N: the episode loop's rollouts per prompt, as it wrote it on the task row (its setting is
+    # the one home of N); None until it has: a candidate is then judged only when the loop
+    # reports it rolled out.
+    rollouts_n: int | None = None
     eta: float = 0.1  # admit when measured success >= eta; must be > 0
     pool_min_m: int = 3  # enter RL once the pool has this many prompts
 
@@ -31,7 +34,7 @@ class BootstrapConfig:
         if not 0 < self.eta <= 1:
             raise ValueError(f"eta={self.eta}: the admission threshold must be in (0, 1]")
         for name in ("iterations_t0", "candidates_k", "rollouts_n", "pool_min_m"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
 
 
@@ -110,7 +113,7 @@ def judge(record: PromptRecord, cfg: BootstrapConfig, done: bool = False) -> Sta
     ``done`` rolling it out, with at least one label), else None (keep waiting)."""
     if record.status != "candidate" or record.n_episodes == 0:
         return None
-    if record.n_episodes < cfg.rollouts_n and not done:
+    if (cfg.rollouts_n is None or record.n_episodes < cfg.rollouts_n) and not done:
         return None
     rate = record.n_success / record.n_episodes
     return "pool" if rate >= cfg.eta else "rejected"
@@ -137,7 +140,8 @@ def plan(history: TaskHistory, cfg: BootstrapConfig, done_ids: frozenset[int] = 
     waiting = [p for p in history.candidates if p.id not in judged]
     n_pool = len(history.pool) + sum(v == "pool" for _, v in verdicts)
     if waiting:
-        need = ", ".join(f"#{p.id} {p.n_episodes}/{cfg.rollouts_n}" for p in waiting)
+        n = cfg.rollouts_n if cfg.rollouts_n is not None else "N (the loop has not written its N yet)"
+        need = ", ".join(f"#{p.id} {p.n_episodes}/{n}" for p in waiting)
         return Plan(verdicts, "wait", f"candidates still need labelled rollouts: {need}")
     if n_pool >= cfg.pool_min_m:
         return Plan(verdicts, "enter_rl", f"pool has {n_pool} prompts (M_min = {cfg.pool_min_m})")

@@ -13,6 +13,7 @@ Nothing already stored is ever deleted or overwritten by a failure.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -150,7 +151,6 @@ class SupervisorService:
         self.cfg = BootstrapConfig(
             iterations_t0=settings.iterations_t0,
             candidates_k=settings.candidates_k,
-            rollouts_n=settings.rollouts_n,
             eta=settings.eta,
             pool_min_m=settings.pool_min_m,
         )
@@ -261,17 +261,21 @@ class SupervisorService:
         return TaskHistory(task, canonical, records, state.stage, state.iteration), episodes
 
     def _take_loop_reports(self) -> None:
-        """The loop says when it has rolled a candidate out N times (its N may differ from ours)."""
+        """The loop says when it has rolled a candidate out N times (before it has written its N
+        on the task row, this is how the supervisor knows)."""
         while (intent := self.store.take_intent(PROMPT_ROLLOUTS_DONE)) is not None:
             pid = intent.payload.get("prompt_id")
             if isinstance(pid, int):
                 self._loop_done.add(pid)
 
     def _step_task(self, task: str, canonical: str) -> None:
-        if self.store.task_state(task).stage == "rl":
+        state = self.store.task_state(task)
+        if state.stage == "rl":
             return  # pool frozen: nothing to judge or propose, no need to read the history
         history, episodes = self.load_history(task, canonical)
-        p = plan(history, self.cfg, frozenset(self._loop_done))
+        # N is the loop's, read from the task row where the loop writes it.
+        cfg = dataclasses.replace(self.cfg, rollouts_n=state.rollouts_per_prompt)
+        p = plan(history, cfg, frozenset(self._loop_done))
         for record, verdict in p.verdicts:
             log.info(
                 "task %s: prompt #%d %r -> %s (%d/%d successes)",

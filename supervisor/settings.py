@@ -59,15 +59,8 @@ class SupervisorSettings(BaseSettings):
         default=10, ge=1, description="prompt-search iterations before RL at the latest"
     )
     candidates_k: int = Field(default=5, ge=1, description="candidate prompts per iteration")
-    # Must equal the loop's N (it stops rolling a candidate out after N): its variable is read too.
-    rollouts_n: int = Field(
-        default=10,
-        ge=1,
-        validation_alias=AliasChoices(
-            "PDE_SUPERVISOR_ROLLOUTS_N", "PDE_LOOP_ROLLOUTS_PER_PROMPT", "rollouts_n"
-        ),
-        description="labelled rollouts per candidate before it is judged",
-    )
+    # N (labelled rollouts per candidate before it is judged) is not set here: it is the episode
+    # loop's PDE_LOOP_ROLLOUTS_PER_PROMPT, read from the task row where the loop writes it.
     eta: float = Field(default=0.1, gt=0, le=1, description="pool admission: measured success >= eta")
     pool_min_m: int = Field(default=3, ge=1, description="enter RL once the pool holds this many prompts")
     duplicate_cosine: float = Field(

@@ -17,7 +17,7 @@ from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
 from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
-from learner.mixture import AlphaSchedule
+from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
 from pde_storage import EpisodeRow, Store, intents
 
@@ -136,10 +136,12 @@ class EpisodeLoop:
     # --- start-up -------------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Make the stored state consistent after a restart: create the tasks, mark episodes
-        left running by a dead process aborted, drop start clicks meant for that process."""
+        """Make the stored state consistent after a restart: create the tasks and write this
+        loop's N on them (the supervisor judges candidates by it), mark episodes left running by a
+        dead process aborted, drop start clicks meant for that process."""
         for task in self.settings.tasks:
             self.store.ensure_task(task, canonical_prompt(task))
+            self.store.set_task_state(task, rollouts_per_prompt=self.settings.rollouts_per_prompt)
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
             log.warning("marked interrupted episode(s) %s aborted", aborted)
@@ -345,7 +347,7 @@ class EpisodeLoop:
         if len(ready) < self.settings.batch_size:
             return
         chosen = ready[: self.settings.batch_size]
-        batch = [(self.store.load_episode_file(e.id), 1.0 if e.success else 0.0) for e in chosen]
+        batch = [(self.store.load_episode_file(e.id), reward_from_label(e.success)) for e in chosen]
         self.trained_through = chosen[-1].id
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
@@ -366,15 +368,6 @@ class EpisodeLoop:
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
 
-    def _schedule(self, ema_success: float) -> AlphaSchedule:
-        return AlphaSchedule(
-            beta=self.settings.beta,
-            consolidation_target=self.settings.consolidation_target,
-            alpha_min=self.settings.alpha_min,
-            ema_success=ema_success,
-            window=self.settings.alpha_window,
-        )
-
     def _init_rl_alpha(self) -> None:
         """When a task has just entered RL (the supervisor sets the stage), start the EMA:
         s_bar_0 = ``settings.ema_start`` if set, else the canonical prompt's success over its
@@ -390,7 +383,7 @@ class EpisodeLoop:
             else:
                 start = canon.success_rate or 0.0
                 why = f"canonical success over its {canon.n_episodes} bootstrap rollouts"
-            schedule = self._schedule(start)
+            schedule = self.settings.alpha_schedule(start)
             self.store.set_task_state(task, ema_success=schedule.ema_success, alpha=schedule.alpha)
             self.store.add_metric(f"{task}/ema_start", start, self.store.count_episodes(status="labelled"))
             log.info(
@@ -418,7 +411,7 @@ class EpisodeLoop:
                 limit=self.settings.alpha_window,
             )
             outcomes = [bool(e.success) for e in reversed(recent)]
-            schedule = self._schedule(state.ema_success or 0.0)
+            schedule = self.settings.alpha_schedule(state.ema_success or 0.0)
             alpha = schedule.update_from_window(outcomes)
             self.store.set_task_state(
                 task, alpha=alpha, ema_success=schedule.ema_success, iteration=state.iteration + 1

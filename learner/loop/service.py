@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from learner.distributed import torchrun_world_size
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
+    from pde_contract.link import LinkKeyError, client_curve_from_env
 
     ctx = None
     try:
@@ -123,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with contextlib.suppress(ConflictError):
         store.add_checkpoint(loaded.version, loaded.path, {k: float(v) for k, v in loaded.metrics.items()})
-    client = RobotClient(settings.robot_cmd_endpoint, name="learner", timeout_s=2.0)
+    try:
+        robot_keys = client_curve_from_env()  # PDE_ROBOT_LINK_*: the robot link's CURVE keys
+    except LinkKeyError as e:
+        print(f"pde loop: {e}", file=sys.stderr)
+        return 2
+    client = RobotClient(settings.robot_cmd_endpoint, name="learner", timeout_s=2.0, curve=robot_keys)
     try:
         info = client.connect()
     except RobotServerError as e:

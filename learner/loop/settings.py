@@ -11,6 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.device import check_device_spec
 from learner.loop.tasks import HEADLINE_TASKS, PAPER_TASKS
+from learner.mixture import AlphaSchedule
+
+_ALPHA = AlphaSchedule()  # the one home of the alpha schedule's defaults
 
 
 class LoopSettings(BaseSettings):
@@ -33,20 +36,21 @@ class LoopSettings(BaseSettings):
     auto_label: bool = False
     """Label each episode with the simulator's success check instead of waiting for the operator."""
     rollouts_per_prompt: int = 10
-    """N: rollouts of each candidate prompt (and of the canonical prompt) in the bootstrap stage."""
+    """N: rollouts of each candidate prompt (and of the canonical prompt) in the bootstrap stage.
+    Its one home: the loop writes it on each task's row, where the supervisor reads it."""
     batch_size: int = 64
     """Labelled RL-stage rollouts per PPO update."""
     max_chunks: int = 30
     """Longest episode, in action chunks."""
     max_episodes: int | None = None
     """Stop after this many episodes (None: run until stopped)."""
-    beta: float = 0.3
+    beta: float = _ALPHA.beta
     """EMA factor of the canonical prompt's success (adaptive alpha)."""
-    consolidation_target: float = 0.5
+    consolidation_target: float = _ALPHA.consolidation_target
     """c in alpha = clip(s_bar / c, alpha_min, 1)."""
-    alpha_min: float = 0.05
+    alpha_min: float = _ALPHA.alpha_min
     """Floor on alpha: the canonical prompt keeps this share of RL rollouts."""
-    alpha_window: int = 16
+    alpha_window: int = _ALPHA.window
     """s_t(p_g): the canonical prompt's success over its last this many labelled episodes."""
     ema_start: float | None = Field(None, ge=0.0, le=1.0)
     """s_bar_0 when a task enters RL; None: the canonical prompt's success over its bootstrap
@@ -76,6 +80,16 @@ class LoopSettings(BaseSettings):
     device: str = Field("auto", validation_alias=AliasChoices("PDE_LEARNER_DEVICE", "PDE_LOOP_DEVICE"))
     """Where the actor's and the trainer's policies run: auto (CUDA if torch sees a GPU, else CPU),
     cpu, cuda or cuda:N. Checkpoints load onto it; episodes and checkpoints on disk stay CPU data."""
+
+    def alpha_schedule(self, ema_success: float) -> AlphaSchedule:
+        """The alpha schedule with these settings, its EMA at ``ema_success``."""
+        return AlphaSchedule(
+            beta=self.beta,
+            consolidation_target=self.consolidation_target,
+            alpha_min=self.alpha_min,
+            ema_success=ema_success,
+            window=self.alpha_window,
+        )
 
     @field_validator("device")
     @classmethod

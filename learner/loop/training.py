@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from learner.rewards import Batch
 from pde_contract.episodes import EpisodeFile
 
 log = logging.getLogger(__name__)
-
-Batch = Sequence[tuple[EpisodeFile, float]]
 
 
 class TrainerLike(Protocol):

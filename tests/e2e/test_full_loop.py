@@ -62,7 +62,6 @@ class System:
             PDE_SUPERVISOR_MODEL="fake-qwen-vl",
             PDE_SUPERVISOR_API_KEY="fake-key-for-the-local-server",
             PDE_SUPERVISOR_CANDIDATES_K="2",
-            PDE_SUPERVISOR_ROLLOUTS_N="2",
             PDE_SUPERVISOR_ITERATIONS_T0="4",
             PDE_SUPERVISOR_POOL_MIN_M="1",
             PDE_SUPERVISOR_POLL_INTERVAL_S="0.3",

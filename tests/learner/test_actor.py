@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from learner.actor import Actor, ActorSettings, reward_from_label
+from learner.actor import Actor, ActorSettings
 from learner.policies.vla import make_test_policy
+from learner.rewards import reward_from_label
 from learner.synthetic import synthetic_observation
 from learner.trainer import Trainer
 from pde_contract.client import RobotServerError

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from learner.actor import Actor, ActorSettings, reward_from_label
+from learner.actor import Actor, ActorSettings
 from learner.policies.vla import make_test_policy
+from learner.rewards import reward_from_label
 from learner.trainer import Trainer
 from pde.health import as_probe, check_robot_server
 from pde.procs import ProcessGroup

@@ -207,3 +207,21 @@ def test_explained_variance():
     assert explained_variance(y, y) == pytest.approx(1.0)
     assert explained_variance(np.full(3, 2.0), y) == pytest.approx(0.0)
     assert math.isnan(explained_variance(y, np.ones(3)))
+
+
+def test_the_pipeline_docstrings_name_functions_that_exist() -> None:
+    # The module docstrings of ppo.py and trainer.py draw the update as "--function-->" steps; a
+    # renamed function must not leave a stale name there (ppo.py once named initial_log_w0).
+    import re
+
+    import learner.ppo
+    import learner.trainer
+
+    for module in (learner.ppo, learner.trainer):
+        doc = module.__doc__ or ""
+        named = set(re.findall(r"--([a-z]\w*)(?: \(or ([a-z]\w*)\))?-->", doc))
+        named |= set(re.findall(r"\(([a-z]+_\w+)(?: -> ([a-z]+_\w+))?\)", doc))
+        names = {n for pair in named for n in pair if n}
+        assert names, f"{module.__name__}: no function names found in its docstring"
+        missing = sorted(n for n in names if not callable(getattr(module, n, None)))
+        assert not missing, f"{module.__name__}'s docstring names {missing}, which it does not define"

@@ -65,6 +65,12 @@ def test_tasks_and_task_state(store: Store) -> None:
     with pytest.raises(NotFoundError, match="unknown task 'nope'"):
         store.task_state("nope")
     assert store.task_state(TASK).stage == "rl"
+    # N, written by the episode loop for the supervisor
+    assert store.task_state(TASK).rollouts_per_prompt is None
+    assert store.set_task_state(TASK, rollouts_per_prompt=4).rollouts_per_prompt == 4
+    with pytest.raises(InvalidArgumentError, match="rollouts_per_prompt must be an integer >= 1, got 0"):
+        store.set_task_state(TASK, rollouts_per_prompt=0)
+    assert store.task_state(TASK).rollouts_per_prompt == 4
 
 
 def test_prompts_status_and_dedup(store: Store) -> None:

@@ -22,9 +22,7 @@ def test_shared_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDE_DATABASE_URL", "sqlite:////tmp/x.db")
     monkeypatch.setenv("PDE_DATA_DIR", "/tmp/pde-data")
     monkeypatch.setenv("PDE_SUPERVISOR_MODEL", "Qwen/Qwen2.5-VL-7B-Instruct")
-    monkeypatch.setenv("PDE_LOOP_ROLLOUTS_PER_PROMPT", "6")
     s = SupervisorSettings()
-    assert s.rollouts_n == 6  # the loop's N, so candidates are judged when the loop stops
     assert s.database_url == "sqlite:////tmp/x.db" and s.media_dir == Path("/tmp/pde-data/media")
     assert s.model == "Qwen/Qwen2.5-VL-7B-Instruct"
     assert "BASE_URL is empty" in SupervisorSettings(base_url="").vlm_configured()
@@ -43,6 +41,17 @@ def test_bad_setting_is_a_clear_error(
     monkeypatch.setenv("PDE_SUPERVISOR_FRAMES_PER_ROLLOUT", "40")
     assert main(["--offline", "--once"]) == 2
     assert "frames_per_rollout" in capsys.readouterr().err
+
+
+def test_the_supervisor_takes_n_from_the_loop_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The compose file of earlier versions set the supervisor's own N: it is ignored, with a warning.
+    monkeypatch.setenv("PDE_SUPERVISOR_ROLLOUTS_N", "4")
+    monkeypatch.setenv("PDE_SUPERVISOR_FRAMES_PER_ROLLOUT", "40")  # stop at the settings check
+    assert main(["--offline", "--once"]) == 2
+    assert "PDE_SUPERVISOR_ROLLOUTS_N is ignored" in caplog.text
+    assert "rollouts_n" not in SupervisorSettings.model_fields
 
 
 def test_once_against_fake_vlm_as_subprocess(tmp_path: Path) -> None:

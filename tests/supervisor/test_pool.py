@@ -111,3 +111,11 @@ def test_loop_done_judges_early_but_never_without_labels() -> None:
     p = PromptRecord(1, "a b c", "candidate", n_episodes=1, n_success=1)
     assert judge(p, CFG) is None and judge(p, CFG, done=True) == "pool"
     assert judge(PromptRecord(2, "d e f", "candidate"), CFG, done=True) is None
+
+
+def test_before_the_loop_wrote_its_n_only_its_report_judges() -> None:
+    no_n = BootstrapConfig(iterations_t0=3, candidates_k=2, rollouts_n=None, eta=0.25, pool_min_m=2)
+    p = PromptRecord(1, "a b c", "candidate", n_episodes=40, n_success=40)
+    assert judge(p, no_n) is None and judge(p, no_n, done=True) == "pool"
+    waiting = plan(TaskHistory("t", GOAL, [p]), no_n)
+    assert waiting.action == "wait" and "has not written its N" in waiting.reason

@@ -49,7 +49,6 @@ def make_settings(base_url: str = "http://127.0.0.1:9/v1", **kw: Any) -> Supervi
         backoff_max_s=0.05,
         iterations_t0=3,
         candidates_k=2,
-        rollouts_n=2,
         eta=0.5,
         pool_min_m=2,
         poll_interval_s=0.02,
@@ -89,6 +88,12 @@ def rollout(store: Any, prompt_id: int, outcomes: list[bool], stage: str = "boot
     return ids
 
 
+def new_task(store: Any) -> None:
+    """The task as the episode loop leaves it: created, with its N = 2 rollouts per prompt."""
+    store.ensure_task(TASK, GOAL)
+    store.set_task_state(TASK, rollouts_per_prompt=2)
+
+
 def by_status(store: Any, status: str) -> list[Any]:
     return [p for p in store.prompts(TASK) if p.status == status]
 
@@ -102,7 +107,7 @@ def snapshot(store: Any) -> tuple[Any, ...]:
 def test_bootstrap_to_rl_on_recorded_episodes(
     store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder
 ) -> None:
-    store.ensure_task(TASK, GOAL)
+    new_task(store)
     service = make_service(store, make_settings(fake.base_url), embedder)
     try:
         # Iteration 1: the VLM proposes K = 2 candidates.
@@ -149,7 +154,7 @@ def test_bootstrap_to_rl_on_recorded_episodes(
 
 def seed_history(store: Any) -> None:
     """Iteration 1 already done: one pool prompt and one failure, both summarised."""
-    store.ensure_task(TASK, GOAL)
+    new_task(store)
     good = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
     bad = store.add_prompt(TASK, "drop the green container inside the bowl", "candidate", "vlm", 1)
     rollout(store, good.id, [True, True])
@@ -230,7 +235,7 @@ def test_canonical_fallback_adds_nothing_and_keeps_going(
 
 
 def test_slow_vlm_never_blocks_the_poll(store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder) -> None:
-    store.ensure_task(TASK, GOAL)
+    new_task(store)
     fake.set_script({"candidates": [{"delay_s": 3.0, "auto": True}]})
     service = make_service(store, make_settings(fake.base_url, request_timeout_s=5.0), embedder)
     try:
@@ -246,7 +251,7 @@ def test_slow_vlm_never_blocks_the_poll(store: Any, fake: FakeOpenAIServer, embe
 
 
 def test_offline_mode_without_vlm(store: Any, embedder: MiniLMEmbedder) -> None:
-    store.ensure_task(TASK, GOAL)
+    new_task(store)
     service = make_service(store, make_settings(proposer="offline"), embedder, vlm=False)
     try:
         drive(service, lambda: len(by_status(store, "candidate")) == 2)
@@ -262,7 +267,7 @@ def test_offline_mode_without_vlm(store: Any, embedder: MiniLMEmbedder) -> None:
 
 
 def test_vlm_labels_never_admit_a_prompt(store: Any, embedder: MiniLMEmbedder) -> None:
-    store.ensure_task(TASK, GOAL)
+    new_task(store)
     store.set_task_state(TASK, iteration=1)
     judged = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
     unlabelled = store.add_prompt(TASK, "drop the green container inside the bowl", "candidate", "vlm", 1)
@@ -284,7 +289,7 @@ def test_vlm_labels_never_admit_a_prompt(store: Any, embedder: MiniLMEmbedder) -
 
 
 def test_loop_report_judges_a_candidate_with_fewer_rollouts(store: Any, embedder: MiniLMEmbedder) -> None:
-    store.ensure_task(TASK, GOAL)
+    new_task(store)
     store.set_task_state(TASK, iteration=1)
     cand = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
     rollout(store, cand.id, [True])  # the loop ran its N = 1; ours is 2
@@ -301,7 +306,7 @@ def test_loop_report_judges_a_candidate_with_fewer_rollouts(store: Any, embedder
 
 
 def test_late_proposal_is_dropped(store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder) -> None:
-    store.ensure_task(TASK, GOAL)
+    new_task(store)
     fake.set_script({"candidates": [{"delay_s": 0.5, "auto": True}]})
     service = make_service(store, make_settings(fake.base_url, request_timeout_s=5.0), embedder)
     try:

@@ -328,3 +328,24 @@ def test_a_finished_update_keeps_the_trainer_busy_until_its_result_is_taken() ->
     result = trainer.poll()
     assert result is not None and result.version == 1
     assert not trainer.busy
+
+
+def test_the_loop_writes_its_n_on_each_task_for_the_supervisor(store: Store) -> None:
+    EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(rollouts_per_prompt=3)).recover()
+    assert store.task_state(TASK).rollouts_per_prompt == 3
+
+
+def test_the_alpha_schedule_has_one_home() -> None:
+    # The loop's defaults are AlphaSchedule's, and the loop builds its schedule from its settings.
+    from learner.mixture import AlphaSchedule
+
+    default, fields = AlphaSchedule(), LoopSettings.model_fields
+    assert [fields[k].default for k in ("beta", "consolidation_target", "alpha_min", "alpha_window")] == [
+        default.beta,
+        default.consolidation_target,
+        default.alpha_min,
+        default.window,
+    ]
+    s = _settings(beta=0.5, consolidation_target=0.4, alpha_min=0.1, alpha_window=4).alpha_schedule(0.2)
+    assert (s.beta, s.consolidation_target, s.alpha_min, s.window, s.ema_success) == (0.5, 0.4, 0.1, 4, 0.2)
+    assert s.alpha == 0.5  # 0.2 / 0.4

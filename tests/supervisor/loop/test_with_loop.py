@@ -49,7 +49,7 @@ def run_together(
     )  # fmt: skip
     values: dict[str, Any] = dict(
         base_url=fake.base_url, model="fake-vlm", api_key="k", request_timeout_s=5.0, iterations_t0=5,
-        candidates_k=2, rollouts_n=2, eta=0.5, pool_min_m=2, poll_interval_s=0.02,
+        candidates_k=2, eta=0.5, pool_min_m=2, poll_interval_s=0.02,
     )  # fmt: skip
     settings = SupervisorSettings(**(values | supervisor))
     service = SupervisorService(store, settings, OpenAIVLM(settings), embedder, seed=0)
