@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import write_result
+from _common import write_result  # bench/ is on sys.path when run as a script
 
 from learner.policies import flow_sde
 from learner.policies.pi05 import Pi05Options, Pi05Policy
