@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pde_contract.episodes import read_episode
+from pde_storage.heartbeat import Heartbeat
 from pde_storage.intents import PROMPT_ROLLOUTS_DONE
 from supervisor.dedup import DuplicateFilter, Embedder
 from supervisor.frames import rollout_frames
@@ -188,9 +189,8 @@ class SupervisorService:
         )
         # The heartbeat has its own thread: a poll that waits (the sentence model still loading on a
         # loaded machine, a slow database) must not make a live service look dead to its healthcheck.
-        beat_stop = threading.Event()
-        beat = threading.Thread(
-            target=self._heartbeat, args=(beat_stop,), name="supervisor-heartbeat", daemon=True
+        beat = Heartbeat(
+            "supervisor heartbeat", self.settings.poll_interval_s, self._beat, join_timeout_s=10.0
         )
         beat.start()
         try:
@@ -202,23 +202,17 @@ class SupervisorService:
                     log.exception("supervisor poll failed; trying again next poll")
                 stop.wait(self.settings.poll_interval_s)
         finally:
-            beat_stop.set()
-            beat.join(10)
+            beat.stop()
         self.close()
         try:
             self.publish(force=True, phase="stopped")  # `pde health supervisor` then says so
         except Exception:
             log.exception("could not record the supervisor's stop")
 
-    def _heartbeat(self, stop: threading.Event) -> None:
-        period_s = self.settings.poll_interval_s
-        while not stop.wait(period_s):
-            if time.monotonic() - self._last_publish < period_s:
-                continue  # a poll just published: one write per period is enough
-            try:
-                self.publish()
-            except Exception as e:  # the next beat tries again; the poll loop is not affected
-                log.warning("supervisor heartbeat not written: %s", e)
+    def _beat(self) -> None:
+        if time.monotonic() - self._last_publish < self.settings.poll_interval_s:
+            return  # a poll just published: one write per period is enough
+        self.publish()
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
