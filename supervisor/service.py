@@ -250,7 +250,8 @@ class SupervisorService:
         state = self.store.task_state(task)
         rows = [p for p in self.store.prompts(task) if p.status != "canonical"]
         records = [PromptRecord(p.id, p.text, p.status, p.iteration, summary=p.summary) for p in rows]
-        episodes = self.store.episodes(task=task)
+        # A discarded episode (a bad reset, someone in the scene) is neither evidence nor a count.
+        episodes = [e for e in self.store.episodes(task=task) if e.status != "discarded"]
         count_labels(records, (LabelledRollout(e.prompt_id, e.success, e.stage) for e in episodes))
         return TaskHistory(task, canonical, records, state.stage, state.iteration), episodes
 
