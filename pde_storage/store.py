@@ -16,6 +16,7 @@ from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session
 
 from pde_contract.episodes import EpisodeFile, read_episode, write_episode
+from pde_contract.settings import DEFAULT_DATABASE_URL
 from pde_storage import db, media
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
 from pde_storage.models import (
@@ -50,7 +51,7 @@ from pde_storage.rows import (
     TaskState,
 )
 
-DEFAULT_URL = "sqlite:///data/pde.db"
+DEFAULT_URL = DEFAULT_DATABASE_URL
 DEFAULT_MEDIA_DIR = "data/media"
 TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success", "rollouts_per_prompt")
 
