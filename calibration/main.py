@@ -295,10 +295,16 @@ def _print_handeye(result: HandEyeCalibration) -> None:
 def _collect(args: argparse.Namespace, board: BoardSpec) -> int:
     from calibration.collect import CollectError, collect
     from pde_contract.client import RobotClient, RobotServerError
+    from pde_contract.link import client_curve_from_env
 
     cameras = [c.strip() for c in args.cameras.split(",")] if args.cameras else None
     try:
-        with RobotClient(cmd_endpoint=args.endpoint, name="calibrate", timeout_s=args.timeout_s) as client:
+        with RobotClient(
+            cmd_endpoint=args.endpoint,
+            name="calibrate",
+            timeout_s=args.timeout_s,
+            curve=client_curve_from_env(),
+        ) as client:
             collect(
                 client,
                 args.out,

@@ -12,11 +12,14 @@ import importlib
 import json
 import sys
 import uuid
+from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
+from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
 
 
 class LearnerSettings(BaseSettings):
@@ -77,7 +80,11 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     )
     ap.add_argument("--force", action="store_true", help="retrain even if a matching checkpoint is cached")
     add_device_arg(ap, settings.device)
+    add_policy_args(ap)
     args = ap.parse_args(argv)
+    if msg := check_policy_args(args):
+        print(f"pde learner sft: {msg}", file=sys.stderr)
+        return 2
     try:
         device = resolve_device(args.device)
     except DeviceUnavailableError as e:
@@ -102,11 +109,19 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         if step % max(1, cfg.steps // 100) == 0 or step == cfg.steps - 1:
             print(f"sft step {step}/{cfg.steps} loss {loss:.4f}", flush=True)
 
+    factory, key = None, None
+    if args.policy == "pi05":
+        from dataclasses import asdict
+
+        def factory() -> Any:
+            return load_init_policy(args)
+
+        key = {"pi05_init": str(Path(args.init).resolve()), "options": asdict(pi05_options(args))}
     try:
         path, metrics, cached = run_sft(
-            args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step, device, wordings
+            args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step, device, wordings, factory, key
         )
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
     print(json.dumps({"checkpoint": str(path), "cached": cached, **metrics}, indent=1))
@@ -129,7 +144,11 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--seed", type=int, default=1000, help="first scene seed")
     add_device_arg(ap, settings.device)
+    add_policy_args(ap)
     args = ap.parse_args(argv)
+    if msg := check_policy_args(args):
+        print(f"pde learner eval: {msg}", file=sys.stderr)
+        return 2
     try:
         device = resolve_device(args.device)
     except DeviceUnavailableError as e:
@@ -137,11 +156,23 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         return 2
     try:
         from pde_contract.client import RobotClient
+        from pde_contract.link import client_curve_from_env
     except ImportError as e:
         print(f"pde learner eval: the robot client is not available ({e})", file=sys.stderr)
         return 2
     store = CheckpointStore(args.checkpoints)
-    loaded = store.load(args.checkpoint, device) if args.checkpoint else store.latest(device)
+    if args.policy == "pi05":  # the checkpoint directory as it is, before any SFT or PPO
+        from learner.checkpoints import LoadedCheckpoint
+        from learner.policies.pi05 import Pi05CheckpointError
+
+        try:
+            policy = load_init_policy(args, device)
+        except Pi05CheckpointError as e:
+            print(f"pde learner eval: {e}", file=sys.stderr)
+            return 2
+        loaded: LoadedCheckpoint | None = LoadedCheckpoint(0, Path(args.init), policy, {}, None)
+    else:
+        loaded = store.load(args.checkpoint, device) if args.checkpoint else store.latest(device)
     if loaded is None:
         print(
             f"pde learner eval: no checkpoint in {args.checkpoints}; run `pde learner sft`", file=sys.stderr
@@ -149,7 +180,9 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         return 2
     successes = 0
     # Evaluation is not latency-bound: a generous reply timeout rides out a loaded machine.
-    with RobotClient(cmd_endpoint=args.cmd_endpoint, name="learner-eval", timeout_s=5.0) as client:
+    with RobotClient(
+        cmd_endpoint=args.cmd_endpoint, name="learner-eval", timeout_s=5.0, curve=client_curve_from_env()
+    ) as client:
         info = client.connect()
         actor = Actor(
             loaded.policy,

@@ -17,13 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from learner.checkpoints import CheckpointStore
 from learner.paraphrases import WordingTable, training_prompt
-from learner.policies.base import ObsBatch
+from learner.policies.base import ObsBatch, Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from pde_contract.episodes import EpisodeFile, read_episode
 from pde_contract.messages import ActionSpace
@@ -99,7 +100,7 @@ def action_windows(episode: EpisodeFile, chunk_len: int) -> list[np.ndarray]:
     return [padded[s : s + chunk_len] for s in starts]
 
 
-def build_dataset(policy: SmallVLAPolicy, files: list[Path]) -> SFTDataset:
+def build_dataset(policy: Policy, files: list[Path]) -> SFTDataset:
     obs_batches, actions, prompts, tasks = [], [], [], []
     for path in files:
         ep = read_episode(path)
@@ -149,7 +150,7 @@ def sft_loss(
 
 
 def train_sft(
-    policy: SmallVLAPolicy,
+    policy: Policy,
     data: SFTDataset,
     cfg: SFTConfig,
     on_step: Callable[[int, float], None] | None = None,
@@ -157,14 +158,17 @@ def train_sft(
     wordings: WordingTable | None = None,
 ) -> dict[str, float]:
     """Batches are drawn and augmented on the CPU; the network runs on ``device`` (default: where
-    the policy is). ``wordings``: per-task labels (default: canonical or a paraphrase)."""
+    the policy is). ``wordings``: per-task labels (default: canonical or a paraphrase).
+    The small policy takes its normalisation from the demos; π0.5 keeps its checkpoint's."""
     if device is not None:
         policy.to(device)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    set_normalization_from(policy, data)
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    if isinstance(policy, SmallVLAPolicy):
+        set_normalization_from(policy, data)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.steps))
     actions = torch.from_numpy(data.actions).float()
     policy.train()
@@ -177,10 +181,13 @@ def train_sft(
         prompts = [
             training_prompt(data.canonical_prompts[i], rng, data.tasks[i], wordings) for i in idx.tolist()
         ]
-        loss = sft_loss(policy, obs, prompts, actions[idx])
+        if isinstance(policy, SmallVLAPolicy):
+            loss = sft_loss(policy, obs, prompts, actions[idx])
+        else:
+            loss = policy.supervised_loss(obs, prompts, actions[idx])
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
@@ -196,9 +203,15 @@ def train_sft(
     }
 
 
-def cache_key(files: list[Path], vla: VLAConfig, cfg: SFTConfig, wordings: WordingTable | None = None) -> str:
-    """Demo files, network and training settings, and the wording table (when one is given: keys
-    made without a table stay what they were)."""
+def cache_key(
+    files: list[Path],
+    vla: VLAConfig,
+    cfg: SFTConfig,
+    wordings: WordingTable | None = None,
+    policy_key: dict[str, Any] | None = None,
+) -> str:
+    """Demo files, network and training settings, the wording table and another policy's
+    description (each only when given: keys made without them stay what they were)."""
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
@@ -206,6 +219,8 @@ def cache_key(files: list[Path], vla: VLAConfig, cfg: SFTConfig, wordings: Wordi
     h.update(json.dumps([asdict(vla), asdict(cfg)], sort_keys=True, default=str).encode())
     if wordings is not None:
         h.update(json.dumps({"wordings": wordings.as_dict()}, sort_keys=True).encode())
+    if policy_key is not None:
+        h.update(json.dumps({"policy": policy_key}, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
 
 
@@ -219,8 +234,12 @@ def run_sft(
     on_step: Callable[[int, float], None] | None = None,
     device: torch.device | str = "cpu",
     wordings: WordingTable | None = None,
+    policy_factory: Callable[[], Policy] | None = None,
+    policy_key: dict[str, Any] | None = None,
 ) -> tuple[Path, dict[str, float], bool]:
     """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
+    ``policy_factory`` (with ``policy_key``, what the cache key records of it) starts from another
+    policy than the small one, e.g. π0.5 from a checkpoint directory; ``vla`` is then unused.
     Returns (path, metrics, cached)."""
     files = select_demo_files(demo_dir, cfg.episodes_per_task, tasks)
     if wordings is not None:
@@ -231,7 +250,7 @@ def run_sft(
                 f"the wording table names tasks with no demos under {demo_dir}: {missing} "
                 f"(demos hold {sorted(found)})"
             )
-    key = cache_key(files, vla, cfg, wordings)
+    key = cache_key(files, vla, cfg, wordings, policy_key)
     store = CheckpointStore(checkpoint_dir)
     path = store.path_for(0)
     if path.is_file() and not force:
@@ -246,7 +265,7 @@ def run_sft(
     if wordings is not None:
         wording = {"default": wording, "tasks": wordings.as_dict()}
     vla = replace(vla, extra={"sft_demo_files": len(files), "sft_wording": wording})
-    policy = SmallVLAPolicy(vla)
+    policy = SmallVLAPolicy(vla) if policy_factory is None else policy_factory()
     data = build_dataset(policy, files)
     metrics = train_sft(policy, data, cfg, on_step, device, wordings)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))

@@ -14,18 +14,25 @@ from fastapi.staticfiles import StaticFiles
 from operator_ui.robot_link import RobotLink
 from operator_ui.routers import episodes, health, loop, metrics, prompts, robot, state
 from operator_ui.settings import UISettings
+from pde_contract.link import ClientCurve
 from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 def create_app(
-    settings: UISettings, token: str, store: Store | None = None, robot_link: RobotLink | None = None
+    settings: UISettings,
+    token: str,
+    store: Store | None = None,
+    robot_link: RobotLink | None = None,
+    robot_keys: ClientCurve | None = None,
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.store = store or Store.open(settings.database_url, settings.media_dir)
-        app.state.robot = robot_link or RobotLink(settings.robot_cmd_endpoint, settings.robot_timeout_s)
+        app.state.robot = robot_link or RobotLink(
+            settings.robot_cmd_endpoint, settings.robot_timeout_s, curve=robot_keys
+        )
         app.state.robot.start()
         try:
             yield

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from operator_ui.settings import UISettings, check_exposure
+from pde_contract.link import client_curve_from_env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = UISettings(**overrides)
         check_exposure(settings)
+        robot_keys = client_curve_from_env()  # PDE_ROBOT_LINK_*: the robot link's CURVE keys
     except ValueError as e:
         print(f"pde ui: {e}", file=sys.stderr)
         return 2
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pde ui: open http://{settings.host}:{settings.port}/#token={token}", file=sys.stderr, flush=True)
     # Open video downloads must not hold a shutdown for long.
     uvicorn.run(
-        create_app(settings, token),
+        create_app(settings, token, robot_keys=robot_keys),
         host=settings.host,
         port=settings.port,
         log_level="warning",

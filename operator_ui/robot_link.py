@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from pde_contract.client import RobotClient
+from pde_contract.link import ClientCurve
 from pde_contract.messages import Observation, Status
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,13 @@ def observation_age_s(view: LiveView, now_monotonic_s: float | None = None) -> f
 
 
 class RobotLink:
-    def __init__(self, cmd_endpoint: str, timeout_s: float = 1.0, status_period_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        cmd_endpoint: str,
+        timeout_s: float = 1.0,
+        status_period_s: float = 1.0,
+        curve: ClientCurve | None = None,
+    ) -> None:
         self.cmd_endpoint = cmd_endpoint
         self.timeout_s = timeout_s
         self.status_period_s = status_period_s
@@ -90,9 +97,12 @@ class RobotLink:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error = ""
+        self.curve = curve  # CURVE keys when the robot link is authenticated (pde_contract/link.py)
         # The live view and status polls use their own client, so a slow status request never
         # holds an e-stop back (and an e-stop's socket can be thrown away on failure).
-        self._watch_client = RobotClient(cmd_endpoint, name="operator-ui-view", timeout_s=timeout_s)
+        self._watch_client = RobotClient(
+            cmd_endpoint, name="operator-ui-view", timeout_s=timeout_s, curve=curve
+        )
         self._cmd_client: RobotClient | None = None
 
     def start(self) -> None:
@@ -146,7 +156,7 @@ class RobotLink:
         with self._cmd_lock:
             if self._cmd_client is None:
                 self._cmd_client = RobotClient(
-                    self.cmd_endpoint, name="operator-ui", timeout_s=self.timeout_s
+                    self.cmd_endpoint, name="operator-ui", timeout_s=self.timeout_s, curve=self.curve
                 )
             client = self._cmd_client
             try:

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("robot_server.sim.main", "simulated tabletop tools: tasks, expert demos, pictures"),
     "calibrate": ("calibration.main", "camera intrinsics and hand-eye calibration"),
     "demo": ("pde.demo", "the whole loop on one machine in simulation"),
+    "keys": ("pde.keys", "CURVE key pairs for the authenticated robot link"),
     "health": ("pde.health", "exit 0 when a service is healthy (compose healthchecks)"),
 }
 

@@ -58,6 +58,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Camera frames of the demos and of the server alike; the policy sees them downscaled
 # (--policy-image-px).
 IMAGE_SIZE = "128x128"
+# The premise table's held-out scenes (learner/recipes/README.md); the loop draws its scenes at random
+# from [0, 2**31), so these are held out in all but name.
+CHECK_SEED = 5000
 DEMO_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")  # as learner/sft.py looks for them
 
 
@@ -137,6 +140,9 @@ class DemoSettings(BaseSettings):
     robot_cmd_port: int = 5556
     robot_obs_port: int = 5555
     startup_timeout_s: float = Field(default=300.0, gt=0)
+    # After --max-episodes: the canonical prompt under the SFT policy and the latest PPO policy on
+    # the same held-out scenes. Once alpha sits near alpha_min the loop itself rarely samples it.
+    canonical_check_episodes: int = Field(default=8, ge=0)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -217,6 +223,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--prepare-only", action="store_true", help="record the demonstrations and train SFT, then exit"
     )
     p.add_argument("--startup-timeout-s", type=float, default=d.startup_timeout_s, help="per service")
+    p.add_argument(
+        "--canonical-check-episodes",
+        type=int,
+        default=d.canonical_check_episodes,
+        help="after --max-episodes, the canonical prompt's sampled success under the SFT and the latest "
+        "policy on this many held-out scenes (%(default)s; 0 skips it)",
+    )
     args = p.parse_args(list(argv))
     args.tasks = _task_list(args.tasks, p)
     # The SFT policy learns every task the loop runs, plus the extra ones (in a stable order).
@@ -235,6 +248,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         p.error("--policy-image-px must be at least 16")
     if args.max_episodes is not None and args.max_episodes < 1:
         p.error("--max-episodes must be at least 1")
+    if args.canonical_check_episodes < 0:
+        p.error("--canonical-check-episodes must be 0 (skip) or more")
     if not 0.0 <= args.layout_spread <= 1.0:
         p.error(f"--layout-spread {args.layout_spread} must be within 0..1")
     if not args.tasks:
@@ -357,6 +372,7 @@ class Demo:
             self.ports.robot_obs = _any_free_port()
         self.ui_url = f"http://127.0.0.1:{self.ports.ui}/#token={self.token}"
         self.robot_endpoint = f"tcp://127.0.0.1:{self.ports.robot_cmd}"
+        self.check_lines: list[str] = []
 
     def pde(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "pde", *args]
@@ -605,6 +621,44 @@ class Demo:
         finally:
             store.close()
 
+    def canonical_check(self) -> None:
+        """The canonical prompt's sampled success under the SFT policy (version 0) and the latest PPO
+        policy, on the same held-out scenes, with the robot server still up and the learner gone."""
+        from pde_storage import Store
+
+        n = self.args.canonical_check_episodes
+        with Store(self.db_url, self.data / "media", migrate=False) as store:
+            latest = store.latest_checkpoint()
+            canon = {
+                t: next((p.text for p in store.prompts(t) if p.status == "canonical"), "")
+                for t in self.args.tasks
+            }
+        if n == 0 or latest is None or latest.version == 0:
+            return
+        sft = self.data / "checkpoints" / "policy-000000.pt"
+        for task, prompt in canon.items():
+            if not prompt:
+                continue
+            rates = []
+            for ckpt in (sft, Path(latest.path)):
+                argv = self.pde(
+                    "learner", "eval", "--checkpoint", str(ckpt), "--task", task, "--prompt", prompt,
+                    "--episodes", str(n), "--max-chunks", str(self.args.max_chunks),
+                    "--seed", str(CHECK_SEED), "--device", "cpu", "--cmd-endpoint", self.robot_endpoint,
+                )  # fmt: skip
+                out = subprocess.run(
+                    argv, env=self.env(), capture_output=True, text=True, timeout=60 + 30 * n
+                )
+                if out.returncode != 0:
+                    raise DemoError(f"the canonical-prompt check failed:\n{out.stderr[-2000:]}")
+                rate = json.loads(out.stdout.strip().splitlines()[-1])["success_rate"]
+                rates.append(f"{round(rate * n)}/{n}")
+            self.check_lines.append(
+                f"{task}: canonical prompt on {n} held-out scenes (seeds {CHECK_SEED}-{CHECK_SEED + n - 1}, "
+                f"sampled): SFT policy {rates[0]}, policy v{latest.version} {rates[1]} "
+                f"({n} scenes are an anecdote; bench/bench_pde.py measures 100)"
+            )
+
     def summary(self) -> None:
         from pde_storage import Store
 
@@ -624,6 +678,8 @@ class Demo:
                     "  " + rl_summary(task, store.episodes(task=task), store.task_state(task).alpha),
                     flush=True,
                 )
+            for line in self.check_lines:
+                print("  " + line, flush=True)
             if ckpt is not None:
                 print(
                     f"latest policy: version {ckpt.version} (0 = the SFT policy, +1 per PPO update; "
@@ -699,6 +755,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(ready {time.monotonic() - t0:.0f} s after start)", flush=True)
         demo.watch()
         print(f"pde demo: the learner stopped after {args.max_episodes} episode(s)", flush=True)
+        if args.canonical_check_episodes:
+            print(
+                f"checking the canonical prompt on {args.canonical_check_episodes} held-out scenes ...",
+                flush=True,
+            )
+            demo.canonical_check()
         demo.procs.stop_all()
         demo.summary()
         return 0

@@ -1,6 +1,7 @@
 """``pde health <service>``: exit 0 when the service is healthy, 1 when not (compose healthchecks).
 
-- robot-server: the server answers a Health request over its command socket and says ok.
+- robot-server: the server answers a Health request over its command socket and says ok (with the
+  robot link's keys from the environment; pde_contract/link.py).
 - ui: the page's ``/healthz`` answers 200 (it reads the database to answer).
 - learner / supervisor: their heartbeat row in the shared database (``Store.set_service_state``,
   written by the episode loop as "loop" and by the supervisor as "supervisor") is recent and does
@@ -20,6 +21,8 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+
+from pde_contract.link import ENV_SERVER_SECRET_KEY, ClientCurve, LinkKeyError, client_curve_from_env
 
 # service -> name of its row in the store's service_states table
 HEARTBEAT_ROWS = {"learner": "loop", "supervisor": "supervisor"}
@@ -55,7 +58,11 @@ def check_robot_server(endpoint: str | None, timeout_s: float) -> str:
 
         endpoint = os.environ.get("PDE_ROBOT_CMD_ENDPOINT") or RobotServerSettings().cmd_endpoint
     endpoint = endpoint.replace("tcp://0.0.0.0:", "tcp://127.0.0.1:")
-    with RobotClient(cmd_endpoint=endpoint, name="pde-health", timeout_s=timeout_s) as client:
+    try:
+        curve = _link_keys()
+    except LinkKeyError as e:
+        raise Unhealthy(str(e)) from e
+    with RobotClient(cmd_endpoint=endpoint, name="pde-health", timeout_s=timeout_s, curve=curve) as client:
         try:
             info = client.health()
         except Exception as e:
@@ -63,6 +70,17 @@ def check_robot_server(endpoint: str | None, timeout_s: float) -> str:
     if not info.ok:
         raise Unhealthy(f"robot server at {endpoint} reports not ok: {info.detail}")
     return f"robot server at {endpoint} ok ({info.control_loop_hz:.1f} Hz control loop)"
+
+
+def _link_keys() -> ClientCurve | None:
+    """A client's own keys; in the robot server's container (which has none) the server's pair,
+    which the server always accepts."""
+    import os
+
+    curve = client_curve_from_env()
+    if curve is None and os.environ.get(ENV_SERVER_SECRET_KEY):
+        curve = ClientCurve.as_server(os.environ[ENV_SERVER_SECRET_KEY])
+    return curve
 
 
 def check_ui(url: str | None, timeout_s: float) -> str:

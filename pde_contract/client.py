@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import zmq
 
 from pde_contract.codec import CodecError, packb, unpackb
+from pde_contract.link import ClientCurve
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
     OBS_TOPIC,
@@ -40,6 +41,7 @@ from pde_contract.messages import (
     Request,
     Reset,
     ServerInfo,
+    SetGuidingMode,
     Status,
     Stop,
     SubmitChunk,
@@ -70,7 +72,10 @@ class RobotClient:
         timeout_s: float = 1.0,
         obs_endpoint: str | None = None,
         context: zmq.Context | None = None,
+        curve: ClientCurve | None = None,
     ) -> None:
+        """``curve``: the robot link's keys (``pde_contract.link.client_curve_from_env()``); None
+        for a plain link, which a server with keys never answers."""
         self.cmd_endpoint = cmd_endpoint
         self.name = name
         self.timeout_s = timeout_s
@@ -82,6 +87,9 @@ class RobotClient:
         self._lock = threading.Lock()
         self._dealer = self._ctx.socket(zmq.DEALER)
         self._dealer.setsockopt(zmq.LINGER, 0)
+        self._curve = curve
+        if curve is not None:
+            curve.apply(self._dealer)
         self._dealer.connect(cmd_endpoint)
         self._sub: _LatestOnlySubscriber | None = None
         self._hb_thread: threading.Thread | None = None
@@ -119,16 +127,24 @@ class RobotClient:
         with self._lock:
             if self._closed:
                 raise RobotServerError(ErrorCode.INTERNAL, "client is closed: create a new RobotClient")
-            self._dealer.send(data)
             deadline = time.monotonic() + timeout
+            no_reply = RobotServerError(
+                ErrorCode.TIMEOUT,
+                f"no reply to {type(request).__name__} from {self.cmd_endpoint} within {timeout} s: "
+                f"is `pde robot-server` running and reachable{self._keys_hint()}?",
+            )
+            try:
+                self._dealer.send(data, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                # No pipe to send on: a server that refused our CURVE handshake drops it until the
+                # next reconnect, and a blocking send would then wait for ever.
+                if not self._dealer.poll(int(timeout * 1000), zmq.POLLOUT):
+                    raise no_reply from None
+                self._dealer.send(data, flags=zmq.NOBLOCK)
             while True:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0 or not self._dealer.poll(left_ms):
-                    raise RobotServerError(
-                        ErrorCode.TIMEOUT,
-                        f"no reply to {type(request).__name__} from {self.cmd_endpoint} within {timeout} s: "
-                        "is `pde robot-server` running and reachable?",
-                    )
+                    raise no_reply
                 data = self._dealer.recv()
                 try:
                     reply = unpackb(data, Reply)
@@ -172,6 +188,10 @@ class RobotClient:
 
     def release_estop(self) -> None:
         self._payload(ReleaseEStop(), Ack)
+
+    def set_guiding_mode(self, enabled: bool, timeout_s: float = 15.0) -> None:
+        """Hand the arm to an operator (``enabled``) or take it back; waits for the motion to stop."""
+        self._payload(SetGuidingMode(enabled=enabled), Ack, timeout_s)
 
     def status(self) -> Status:
         return self._payload(GetStatus(), Status)
@@ -221,7 +241,7 @@ class RobotClient:
 
     def _ensure_subscriber(self) -> _LatestOnlySubscriber:
         if self._sub is None:
-            self._sub = _LatestOnlySubscriber(self._ctx, self.obs_endpoint)
+            self._sub = _LatestOnlySubscriber(self._ctx, self.obs_endpoint, self._curve)
         return self._sub
 
     def latest_observation(self, timeout_s: float = 1.0) -> Observation:
@@ -239,8 +259,9 @@ class RobotClient:
         if data is None:
             raise RobotServerError(
                 ErrorCode.TIMEOUT,
-                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server running, "
-                f"and does it speak protocol {PROTOCOL_VERSION} (one frame per observation)?",
+                f"no observation from {self.obs_endpoint} within {timeout_s} s: is the server "
+                f"running{self._keys_hint()}, and does it speak protocol {PROTOCOL_VERSION} "
+                "(one frame per observation)?",
             )
         if len(data) == len(OBS_TOPIC):
             # Protocol 1 sent the topic and the body as two frames; conflation may hand over the bare
@@ -253,6 +274,18 @@ class RobotClient:
             )
         # the subscription matched the topic prefix; the msgpack body follows it in the same frame
         return memoryview(data)[len(OBS_TOPIC) :]
+
+    def _keys_hint(self) -> str:
+        # A refused CURVE handshake looks exactly like a server that is down: say both causes.
+        if self._curve is None:
+            return (
+                " (a server with link keys never answers a client without: set "
+                "PDE_ROBOT_LINK_SERVER_KEY and PDE_ROBOT_LINK_CLIENT_KEY)"
+            )
+        return (
+            " (with link keys: does the robot server list this client's public key "
+            f"{self._curve.keys.public.decode()}, and is PDE_ROBOT_LINK_SERVER_KEY its server.key?)"
+        )
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -282,9 +315,11 @@ class _LatestOnlySubscriber:
     frame, see ``pde_contract.messages``).
     """
 
-    def __init__(self, ctx: zmq.Context, endpoint: str) -> None:
+    def __init__(self, ctx: zmq.Context, endpoint: str, curve: ClientCurve | None = None) -> None:
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(sock)
         sock.setsockopt(zmq.CONFLATE, 1)  # before connect: it configures the pipe
         sock.setsockopt(zmq.SUBSCRIBE, OBS_TOPIC)
         sock.connect(endpoint)

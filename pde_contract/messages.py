@@ -65,6 +65,21 @@ class ErrorCode(enum.StrEnum):
     INTERNAL = "internal"
 
 
+class RobotFault(enum.StrEnum):
+    """Why the arm is stopped or was interrupted, as ``Status.fault`` reports it (the fault table:
+    docs/robot-safety.md)."""
+
+    NONE = "none"
+    # Latched until an operator acts (Status.fault_action says what) and then sends Reset:
+    USER_STOP = "user_stop"  # the FR3's stop button: release it, then Reset
+    REFLEX = "reflex"  # collision/limit reflex: arm stopped where it was; check the cell, then Reset
+    RECOVERY_FAILED = "recovery_failed"  # automatic recovery refused or over its budget
+    # Cleared by the server itself:
+    COMMUNICATION = "communication"  # a communication_constraints_violation, recovered (counted)
+    CONNECTION_LOST = "connection_lost"  # no FCI connection: reconnecting, arm stopped meanwhile
+    COMMAND_REJECTED = "command_rejected"  # the controller refused a target: held, next chunk goes on
+
+
 class Message(msgspec.Struct, kw_only=True, omit_defaults=False, tag_field="type", tag=True):
     """Base of every message: encoded as a msgpack map with a ``type`` tag."""
 
@@ -99,6 +114,9 @@ class RobotState(Message):
     ee_quat_xyzw: np.ndarray  # float64[4]
     gripper_width_m: float
     robot_time_s: float  # the robot's (or simulator's) own clock
+    # The last grasp closed on something (its width within the grasp tolerances, fingers not shut);
+    # None where the backend cannot tell.
+    object_held: bool | None = None
 
 
 # The robot state as one flat float32 vector, in this order: what the policy reads and what the
@@ -198,6 +216,14 @@ class ReleaseEStop(Message):
     pass
 
 
+class SetGuidingMode(Message):
+    """``enabled``: drop any chunk and stop commanding the arm, so an operator can move it by hand
+    (FR3: press the pilot's guiding button; sim: the arm goes compliant). Motion, gripper and reset
+    commands are refused until ``enabled=False``; the arm then holds where it was left."""
+
+    enabled: bool
+
+
 class GetStatus(Message):
     pass
 
@@ -215,6 +241,7 @@ Request = (
     | Stop
     | EStop
     | ReleaseEStop
+    | SetGuidingMode
     | GetStatus
     | Health
 )
@@ -270,6 +297,11 @@ class Status(Message):
     uptime_s: float = 0.0
     last_error: str = ""
     task: str = ""
+    fault: RobotFault = RobotFault.NONE
+    fault_detail: str = ""  # what happened, in the backend's words
+    # What an operator must do before motion resumes ("" when the server recovers by itself).
+    fault_action: str = ""
+    guiding: bool = False  # SetGuidingMode(enabled=True) is in force
 
 
 class HealthInfo(Message):

@@ -5,7 +5,10 @@ do next, under a lock, and wake it.
 Per tick the thread commands the next row of the executing chunk, or the held target when there is
 none (the arm holds when a chunk runs out). A newer chunk replaces the rest of the older one at the
 next tick. The watchdog drops the chunk and holds when its client has been silent for
-``heartbeat_timeout_s``; the e-stop holds and latches.
+``heartbeat_timeout_s``; the e-stop holds and latches. While the backend reports a latched fault
+(user stop, reflex: ``Robot.fault()``) or guiding mode is on, the thread stands down: chunks are
+refused and no target is sent (the arm stays where it stopped, or where the operator moves it)
+until a reset (the operator's acknowledgement) or the end of guiding.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pde_contract.messages import (
     ErrorCode,
     RobotState,
 )
-from robot_server.robots.base import Robot, RobotTarget
+from robot_server.robots.base import FaultReport, Robot, RobotTarget
 from robot_server.safety import (
     PlanStart,
     SafetyError,
@@ -91,6 +94,13 @@ class _ResetRequest:
     error: str = ""
 
 
+@dataclass
+class _GuidingRequest:
+    enabled: bool
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str = ""
+
+
 @dataclass(frozen=True)
 class ExecutorSnapshot:
     state: RobotState | None
@@ -106,6 +116,8 @@ class ExecutorSnapshot:
     connected: bool
     last_error: str
     counters: Counters
+    fault: FaultReport | None = None
+    guiding: bool = False
 
 
 def target_from_state(state: RobotState, gripper_width_m: float, like: RobotTarget | None) -> RobotTarget:
@@ -153,6 +165,9 @@ class ChunkExecutor:
         self._last_error = ""
         self._connected = False
         self._progress: tuple[int, str, int] = (-1, "", 0)  # chunk seq, episode, rows left
+        self._fault: FaultReport | None = None  # the backend's, read by the control thread
+        self._guiding = False
+        self._guiding_req: _GuidingRequest | None = None
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -201,6 +216,7 @@ class ChunkExecutor:
                     )
                 if self._reset is not None:
                     raise SafetyError(ErrorCode.BUSY, "a reset is in progress: send chunks after it returns")
+                self._refuse_motion_while_standing_down()
                 actions = check_chunk(chunk, cfg.control_rate_hz, list(cfg.action_spaces), cfg.limits)
                 if chunk.episode_id == self._last_episode and chunk.seq <= self._last_seq:
                     raise SafetyError(
@@ -229,6 +245,20 @@ class ChunkExecutor:
         return ChunkAccepted(
             seq=chunk.seq, steps=len(plan.targets), steps_clipped=plan.steps_clipped
         ), plan.notes
+
+    def _refuse_motion_while_standing_down(self) -> None:
+        # caller holds the lock
+        if self._guiding or self._guiding_req is not None:
+            raise SafetyError(
+                ErrorCode.BUSY,
+                "guiding mode is on (the arm is moved by hand): send SetGuidingMode(enabled=False) first",
+            )
+        fault = self._fault
+        if fault is not None and fault.latched:
+            raise SafetyError(
+                ErrorCode.BACKEND_ERROR,
+                f"motion is refused after a {fault.kind.value} fault: {fault.detail} {fault.action}",
+            )
 
     def stop(self) -> None:
         with self._lock:
@@ -261,6 +291,7 @@ class ChunkExecutor:
                     "a chunk is executing and its last column sets the gripper: stop() first, or put "
                     "the width in the chunk",
                 )
+            self._refuse_motion_while_standing_down()
             width = check_gripper_width(width_m, self.config.limits)
             assert self._held is not None
             self._held = replace(self._held, gripper_width_m=width)
@@ -272,6 +303,10 @@ class ChunkExecutor:
                 raise SafetyError(ErrorCode.ESTOPPED, "e-stop is latched: call release_estop() before reset")
             if self._reset is not None:
                 raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
+            if self._guiding or self._guiding_req is not None:
+                raise SafetyError(
+                    ErrorCode.BUSY, "guiding mode is on: send SetGuidingMode(enabled=False) before reset"
+                )
             self._drop_chunk()
             req = self._reset = _ResetRequest(task, seed)
         self._wake.set()
@@ -279,6 +314,22 @@ class ChunkExecutor:
             raise SafetyError(ErrorCode.BACKEND_ERROR, f"reset did not finish within {timeout_s} s")
         if req.error:
             raise SafetyError(ErrorCode.BACKEND_ERROR, f"reset failed: {req.error}")
+
+    def set_guiding(self, enabled: bool, timeout_s: float) -> None:
+        """Blocking: the control thread drops any chunk and hands the arm to the operator (or takes
+        it back, holding where it was left)."""
+        with self._lock:
+            if self._estopped and enabled:
+                raise SafetyError(ErrorCode.ESTOPPED, "e-stop is latched: call release_estop() first")
+            if self._reset is not None or self._guiding_req is not None:
+                raise SafetyError(ErrorCode.BUSY, "a reset or guiding change is in progress")
+            self._drop_chunk()
+            req = self._guiding_req = _GuidingRequest(enabled)
+        self._wake.set()
+        if not req.done.wait(timeout_s):
+            raise SafetyError(ErrorCode.BACKEND_ERROR, f"guiding mode did not change within {timeout_s} s")
+        if req.error:
+            raise SafetyError(ErrorCode.BACKEND_ERROR, f"guiding mode not changed: {req.error}")
 
     def snapshot(self) -> ExecutorSnapshot:
         with self._lock:
@@ -297,6 +348,8 @@ class ChunkExecutor:
                 connected=self._connected,
                 last_error=self._last_error,
                 counters=msgspec.structs.replace(self.counters),
+                fault=self._fault,
+                guiding=self._guiding,
             )
 
     def measured_rate_hz(self, window_s: float = 5.0) -> float:
@@ -387,12 +440,12 @@ class ChunkExecutor:
                 if now >= deadline:
                     self._trip_watchdog()
                     deadline = math.inf
-                urgent = self._hold_requested or self._reset is not None
+                urgent = self._hold_requested or self._reset is not None or self._guiding_req is not None
                 running_fast = not self.config.realtime and self._chunk is not None
             if urgent:
                 self._do_hold_if_requested()
                 with self._lock:
-                    if self._reset is not None:
+                    if self._reset is not None or self._guiding_req is not None:
                         return
             if now >= next_t or running_fast:
                 return
@@ -415,7 +468,10 @@ class ChunkExecutor:
                 self._connected = False
             return
         with self._lock:
-            width = held.gripper_width_m if held else state.gripper_width_m
+            # The width last commanded, not the one held before a dropped chunk: a stop must not
+            # open a gripper that the chunk closed on an object.
+            like = self._last_target or held
+            width = like.gripper_width_m if like else state.gripper_width_m
             self._held = self._checked_hold(state, width, self._last_target)
             self._last_target = self._held
             self._state = state
@@ -439,6 +495,64 @@ class ChunkExecutor:
         with self._lock:
             self._reset = None
         req.done.set()
+
+    def _do_guiding(self, req: _GuidingRequest) -> None:
+        try:
+            self.robot.set_guiding(req.enabled)
+            state = self.robot.read_state()
+        except Exception as e:
+            req.error = str(e) or type(e).__name__
+            log.warning("guiding mode change failed: %s", req.error)
+        else:
+            with self._lock:
+                self._guiding = req.enabled
+                self._state = state
+                width = self._held.gripper_width_m if self._held else state.gripper_width_m
+                self._held = self._checked_hold(state, width, None)
+                self._last_target = self._held
+        with self._lock:
+            self._guiding_req = None
+        req.done.set()
+
+    def _stand_down_tick(self, period_s: float) -> None:
+        """A tick that sends no target (guiding, latched fault): a simulator still advances; the
+        held target follows the measured pose, so nothing jumps when motion resumes."""
+        try:
+            self.robot.idle(period_s)
+            state = self.robot.read_state()
+        except Exception as e:
+            self._backend_failed(e, hold=False)
+            return
+        with self._lock:
+            self._state = state
+            width = self._held.gripper_width_m if self._held else state.gripper_width_m
+            self._held = target_from_state(state, width, None)
+            self._last_target = self._held
+            self._update_progress()
+        self._notify_tick(state)
+
+    def _notify_tick(self, state: RobotState) -> None:
+        if self._on_tick is not None:
+            try:
+                self._on_tick(state)
+            except Exception:
+                log.exception("on_tick callback failed")
+
+    def _read_fault(self) -> bool:
+        """Read the backend's fault; True when the thread must stand down this tick."""
+        try:
+            fault = self.robot.fault()
+        except Exception as e:  # a broken fault report must not stop the loop
+            log.warning("reading the backend's fault failed: %s", e)
+            fault = None
+        with self._lock:
+            self._fault = fault
+            stand_down = self._guiding or (fault is not None and fault.latched)
+            if stand_down and self._chunk is not None:
+                self._drop_chunk()
+                if fault is not None and fault.latched:
+                    self._last_error = f"{fault.kind.value}: {fault.detail} {fault.action}"
+        return stand_down
 
     def _backend_failed(self, e: BaseException, hold: bool = True) -> None:
         log.error("backend error: %s", e)
@@ -491,11 +605,21 @@ class ChunkExecutor:
                 self._do_reset(reset)
                 next_t = time.monotonic()
                 continue
+            with self._lock:
+                guiding_req = self._guiding_req
+            if guiding_req is not None:
+                self._do_guiding(guiding_req)
+                next_t = time.monotonic()
+                continue
             if not self._connected:
                 if start - last_reconnect >= cfg.reconnect_period_s:
                     last_reconnect = start
                     self._try_reconnect()
                 next_t = start + period
+                continue
+            if self._read_fault():
+                self._stand_down_tick(period)
+                next_t = max(next_t + period, time.monotonic() - period)
                 continue
             with self._lock:
                 ch = self._chunk
@@ -524,11 +648,7 @@ class ChunkExecutor:
                     self._state = state
                     self._task_success = success
                     self._update_progress()
-                if self._on_tick is not None:
-                    try:
-                        self._on_tick(state)
-                    except Exception:
-                        log.exception("on_tick callback failed")
+                self._notify_tick(state)
             now = time.monotonic()
             if not cfg.realtime and seq >= 0:
                 next_t = now + period  # fast pacing: idle ticks resume at the rate from here

@@ -119,6 +119,10 @@ class SafetyLimits:
     # Orientation envelope: the tool axis stays within this angle of pointing straight down (a
     # rotation that tilts it further is refused; one that tilts it back is always allowed).
     max_tool_tilt_rad: float = 1.0
+    # ... and the wrist (joint 7, whose axis is the tool axis) stays this far inside its limits: a
+    # rotation about the tool axis turns joint 7 by the same angle, so ee_delta rows are refused
+    # the part of a rotation that would wind it further into its last wrist_margin_rad.
+    wrist_margin_rad: float = 0.1
     joint_margin_rad: float = 0.05  # joint targets stay this far inside the FR3 safe limits
     # A joint target may move at most this fraction of the FR3 velocity limit per tick.
     joint_velocity_fraction: float = 0.5
@@ -146,6 +150,16 @@ class SafetyLimits:
             raise ValueError(f"max_tool_tilt_rad must be in (0, pi], got {self.max_tool_tilt_rad}")
         if self.joint_margin_rad < 0:
             raise ValueError(f"joint_margin_rad must be >= 0, got {self.joint_margin_rad}")
+        if not 0.0 <= self.wrist_margin_rad < 1.0:
+            raise ValueError(f"wrist_margin_rad must be in [0, 1) rad, got {self.wrist_margin_rad}")
+
+    @property
+    def wrist_min_rad(self) -> float:
+        return self.joint_lower_rad[6] + self.wrist_margin_rad
+
+    @property
+    def wrist_max_rad(self) -> float:
+        return self.joint_upper_rad[6] - self.wrist_margin_rad
 
     @property
     def joint_min_rad(self) -> np.ndarray:
@@ -307,6 +321,13 @@ def _plan_ee_unclipped(
     axes = np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=1)
     if np.any(-axes[:, 2] < math.cos(limits.max_tool_tilt_rad)):  # outside the orientation envelope
         return None
+    # Joint 7 turns by each row's rotation about the tool axis (the axis before the row).
+    prev_axes = np.vstack(
+        [np.array(_tool_axis(tuple(float(v) for v in start.ee_quat_xyzw)))[None], axes[:-1]]
+    )
+    q7 = float(start.joint_positions_rad[6]) + np.cumsum(np.sum(prev_axes * r, axis=1))
+    if np.any(q7 < limits.wrist_min_rad) or np.any(q7 > limits.wrist_max_rad):
+        return None
     previous = np.vstack([np.asarray(start.ee_position_m, dtype=np.float64)[None], pos[:-1]])
     shoulder = np.asarray(limits.shoulder_m)
     for tcp in (pos, previous):  # the new pose, and the rotation applied at the previous position
@@ -350,6 +371,7 @@ def _plan_rows(
     pos: Vec = tuple(float(x) for x in start.ee_position_m)
     quat: Vec = tuple(float(x) for x in start.ee_quat_xyzw)
     q: Vec = tuple(float(x) for x in start.joint_positions_rad)
+    q7 = q[6]  # ee_delta: joint 7 as the rows' rotations about the tool axis turn it
     q_lo, q_hi = limits.joint_min_rad.tolist(), limits.joint_max_rad.tolist()
     q_step = limits.max_joint_step_rad(period_s).tolist()
     for i, row in enumerate(actions.tolist()):
@@ -367,6 +389,17 @@ def _plan_rows(
             if angle > max_rot:
                 why.append(f"rotation step {angle:.3f} rad")
                 rx, ry, rz = (r * max_rot / angle for r in (rx, ry, rz))
+            ax, ay, az = _tool_axis(quat)
+            twist = rx * ax + ry * ay + rz * az
+            q7_new = q7 + twist
+            if (q7_new < limits.wrist_min_rad and twist < 0) or (q7_new > limits.wrist_max_rad and twist > 0):
+                # keep the rest of the rotation, drop the part about the tool axis
+                why.append(
+                    f"rotation would turn joint 7 to {q7_new:.2f} rad, within {limits.wrist_margin_rad} rad "
+                    "of its limit"
+                )
+                rx, ry, rz = rx - twist * ax, ry - twist * ay, rz - twist * az
+                twist = 0.0
             new_quat = _qmul(_rotvec_quat(rx, ry, rz), quat)
             norm = math.sqrt(sum(x * x for x in new_quat))
             new_quat = tuple(x / norm for x in new_quat)
@@ -383,6 +416,7 @@ def _plan_rows(
                 )
             else:
                 quat = new_quat
+                q7 += twist
             # Alternate projections onto the reach ball and the box (both convex) until a target
             # satisfies both; if none is found, stay where we are.
             projected = False

@@ -17,7 +17,8 @@ Threads:
   even with the heartbeat watchdog off; while it is stuck nobody answers (clients time out), and
   once it turns again ``Health`` reports the stall for ``_LOOP_FAILURE_REPORT_S``.
 
-Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``) are served only
+Motion commands (``SubmitChunk``, ``Reset``, ``GripperCommand``, ``ReleaseEStop``,
+``SetGuidingMode``) are served only
 on a connection that completed the ``Hello`` handshake; stopping (``Stop``, ``EStop``) and queries
 work from anyone.
 
@@ -33,12 +34,13 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import zmq
 
 from pde_contract.codec import CodecError, packb, packb_into, unpackb
+from pde_contract.link import LinkAuthenticator
 from pde_contract.messages import (
     MAX_COMMAND_BYTES,
     MAX_FRAME_BYTES,
@@ -61,7 +63,9 @@ from pde_contract.messages import (
     Reply,
     ReplyPayload,
     Reset,
+    RobotFault,
     ServerInfo,
+    SetGuidingMode,
     Status,
     Stop,
     SubmitChunk,
@@ -77,7 +81,8 @@ log = logging.getLogger(__name__)
 _LOOP_FAILURE_REPORT_S = 10.0  # Health stays not ok this long after the command loop failed
 _MAX_GREETED_CONNECTIONS = 4096  # handshakes remembered (oldest forgotten first)
 # Motion commands: refused from a connection without a completed handshake.
-_NEEDS_HELLO = (SubmitChunk, Reset, GripperCommand, ReleaseEStop)
+_NEEDS_HELLO = (SubmitChunk, Reset, GripperCommand, ReleaseEStop, SetGuidingMode)
+_GUIDING_TIMEOUT_S = 10.0  # a guiding change waits for the arm's motion to stop (FR3: <= 2 s)
 # What to send, for the fields a hand-written client gets wrong most (named in MALFORMED replies).
 _FIELD_HINTS = {
     "action_space": "a string, one of " + ", ".join(repr(s.value) for s in ActionSpace),
@@ -98,6 +103,7 @@ _REQUEST_TAGS: dict[str, type] = {
         Stop,
         EStop,
         ReleaseEStop,
+        SetGuidingMode,
         GetStatus,
         Health,
     )
@@ -124,7 +130,12 @@ class RobotServer:
         self.settings = settings
         self.robot = robot
         self._slots = [_CameraSlot(c) for c in cameras]
-        self._ctx = context or zmq.Context.instance()
+        # With CURVE keys the sockets get a context of their own: its ZAP handler (one per
+        # context) then judges only this server's clients.
+        self._curve = settings.link_curve()
+        self._own_ctx = zmq.Context() if self._curve is not None else None
+        self._ctx = self._own_ctx or context or zmq.Context.instance()
+        self._authenticator: LinkAuthenticator | None = None
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pub_lock = threading.Lock()  # guards the PUB socket and the camera slots
@@ -159,12 +170,17 @@ class RobotServer:
 
     def start(self) -> None:
         s = self.settings
+        if self._curve is not None:
+            self._authenticator = LinkAuthenticator(self._ctx, self._curve.allowed_clients)
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, s.obs_sndhwm)
         self._pub.setsockopt(zmq.LINGER, 0)
-        self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
+        if self._curve is not None:
+            self._curve.apply(self._pub)
+            self._curve.apply(self._router)
+        self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
         # Larger messages make libzmq close the connection unread (no reply; MAX_FRAME_BYTES).
         self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         self._router.bind(f"tcp://{s.host}:{s.cmd_port}")
@@ -198,6 +214,12 @@ class RobotServer:
             if sock is not None:
                 sock.close(linger=0)
         self._pub = self._router = None
+        if self._authenticator is not None:
+            self._authenticator.stop()
+            self._authenticator = None
+        if self._own_ctx is not None:
+            self._own_ctx.term()
+            self._own_ctx = None
 
     def __enter__(self) -> RobotServer:
         self.start()
@@ -514,9 +536,8 @@ class RobotServer:
                     )
                 if snap.resetting:
                     raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
-                threading.Thread(
-                    target=self._run_reset, args=(ident, rid, task, seed), name="reset", daemon=True
-                ).start()
+                timeout_s = self.settings.reset_timeout_s
+                self._answer_later(ident, rid, "reset", lambda: ex.reset(task, seed, timeout_s))
                 return _DEFERRED
             case GripperCommand(width_m=w):
                 ex.gripper(w)
@@ -530,24 +551,33 @@ class RobotServer:
             case ReleaseEStop():
                 ex.release_estop()
                 return Ack()
+            case SetGuidingMode(enabled=enabled):
+                self._answer_later(ident, rid, "guiding", lambda: ex.set_guiding(enabled, _GUIDING_TIMEOUT_S))
+                return _DEFERRED
             case GetStatus():
                 return self.status()
             case Health():
                 return self.health()
         raise SafetyError(ErrorCode.UNKNOWN_COMMAND, f"unhandled command {type(req).__name__}")
 
-    def _run_reset(self, ident: bytes, rid: int, task: str, seed: int | None) -> None:
-        try:
-            self.executor.reset(task, seed, self.settings.reset_timeout_s)
-            reply = Reply(ok=True, payload=Ack(), request_id=rid)
-        except SafetyError as e:
-            reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
-        except Exception as e:  # still one reply per request
-            log.exception("reset failed")
-            reply = Reply(
-                ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
-            )
-        self._deferred.put((ident, reply))
+    def _answer_later(self, ident: bytes, rid: int, what: str, call: Callable[[], None]) -> None:
+        """Run a blocking executor call (reset, guiding change) on its own thread, so the socket
+        keeps serving; its reply goes out from the command thread when it returns."""
+
+        def run() -> None:
+            try:
+                call()
+                reply = Reply(ok=True, payload=Ack(), request_id=rid)
+            except SafetyError as e:
+                reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
+            except Exception as e:  # still one reply per request
+                log.exception("%s failed", what)
+                reply = Reply(
+                    ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
+                )
+            self._deferred.put((ident, reply))
+
+        threading.Thread(target=run, name=what, daemon=True).start()
 
     # --- introspection ----------------------------------------------------------------------------
 
@@ -580,6 +610,10 @@ class RobotServer:
             uptime_s=time.monotonic() - self._started_s,
             last_error=snap.last_error,
             task=snap.task,
+            fault=snap.fault.kind if snap.fault else RobotFault.NONE,
+            fault_detail=snap.fault.detail if snap.fault else "",
+            fault_action=snap.fault.action if snap.fault else "",
+            guiding=snap.guiding,
         )
 
     def health(self) -> HealthInfo:

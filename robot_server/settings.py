@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pde_contract.link import ENV_CLIENTS_DIR, ENV_SERVER_SECRET_KEY, ServerCurve, is_loopback
 from robot_server.safety import ClipPolicy, SafetyLimits
 
 _LIMITS = SafetyLimits()  # the one home of the safety defaults
@@ -23,6 +25,11 @@ class RobotServerSettings(BaseSettings):
     advertise_host: str = ""
     cmd_port: int = Field(default=5556, ge=1, le=65535)
     obs_port: int = Field(default=5555, ge=1, le=65535)
+    # The robot link's CURVE keys (pde_contract/link.py; `pde keys init`): this server's
+    # NAME.key_secret and the folder of the clients' *.key files it accepts. Both or neither;
+    # without them only a loopback host may be bound.
+    link_secret_key: Path | None = None
+    link_clients_dir: Path | None = None
 
     control_rate_hz: float = Field(default=10.0, gt=0, le=100)
     # realtime: one tick per period (demo, operator page, hardware). fast: chunk rows run back to
@@ -61,6 +68,7 @@ class RobotServerSettings(BaseSettings):
     max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0)
     max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0)
     max_tool_tilt_rad: float = Field(default=_LIMITS.max_tool_tilt_rad, gt=0, le=3.1416)
+    wrist_margin_rad: float = Field(default=_LIMITS.wrist_margin_rad, ge=0, lt=1)
     joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0)
     joint_velocity_fraction: float = Field(default=_LIMITS.joint_velocity_fraction, gt=0, le=1)
     max_chunk_steps: int = Field(default=_LIMITS.max_chunk_steps, ge=1)
@@ -79,7 +87,24 @@ class RobotServerSettings(BaseSettings):
         if self.cmd_port == self.obs_port:
             raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")
         self.safety_limits()  # validates the box and ranges, naming the bad value
+        self.link_curve()  # reads the keys now, so a bad file stops the start with its name
         return self
+
+    def link_curve(self) -> ServerCurve | None:
+        """The CURVE keys of both sockets, or None for a plain loopback link."""
+        if self.link_secret_key is None and self.link_clients_dir is None:
+            if not is_loopback(self.host):
+                raise ValueError(
+                    f"host {self.host!r} is not loopback and the robot link has no keys: anyone who "
+                    f"reaches {self.host} could move the arm and watch the cameras. Create keys with "
+                    f"`pde keys init DIR` and set {ENV_SERVER_SECRET_KEY} and {ENV_CLIENTS_DIR} "
+                    "(docs/lab-setup.md), or bind host 127.0.0.1"
+                )
+            return None
+        if self.link_secret_key is None or self.link_clients_dir is None:
+            missing = ENV_SERVER_SECRET_KEY if self.link_secret_key is None else ENV_CLIENTS_DIR
+            raise ValueError(f"{ENV_SERVER_SECRET_KEY} and {ENV_CLIENTS_DIR} go together: set {missing} too")
+        return ServerCurve.from_files(self.link_secret_key, self.link_clients_dir)
 
     def safety_limits(self) -> SafetyLimits:
         return SafetyLimits(
@@ -89,6 +114,7 @@ class RobotServerSettings(BaseSettings):
             max_step_translation_m=self.max_step_translation_m,
             max_step_rotation_rad=self.max_step_rotation_rad,
             max_tool_tilt_rad=self.max_tool_tilt_rad,
+            wrist_margin_rad=self.wrist_margin_rad,
             joint_margin_rad=self.joint_margin_rad,
             joint_velocity_fraction=self.joint_velocity_fraction,
             max_chunk_steps=self.max_chunk_steps,

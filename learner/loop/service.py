@@ -14,6 +14,7 @@ from typing import Any
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer
+from learner.policy_args import POLICY_DESTS, add_policy_args, check_policy_args, load_init_policy
 from pde_storage import ConflictError, Store
 
 log = logging.getLogger("pde.loop")
@@ -41,9 +42,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     p.add_argument("--rollouts-per-prompt", type=int, help="N rollouts per candidate prompt (default 10)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: $PDE_LEARNER_DEVICE or auto)")
+    add_policy_args(p)
     args = p.parse_args(argv)
+    if msg := check_policy_args(args):
+        p.error(msg)
     overrides: dict[str, Any] = {
-        k: v for k, v in vars(args).items() if v is not None and k not in ("tasks", "auto")
+        k: v
+        for k, v in vars(args).items()
+        if v is not None and k not in ("tasks", "auto") and k not in POLICY_DESTS
     }
     if args.tasks:
         overrides["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -54,7 +60,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    _, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
+    args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         settings = LoopSettings(**overrides)
     except ValueError as e:
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from learner.ppo import PPOConfig
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
+    from pde_contract.link import LinkKeyError, client_curve_from_env
 
     try:
         device = resolve_device(settings.device)
@@ -80,6 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
     loaded = checkpoints.latest(device)
+    if loaded is None and args.policy == "pi05":
+        # A first run from a π0.5 checkpoint directory: it becomes version 0 (no SFT needed first).
+        from learner.policies.pi05 import Pi05CheckpointError
+
+        try:
+            checkpoints.save(load_init_policy(args), 0, {"init_from_dir": 1.0})
+        except Pi05CheckpointError as e:
+            print(f"pde loop: {e}", file=sys.stderr)
+            return 2
+        loaded = checkpoints.latest(device)
+    elif loaded is not None and args.policy == "pi05":
+        log.info(
+            "resuming from %s; --init %s is used only when there is no checkpoint", loaded.path, args.init
+        )
     if loaded is None:
         print(
             f"pde loop: no policy checkpoint in {checkpoints.directory}; train the SFT policy first "
@@ -89,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with contextlib.suppress(ConflictError):
         store.add_checkpoint(loaded.version, loaded.path, {k: float(v) for k, v in loaded.metrics.items()})
-    client = RobotClient(settings.robot_cmd_endpoint, name="learner", timeout_s=2.0)
+    try:
+        robot_keys = client_curve_from_env()  # PDE_ROBOT_LINK_*: the robot link's CURVE keys
+    except LinkKeyError as e:
+        print(f"pde loop: {e}", file=sys.stderr)
+        return 2
+    client = RobotClient(settings.robot_cmd_endpoint, name="learner", timeout_s=2.0, curve=robot_keys)
     try:
         info = client.connect()
     except RobotServerError as e:

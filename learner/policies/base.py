@@ -157,6 +157,11 @@ class Policy(nn.Module, ABC):
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything needed to rebuild this policy (config, weights, statistics, caches)."""
 
+    def supervised_loss(self, obs: ObsBatch, prompts: Sequence[str], actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour-cloning loss on demonstration chunks (``actions`` [B, T, D] in action-space
+        units), for SFT; the small policy's lives in learner/sft.py (``sft_loss``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
+
     def value_parameters(self) -> list[nn.Parameter]:
         """Parameters that only the value loss trains (the trainer gives them their own step size:
         a value head starting from scratch after SFT needs a larger one than the action head)."""

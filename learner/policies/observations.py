@@ -14,13 +14,28 @@ from pde_contract.messages import STATE_VECTOR_NAMES, Observation, state_vector
 STATE_DIM = len(STATE_VECTOR_NAMES)
 
 
+def letterbox(image: np.ndarray, size_px: int) -> np.ndarray:
+    """``image`` (H, W, C) scaled to fit a size_px square with its aspect ratio kept, centred on
+    black bars: a 640x480 RealSense frame is not squashed into the square (objects keep their
+    shape, as in the square sim frames the policy was trained on)."""
+    h, w = image.shape[:2]
+    if h == size_px and w == size_px:
+        return image
+    scale = size_px / max(h, w)
+    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA)
+    out = np.zeros((size_px, size_px, *image.shape[2:]), dtype=image.dtype)
+    top, left = (size_px - new_h) // 2, (size_px - new_w) // 2
+    out[top : top + new_h, left : left + new_w] = resized
+    return out
+
+
 def decode_frame(jpeg: bytes, size_px: int) -> np.ndarray:
-    """JPEG -> RGB uint8 [3, size_px, size_px]."""
+    """JPEG -> RGB uint8 [3, size_px, size_px], letterboxed (``letterbox``)."""
     bgr = cv2.imdecode(np.frombuffer(jpeg, dtype=np.uint8), cv2.IMREAD_COLOR)
     if bgr is None:
         raise ValueError("a camera frame is not a decodable JPEG")
-    if bgr.shape[0] != size_px or bgr.shape[1] != size_px:
-        bgr = cv2.resize(bgr, (size_px, size_px), interpolation=cv2.INTER_AREA)
+    bgr = letterbox(bgr, size_px)
     return np.ascontiguousarray(bgr[:, :, ::-1].transpose(2, 0, 1))
 
 

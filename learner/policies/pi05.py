@@ -1,264 +1,369 @@
-"""π0.5 behind the Policy ABC, with the same flow-SDE log-probabilities as the small policy.
+"""π0.5 behind the Policy ABC, with the same flow-SDE chain and log-probabilities as the small policy.
 
-The adapter needs four things from a π0.5 implementation (``Pi05Backbone``): an observation
-embedding shared between prompts, a prefix (images + state + prompt) per prompt, the velocity of
-the action expert for noisy chunks at given flow times (one batched call over all denoising steps),
-and prefix features for the value head. ``LeRobotPi05Backbone`` provides them from LeRobot's
-PI05Policy (Python >= 3.12, the GPU image) loaded from a local directory, and refuses to start when
-the weights did not load: LeRobot prints a message and silently keeps a random initialisation.
+Observation -> policy input, as LeRobot's π0.5 processors do it:
+- cameras: JPEG -> RGB, resized with padding (aspect kept, black bars) to the model's square size,
+  [0, 1] -> [-1, 1]; an image input with no camera (``Pi05Mapping.cameras`` null) is masked out,
+  which is the same as leaving its tokens away, so they are not computed;
+- state: the mapped FR3 entries, normalised with the checkpoint's statistics (QUANTILES: [q01, q99]
+  -> [-1, 1]), cut into 256 bins and written into the prompt
+  ``"Task: <prompt>, State: <bins>;\\nAction: "``, tokenised offline (PaliGemma tokenizer);
+- actions: the first ``action_dim`` of the model's 32 columns, de-normalised with the action
+  statistics. Log-probabilities count only those columns: the padded ones never reach the robot.
 
-Chains live in the model's padded action width (π0.5 pads to ``max_action_dim``); the executed chunk
-is the first ``action_dim`` columns of the last chain state, denormalised.
+The prefix (images + prompt) runs once per sample and prompt; its per-layer keys/values are the
+conditioning (packed into one tensor, as the ABC passes tensors), so sampling and PPO's chain
+evaluation run only the action expert per denoising step.
+
+Training options (``Pi05Options``): bf16 autocast (weights stay float32 for the optimiser),
+gradient checkpointing, and what trains: everything, everything but SigLIP, the action expert only
+(LeRobot's ``train_expert_only``), or LoRA adapters on the attention projections with the rest frozen.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import cv2
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from learner.policies import flow_sde
 from learner.policies.base import ObsBatch, Policy
-from learner.policies.observations import preprocess
-from pde_contract.messages import ActionSpace, Observation
+from learner.policies.observations import STATE_DIM
+from learner.policies.pi05_checkpoint import (
+    FeatureStats,
+    Pi05Checkpoint,
+    Pi05CheckpointError,
+    Pi05Mapping,
+    WeightsNotLoadedError,
+    read_checkpoint,
+    tokenizer_from_json,
+)
+from learner.policies.pi05_model import Pi05Config, Pi05Model, PrefixCache
+from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, state_vector
+
+__all__ = ["Pi05CheckpointError", "Pi05Options", "Pi05Policy", "WeightsNotLoadedError", "load_pi05"]
+
+Trainable = Literal["all", "no_vision", "expert", "lora"]
+STATE_BINS = 256
 
 
-class WeightsNotLoadedError(RuntimeError):
-    """The π0.5 weights are missing or did not load into the model."""
+@dataclass(frozen=True)
+class Pi05Options:
+    """Ours, not the checkpoint's: how the policy samples and trains."""
+
+    flow_steps: int = 5
+    """Denoising steps of the flow-SDE chain (LeRobot samples with 10 ODE steps; PPO needs few)."""
+    noise_level: float = 0.5
+    """Flow-SDE noise level a (learner/policies/flow_sde.py)."""
+    bf16: bool = False
+    """bfloat16 autocast for the network (weights and optimiser state stay float32)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer in backward: less memory, about a third more compute."""
+    trainable: Trainable = "all"
+    """all; no_vision (SigLIP frozen); expert (VLM frozen, as LeRobot's train_expert_only); lora."""
+    lora_rank: int = 16
+    """Rank of the LoRA adapters (trainable='lora')."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the adapter's output is multiplied by alpha / rank."""
+
+    def __post_init__(self) -> None:
+        if self.trainable not in ("all", "no_vision", "expert", "lora"):
+            raise ValueError(f"trainable={self.trainable!r}: use all, no_vision, expert or lora")
+        if self.lora_rank < 1:
+            raise ValueError(f"lora_rank must be >= 1, got {self.lora_rank}")
 
 
-class Pi05Backbone(nn.Module, ABC):
-    chunk_len: int
-    model_action_dim: int  # padded width of the action expert
-    value_feature_dim: int
-    image_size_px: int = 224
-    cameras: tuple[str, ...] = ("external", "wrist")
+class LoRA(nn.Module):
+    """A low-rank update ``alpha/r * B(A(x))`` added to a frozen linear layer's output by a forward
+    hook, so the base layer keeps LeRobot's parameter names. B starts at zero: no change at start."""
 
-    @abstractmethod
-    def embed_observations(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """[B, ...] features shared between prompts (images uint8 [B, C, 3, H, W], state raw)."""
+    def __init__(self, base: nn.Linear, rank: int, alpha: float) -> None:
+        super().__init__()
+        self.A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.B = nn.Parameter(torch.zeros(base.out_features, rank))
+        self.scale = alpha / rank
 
-    @abstractmethod
-    def embed_prefix(self, obs_emb: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
-        """[B, ...] prefix for each sample's prompt; indexable along the batch."""
+    def hook(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
+        x = inputs[0]
+        return output + F.linear(F.linear(x, self.A.to(x.dtype)), self.B.to(x.dtype)) * self.scale
 
-    @abstractmethod
-    def velocity(self, prefix: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """v for noisy chunks x [B, K, T, Dm] at flow times t [K] (1 = noise) -> [B, K, T, Dm]."""
 
-    @abstractmethod
-    def value_features(self, prefix: torch.Tensor) -> torch.Tensor:
-        """[B, value_feature_dim] pooled prefix features for the value head."""
+def resize_with_pad(images: torch.Tensor, size_px: int) -> torch.Tensor:
+    """float [N, 3, H, W] in [0, 1] -> [N, 3, size, size]: bilinear resize keeping the aspect ratio,
+    zero padding centred (openpi's ``resize_with_pad_torch``, which LeRobot's π0.5 uses)."""
+    h, w = images.shape[-2:]
+    if (h, w) == (size_px, size_px):
+        return images
+    ratio = max(w / size_px, h / size_px)
+    rh, rw = int(h / ratio), int(w / ratio)
+    out = F.interpolate(images, size=(rh, rw), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
+    top, left = (size_px - rh) // 2, (size_px - rw) // 2
+    return F.pad(out, (left, size_px - rw - left, top, size_px - rh - top), value=0.0)
+
+
+def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
+    """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep``: the normalised state in 256 bins of
+    [-1, 1] written after the task."""
+    bins = np.digitize(state_norm, bins=np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
+    cleaned = prompt.strip().replace("_", " ").replace("\n", " ")
+    return f"Task: {cleaned}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
 
 
 class Pi05Policy(Policy):
-    def __init__(
-        self,
-        backbone: Pi05Backbone,
-        action_space: ActionSpace = ActionSpace.EE_DELTA,
-        action_dim: int = 7,
-        flow_steps: int = 5,
-        noise_level: float = 0.5,
-        weights_dir: str = "",
-    ) -> None:
+    def __init__(self, checkpoint: Pi05Checkpoint, options: Pi05Options = Pi05Options()) -> None:
         super().__init__()
-        if action_dim > backbone.model_action_dim:
-            raise ValueError(f"action_dim {action_dim} exceeds the model's width {backbone.model_action_dim}")
-        self.backbone = backbone
-        self.action_space = action_space
-        self.chunk_len = backbone.chunk_len
-        self.action_dim = action_dim
-        self.weights_dir = weights_dir
-        self.flow_steps, self.noise_level = flow_steps, noise_level
-        self.schedule = flow_sde.make_schedule(flow_steps, noise_level)
-        h = 256
-        self.value_head = nn.Sequential(nn.Linear(backbone.value_feature_dim, h), nn.Tanh(), nn.Linear(h, 1))
-        self.register_buffer("action_mean", torch.zeros(action_dim))
-        self.register_buffer("action_std", torch.ones(action_dim))
+        cfg = checkpoint.config
+        self.config, self.options, self.mapping = cfg, options, checkpoint.mapping
+        self.image_keys = checkpoint.image_keys
+        self.source_dir = str(checkpoint.directory)
+        self.tokenizer_json = checkpoint.tokenizer_json
+        self._tokenizer = tokenizer_from_json(checkpoint.tokenizer_json, cfg.tokenizer_max_length)
+        self.action_space = checkpoint.mapping.action_space
+        self.chunk_len = cfg.chunk_size
+        self.action_dim = ACTION_DIMS[self.action_space]
+        self.model = Pi05Model(cfg)
+        self.model.set_gradient_checkpointing(options.gradient_checkpointing)
+        self.schedule = flow_sde.make_schedule(options.flow_steps, options.noise_level)
+        self.cameras = tuple(c for c in checkpoint.mapping.cameras if c is not None)
+        self._state_index = [STATE_VECTOR_NAMES.index(n) for n in checkpoint.mapping.state_names]
+        self.stats = {"state": checkpoint.state, "action": checkpoint.action}
+        self.register_buffer("state_offset", torch.from_numpy(checkpoint.state.offset))
+        self.register_buffer("state_scale", torch.from_numpy(checkpoint.state.scale))
+        self.register_buffer("action_offset", torch.from_numpy(checkpoint.action.offset[: self.action_dim]))
+        self.register_buffer("action_scale", torch.from_numpy(checkpoint.action.scale[: self.action_dim]))
+        width = cfg.vlm_dims.width
+        self.value_head = nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1))
+        self.lora = nn.ModuleDict()
+        self._apply_trainable()
 
-    action_mean: torch.Tensor
-    action_std: torch.Tensor
+    state_offset: torch.Tensor
+    state_scale: torch.Tensor
+    action_offset: torch.Tensor
+    action_scale: torch.Tensor
+
+    # --- training options --------------------------------------------------------------------------
+
+    def _apply_trainable(self) -> None:
+        mode = self.options.trainable
+        vlm = self.model.vlm
+        if mode == "no_vision":
+            vlm.vision_tower.requires_grad_(False)
+        elif mode == "expert":
+            vlm.requires_grad_(False)
+        elif mode == "lora":
+            self.model.requires_grad_(False)
+            for name, module in self.model.named_modules():
+                if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in ("q_proj", "v_proj"):
+                    if ".vision_tower." in f".{name}":
+                        continue
+                    adapter = LoRA(module, self.options.lora_rank, self.options.lora_alpha)
+                    self.lora[name.replace(".", "__")] = adapter
+                    module.register_forward_hook(adapter.hook)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if not self.options.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    # --- observation -> tensors ----------------------------------------------------------------------
 
     def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
-        return preprocess(observations, self.backbone.cameras, self.backbone.image_size_px)
+        size = self.config.image_resolution_px
+        images = torch.zeros(len(observations), len(self.cameras), 3, size, size, dtype=torch.uint8)
+        states = np.zeros((len(observations), STATE_DIM), dtype=np.float32)
+        for i, obs in enumerate(observations):
+            frames = {f.name: f for f in obs.cameras}
+            for j, cam in enumerate(self.cameras):
+                if cam not in frames:
+                    raise ValueError(
+                        f"observation {obs.seq} has cameras {sorted(frames)}; the π0.5 mapping needs "
+                        f"{list(self.cameras)} (pde_pi05.json 'cameras')"
+                    )
+                bgr = cv2.imdecode(np.frombuffer(frames[cam].jpeg, dtype=np.uint8), cv2.IMREAD_COLOR)
+                if bgr is None:
+                    raise ValueError(f"observation {obs.seq}: camera {cam!r} frame is not a decodable JPEG")
+                rgb = torch.from_numpy(np.ascontiguousarray(bgr[:, :, ::-1].transpose(2, 0, 1)))
+                padded = resize_with_pad(rgb[None].float() / 255.0, size)[0]
+                images[i, j] = (padded * 255.0).round().to(torch.uint8)
+            states[i] = state_vector(obs.state)
+        return ObsBatch(images=images, state=torch.from_numpy(states))
+
+    def normalize_state(self, state: torch.Tensor) -> torch.Tensor:
+        """Raw FR3 state [B, 15] -> the checkpoint's normalised state [B, S]."""
+        return (state[:, self._state_index] - self.state_offset) / self.state_scale
+
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Action-space units [B, T, D] -> the model's normalised columns [B, T, max_action_dim]."""
+        norm = (actions - self.action_offset) / self.action_scale
+        return F.pad(norm, (0, self.config.max_action_dim - self.action_dim))
+
+    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
+        return actions_norm[..., : self.action_dim] * self.action_scale + self.action_offset
+
+    # --- Policy hooks ----------------------------------------------------------------------------------
 
     def encode_observations(self, obs: ObsBatch) -> torch.Tensor:
-        return self.backbone.embed_observations(obs.images, obs.state)
+        """[B, cameras * image_tokens * width + S]: image tokens and normalised state, flat."""
+        obs = obs.to(self.device)
+        with self._autocast():
+            pixels = obs.images.float() / 255.0 * 2.0 - 1.0
+            tokens = self.model.embed_images(pixels).float()
+        return torch.cat([tokens.flatten(1), self.normalize_state(obs.state)], dim=1)
+
+    def tokenize(self, prompts: Sequence[str], states_norm: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self._tokenizer.encode_batch(
+            [state_prompt(p, s) for p, s in zip(prompts, states_norm, strict=True)]
+        )
+        ids = torch.tensor([e.ids for e in enc], dtype=torch.long, device=self.device)
+        valid = torch.tensor([e.attention_mask for e in enc], dtype=torch.bool, device=self.device)
+        return ids, valid
 
     def condition(self, obs_features: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
-        return self.backbone.embed_prefix(obs_features, prompts)
+        b, s = obs_features.shape[0], self.state_offset.shape[0]
+        width = self.config.vlm_dims.width
+        image_tokens = obs_features[:, :-s].view(b, -1, width)
+        ids, valid = self.tokenize(prompts, obs_features[:, -s:].detach().cpu().numpy())
+        image_valid = torch.ones(b, len(self.cameras), dtype=torch.bool, device=self.device)
+        with self._autocast():
+            prefix = self.model.embed_prefix(image_tokens, image_valid, ids, valid)
+        return pack_prefix(prefix)
 
     def _velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
-        return lambda x, t: self.backbone.velocity(cond, x, t)
+        prefix = unpack_prefix(cond, self.config)
+
+        def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            b, k = x.shape[:2]
+            with self._autocast():
+                v = self.model.velocity(
+                    prefix.repeat_interleave(k), x.reshape(b * k, *x.shape[2:]), t.repeat(b).to(x.device)
+                )
+            return v.float().view(b, k, *x.shape[2:])
+
+        return velocity
 
     def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
         return flow_sde.chain_means(self._velocity_fn(cond), chain, self.schedule)
 
     def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Only the executed columns: the padded ones never reach the robot, and counting them
-        # would add 25 of 32 columns of noise to every ratio.
+        # Only the executed columns: counting the padded 25 of 32 would add their noise to every ratio.
         log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)[..., : self.action_dim]
         ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
         return log_prob, torch.full(log_prob.shape[:1], ent, dtype=log_prob.dtype, device=log_prob.device)
 
     def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
-        return flow_sde.chain_kl(means_p, means_q, self.schedule)
+        d = self.action_dim
+        return flow_sde.chain_kl(means_p[..., :d], means_q[..., :d], self.schedule)
 
     def value(self, cond: torch.Tensor) -> torch.Tensor:
-        return self.value_head(self.backbone.value_features(cond)).squeeze(-1)
+        # Detached: the value loss trains the value head only, the VLM is shaped by the policy loss.
+        pooled = unpack_prefix(cond, self.config).pooled().detach().float()
+        return self.value_head(pooled).squeeze(-1)
 
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        noise = torch.randn(cond.shape[0], self.chunk_len, self.backbone.model_action_dim, device=cond.device)
+        noise = torch.randn(cond.shape[0], self.chunk_len, self.config.max_action_dim, device=cond.device)
         chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
         return chain, log_prob[..., : self.action_dim]
 
-    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
-        return actions_norm[..., : self.action_dim] * self.action_std + self.action_mean
+    def supervised_loss(self, obs: ObsBatch, prompts: Sequence[str], actions: torch.Tensor) -> torch.Tensor:
+        """Flow matching on demonstrations (LeRobot's π0.5 loss, flow times ~ Beta(1.5, 1)), averaged
+        over the executed columns only."""
+        cond = self.condition(self.encode_observations(obs), prompts)
+        prefix = unpack_prefix(cond, self.config)
+        target = self.normalize_actions(actions.to(self.device).float())
+        noise = torch.randn_like(target)
+        t = self.model.sample_time(target.shape[0], target.device)
+        with self._autocast():
+            err = self.model.flow_matching_loss(prefix, target, noise, t)
+        return err[..., : self.action_dim].float().mean()
+
+    # --- checkpoints -----------------------------------------------------------------------------------
+
+    def trainable_state(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """What training changes: trainable parameters, the value head, LoRA and buffers."""
+        frozen = {n for n, p in self.named_parameters() if not p.requires_grad}
+        for name, tensor in self.state_dict().items():
+            if name not in frozen:
+                yield name, tensor
 
     def checkpoint_state(self) -> dict[str, Any]:
+        """Self-contained unless the base is frozen: then only what trains, and the source directory
+        the frozen weights are read from again (a 3B base is not copied into every PPO version)."""
+        partial = self.options.trainable in ("expert", "lora")
+        weights = dict(self.trainable_state()) if partial else self.state_dict()
         return {
             "kind": "pi05",
-            "weights_dir": self.weights_dir,
-            "action_space": self.action_space.value,
-            "action_dim": self.action_dim,
-            "flow_steps": self.flow_steps,
-            "noise_level": self.noise_level,
-            "state_dict": {k: v.detach().cpu().clone() for k, v in self.state_dict().items()},
+            "source_dir": self.source_dir,
+            "partial": partial,
+            "config": self.config.to_json_dict(),
+            "options": asdict(self.options),
+            "mapping": self.mapping.to_json_dict(),
+            "image_keys": list(self.image_keys),
+            "stats": {k: asdict(v) for k, v in self.stats.items()},
+            "tokenizer_json": self.tokenizer_json,
+            "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
         }
 
     @classmethod
     def from_checkpoint_state(cls, state: dict[str, Any]) -> Pi05Policy:
-        policy = load_pi05(
-            state["weights_dir"],
-            ActionSpace(state["action_space"]),
-            int(state["action_dim"]),
-            int(state["flow_steps"]),
-            float(state["noise_level"]),
+        ckpt = Pi05Checkpoint(
+            directory=Path(state["source_dir"]),
+            config=Pi05Config.from_json_dict(state["config"]),
+            image_keys=tuple(state["image_keys"]),
+            state=FeatureStats(**state["stats"]["state"]),
+            action=FeatureStats(**state["stats"]["action"]),
+            mapping=Pi05Mapping.from_json_dict(state["mapping"]),
+            tokenizer_json=state["tokenizer_json"],
         )
-        policy.load_state_dict(state["state_dict"])
+        policy = cls(ckpt, Pi05Options(**state["options"]))
+        if state["partial"]:
+            ckpt.load_weights(policy.model)
+            missing = set(dict(policy.trainable_state())) - set(state["state_dict"])
+            if missing:
+                raise WeightsNotLoadedError(f"the policy checkpoint lacks {sorted(missing)[:3]}")
+            policy.load_state_dict(state["state_dict"], strict=False)
+        else:
+            policy.load_state_dict(state["state_dict"])
         return policy
 
 
-# --- LeRobot ------------------------------------------------------------------------------------
+def pack_prefix(prefix: PrefixCache) -> torch.Tensor:
+    """PrefixCache -> one float32 tensor [B, L, depth * 2 * kv_heads * head_dim + width + 1]
+    (indexable along the batch, as the Policy ABC passes conditionings)."""
+    b, length = prefix.pad.shape
+    parts = [t.transpose(1, 2).reshape(b, length, -1).float() for kv in prefix.kv for t in kv]
+    return torch.cat([*parts, prefix.hidden.float(), prefix.pad.unsqueeze(-1).float()], dim=-1)
 
 
-def check_weights_loaded(
-    model_keys: Sequence[str], file_keys: Sequence[str], min_fraction: float = 0.99
-) -> None:
-    """Raise unless (almost) every model parameter has a tensor in the weights file."""
-    if not file_keys:
-        raise WeightsNotLoadedError("the weights file holds no tensors")
-    strip = {k.removeprefix("model.") for k in file_keys}
-    covered = [k for k in model_keys if k.removeprefix("model.") in strip]
-    fraction = len(covered) / max(1, len(model_keys))
-    if fraction < min_fraction:
-        missing = [k for k in model_keys if k.removeprefix("model.") not in strip][:5]
-        raise WeightsNotLoadedError(
-            f"only {fraction:.1%} of the model's parameters are in the weights file "
-            f"(missing e.g. {missing}); refusing to run a randomly initialised π0.5"
+def unpack_prefix(packed: torch.Tensor, cfg: Pi05Config) -> PrefixCache:
+    dims = cfg.vlm_dims
+    b, length, _ = packed.shape
+    per = dims.num_kv_heads * dims.head_dim
+    kv = []
+    for layer in range(dims.depth):
+        k, v = (
+            packed[..., (2 * layer + i) * per : (2 * layer + i + 1) * per]
+            .reshape(b, length, dims.num_kv_heads, dims.head_dim)
+            .transpose(1, 2)
+            for i in (0, 1)
         )
+        kv.append((k, v))
+    start = 2 * dims.depth * per
+    return PrefixCache(kv=kv, hidden=packed[..., start : start + dims.width], pad=packed[..., -1] > 0.5)
 
 
-class LeRobotPi05Backbone(Pi05Backbone):  # pragma: no cover - needs lerobot (Python >= 3.12) and weights
-    """LeRobot's PI05Policy from a local directory (config.json + model.safetensors + processor).
-
-    The prefix (SigLIP image tokens + prompt/state tokens) is embedded per prompt; the velocity runs the
-    joint prefix+suffix forward used in LeRobot's training path, so gradients reach the whole model."""
-
-    def __init__(self, weights_dir: Path, device: str = "cuda") -> None:
-        super().__init__()
-        try:
-            from lerobot.policies.factory import make_pre_post_processors
-            from lerobot.policies.pi05 import PI05Policy
-            from safetensors import safe_open
-        except ImportError as e:
-            raise RuntimeError(
-                f"the π0.5 adapter needs LeRobot with the 'pi' extra (Python >= 3.12, the GPU image): {e}"
-            ) from e
-        self.policy = PI05Policy.from_pretrained(str(weights_dir), local_files_only=True).to(device)
-        with safe_open(str(weights_dir / "model.safetensors"), framework="pt") as f:
-            file_keys = list(f.keys())
-        check_weights_loaded(list(self.policy.state_dict().keys()), file_keys)
-        self.preprocessor, _ = make_pre_post_processors(self.policy.config, str(weights_dir))
-        cfg = self.policy.config
-        self.chunk_len = int(cfg.chunk_size)
-        self.model_action_dim = int(cfg.max_action_dim)
-        self.image_size_px = int(cfg.image_resolution[0])
-        self.value_feature_dim = int(
-            self.policy.model.paligemma_with_expert.paligemma.config.text_config.hidden_size
-        )
-        self.device = device
-
-    def embed_observations(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        # [B, C*3*H*W + S]: the camera images and state travel together until the prompt is known
-        return torch.cat([images.flatten(1).float(), state], dim=1).to(self.device)
-
-    def embed_prefix(self, obs_emb: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
-        b = obs_emb.shape[0]
-        n_img = len(self.cameras) * 3 * self.image_size_px**2
-        images = (
-            obs_emb[:, :n_img].view(b, len(self.cameras), 3, self.image_size_px, self.image_size_px) / 255.0
-        )
-        state = obs_emb[:, n_img:]
-        keys = list(self.policy.config.image_features)
-        batch: dict[str, Any] = {k: images[:, i] for i, k in enumerate(keys[: len(self.cameras)])}
-        batch.update({"observation.state": state, "task": list(prompts)})
-        batch = self.preprocessor(batch)
-        imgs, img_masks = self.policy._preprocess_images(batch)
-        tokens, masks = batch["observation.language.tokens"], batch["observation.language.attention_mask"]
-        embs, pad, att = self.policy.model.embed_prefix(imgs, img_masks, tokens, masks)
-        return torch.cat([embs.float(), pad.unsqueeze(-1).float(), att.unsqueeze(-1).float()], dim=-1)
-
-    def velocity(self, prefix: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        from lerobot.policies.pi05.modeling_pi05 import make_att_2d_masks, prepare_attention_masks_4d
-
-        b, k = x.shape[:2]
-        model = self.policy.model
-        rep = prefix.repeat_interleave(k, dim=0)
-        embs, pad, att = rep[..., :-2], rep[..., -2].bool(), rep[..., -1].bool()
-        x_flat = x.reshape(b * k, *x.shape[2:])
-        time = t.repeat(b).to(x.device)
-        suffix_embs, suffix_pad, suffix_att, adarms_cond = model.embed_suffix(x_flat, time)
-        pad_all = torch.cat([pad, suffix_pad], dim=1)
-        att_all = torch.cat([att, suffix_att], dim=1)
-        masks_4d = prepare_attention_masks_4d(make_att_2d_masks(pad_all, att_all))
-        position_ids = torch.cumsum(pad_all, dim=1) - 1
-        (_, suffix_out), _ = model.paligemma_with_expert.forward(
-            attention_mask=masks_4d,
-            position_ids=position_ids,
-            past_key_values=None,
-            inputs_embeds=[embs.to(suffix_embs.dtype), suffix_embs],
-            use_cache=False,
-            adarms_cond=[None, adarms_cond],
-        )
-        v = model.action_out_proj(suffix_out[:, -self.chunk_len :].float())
-        return v.reshape(b, k, self.chunk_len, -1)
-
-    def value_features(self, prefix: torch.Tensor) -> torch.Tensor:
-        pad = prefix[..., -2:-1]
-        return (prefix[..., :-2] * pad).sum(1) / pad.sum(1).clamp(min=1.0)
-
-
-def load_pi05(
-    weights_dir: str | Path,
-    action_space: ActionSpace = ActionSpace.EE_DELTA,
-    action_dim: int = 7,
-    flow_steps: int = 5,
-    noise_level: float = 0.5,
-    device: str = "cuda",
-) -> Pi05Policy:
-    """π0.5 from a local directory; raises a clear error when it is missing or the weights do not load."""
-    path = Path(weights_dir)
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"π0.5 weights directory {path} does not exist; download the checkpoint on a machine with "
-            "internet access and copy it there (config.json, model.safetensors, processor files)"
-        )
-    if not (path / "model.safetensors").is_file():
-        raise WeightsNotLoadedError(f"{path} has no model.safetensors: refusing to run an uninitialised π0.5")
-    backbone = LeRobotPi05Backbone(path, device)
-    return Pi05Policy(backbone, action_space, action_dim, flow_steps, noise_level, weights_dir=str(path))
+def load_pi05(directory: str | Path, options: Pi05Options = Pi05Options()) -> Pi05Policy:
+    """π0.5 from a checkpoint directory (learner/policies/pi05_checkpoint.py), its weights loaded;
+    Pi05CheckpointError (or WeightsNotLoadedError) with what to do when anything is missing."""
+    ckpt = read_checkpoint(directory)
+    policy = Pi05Policy(ckpt, options)
+    ckpt.load_weights(policy.model)
+    policy.eval()
+    return policy

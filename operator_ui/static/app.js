@@ -171,16 +171,49 @@ function showAwaiting(ep) {
 function updateButtons() {
   $("#start").disabled = !connected || current.phase !== "awaiting_start";
   $("#abort").disabled = !connected || current.phase !== "running";
-  const canLabel = connected && awaiting !== null;
+  const canLabel = connected && awaiting !== null && pending === null;
+  $("#discard-awaiting").disabled = !canLabel;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
   $("#release").disabled = !connected;
   for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel;
+  for (const b of document.querySelectorAll("#detail .reasonbar button")) if (b.id !== "discard") b.disabled = !connected;
 }
 
 function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
+// A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
+// Undo button takes it back. Leaving the page sends it at once.
+const UNDO_MS = 3000;
+let pending = null;  // { episodeId, success, reason, timer }
 function labelAwaiting(success, episodeId) {
-  if (!awaiting || !connected || episodeId !== awaiting.id) return;
-  act(() => post(`/api/episodes/${episodeId}/label`, { success }), `episode #${episodeId} labelled ${success ? "success" : "failure"}`);
+  if (!awaiting || !connected || episodeId !== awaiting.id || pending) return;
+  const reason = $("#label-reason").value.trim();
+  pending = { episodeId, success, reason, timer: setTimeout(sendPending, UNDO_MS) };
+  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${UNDO_MS / 1000} s`;
+  $("#pending").hidden = false;
+  updateButtons();
+}
+function sendPending() {
+  const p = pending; if (!p) return;
+  clearTimeout(p.timer); pending = null; $("#pending").hidden = true;
+  $("#label-reason").value = "";
+  act(() => post(`/api/episodes/${p.episodeId}/label`, { success: p.success, reason: p.reason }), `episode #${p.episodeId} labelled ${p.success ? "success" : "failure"}`).finally(updateButtons);
+}
+function undoPending() {
+  if (!pending) return;
+  clearTimeout(pending.timer);
+  toast(`label of #${pending.episodeId} undone: nothing was sent`);
+  pending = null; $("#pending").hidden = true; updateButtons();
+}
+window.addEventListener("pagehide", () => {
+  if (!pending) return;
+  const tok = tokenInput.value.trim();
+  fetch(`/api/episodes/${pending.episodeId}/label`, { method: "POST", keepalive: true, body: JSON.stringify({ success: pending.success, reason: pending.reason }),
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + tok } });
+});
+function discardAwaiting() {
+  if (!awaiting) return;
+  const id = awaiting.id, reason = $("#label-reason").value.trim() || "bad reset";
+  act(() => post(`/api/episodes/${id}/discard`, { reason }), `episode #${id} discarded (${reason}); restore it from its history entry`);
 }
 function estop() {
   act(async () => {
@@ -192,6 +225,8 @@ $("#start").onclick = startEpisode;
 $("#abort").onclick = () => act(() => post("/api/loop/abort"), "abort requested");
 $("#label-success").onclick = (ev) => labelAwaiting(true, Number(ev.currentTarget.dataset.episodeId));
 $("#label-failure").onclick = (ev) => labelAwaiting(false, Number(ev.currentTarget.dataset.episodeId));
+$("#undo-label").onclick = undoPending;
+$("#discard-awaiting").onclick = discardAwaiting;
 $("#estop").onclick = estop;
 $("#release").onclick = () => act(() => post("/api/robot/release"), "e-stop released");
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
@@ -207,15 +242,50 @@ document.addEventListener("keydown", (ev) => {
   else if (ev.key === "Enter") { ev.preventDefault(); startEpisode(); }
   else if (ev.key === "s" && awaiting) labelAwaiting(true, awaiting.id);
   else if (ev.key === "f" && awaiting) labelAwaiting(false, awaiting.id);
+  else if (ev.key === "u") undoPending();
 });
 
 // --- history and detail -----------------------------------------------------------------------
+// Paged newest first: `pageStack` holds the before_id of each page shown so far (null: newest).
+const PAGE_SIZE = 50;
+let pageStack = [null];
+let lastPage = [];
+function historyQuery() {
+  const q = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  for (const [id, key] of [["#f-task", "task"], ["#f-prompt", "prompt_id"], ["#f-stage", "stage"], ["#f-label", "label"], ["#f-status", "status"]]) {
+    if ($(id).value) q.set(key, $(id).value);
+  }
+  const before = pageStack[pageStack.length - 1];
+  if (before !== null) q.set("before_id", String(before));
+  return q;
+}
 async function refreshHistory() {
-  const eps = await api("/api/episodes?limit=50");
-  $("#history tbody").innerHTML = eps.map((e) => `<tr data-episode-id="${e.id}">
+  const eps = await api("/api/episodes?" + historyQuery());
+  lastPage = eps;
+  $("#history tbody").innerHTML = eps.map((e) => `<tr data-episode-id="${e.id}" class="${e.status === "discarded" ? "discarded" : ""}">
     <td>${e.id}</td><td>${esc(e.task)}</td><td>${esc(e.rollout_prompt)}</td><td>${e.stage}</td><td>v${e.policy_version}</td>
-    <td title="${esc(e.abort_reason)}">${e.status}${e.abort_reason ? " ⚠" : ""}</td><td>${fmtLabel(e.success)}</td><td>${fmtLabel(e.vlm_proposal)}</td></tr>`).join("");
-  for (const tr of document.querySelectorAll("#history tbody tr")) tr.onclick = () => showDetail(Number(tr.dataset.episodeId));
+    <td title="${esc(e.abort_reason || e.discard_reason)}">${e.status}${e.abort_reason ? " ⚠" : ""}${e.note ? " ✎" : ""}</td><td>${fmtLabel(e.success)}</td><td>${fmtLabel(e.vlm_proposal)}${disagree(e)}</td></tr>`).join("")
+    || '<tr><td colspan="8" class="muted">no episodes match</td></tr>';
+  for (const tr of document.querySelectorAll("#history tbody tr[data-episode-id]")) tr.onclick = () => showDetail(Number(tr.dataset.episodeId));
+  $("#page-info").textContent = eps.length ? `page ${pageStack.length} · #${eps[0].id}–#${eps[eps.length - 1].id}` : `page ${pageStack.length}`;
+  $("#page-older").disabled = eps.length < PAGE_SIZE;
+  $("#page-newest").disabled = pageStack.length === 1;
+}
+// Operator and VLM disagree: flagged so the VLM's reasoning can be checked against the video.
+const disagree = (e) => (e.success !== null && e.vlm_proposal !== null && e.success !== e.vlm_proposal ? ' <span class="flag" title="operator and VLM disagree">≠</span>' : "");
+function resetPaging() { pageStack = [null]; refreshHistory().catch(() => {}); }
+$("#page-older").onclick = () => { if (lastPage.length) { pageStack.push(lastPage[lastPage.length - 1].id); refreshHistory().catch(() => {}); } };
+$("#page-newest").onclick = resetPaging;
+for (const id of ["#f-prompt", "#f-stage", "#f-label", "#f-status"]) $(id).onchange = resetPaging;
+$("#f-task").onchange = async () => {
+  const task = $("#f-task").value;
+  const ps = task ? await api(`/api/tasks/${encodeURIComponent(task)}/prompts`) : [];
+  $("#f-prompt").innerHTML = '<option value="">all prompts</option>' + ps.map((p) => `<option value="${p.id}">${esc(p.text)} (${p.status})</option>`).join("");
+  resetPaging();
+};
+function fillTaskFilter(tasks) {
+  const sel = $("#f-task"), have = new Set([...sel.options].map((o) => o.value));
+  for (const t of tasks) if (!have.has(t.name)) sel.insertAdjacentHTML("beforeend", `<option value="${esc(t.name)}">${esc(t.name)}</option>`);
 }
 
 let detailId = null;
@@ -228,24 +298,38 @@ async function showDetail(id) {
   if (firstOpen) {
     $("#detail-videos").innerHTML = Object.entries(e.videos).map(([cam, url]) =>
       `<figure><video controls muted preload="auto" data-camera="${esc(cam)}" src="${url}"></video><figcaption>${esc(cam)}</figcaption></figure>`).join("") || '<p class="muted">no video (the episode did not end)</p>';
+    $("#note").value = e.note;
   }
   $("#detail-labels tbody").innerHTML = e.labels.map((l) => `<tr><td>${new Date(l.created_at).toLocaleString()}</td><td>${l.source}${l.authoritative ? "" : " (proposal)"}</td><td>${fmtLabel(l.success)}</td><td>${esc(l.reason)}</td></tr>`).join("");
+  const discarded = e.status === "discarded";
+  $("#detail-discarded").hidden = !discarded;
+  $("#detail-discarded").textContent = discarded ? `Discarded ${new Date(e.discarded_at).toLocaleString()}: ${e.discard_reason} — not used for training or statistics.` : "";
+  $("#discard").hidden = discarded; $("#discard-reason").hidden = discarded; $("#restore").hidden = !discarded;
+  $("#discard").disabled = !["awaiting_label", "labelled", "aborted"].includes(e.status);
   detailCanRelabel = e.status === "labelled" || e.status === "awaiting_label";
   updateButtons();
   if (firstOpen) $("#detail").scrollIntoView({ behavior: "instant", block: "nearest" });
 }
 function relabel(success) {
   if (detailId === null) return;
-  const id = detailId;
-  act(async () => { const r = await post(`/api/episodes/${id}/relabel`, { success, reason: "relabelled on the page" }); await showDetail(id); return r; }, `episode ${id} relabelled`);
+  const id = detailId, reason = $("#relabel-reason").value.trim() || "relabelled on the page";
+  act(async () => { const r = await post(`/api/episodes/${id}/relabel`, { success, reason }); $("#relabel-reason").value = ""; await showDetail(id); return r; }, `episode ${id} relabelled`);
 }
 $("#relabel-success").onclick = () => relabel(true);
 $("#relabel-failure").onclick = () => relabel(false);
+$("#discard").onclick = () => {
+  const id = detailId, reason = $("#discard-reason").value.trim();
+  if (!reason) { toast("say why the episode is discarded (e.g. bad reset); nothing was changed"); $("#discard-reason").focus(); return; }
+  act(async () => { const r = await post(`/api/episodes/${id}/discard`, { reason }); $("#discard-reason").value = ""; await showDetail(id); return r; }, `episode ${id} discarded; restore undoes it`);
+};
+$("#restore").onclick = () => { const id = detailId; act(async () => { const r = await post(`/api/episodes/${id}/restore`); await showDetail(id); return r; }, `episode ${id} restored`); };
+$("#save-note").onclick = () => { const id = detailId; act(() => api(`/api/episodes/${id}/note`, { method: "PUT", body: JSON.stringify({ note: $("#note").value }) }), `note on episode ${id} saved`); };
 $("#detail-close").onclick = () => { detailId = null; $("#detail").hidden = true; $("#detail-videos").innerHTML = ""; };
 
 // --- pools and curves ---------------------------------------------------------------------------
 async function refreshPools() {
   const tasks = await api("/api/tasks");
+  fillTaskFilter(tasks);
   const parts = await Promise.all(tasks.map(async (t) => {
     const ps = await api(`/api/tasks/${encodeURIComponent(t.name)}/prompts`);
     const rows = ps.map((p) => `<tr data-prompt-id="${p.id}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>

@@ -4,11 +4,12 @@ target that the safety layer already checked; backends never see raw client inpu
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from pde_contract.messages import RobotState
+from pde_contract.messages import RobotFault, RobotState
 
 
 class RobotError(RuntimeError):
@@ -27,6 +28,22 @@ class RobotTarget:
     ee_position_m: np.ndarray | None = None  # [3] base frame
     ee_quat_xyzw: np.ndarray | None = None  # [4]
     joint_positions_rad: np.ndarray | None = None  # [7]
+
+
+@dataclass(frozen=True, slots=True)
+class FaultReport:
+    """A backend fault as the server reports it in ``Status``."""
+
+    kind: RobotFault
+    detail: str  # what happened
+    # What an operator must do before motion resumes; "" when the backend recovers by itself.
+    action: str = ""
+    time_s: float = field(default_factory=time.monotonic)
+
+    @property
+    def latched(self) -> bool:
+        """Motion stays refused until the operator acts and resets (home)."""
+        return bool(self.action)
 
 
 class Robot(abc.ABC):
@@ -64,6 +81,21 @@ class Robot(abc.ABC):
     def task_success(self) -> bool | None:
         """The current task's success check, where the backend can judge it (simulator only)."""
         return None
+
+    def idle(self, period_s: float) -> None:
+        """A control tick with no target (guiding, a latched fault). A simulator advances its
+        physics by ``period_s``; hardware has nothing to do."""
+        return None
+
+    def fault(self) -> FaultReport | None:
+        """The backend's current or most recent fault (None: none). A latched one refuses motion
+        until ``home()``; the executor then drops chunks and stops commanding targets."""
+        return None
+
+    def set_guiding(self, enabled: bool) -> None:
+        """Stop commanding the arm so an operator can move it by hand (``enabled``), or end that.
+        The executor calls it with no chunk running and sends no targets while guiding."""
+        raise RobotError(f"the {self.name} backend has no guiding mode")
 
     def __enter__(self) -> Robot:
         self.connect()

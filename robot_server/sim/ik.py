@@ -8,8 +8,12 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from robot_server.safety import SafetyLimits
 from robot_server.sim import fr3
 from robot_server.sim.rotations import mat_to_quat_wxyz, rotation_error_wxyz
+
+# The IK's own answers keep the margin the safety layer keeps joint targets at (by default).
+IK_JOINT_MARGIN_RAD = SafetyLimits().joint_margin_rad
 
 
 class DifferentialIK:
@@ -61,7 +65,10 @@ class DifferentialIK:
         ends further than that from ``q_seed`` (a velocity limit times the control period): the
         answer is then the best reachable within one tick, never a jump to another configuration."""
         q = np.clip(np.asarray(q_seed, dtype=np.float64).copy(), fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD)
-        lower, upper = fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD
+        # Every joint stays IK_JOINT_MARGIN_RAD inside its limits (as the safety layer keeps joint
+        # targets): a joint already closer may stay or move out, never further in.
+        lower = np.minimum(fr3.JOINT_LOWER_RAD + IK_JOINT_MARGIN_RAD, q)
+        upper = np.maximum(fr3.JOINT_UPPER_RAD - IK_JOINT_MARGIN_RAD, q)
         if max_step_rad is not None:
             lower, upper = np.maximum(lower, q - max_step_rad), np.minimum(upper, q + max_step_rad)
         lam2 = self.damping**2 * np.eye(6)

@@ -1,6 +1,10 @@
-"""docker-compose.yml: Debian's docker-compose (v1) parses it, required variables fail loudly, and
-every service command in it starts as a plain process with the compose environment and answers
-its own healthcheck (PostgreSQL: a real server started here; robot backend: sim)."""
+"""The compose stacks (docker-compose.yml on one machine; docker-compose.robot.yml and
+docker-compose.workstation.yml on two, all over docker/compose.services.yml): Debian's
+docker-compose (v1) parses each with every profile, required variables fail loudly, and every
+service command starts as a plain process with its stack's environment and answers its own
+healthcheck (PostgreSQL: a real server started here; robot backend: sim; the two-machine layout
+over the CURVE robot link with keys from `pde keys init`). No image is built: CI has no Docker
+engine."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +20,38 @@ import psycopg
 import pytest
 import yaml
 
+from pde.keys import DEFAULT_CLIENTS
+from pde.keys import init as keys_init
 from pde.procs import ProcessGroup
+from pde_contract.client import RobotClient, RobotServerError
+from pde_contract.messages import ErrorCode
 from tests.helpers import REPO_ROOT, free_port, pde_command, subprocess_env
 from tests.storage.postgres import find_pg_bin, postgres_server
 
-COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+SINGLE, ROBOT, WORKSTATION = (
+    "docker-compose.yml",
+    "docker-compose.robot.yml",
+    "docker-compose.workstation.yml",
+)
+STACKS = (SINGLE, ROBOT, WORKSTATION)
 DOCKER_COMPOSE = shutil.which("docker-compose")
-REQUIRED = ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", "ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
+ROBOT_REQUIRED = ("ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
+REQUIRED = {
+    SINGLE: ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", *ROBOT_REQUIRED),
+    ROBOT: (*ROBOT_REQUIRED, "ROBOT_LINK_HOST", "LINK_KEYS_DIR"),
+    WORKSTATION: ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", "ROBOT_PC_HOST", "LINK_KEYS_DIR"),
+}
+# What each stack runs whatever the profiles (sim_setup and vllm are behind theirs).
+ALWAYS = {
+    SINGLE: {"postgres", "robot_server", "learner", "supervisor", "operator_ui"},
+    ROBOT: {"robot_server"},
+    WORKSTATION: {"postgres", "learner", "supervisor", "operator_ui"},
+}
+PROFILES = {
+    SINGLE: ("", "sim", "vllm", "sim,vllm"),
+    ROBOT: ("",),
+    WORKSTATION: ("", "sim", "vllm", "sim,vllm"),
+}
 # Not plain `pde` processes: the database and the VLM server are other images. (docker-compose v1
 # `config` lists every service whatever the profiles; their `profiles` key says which.)
 OTHER_IMAGES = {"postgres", "vllm"}
@@ -33,7 +62,13 @@ needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compos
 def env_file(tmp_path: Path, **values: str) -> Path:
     """.env.example with the required blanks filled and ``values`` applied ('' removes a line)."""
     lines = []
-    filled = {"POSTGRES_PASSWORD": "pw-" + "x" * 20, "PDE_UI_TOKEN": "tok-" + "y" * 24}
+    filled = {
+        "POSTGRES_PASSWORD": "pw-" + "x" * 20,
+        "PDE_UI_TOKEN": "tok-" + "y" * 24,
+        "ROBOT_LINK_HOST": "0.0.0.0",
+        "ROBOT_PC_HOST": "192.0.2.10",
+        "LINK_KEYS_DIR": str(tmp_path / "keys"),
+    }
     filled.update(values)
     for line in (REPO_ROOT / ".env.example").read_text().splitlines():
         key = line.split("=", 1)[0].strip()
@@ -47,14 +82,16 @@ def env_file(tmp_path: Path, **values: str) -> Path:
     return path
 
 
-def compose(env_path: Path, *args: str, profiles: str = "") -> subprocess.CompletedProcess[str]:
+def compose(
+    env_path: Path, *args: str, profiles: str = "", stack: str = SINGLE
+) -> subprocess.CompletedProcess[str]:
     assert DOCKER_COMPOSE is not None
     # Only what the .env file says: variables of the test's own shell must not leak in.
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     if profiles:
         env["COMPOSE_PROFILES"] = profiles
     return subprocess.run(
-        [DOCKER_COMPOSE, "--env-file", str(env_path), "-f", str(COMPOSE_FILE), *args],
+        [DOCKER_COMPOSE, "--env-file", str(env_path), "-f", str(REPO_ROOT / stack), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -62,22 +99,29 @@ def compose(env_path: Path, *args: str, profiles: str = "") -> subprocess.Comple
     )
 
 
-def config(env_path: Path, profiles: str = "") -> dict[str, Any]:
-    r = compose(env_path, "config", profiles=profiles)
+def config(env_path: Path, profiles: str = "", stack: str = SINGLE) -> dict[str, Any]:
+    r = compose(env_path, "config", profiles=profiles, stack=stack)
     assert r.returncode == 0, r.stderr
     doc: dict[str, Any] = yaml.safe_load(r.stdout)
     return doc
 
 
 @needs_compose
-def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_stack_validates_with_each_profile(tmp_path: Path, stack: str) -> None:
     env = env_file(tmp_path)
-    for profiles in ("", "sim", "vllm", "sim,vllm"):
-        config(env, profiles)
-    services = config(env)["services"]
-    # Always on: the database and the five services; behind a profile: the sim setup and the VLM.
+    for profiles in PROFILES[stack]:
+        config(env, profiles, stack)
+    services = config(env, stack=stack)["services"]
     always = {n for n, s in services.items() if not s.get("profiles")}
-    assert always == {"postgres", "robot_server", "learner", "supervisor", "operator_ui"}
+    assert always == ALWAYS[stack]
+    assert set(services) - always == ({"sim_setup", "vllm"} if stack != ROBOT else set())
+
+
+@needs_compose
+def test_single_machine_stack(tmp_path: Path) -> None:
+    env = env_file(tmp_path)
+    services = config(env)["services"]
     assert services["sim_setup"]["profiles"] == ["sim"]
     assert services["sim_setup"]["command"][:2] == ["demo", "--prepare-only"]
     assert services["vllm"]["profiles"] == ["vllm"]
@@ -86,9 +130,22 @@ def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
     robot = services["robot_server"]
     assert robot["network_mode"] == "host"
     assert robot["ulimits"]["rtprio"] == 99 and robot["ulimits"]["memlock"] == -1
-    assert "/dev/bus/usb:/dev/bus/usb" in robot["devices"]
+    # USB bind-mounted (a reset camera's new device node appears), udev read-only, any USB device.
+    assert "/dev/bus/usb:/dev/bus/usb:rw" in robot["volumes"] and "/run/udev:/run/udev:ro" in robot["volumes"]
+    assert robot["device_cgroup_rules"] == ["c 189:* rmw"] and "devices" not in robot
+    # Everything on loopback: no keys needed.
+    assert robot["environment"]["PDE_ROBOT_HOST"] == "127.0.0.1"
+    assert not any(k.startswith("PDE_ROBOT_LINK") for k in robot["environment"])
+    # One GPU each by index, vLLM pinned with a memory share.
     gpu = services["learner"]["deploy"]["resources"]["reservations"]["devices"][0]
-    assert gpu["capabilities"] == ["gpu"]
+    assert gpu["capabilities"] == ["gpu"] and gpu["device_ids"] == ["0"]
+    vllm_gpu = services["vllm"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert vllm_gpu["device_ids"] == ["1"]
+    assert services["vllm"]["image"] == "vllm/vllm-openai:v0.10.0"
+    assert "--gpu-memory-utilization=0.85" in services["vllm"]["command"]
+    shared = config(env_file(tmp_path, VLLM_GPU="0", VLLM_GPU_MEMORY_UTILIZATION="0.4"))["services"]["vllm"]
+    assert shared["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0"]
+    assert "--gpu-memory-utilization=0.4" in shared["command"]
     # ... and the learner uses it (no quiet CPU fallback), unless LEARNER_DEVICE says otherwise.
     assert services["learner"]["environment"]["PDE_LEARNER_DEVICE"] == "cuda"
     learner_env = config(env_file(tmp_path, LEARNER_DEVICE=""))["services"]["learner"]["environment"]
@@ -97,16 +154,49 @@ def test_compose_file_validates_with_each_profile(tmp_path: Path) -> None:
 
 
 @needs_compose
-@pytest.mark.parametrize("missing", REQUIRED)
-def test_required_variables_fail_loudly(tmp_path: Path, missing: str) -> None:
-    r = compose(env_file(tmp_path, **{missing: ""}), "config")
+def test_two_machine_stacks(tmp_path: Path) -> None:
+    env = env_file(tmp_path)
+    robot = config(env, stack=ROBOT)["services"]["robot_server"]
+    renv = robot["environment"]
+    # The lab LAN with keys; the FCI's host network and the real-time limits as on one machine.
+    assert renv["PDE_ROBOT_HOST"] == "0.0.0.0"
+    assert renv["PDE_ROBOT_LINK_SECRET_KEY"] == "/keys/server.key_secret"
+    assert renv["PDE_ROBOT_LINK_CLIENTS_DIR"] == "/keys/clients"
+    assert f"{tmp_path / 'keys'}:/keys:ro" in robot["volumes"]
+    assert robot["network_mode"] == "host" and robot["ulimits"]["rtprio"] == 99
+    assert renv["PDE_ROBOT_RT_PRIORITY"] == "80"
+    assert "PDE_DATABASE_URL" not in renv  # the robot PC has no database
+    ws = config(env, stack=WORKSTATION)["services"]
+    for name in ("learner", "operator_ui"):
+        wenv = ws[name]["environment"]
+        assert wenv["PDE_ROBOT_CMD_ENDPOINT"] == "tcp://192.0.2.10:5556"
+        assert wenv["PDE_ROBOT_LINK_SERVER_KEY"] == "/keys/server.key"
+        assert wenv["PDE_ROBOT_LINK_CLIENT_KEY"].startswith("/keys/")
+        assert f"{tmp_path / 'keys'}:/keys:ro" in ws[name]["volumes"]
+    # What `pde keys init` writes is what the stacks name.
+    assert {
+        Path(ws[n]["environment"]["PDE_ROBOT_LINK_CLIENT_KEY"]).name for n in ("learner", "operator_ui")
+    } == {f"{c}.key_secret" for c in DEFAULT_CLIENTS}
+    # The same service definitions in every stack (docker/compose.services.yml).
+    single = config(env)["services"]
+    for name in ALWAYS[WORKSTATION] - {"postgres"}:
+        assert ws[name]["command"] == single[name]["command"]
+        assert ws[name]["healthcheck"] == single[name]["healthcheck"]
+    assert robot["command"] == single["robot_server"]["command"]
+
+
+@needs_compose
+@pytest.mark.parametrize("stack,missing", [(s, m) for s in STACKS for m in REQUIRED[s]])
+def test_required_variables_fail_loudly(tmp_path: Path, stack: str, missing: str) -> None:
+    r = compose(env_file(tmp_path, **{missing: ""}), "config", stack=stack)
     assert r.returncode != 0
     assert f"set {missing}" in r.stderr, r.stderr
 
 
 @needs_compose
-def test_every_dependency_is_waited_for_by_its_health(tmp_path: Path) -> None:
-    services = config(env_file(tmp_path), "sim")["services"]
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_dependency_is_waited_for_by_its_health(tmp_path: Path, stack: str) -> None:
+    services = config(env_file(tmp_path), PROFILES[stack][-1], stack)["services"]
     for name, svc in services.items():
         for dep, how in (svc.get("depends_on") or {}).items():
             assert how["condition"] == "service_healthy", (name, dep)
@@ -120,17 +210,52 @@ def test_every_dependency_is_waited_for_by_its_health(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pg_port() -> Iterator[int]:
-    """A PostgreSQL server with the compose file's role and database (trust auth: any password)."""
+    """A PostgreSQL server with the compose file's role (trust auth: any password)."""
     if find_pg_bin() is None:
         pytest.skip("PostgreSQL binaries (initdb/pg_ctl) are not installed: apt-get install postgresql")
     with postgres_server() as admin_url:
         port = int(admin_url.rsplit(":", 1)[1].split("/")[0])
-        with psycopg.connect(
-            f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
-        ) as c:
+        with _admin(port) as c:
             c.execute("CREATE ROLE pde LOGIN PASSWORD 'unused-trust-auth'")
-            c.execute("CREATE DATABASE pde OWNER pde")
         yield port
+
+
+def _admin(port: int) -> psycopg.Connection[Any]:
+    return psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True)
+
+
+@pytest.fixture
+def fresh_db(pg_port: int) -> int:
+    """The compose stacks' database `pde`, empty for each test."""
+    with _admin(pg_port) as c:
+        c.execute("DROP DATABASE IF EXISTS pde WITH (FORCE)")
+        c.execute("CREATE DATABASE pde OWNER pde")
+    return pg_port
+
+
+@pytest.fixture(scope="module")
+def sft_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sim profile's one-shot setup (demonstrations + SFT), small enough for CI, run once as its
+    compose command; returns the checkpoints folder it left."""
+    tmp = tmp_path_factory.mktemp("sim_setup")
+    svc = config(env_file(tmp, ROBOT_BACKEND="sim"), "sim")["services"]["sim_setup"]
+    data_dir = tmp / "data"
+    setup = subprocess.run(
+        _command(svc, data_dir),
+        env=_service_env(svc, data_dir, tmp)
+        | {
+            "PDE_DEMO_TASKS": "put_green_container_in_bowl",
+            "PDE_DEMO_DEMOS_PER_TASK": "1",
+            "PDE_DEMO_SFT_STEPS": "2",
+            "PDE_DEMO_SFT_BATCH_SIZE": "4",
+        },
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+    assert list((data_dir / "checkpoints").glob("*.pt")), "sim_setup left no SFT checkpoint"
+    return data_dir / "checkpoints"
 
 
 def start_order(services: dict[str, Any]) -> list[str]:
@@ -149,78 +274,116 @@ def start_order(services: dict[str, Any]) -> list[str]:
     return order
 
 
+def _service_env(svc: dict[str, Any], data_dir: Path, keys_dir: Path) -> dict[str, str]:
+    """The service's compose environment for a plain process: the data volume and the mounted
+    key folder become the host folders they stand for."""
+    env = subprocess_env(**{k: str(v) for k, v in svc["environment"].items()})
+    assert env["PDE_DATA_DIR"] == "/data"
+    env["PDE_DATA_DIR"] = str(data_dir)
+    for k, v in env.items():
+        if v.startswith("/keys/"):
+            env[k] = str(keys_dir / v.removeprefix("/keys/"))
+    return env
+
+
+def _command(svc: dict[str, Any], data_dir: Path) -> list[str]:
+    return pde_command(*[str(data_dir) if a == "/data" else a for a in svc["command"]])
+
+
 def _healthy(test: list[str], env: dict[str, str]) -> tuple[bool, str]:
     assert test[:2] == ["CMD", "pde"], test
     r = subprocess.run(pde_command(*test[2:]), env=env, capture_output=True, text=True, timeout=60)
     return r.returncode == 0, r.stdout + r.stderr
 
 
+def _start_healthy(
+    procs: ProcessGroup, name: str, svc: dict[str, Any], env: dict[str, str], data_dir: Path
+) -> None:
+    procs.start(name, _command(svc, data_dir), env)
+    deadline = time.monotonic() + 240
+    ok, out = False, ""
+    while not ok:
+        assert procs.services[name].alive, f"{name} exited:\n{procs.tail(name, 40)}"
+        assert time.monotonic() < deadline, f"{name} never healthy: {out}\n{procs.tail(name, 40)}"
+        ok, out = _healthy(svc["healthcheck"]["test"], env)
+        if not ok:
+            time.sleep(1.0)
+
+
+def _run_stacks(
+    tmp_path: Path,
+    checkpoints: Path,
+    stacks: list[tuple[dict[str, Any], Path]],
+    while_up: Callable[[], None] = lambda: None,
+) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+    """Start every `pde` service of each (services, keys folder) stack in order, each healthy
+    before the next, then check them all again together and run ``while_up``; returns
+    name -> (service, env)."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(checkpoints, data_dir / "checkpoints")
+    procs = ProcessGroup(tmp_path / "logs")
+    started: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+    try:
+        for services, keys_dir in stacks:
+            for name in start_order(services):
+                if name in OTHER_IMAGES or name == "sim_setup":
+                    continue
+                svc, env = services[name], _service_env(services[name], data_dir, keys_dir)
+                _start_healthy(procs, name, svc, env, data_dir)
+                started[name] = (svc, env)
+        for name, (svc, env) in started.items():
+            ok, out = _healthy(svc["healthcheck"]["test"], env)
+            assert ok, f"{name}: {out}"
+        while_up()
+    finally:
+        procs.stop_all()
+    # Stopped cleanly: the learner says so in its heartbeat, so it is unhealthy now.
+    ok, out = _healthy(started["learner"][0]["healthcheck"]["test"], started["learner"][1])
+    assert not ok and "stopped" in out, out
+    return started
+
+
+def _ports(pg_port: int) -> dict[str, str]:
+    ports = {"ROBOT_CMD_PORT": free_port(), "ROBOT_OBS_PORT": free_port(), "UI_PORT": free_port()}
+    # LEARNER_DEVICE=cpu: the compose default (cuda) needs the GPU that CI does not have.
+    return {"ROBOT_BACKEND": "sim", "POSTGRES_PORT": str(pg_port), "LEARNER_DEVICE": "cpu"} | {
+        k: str(v) for k, v in ports.items()
+    }
+
+
 @needs_compose
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
-def test_each_service_command_starts_and_answers_its_healthcheck(tmp_path: Path, pg_port: int) -> None:
-    ports = {"ROBOT_CMD_PORT": free_port(), "ROBOT_OBS_PORT": free_port(), "UI_PORT": free_port()}
-    # LEARNER_DEVICE=cpu: the compose default (cuda) needs the GPU that CI does not have.
-    env_path = env_file(
-        tmp_path,
-        ROBOT_BACKEND="sim",
-        POSTGRES_PORT=str(pg_port),
-        LEARNER_DEVICE="cpu",
-        **{k: str(v) for k, v in ports.items()},
-    )
-    services = config(env_path, "sim")["services"]
-    data_dir = tmp_path / "data"
-    procs = ProcessGroup(tmp_path / "logs")
-    envs: dict[str, dict[str, str]] = {}
+def test_single_machine_services_start_and_answer_their_healthchecks(
+    tmp_path: Path, fresh_db: int, sft_checkpoints: Path
+) -> None:
+    services = config(env_file(tmp_path, **_ports(fresh_db)), "sim")["services"]
+    started = _run_stacks(tmp_path, sft_checkpoints, [(services, tmp_path / "no-keys")])
+    assert set(started) == set(services) - OTHER_IMAGES - {"sim_setup"}
 
-    def service_env(name: str) -> dict[str, str]:
-        env = subprocess_env(**{k: str(v) for k, v in services[name]["environment"].items()})
-        assert env["PDE_DATA_DIR"] == "/data"
-        env["PDE_DATA_DIR"] = str(data_dir)
-        return env
 
-    def command(name: str) -> list[str]:
-        return pde_command(*[str(data_dir) if a == "/data" else a for a in services[name]["command"]])
+@needs_compose
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(600)
+def test_two_machine_services_start_over_the_curve_link(
+    tmp_path: Path, fresh_db: int, sft_checkpoints: Path
+) -> None:
+    keys = tmp_path / "keys"
+    keys_init(keys, list(DEFAULT_CLIENTS))
+    # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN.
+    env = env_file(tmp_path, ROBOT_LINK_HOST="127.0.0.1", ROBOT_PC_HOST="127.0.0.1", **_ports(fresh_db))
+    robot = config(env, stack=ROBOT)["services"]
+    workstation = config(env, "sim", WORKSTATION)["services"]
+    endpoint = workstation["learner"]["environment"]["PDE_ROBOT_CMD_ENDPOINT"]
 
-    # The sim profile's one-shot setup first (demonstrations + SFT), small enough for CI.
-    setup = subprocess.run(
-        command("sim_setup"),
-        env=service_env("sim_setup")
-        | {
-            "PDE_DEMO_TASKS": "put_green_container_in_bowl",
-            "PDE_DEMO_DEMOS_PER_TASK": "1",
-            "PDE_DEMO_SFT_STEPS": "2",
-            "PDE_DEMO_SFT_BATCH_SIZE": "4",
-        },
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
-    assert list((data_dir / "checkpoints").glob("*.pt")), "sim_setup left no SFT checkpoint"
-    try:
-        for name in start_order(services):
-            if name in OTHER_IMAGES or name == "sim_setup":
-                continue
-            svc = services[name]
-            env = envs[name] = service_env(name)
-            procs.start(name, command(name), env)
-            deadline = time.monotonic() + 240
-            ok, out = False, ""
-            while not ok:
-                assert procs.services[name].alive, f"{name} exited:\n{procs.tail(name, 40)}"
-                assert time.monotonic() < deadline, f"{name} never healthy: {out}\n{procs.tail(name, 40)}"
-                ok, out = _healthy(svc["healthcheck"]["test"], env)
-                if not ok:
-                    time.sleep(1.0)
-        assert set(envs) == set(services) - OTHER_IMAGES - {"sim_setup"}
-        # All up together, each still healthy.
-        for name, env in envs.items():
-            ok, out = _healthy(services[name]["healthcheck"]["test"], env)
-            assert ok, f"{name}: {out}"
-    finally:
-        procs.stop_all()
-    # Stopped cleanly: the learner and supervisor say so in their heartbeat, so they are unhealthy now.
-    ok, out = _healthy(services["learner"]["healthcheck"]["test"], envs["learner"])
-    assert not ok and "stopped" in out, out
+    # A plain client of the robot stack's server gets nothing (checked while every service is up).
+    def plain_client_refused() -> None:
+        with RobotClient(endpoint, "stranger", timeout_s=0.5) as c, pytest.raises(RobotServerError) as e:
+            c.connect()
+        assert e.value.code is ErrorCode.TIMEOUT
+
+    stacks = [(robot, keys / "robot-pc"), (workstation, keys / "workstation")]
+    started = _run_stacks(tmp_path, sft_checkpoints, stacks, while_up=plain_client_refused)
+    assert set(started) == {"robot_server"} | ALWAYS[WORKSTATION] - {"postgres"}

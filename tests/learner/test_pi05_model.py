@@ -259,3 +259,76 @@ def test_config_refuses_unknown_variants_and_mismatched_streams():
     with pytest.raises(ValueError, match="not square"):
         Pi05Config.from_json_dict({"image_resolution": [224, 160]})
     assert Pi05Config.from_json_dict(Pi05Config().to_json_dict()) == Pi05Config()
+
+
+def _joint_velocity(model: Pi05Model, images, image_valid, tokens, token_valid, x_t, t):
+    """LeRobot's training forward written plainly: prefix and suffix tokens through every layer
+    together (q/k/v of both streams concatenated, ``make_att_2d_masks`` with att [0..0 | 1 0..0],
+    positions cumsum(pad) - 1), as its ``compute_layer_complete`` does."""
+    from learner.policies.pi05_model import GemmaDecoderLayer, _apply_rope, _gated, _rope
+
+    lm, ex = model.vlm.language_model, model.expert
+    assert lm.embed_tokens is not None
+    img = model.embed_images(images)
+    prefix = torch.cat([img, lm.embed_tokens(tokens) * lm.embed_tokens.embedding_dim**0.5], 1)
+    per_cam = img.shape[1] // image_valid.shape[1]
+    pad_p = torch.cat([image_valid.repeat_interleave(per_cam, 1), token_valid], 1)
+    suffix = model.action_in_proj(x_t)
+    cond = model.time_condition(t)
+    n, hz = suffix.shape[:2]
+    pad = torch.cat([pad_p, torch.ones(n, hz, dtype=torch.bool)], 1)
+    att = torch.cat([torch.zeros_like(pad_p, dtype=torch.long), torch.tensor([[1] + [0] * (hz - 1)] * n)], 1)
+    cum = att.cumsum(1)
+    allowed = (cum[:, None, :] <= cum[:, :, None]) & pad[:, None, :] & pad[:, :, None]
+    mask = additive_mask(allowed)
+    cos_sin = _rope(pad.long().cumsum(1) - 1, lm.head_dim, prefix.dtype)
+    streams = [prefix, suffix]
+    for layer_p, layer_e in zip(lm.layers, ex.layers, strict=True):
+        assert isinstance(layer_p, GemmaDecoderLayer) and isinstance(layer_e, GemmaDecoderLayer)
+        layers, conds = (layer_p, layer_e), (None, cond)
+        qs, ks, vs, gates, hs = [], [], [], [], []
+        for layer, x, c in zip(layers, streams, conds, strict=True):
+            h, gate = layer.input_layernorm(x, c)
+            a = layer.self_attn
+            b, m, _ = h.shape
+            qs.append(a.q_proj(h).view(b, m, a.num_heads, a.head_dim).transpose(1, 2))
+            ks.append(a.k_proj(h).view(b, m, a.num_kv_heads, a.head_dim).transpose(1, 2))
+            vs.append(a.v_proj(h).view(b, m, a.num_kv_heads, a.head_dim).transpose(1, 2))
+            gates.append(gate)
+            hs.append(x)
+        q, k, v = (torch.cat(z, 2) for z in (qs, ks, vs))
+        q, k = _apply_rope(q, *cos_sin), _apply_rope(k, *cos_sin)
+        a0 = layers[0].self_attn
+        rep = a0.num_heads // a0.num_kv_heads
+        w = torch.softmax(q @ k.repeat_interleave(rep, 1).transpose(2, 3) * a0.head_dim**-0.5 + mask, -1)
+        out = (w @ v.repeat_interleave(rep, 1)).transpose(1, 2).reshape(n, pad.shape[1], -1)
+        new, start = [], 0
+        for layer, x, c, gate in zip(layers, hs, conds, gates, strict=True):
+            o = layer.self_attn.o_proj(out[:, start : start + x.shape[1]])
+            start += x.shape[1]
+            y = _gated(x, o, gate)
+            h2, gate2 = layer.post_attention_layernorm(y, c)
+            new.append(_gated(y, layer.mlp(h2), gate2))
+        streams = new
+    return model.action_out_proj(ex.norm(streams[1], cond)[0])
+
+
+def test_prefix_cache_then_expert_equals_lerobots_joint_forward():
+    """Splitting at the prefix (one VLM pass, its keys/values reused by the expert) computes the
+    same velocity as running both streams through every layer together."""
+    torch.manual_seed(4)
+    model = Pi05Model(TINY).eval()
+    for p in model.parameters():
+        p.data.normal_(0, 0.2)
+    images = torch.rand(2, 2, 3, 16, 16) * 2 - 1
+    image_valid = torch.tensor([[True, True], [True, False]])
+    tokens = torch.randint(0, TINY.vocab_size, (2, TINY.tokenizer_max_length))
+    token_valid = torch.ones(2, TINY.tokenizer_max_length, dtype=torch.bool)
+    token_valid[0, 9:] = False
+    x_t = torch.randn(2, TINY.chunk_size, TINY.max_action_dim)
+    t = torch.tensor([0.25, 0.8])
+    with torch.no_grad():
+        prefix = model.embed_prefix(model.embed_images(images), image_valid, tokens, token_valid)
+        ours = model.velocity(prefix, x_t, t)
+        joint = _joint_velocity(model, images, image_valid, tokens, token_valid, x_t, t)
+    torch.testing.assert_close(ours, joint, atol=1e-5, rtol=1e-5)

@@ -11,7 +11,7 @@ import numpy as np
 
 from pde_contract.messages import CameraFrame, RobotState
 from robot_server.cameras.base import Camera
-from robot_server.robots.base import Robot, RobotError, RobotTarget
+from robot_server.robots.base import FaultReport, Robot, RobotError, RobotTarget
 
 HOME_Q = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
 HOME_POS = np.array([0.45, 0.0, 0.35])
@@ -35,6 +35,7 @@ class FakeRobot(Robot):
         self.homes: list[tuple[str, int | None]] = []
         self.fail_next_command = False
         self.fail_keeps_connection = False  # a failure like a simulator's IK error, not a drop
+        self.fault_report: FaultReport | None = None  # what fault() says; home() clears a latched one
         self.lock = threading.Lock()
 
     def connect(self) -> None:
@@ -85,6 +86,10 @@ class FakeRobot(Robot):
         with self.lock:
             self.homes.append((task, seed))
             self.pos, self.quat, self.q, self.width = HOME_POS.copy(), HOME_QUAT.copy(), HOME_Q.copy(), 0.08
+            self.fault_report = None
+
+    def fault(self) -> FaultReport | None:
+        return self.fault_report
 
     def task_success(self) -> bool | None:
         return bool(self.pos[2] < 0.1)

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode
+from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode, RobotFault
 from robot_server.executor import ChunkExecutor, ExecutorConfig
+from robot_server.robots.base import FaultReport
 from robot_server.safety import SafetyError
 from tests.robot_server.fakes import HOME_POS, FakeRobot
 
@@ -254,3 +255,40 @@ def test_a_hold_outside_the_box_is_reported_and_chunks_bring_the_arm_back(
     zs = [t.ee_position_m[2] for _, t in robot.commands[n:] if t.ee_position_m is not None]
     assert zs[-1] < zs[0]  # moving back in
     assert all(a - b <= limits.max_step_translation_m + 1e-9 for a, b in itertools.pairwise(zs))
+
+
+def test_a_latched_fault_drops_the_chunk_sends_nothing_and_a_reset_acknowledges_it(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    ex, robot = make()
+    ex.submit(ee_chunk(0, rows=200, dx=0.001), CLIENT)
+    wait_for(lambda: ex.snapshot().steps_remaining < 195)
+    robot.fault_report = FaultReport(RobotFault.REFLEX, "cartesian_reflex", "check the cell, then reset")
+    wait_for(lambda: ex.snapshot().executing_chunk_seq == -1)
+    snap = ex.snapshot()
+    assert snap.fault is not None and snap.fault.kind is RobotFault.REFLEX and "reflex" in snap.last_error
+    n = len(robot.commands)
+    with pytest.raises(SafetyError, match="reflex fault: cartesian_reflex check the cell") as ei:
+        ex.submit(ee_chunk(1), CLIENT)
+    assert ei.value.code is ErrorCode.BACKEND_ERROR
+    time.sleep(0.1)  # about five ticks: none of them may send a target
+    assert len(robot.commands) == n
+    ex.reset("", None, timeout_s=5.0)  # the operator's acknowledgement
+    wait_for(lambda: len(robot.commands) > n)  # commanding the held pose again
+    assert ex.snapshot().fault is None
+    assert ex.submit(ee_chunk(2), CLIENT)[0].steps == 5
+
+
+def test_a_stop_keeps_the_gripper_width_the_chunk_commanded(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    ex, robot = make()
+    chunk = ee_chunk(0, rows=200, dx=0.0)
+    chunk.actions[:, 6] = 0.01  # closing on an object
+    ex.submit(chunk, CLIENT)
+    wait_for(lambda: ex.snapshot().steps_remaining < 195)
+    ex.stop()
+    wait_for(lambda: ex.snapshot().executing_chunk_seq == -1)
+    n = len(robot.commands)
+    wait_for(lambda: len(robot.commands) > n + 2)
+    assert robot.commands[-1][1].gripper_width_m == pytest.approx(0.01)  # not back open at 0.08

@@ -4,7 +4,8 @@ Several raw clients send random bytes, mutated and truncated valid messages, val
 fields of the wrong type, deep nesting, extra frames and oversized messages, while a well-behaved
 client keeps submitting chunks (pushing at the limits) with heartbeats. Bounded: a fixed number of
 messages per client from a fixed seed (~50 s on a 2-core machine). A longer soak of the same:
-``PDE_FUZZ_MESSAGES=5000 PDE_FUZZ_SEED=7 pytest tests/robot_server/test_fuzz_wire.py``.
+``PDE_FUZZ_MESSAGES=5000 PDE_FUZZ_SEED=7 pytest tests/robot_server/test_fuzz_wire.py``
+(``bench/bench_fuzz_soak.py`` runs that and keeps the figures: ``PDE_FUZZ_REPORT=path.json``).
 
 Asserted: every message gets exactly one decodable ``Reply``; the server answers ``Health`` all
 along and afterwards, and a valid chunk still executes; the measured TCP stays in the workspace box
@@ -15,6 +16,7 @@ width stays in [0, 0.08] m (+ 2 mm; away from the table, where contact pushes th
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 import time
@@ -44,6 +46,7 @@ from pde_contract.messages import (
     ReleaseEStop,
     Reply,
     Reset,
+    SetGuidingMode,
     Stop,
     SubmitChunk,
 )
@@ -90,6 +93,7 @@ def _valid_requests(rng: np.random.Generator) -> list[Any]:
         Stop(),
         EStop(reason="fuzz"),
         ReleaseEStop(),
+        SetGuidingMode(enabled=bool(rng.random() < 0.5)),
         GetStatus(),
         Health(),
     ]
@@ -139,7 +143,8 @@ def _replace_random_field(rng: np.random.Generator, obj: Any) -> Any:
 
 def _fuzz_message(rng: np.random.Generator, rid: int) -> list[bytes]:
     """One bad (or occasionally valid) message, as the frames to send."""
-    request = _valid_requests(rng)[int(rng.integers(11))]
+    requests = _valid_requests(rng)
+    request = requests[int(rng.integers(len(requests)))]
     valid = packb(Envelope(request_id=rid, request=request))
     kind = int(rng.integers(9))
     if kind == 0:  # random bytes
@@ -199,6 +204,34 @@ def _watch(client: RobotClient, stop: threading.Event, seen: list[Observation]) 
             continue
 
 
+def _measured_figures(seen: list[Observation]) -> dict[str, float]:
+    """The worst measured excursions: outside the box (m), TCP travel per control tick (m), and
+    the gripper width range away from the table (m)."""
+    lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
+    outside = max(
+        float(
+            np.linalg.norm(
+                np.maximum(lo - o.state.ee_position_m, 0) + np.maximum(o.state.ee_position_m - hi, 0)
+            )
+        )
+        for o in seen
+    )
+    step = 0.0
+    for prev, o in itertools.pairwise(seen):
+        dt = o.state.robot_time_s - prev.state.robot_time_s
+        if dt >= 0:
+            moved = float(np.linalg.norm(o.state.ee_position_m - prev.state.ee_position_m))
+            step = max(step, moved / max(1, round(dt / 0.1)))
+    widths = [o.state.gripper_width_m for o in seen if o.state.ee_position_m[2] > 0.05]
+    return {
+        "observations": float(len(seen)),
+        "max_outside_box_m": outside,
+        "max_tcp_step_per_tick_m": step,
+        "gripper_min_m": float(min(widths, default=0.0)),
+        "gripper_max_m": float(max(widths, default=0.0)),
+    }
+
+
 def _assert_measured_within_limits(seen: list[Observation]) -> None:
     lo, hi = np.array(LIMITS.workspace_min_m), np.array(LIMITS.workspace_max_m)
     max_tick = LIMITS.max_step_translation_m + STEP_TOL_M
@@ -248,6 +281,8 @@ def test_fuzzed_commands_never_stop_the_server_nor_move_the_arm_outside_its_limi
                     assert e.code.value != "timeout", e
                     if e.code.value == "estopped":
                         driver.release_estop()
+                    elif "SetGuidingMode" in e.message:  # a fuzzer handed the arm over
+                        driver.set_guiding_mode(False)
                 assert driver.health() is not None  # answers all along
                 time.sleep(0.15)
             for t in fuzzers:
@@ -256,6 +291,7 @@ def test_fuzzed_commands_never_stop_the_server_nor_move_the_arm_outside_its_limi
 
             # Afterwards: healthy, and a valid chunk still executes.
             driver.release_estop()
+            driver.set_guiding_mode(False)
             driver.stop()
             deadline = time.monotonic() + 30.0
             while not (h := driver.health()).ok:
@@ -281,11 +317,23 @@ def test_fuzzed_commands_never_stop_the_server_nor_move_the_arm_outside_its_limi
         finally:
             stop.set()
             watch.join(5.0)
-    assert len(seen) > 300 * MESSAGES_PER_CLIENT // 400  # ~10 s of observations per 400 messages
-    _assert_measured_within_limits(seen)
     counters = RobotClient(server.cmd_endpoint, timeout_s=5.0)
     try:
         c = counters.status().counters
     finally:
         counters.close()
+    if report := os.environ.get("PDE_FUZZ_REPORT"):
+        figures = {
+            **_measured_figures(seen),
+            "fuzz_messages": float(FUZZ_CLIENTS * MESSAGES_PER_CLIENT),
+            "replies_missing_or_extra": float(len(failures)),
+            "commands_total": float(c.commands_total),
+            "commands_malformed": float(c.commands_malformed),
+            "commands_failed": float(c.commands_failed),
+            "steps_clipped": float(c.steps_clipped),
+        }
+        with open(report, "w") as f:
+            json.dump(figures, f, indent=2)
+    assert len(seen) > 300 * MESSAGES_PER_CLIENT // 400  # ~10 s of observations per 400 messages
+    _assert_measured_within_limits(seen)
     assert c.commands_malformed > 0 and c.commands_failed == 0 and c.command_loop_restarts == 0

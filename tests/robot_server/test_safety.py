@@ -295,3 +295,31 @@ def test_rotations_stop_at_the_orientation_envelope() -> None:
     tilted = PlanStart(last.ee_position_m, last.ee_quat_xyzw, START.joint_positions_rad, 0.08)
     a[:, 3] = -0.2
     assert plan_chunk(a[:3], ActionSpace.EE_DELTA, tilted, LIMITS, PERIOD_S).steps_clipped == 0
+
+
+def test_rotations_about_the_tool_axis_stop_short_of_joint_7s_limit() -> None:
+    a = np.zeros((30, 7))
+    a[:, 5] = -0.2  # the tool points down (-z): turning about -z turns joint 7 up by 0.2 rad per row
+    a[:, 6] = 0.08
+    plan = plan_chunk(a, ActionSpace.EE_DELTA, START, LIMITS, PERIOD_S)
+    room = LIMITS.wrist_max_rad - START.joint_positions_rad[6]  # 2.13 rad of the 6 asked
+    last = plan.targets[-1]
+    assert last.ee_quat_xyzw is not None and last.ee_position_m is not None
+    turned = quat_angle_rad(START.ee_quat_xyzw, last.ee_quat_xyzw)
+    assert room - 0.2 < turned <= room + 1e-9
+    assert plan.steps_clipped > 0 and any("joint 7" in n for n in plan.notes)
+    # tilting at the wrist's limit still works (only the part about the tool axis is dropped) ...
+    near = PlanStart(
+        last.ee_position_m,
+        last.ee_quat_xyzw,
+        np.r_[START.joint_positions_rad[:6], START.joint_positions_rad[6] + turned],
+        0.08,
+    )
+    tilt = np.zeros((1, 7))
+    tilt[0, 3], tilt[0, 5], tilt[0, 6] = 0.1, -0.1, 0.08
+    t = plan_chunk(tilt, ActionSpace.EE_DELTA, near, LIMITS, PERIOD_S).targets[0]
+    assert t.ee_quat_xyzw is not None
+    assert math.acos(-tool_axis(t.ee_quat_xyzw)[2]) == pytest.approx(0.1, abs=1e-3)
+    # ... and turning back is always allowed
+    a[:, 5] = 0.2
+    assert plan_chunk(a[:3], ActionSpace.EE_DELTA, near, LIMITS, PERIOD_S).steps_clipped == 0

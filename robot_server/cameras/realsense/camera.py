@@ -8,6 +8,11 @@
 - Frames older than ``max_age_s`` are refused: a policy must not act on a stale picture.
 - After an unplug (``try_wait_for_frames`` keeps failing) the pipeline is stopped and restarted
   once the serial shows up again; repeated failed restarts trigger a hardware reset.
+- After every (re)start the first ``settle_frames`` frames are dropped: auto exposure and white
+  balance take that long to converge, and a policy must not act on a dark or tinted picture.
+- The USB link the camera enumerated on is read at start (``usb_type``): on USB 2 its bandwidth is
+  a fraction of USB 3's and frames arrive late or not at all; that is logged, or refused with
+  ``require_usb3``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ class RealSenseConfig(BaseModel):
     failures_before_restart: int = Field(default=3, ge=1)
     restarts_before_hardware_reset: int = Field(default=2, ge=1)
     reconnect_interval_s: float = Field(default=1.0, ge=0.0)
+    settle_frames: int = Field(
+        default=15, ge=0, description="frames dropped after each (re)start while auto exposure settles"
+    )
+    require_usb3: bool = Field(default=False, description="refuse to start on a USB 2 link")
 
 
 def _import_pyrealsense() -> ModuleType:
@@ -79,6 +88,8 @@ class RealSenseCamera(Camera):
         self.restarts = 0
         self.hardware_resets = 0
         self.stale_frames = 0
+        self.settle_frames_dropped = 0
+        self.usb_type = ""  # e.g. "3.2" or "2.1", as the device reports it ("" before connect)
         self.last_error = ""
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -114,6 +125,7 @@ class RealSenseCamera(Camera):
 
     def _start(self, device: Any) -> None:
         rs = self.rs
+        self._check_usb(device)
         self._enable_global_time(device)
         cfg = rs.config()
         cfg.enable_device(self.config.serial)
@@ -144,6 +156,33 @@ class RealSenseCamera(Camera):
         )
         self._pipeline = pipeline
         self._consecutive_failures = 0
+        self._settle(pipeline)
+
+    def _check_usb(self, device: Any) -> None:
+        rs = self.rs
+        info = rs.camera_info.usb_type_descriptor
+        self.usb_type = str(device.get_info(info)) if device.supports(info) else ""
+        if not self.usb_type.startswith("2"):
+            return
+        message = (
+            f"RealSense {self.name!r} (serial {self.config.serial}) is on USB {self.usb_type}, not USB 3: "
+            "frames will be late or missing. Plug it into a USB 3 port (blue) with a USB 3 cable, one "
+            "camera per controller (`lsusb -t` shows the speed: 5000M or more)"
+        )
+        if self.config.require_usb3:
+            raise CameraError(message)
+        logger.warning(message)
+
+    def _settle(self, pipeline: Any) -> None:
+        """Drop the first frames after a start while auto exposure converges. A camera that gives
+        no frame within a second is not settling: read() then handles it as any failure."""
+        dropped = 0
+        while dropped < self.config.settle_frames:
+            ok, frames = pipeline.try_wait_for_frames(1000)
+            if not ok or not frames.get_color_frame():
+                break
+            dropped += 1
+        self.settle_frames_dropped += dropped
 
     def _enable_global_time(self, device: Any) -> None:
         rs = self.rs

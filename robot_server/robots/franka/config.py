@@ -90,6 +90,20 @@ class FrankaConfig(BaseSettings):
         ge=0.0,
         description="width changes smaller than this are not sent (each call takes ~0.5 s)",
     )
+    gripper_epsilon_inner_m: float = Field(
+        default=0.005, ge=0.0, description="grasp: the fingers may stop this much below the commanded width"
+    )
+    gripper_epsilon_outer_m: float = Field(
+        default=0.07, ge=0.0, description="grasp: ... and this much above it (closing to 0 holds up to 7 cm)"
+    )
+    gripper_stop_on_hold: bool = Field(
+        default=False,
+        description="a hold or e-stop also stops a running gripper move/grasp (libfranka stop). Check on "
+        "the lab's hand first; never against franky-sim 1.0.4, which does not answer the stopped call",
+    )
+    gripper_empty_width_m: float = Field(
+        default=0.003, ge=0.0, description="fingers closed below this hold nothing (object_held false)"
+    )
     # Optional Desk (FR3 System 5+): unlock brakes and enable FCI on connect. Both or neither.
     desk_user: str = ""
     desk_password: str = ""

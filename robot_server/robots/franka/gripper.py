@@ -2,7 +2,8 @@
 
 Every libfranka gripper call blocks until the previous one has finished (0.4-1.2 s), far longer
 than a 100 ms control tick. The control loop only records the newest request; the worker executes
-it when the hand is free and drops the ones that were overtaken.
+it when the hand is free and drops the ones that were overtaken. ``halt()`` (arm hold, e-stop)
+drops the waiting request and stops the fingers where they are.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ class GripperWorker:
         force_n: float,
         deadband_m: float,
         max_width_m: float,
+        epsilon_inner_m: float = 0.005,
+        epsilon_outer_m: float = 0.07,
+        empty_width_m: float = 0.003,
+        stop_on_halt: bool = False,
     ) -> None:
         self._make_gripper = make_gripper
         self._connect_timeout_s = connect_timeout_s
@@ -36,16 +41,31 @@ class GripperWorker:
         self.force_n = force_n
         self.deadband_m = deadband_m
         self.max_width_m = max_width_m
+        # A grasp succeeds when the fingers stop within [width - inner, width + outer] of the
+        # commanded width: closing to 0 holds anything up to 7 cm, and an object wider than that,
+        # or no object at all, is reported. Fingers shut below empty_width_m hold nothing.
+        self.epsilon_inner_m = epsilon_inner_m
+        self.epsilon_outer_m = epsilon_outer_m
+        self.empty_width_m = empty_width_m
+        self.object_held = False
+        # halt() also stops a running call (libfranka stop). Off by default: franky-sim 1.0.4 never
+        # answers a stopped call, after which franky's Gripper blocks every later call and
+        # segfaults when freed; a real hand reports the call aborted.
+        self.stop_on_halt = stop_on_halt
+        self._ignore_m: float | None = None  # the width halt() stopped: not re-sent until it changes
         self._gripper: Any = None
         self._cond = threading.Condition()
         self._request: float | None = None
         self._busy = False
+        self._running_m: float | None = None  # width of the call in progress
+        self._halt = threading.Event()  # halt(): the worker stops the call in progress
         self._stopping = False
         self._last_commanded_m: float | None = None
         self.width_m = 0.0
         self.commands_executed = 0
         self.commands_dropped = 0
         self.errors = 0
+        self.halts = 0  # calls stopped by halt()
         self.last_error = ""
         self._thread: threading.Thread | None = None
 
@@ -78,6 +98,10 @@ class GripperWorker:
         """Non-blocking. Replaces any request not yet started."""
         width_m = min(max(float(width_m), 0.0), self.max_width_m)
         with self._cond:
+            if self._ignore_m is not None:
+                if abs(width_m - self._ignore_m) < self.deadband_m:
+                    return
+                self._ignore_m = None
             reference = self._request if self._request is not None else self._last_commanded_m
             if reference is not None and abs(width_m - reference) < self.deadband_m:
                 return
@@ -85,6 +109,20 @@ class GripperWorker:
                 self.commands_dropped += 1
             self._request = width_m
             self._cond.notify_all()
+
+    def halt(self) -> None:
+        """Non-blocking: forget the waiting request and, with ``stop_on_halt``, stop a running move
+        or grasp (libfranka ``stop``, sent by the worker, which waits on the running call's future).
+        Requests for the halted width are ignored until another width is requested, so no gripper
+        motion starts after a hold until a chunk or command asks for a new width."""
+        with self._cond:
+            halted = self._request if self._request is not None else self._running_m
+            if self._request is not None:
+                self.commands_dropped += 1
+                self._request = None
+            self._ignore_m = halted
+            if self._busy and self.stop_on_halt:
+                self._halt.set()
 
     def wait_idle(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -108,10 +146,13 @@ class GripperWorker:
                 width = self._request
                 self._request = None
                 self._busy = width is not None
+                self._running_m = width
+                self._halt.clear()
             try:
                 if width is None:
                     if self._gripper is not None:
                         self.width_m = float(self._gripper.width)
+                        self.object_held = self.object_held and self._still_held()
                     continue
                 self._execute(width)
             except Exception as e:  # the worker must survive any franky error
@@ -124,18 +165,43 @@ class GripperWorker:
             finally:
                 with self._cond:
                     self._busy = False
+                    self._running_m = None
                     self._cond.notify_all()
 
     def _execute(self, width_m: float) -> None:
         if self._gripper is None:
             self._connect()
         current = float(self._gripper.width)
-        if width_m < current:
-            # Closing: grasp with force and wide tolerances so an object in the way is held (a plain
-            # move stops with an error when it meets one).
-            self._gripper.grasp(width_m, self.speed_m_s, self.force_n, 1.0, 1.0)
-        else:
-            self._gripper.move(width_m, self.speed_m_s)
+        # Set before the call: a halted or failed command is not re-sent for the same width.
         self._last_commanded_m = width_m
+        gripper = self._gripper
+        if width_m < current:
+            # Closing: grasp with force (a plain move stops with an error when it meets an object).
+            grasped = self._finish(
+                gripper,
+                gripper.grasp_async(
+                    width_m, self.speed_m_s, self.force_n, self.epsilon_inner_m, self.epsilon_outer_m
+                ),
+            )
+            self.width_m = float(gripper.width)
+            self.object_held = bool(grasped) and self.width_m > self.empty_width_m
+        else:
+            self._finish(gripper, gripper.move_async(width_m, self.speed_m_s))
+            self.width_m = float(gripper.width)
+            self.object_held = False
         self.commands_executed += 1
-        self.width_m = float(self._gripper.width)
+
+    def _finish(self, gripper: Any, future: Any) -> bool | None:
+        """The call's result, or None when halt() stopped it first. A stopped call's own answer is
+        not awaited: franky-sim never sends one (a real hand reports it aborted)."""
+        while not future.wait(0.05):
+            if self._halt.is_set():
+                self._halt.clear()
+                gripper.stop()
+                self.halts += 1
+                return None
+        return bool(future.get())
+
+    def _still_held(self) -> bool:
+        """The hand still reports the grasp (a dropped object clears ``is_grasped``)."""
+        return bool(getattr(self._gripper, "is_grasped", True)) and self.width_m > self.empty_width_m

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from pde_contract.messages import RobotState
-from robot_server.robots.base import Robot, RobotError, RobotNotConnectedError, RobotTarget
+from pde_contract.messages import RobotFault, RobotState
+from robot_server.robots.base import FaultReport, Robot, RobotError, RobotNotConnectedError, RobotTarget
 from robot_server.robots.franka import config as fr3
 from robot_server.robots.franka.config import FrankaConfig
 from robot_server.robots.franka.deadline import DeadlineExceeded, PendingCall, call_with_deadline
@@ -26,6 +26,9 @@ from robot_server.robots.franka.gripper import GripperWorker
 from robot_server.robots.franka.streaming import CartesianStreamer, make_streamer
 
 logger = logging.getLogger(__name__)
+
+# A fault the backend recovered from by itself stays in Status this long (latched ones until home).
+_TRANSIENT_FAULT_REPORT_S = 10.0
 
 _REALTIME_WARNING = """
 *****************************************************************************************
@@ -129,7 +132,9 @@ class FrankaRobot(Robot):
         self._worker: threading.Thread | None = None
         self._closing = False
         self._lost_reason = ""
-        self._failed_reason = ""  # reflex budget exhausted: refuse motion until home()
+        self._failed_reason = ""  # a latched fault: refuse motion until home()
+        self._fault: FaultReport | None = None  # what Status reports (fault())
+        self._guiding = False  # set_guiding(True): no targets go to the arm
         self._reconnect_thread: threading.Thread | None = None
         self._mode: str | None = None  # "cartesian" / "joint": franky cannot switch while moving
         # (robot time in ms, monotonic time it was first seen) while motion is commanded: the
@@ -194,6 +199,10 @@ class FrankaRobot(Robot):
                 self.config.gripper_force_n,
                 self.config.gripper_deadband_m,
                 fr3.FR3_GRIPPER_MAX_WIDTH_M,
+                self.config.gripper_epsilon_inner_m,
+                self.config.gripper_epsilon_outer_m,
+                self.config.gripper_empty_width_m,
+                self.config.gripper_stop_on_hold,
             )
             try:
                 gripper.start()
@@ -272,6 +281,7 @@ class FrankaRobot(Robot):
         self.network_errors += 1
         self._lost_reason = reason
         self.last_error = reason
+        self._fault = FaultReport(RobotFault.CONNECTION_LOST, reason)
         logger.error("%s", reason)
         self._drop_robot()
         if self._reconnect_thread is None or not self._reconnect_thread.is_alive():
@@ -399,6 +409,55 @@ class FrankaRobot(Robot):
             self._pending = ("hold", None)
             self._cond.notify_all()
         self._watch = None
+        if self._gripper is not None:
+            self._gripper.halt()  # the fingers stop too; a completed grasp keeps its force
+
+    def set_guiding(self, enabled: bool) -> None:
+        """Guiding: stop the motion, unlock every axis and the elbow for hand-guiding
+        (``set_guiding_mode``), then send no targets until disabled; the operator guides the arm
+        with the pilot's guiding button. franky cannot read whether the button is pressed."""
+        if not enabled:
+            self._guiding = False
+            return
+        robot = self._robot
+        if robot is None or self._lost_reason:
+            self._require()  # raises: not connected
+        # allowed after a latched fault too: guiding the arm free of what it hit, before Reset
+        self._guiding = True
+        with self._cond:
+            self._pending = None
+        with self._franky_lock:
+            if not self._stop_and_wait(robot, self.config.stall_timeout_s):
+                self._guiding = False
+                raise RobotError(
+                    f"the running motion did not stop within {self.config.stall_timeout_s:.1f} s, so "
+                    "guiding was not enabled (the stop stays requested); try again"
+                )
+            if self._streamer is not None:
+                self._streamer.reset()
+            self._last_joint_target = None
+            try:
+                call_with_deadline(
+                    functools.partial(robot.set_guiding_mode, [True] * 6, True), 2.0, "franka-guiding"
+                )
+            except Exception as e:  # the arm is stopped and stays uncommanded: guiding by Desk works
+                self.last_error = (
+                    f"set_guiding_mode failed ({type(e).__name__}: {e}); the arm is not commanded, so "
+                    "hand-guiding works with the axes Desk allows"
+                )
+                logger.warning("%s", self.last_error)
+        if self._gripper is not None:
+            self._gripper.halt()
+
+    def fault(self) -> FaultReport | None:
+        report = self._fault
+        if (
+            report is None
+            or report.latched
+            or (report.kind is RobotFault.CONNECTION_LOST and self._lost_reason)
+        ):
+            return report
+        return report if time.monotonic() - report.time_s < _TRANSIENT_FAULT_REPORT_S else None
 
     def _motion_loop(self) -> None:
         while not self._closing:
@@ -415,12 +474,18 @@ class FrankaRobot(Robot):
                     robot, streamer = self._robot, self._streamer
                     if robot is None or streamer is None or self._failed_reason:
                         continue
+                    if self._guiding and item[0] != "hold":
+                        continue
                     self._execute(robot, streamer, item)
             except Exception as e:
                 try:
                     self._on_motion_error(e)
                 except Exception as e2:  # the thread must outlive any error handling too
-                    self._latch(f"handling {type(e).__name__}: {e} failed with {type(e2).__name__}: {e2}")
+                    self._latch(
+                        RobotFault.RECOVERY_FAILED,
+                        f"handling {type(e).__name__}: {e} failed with {type(e2).__name__}: {e2}.",
+                        "Check the arm and Desk, then reset (home) to resume.",
+                    )
             finally:
                 self._busy_since = None
 
@@ -508,12 +573,15 @@ class FrankaRobot(Robot):
             "a target through; holding position."
         )
         logger.error("%s", self.last_error)
+        self._fault = FaultReport(RobotFault.COMMAND_REJECTED, self.last_error)
         if self._streamer is not None:
             self._streamer.reset()
 
-    def _latch(self, reason: str) -> None:
-        """Refuse motion until ``home()``: the next ``command()`` raises ``reason``, so the executor
-        drops the chunk and holds where the arm stopped (``Status.last_error`` says why)."""
+    def _latch(self, kind: RobotFault, detail: str, action: str) -> None:
+        """Refuse motion until ``home()``: the next ``command()`` raises, so the executor drops the
+        chunk and stops commanding where the arm stopped; Status reports ``kind`` and ``action``."""
+        reason = f"{detail} {action}"
+        self._fault = FaultReport(kind, detail, action)
         self._failed_reason = reason
         self.last_error = reason
         logger.error("%s", reason)
@@ -533,15 +601,18 @@ class FrankaRobot(Robot):
         if "user stop" in text.lower():
             self.user_stops += 1
             self._latch(
-                f"FR3 user stop pressed ({text}): the arm is stopped. Release the stop, check the cell, "
-                "then reset (home) to resume."
+                RobotFault.USER_STOP,
+                f"FR3 user stop pressed ({text}): the arm is stopped.",
+                "Release the stop, check the cell, then reset (home) to resume.",
             )
             return
         if "communication_constraints_violation" not in text:
             self.reflexes += 1
             self._latch(
-                f"FR3 reflex: {text}. The arm stopped where it was and the chunk was dropped. Check the "
-                "workspace (and the collision thresholds), then reset (home) to acknowledge and resume."
+                RobotFault.REFLEX,
+                f"FR3 reflex: {text}. The arm stopped where it was and the chunk was dropped.",
+                "Check the workspace (and the collision thresholds), then reset (home) to acknowledge "
+                "and resume.",
             )
             return
         now = time.monotonic()
@@ -549,13 +620,13 @@ class FrankaRobot(Robot):
             self._recovery_times.popleft()
         reason = f"FR3 reflex/control error: {e}"
         if len(self._recovery_times) >= self.config.max_recoveries:
-            self._failed_reason = (
+            self._latch(
+                RobotFault.RECOVERY_FAILED,
                 f"{reason}. That is more than {self.config.max_recoveries} automatic recoveries within "
-                f"{self.config.recovery_window_s:.0f} s: motion is refused. Check the workspace for "
-                "collisions and the collision thresholds, then reset (home) to resume."
+                f"{self.config.recovery_window_s:.0f} s: motion is refused.",
+                "Check the workspace for collisions and the collision thresholds, then reset (home) to "
+                "resume.",
             )
-            self.last_error = self._failed_reason
-            logger.error("%s", self._failed_reason)
             return
         self._recovery_times.append(now)
         with self._franky_lock:
@@ -566,8 +637,10 @@ class FrankaRobot(Robot):
                 ok = bool(robot.recover_from_errors())
             except Exception as e2:  # CommandException, e.g. while a user stop is engaged
                 self._latch(
-                    f"{reason}; automatic recovery was refused ({type(e2).__name__}: {e2}). If the user "
-                    "stop is pressed, release it; clear errors in Desk, then reset (home) to resume."
+                    RobotFault.RECOVERY_FAILED,
+                    f"{reason}; automatic recovery was refused ({type(e2).__name__}: {e2}).",
+                    "If the user stop is pressed, release it; clear errors in Desk, then reset (home) "
+                    "to resume.",
                 )
                 return
             if self._streamer is not None:
@@ -577,10 +650,13 @@ class FrankaRobot(Robot):
         self.reflex_recoveries += 1
         self.last_error = f"{reason} (automatic recovery {'succeeded' if ok else 'FAILED'})"
         logger.warning("%s", self.last_error)
-        if not ok:
-            self._failed_reason = (
-                f"{reason}; automatic recovery failed. Clear the error in Desk (or press the pilot's "
-                "confirm button), then reset (home) to resume."
+        if ok:
+            self._fault = FaultReport(RobotFault.COMMUNICATION, self.last_error)
+        else:
+            self._latch(
+                RobotFault.RECOVERY_FAILED,
+                f"{reason}; automatic recovery failed.",
+                "Clear the error in Desk (or press the pilot's confirm button), then reset (home) to resume.",
             )
 
     def home(self, task: str = "", seed: int | None = None) -> None:
@@ -612,6 +688,8 @@ class FrankaRobot(Robot):
                         "then reset again."
                     )
                 self._failed_reason = ""
+                self._fault = None
+                self._guiding = False
                 self._recovery_times.clear()
                 if self._streamer is not None:
                     self._streamer.reset()
@@ -659,15 +737,39 @@ class FrankaRobot(Robot):
         if robot is None:
             self._require()
         state = robot.state
+        self._check_mode(state)
         pose = state.O_T_EE
+        gripper = self._gripper
         return RobotState(
             joint_positions_rad=np.asarray(state.q, float).reshape(7).copy(),
             joint_velocities_rad_s=np.asarray(state.dq, float).reshape(7).copy(),
             ee_position_m=np.asarray(pose.translation, float).reshape(3).copy(),
             ee_quat_xyzw=np.asarray(pose.quaternion, float).reshape(4).copy(),
-            gripper_width_m=self._gripper.width_m if self._gripper is not None else 0.0,
+            gripper_width_m=gripper.width_m if gripper is not None else 0.0,
             robot_time_s=state.time.to_msec() / 1000.0,
+            object_held=gripper.object_held if gripper is not None else None,
         )
+
+    def _check_mode(self, state: Any) -> None:
+        """A user stop or reflex the robot reports while no motion ran (so no exception told us)
+        latches like one raised by a motion."""
+        if self._failed_reason:
+            return
+        mode = str(getattr(state, "robot_mode", ""))
+        if mode.endswith("UserStopped"):
+            self.user_stops += 1
+            self._latch(
+                RobotFault.USER_STOP,
+                "the FR3 reports its user stop engaged (robot mode UserStopped).",
+                "Release the stop, check the cell, then reset (home) to resume.",
+            )
+        elif mode.endswith("Reflex"):
+            self.reflexes += 1
+            self._latch(
+                RobotFault.REFLEX,
+                "the FR3 reports a reflex (robot mode Reflex).",
+                "Check the workspace, then reset (home) to acknowledge and resume.",
+            )
 
     @property
     def counters(self) -> dict[str, int]:
@@ -681,6 +783,7 @@ class FrankaRobot(Robot):
             "gripper_commands": gripper.commands_executed if gripper else 0,
             "gripper_commands_dropped": gripper.commands_dropped if gripper else 0,
             "gripper_errors": gripper.errors if gripper else 0,
+            "gripper_halts": gripper.halts if gripper else 0,
         }
 
     @property

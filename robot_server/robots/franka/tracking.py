@@ -53,10 +53,14 @@ class StateSampler:
         self._thread.join(timeout=1.0)
 
 
-def tracking_report(log: TrackingLog, period_s: float, stop_speed_m_s: float = 0.01) -> dict[str, float]:
+def tracking_report(
+    log: TrackingLog, period_s: float, stop_speed_m_s: float = 0.01, speed_window_s: float = 0.0
+) -> dict[str, float]:
     """Error of the position one period after each target was sent (where the arm is due), the
     lowest speed between the first and the last tick, and how long the arm stood still there.
-    ``stop_speed_m_s``: slower than this counts as stopped."""
+    ``stop_speed_m_s``: slower than this counts as stopped. ``speed_window_s`` > 0: speeds over
+    at least that much robot time (a simulator starved of CPU can report a new clock with the
+    previous position, which between two samples reads as standing still)."""
     if len(log.samples) < 3 or not log.ticks:
         raise ValueError("not enough samples to judge tracking")
     t = np.array([s[0] for s in log.samples])
@@ -72,7 +76,12 @@ def tracking_report(log: TrackingLog, period_s: float, stop_speed_m_s: float = 0
     start_s, end_s = log.ticks[0][0] + period_s, log.ticks[-1][0] + period_s
     inside = (t >= start_s) & (t <= end_s)
     ti, xi = t[inside], x[inside]
-    speed = np.linalg.norm(np.diff(xi, axis=0), axis=1) / np.diff(ti)
+    if speed_window_s > 0.0:
+        # each sample paired with the first one at least the window later (or the last one)
+        j = np.minimum(np.searchsorted(ti, ti[:-1] + speed_window_s), len(ti) - 1)
+        speed = np.linalg.norm(xi[j] - xi[:-1], axis=1) / (ti[j] - ti[:-1])
+    else:
+        speed = np.linalg.norm(np.diff(xi, axis=0), axis=1) / np.diff(ti)
     stopped_s = float(np.sum(np.diff(ti)[speed < stop_speed_m_s]))
     boundary_min = []
     for c in log.chunk_starts_s[1:]:

@@ -55,6 +55,8 @@ class SimRobot(Robot):
         self.seed: int | None = None
         self._task: Task | None = None
         self._reset_lock = threading.Lock()
+        # Guiding: the arm servos' gains while they are switched off (None: servos on)
+        self._servo_params: tuple[np.ndarray, np.ndarray] | None = None
         home_pos, home_quat = self.ik.forward(fr3.HOME_Q_RAD)
         self._home_pos, self._home_quat_xyzw = home_pos, wxyz_to_xyzw(home_quat)
         self.home()
@@ -190,6 +192,30 @@ class SimRobot(Robot):
             self._q_cmd = w.data.qpos[w.arm_qpos_adr].copy()
             w.data.ctrl[w.arm_actuator_ids] = self._q_cmd
 
+    def idle(self, period_s: float) -> None:
+        self.step_idle(period_s)
+
+    def set_guiding(self, enabled: bool) -> None:
+        """Guiding: the arm servos go limp; the links' gravity is compensated (``gravcomp`` in the
+        model, as the FR3 controller does), so the arm stays put until something pushes it
+        (``data.xfrc_applied`` on a link, the scene). Ending it re-engages the servos at the
+        measured joint angles."""
+        w = self.world
+        m, ids = w.model, w.arm_actuator_ids
+        with w.lock:
+            if enabled and self._servo_params is None:
+                # stopped first, as the FR3 backend waits for its motion to end: a limp arm would
+                # coast on with the speed it had
+                w.data.qvel[w.arm_dof_adr] = 0.0
+                self._servo_params = (m.actuator_gainprm[ids].copy(), m.actuator_biasprm[ids].copy())
+                m.actuator_gainprm[ids] = 0.0
+                m.actuator_biasprm[ids] = 0.0
+            elif not enabled and self._servo_params is not None:
+                m.actuator_gainprm[ids], m.actuator_biasprm[ids] = self._servo_params
+                self._servo_params = None
+            self._q_cmd = w.data.qpos[w.arm_qpos_adr].copy()
+            w.data.ctrl[ids] = self._q_cmd
+
     def step_idle(self, period_s: float) -> None:
         """Advance physics with the current setpoints (holding still)."""
         with self.world.lock:
@@ -204,6 +230,7 @@ class SimRobot(Robot):
         # a failure after that restores the state from before the call, so a failed reset leaves the
         # arm and the scene as they were.
         new_task = tasks.load(task) if task else None
+        self.set_guiding(False)  # a reset re-engages the servos, as on the FR3
         if seed is None:
             seed = random.SystemRandom().randrange(2**31)
         try:

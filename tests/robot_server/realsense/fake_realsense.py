@@ -21,6 +21,7 @@ class _Enum(enum.Enum):
 class camera_info(_Enum):
     serial_number = 1
     name = 2  # type: ignore[assignment]  # pyrealsense2 really has camera_info.name
+    usb_type_descriptor = 3
 
 
 class stream(_Enum):
@@ -66,9 +67,15 @@ class FakeDevice:
     # A wedged device enumerates but delivers nothing until a hardware reset.
     wedged: bool = False
     frame_number: int = 0
+    usb_type: str = "3.2"  # what librealsense reports for the link the camera enumerated on
     sensors: list[FakeSensor] = field(default_factory=lambda: [FakeSensor()])
 
+    def supports(self, info: camera_info) -> bool:
+        return True
+
     def get_info(self, info: camera_info) -> str:
+        if info is camera_info.usb_type_descriptor:
+            return self.usb_type
         return self.serial if info is camera_info.serial_number else "Intel RealSense D435 (fake)"
 
     def query_sensors(self) -> list[FakeSensor]:

@@ -118,3 +118,38 @@ def test_bad_configuration_names_the_field() -> None:
         RealSenseCamera(name="wrist", serial="")
     with pytest.raises(ValueError, match="max_age_s"):
         RealSenseCamera(name="wrist", serial="1", max_age_s=-1.0)
+
+
+def test_frames_are_dropped_while_exposure_settles_after_each_start() -> None:
+    rs = FakeRealSense("111")
+    cam = RealSenseCamera(name="wrist", serial="111", rs=rs, settle_frames=15, reconnect_interval_s=0.0)
+    cam.connect()
+    assert cam.read().frame_index == 16 and cam.settle_frames_dropped == 15
+    rs.devices["111"].plugged = False
+    while cam.is_connected:
+        with pytest.raises(CameraError):
+            cam.read(timeout_s=0.01)
+    rs.devices["111"].plugged = True
+    before = rs.devices["111"].frame_number
+    assert cam.read().frame_index == before + 16 and cam.settle_frames_dropped == 30
+    # a wedged camera gives nothing to drop: the start does not wait for it
+    rs.devices["111"].wedged = True
+    cam.disconnect()
+    cam.connect()
+    assert cam.is_connected and cam.settle_frames_dropped == 30
+
+
+def test_usb2_link_is_reported_or_refused(caplog: pytest.LogCaptureFixture) -> None:
+    rs = FakeRealSense("111")
+    cam = RealSenseCamera(name="wrist", serial="111", rs=rs)
+    cam.connect()
+    assert cam.usb_type == "3.2" and "USB" not in caplog.text
+    cam.disconnect()
+    rs.devices["111"].usb_type = "2.1"
+    cam.connect()
+    assert cam.usb_type == "2.1" and "is on USB 2.1, not USB 3" in caplog.text
+    strict = RealSenseCamera(name="wrist", serial="111", rs=FakeRealSense("111"), require_usb3=True)
+    strict.rs.devices["111"].usb_type = "2.1"
+    with pytest.raises(CameraError, match="USB 3 port"):
+        strict.connect()
+    assert not strict.is_connected

@@ -258,3 +258,52 @@ def test_camera_thread_renders_while_control_steps(world: SimWorld, robot: SimRo
         t.join(10)
     assert not errors, errors
     assert len(frames) >= 2 and min(frames) > 1000
+
+
+def _pushed_tcp_travel_m(robot: SimRobot, push_n: float, ticks: int) -> float:
+    """How far the TCP moves while a sideways force acts on the hand for ``ticks`` idle ticks."""
+    w = robot.world
+    hand = w.model.site_bodyid[w.tcp_site_id]
+    start = robot.read_state().ee_position_m
+    with w.lock:
+        w.data.xfrc_applied[hand, :3] = (0.0, push_n, 0.0)
+    try:
+        for _ in range(ticks):
+            robot.idle(PERIOD_S)
+    finally:
+        with w.lock:
+            w.data.xfrc_applied[hand] = 0.0
+    return float(np.linalg.norm(robot.read_state().ee_position_m - start))
+
+
+def test_guiding_makes_the_arm_compliant_and_holds_its_weight(robot: SimRobot) -> None:
+    assert _pushed_tcp_travel_m(robot, 20.0, 5) < 0.01  # the servos hold against a 20 N push
+    robot.set_guiding(True)
+    q0 = robot.read_state().joint_positions_rad
+    for _ in range(5):
+        robot.idle(PERIOD_S)
+    # no push: gravity is compensated, the arm does not sag
+    assert np.abs(robot.read_state().joint_positions_rad - q0).max() < 0.02
+    assert _pushed_tcp_travel_m(robot, 20.0, 5) > 0.03  # a hand moves it
+    robot.set_guiding(False)
+    held = robot.read_state().ee_position_m
+    for _ in range(5):
+        robot.idle(PERIOD_S)
+    # the servos hold where the operator left the arm (no jump back)
+    assert np.linalg.norm(robot.read_state().ee_position_m - held) < 0.01
+
+
+def test_ik_keeps_every_joint_off_its_limits(robot: SimRobot) -> None:
+    from robot_server.sim.ik import IK_JOINT_MARGIN_RAD
+
+    q_far = fr3.HOME_Q_RAD.copy()
+    q_far[6] = fr3.JOINT_UPPER_RAD[6]  # a pose only reachable with joint 7 at its limit
+    pos, quat = robot.ik.forward(q_far)
+    q = robot.ik.solve(fr3.HOME_Q_RAD, pos, quat)
+    assert np.all(q >= fr3.JOINT_LOWER_RAD + IK_JOINT_MARGIN_RAD - 1e-12)
+    assert np.all(q <= fr3.JOINT_UPPER_RAD - IK_JOINT_MARGIN_RAD + 1e-12)
+    # a joint already inside the margin may stay there, but never goes further in
+    seed = q_far.copy()
+    seed[6] -= IK_JOINT_MARGIN_RAD / 2
+    q = robot.ik.solve(seed, pos, quat)
+    assert q[6] <= seed[6] + 1e-12

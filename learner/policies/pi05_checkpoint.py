@@ -1,0 +1,354 @@
+"""A π0.5 checkpoint directory on disk: what ``--init DIR`` reads, all of it offline.
+
+Layout (LeRobot 0.6.1's ``save_pretrained`` plus the tokenizer and our mapping):
+
+- ``config.json``: LeRobot's ``PI05Config`` (architecture fields, ``input_features`` whose VISUAL keys
+  name the checkpoint's cameras in order, ``normalization_mapping``);
+- ``model.safetensors``: the weights, keys as LeRobot's ``PI05Policy.state_dict()`` (``model.`` ...);
+- normalisation statistics: LeRobot's ``policy_preprocessor_step_*_normalizer_processor.safetensors``
+  (keys ``observation.state.q01``, ``action.q99``, ...) or openpi's ``assets/<id>/norm_stats.json``
+  (``{"norm_stats": {"state": {...}, "actions": {...}}}``, what openpi's converter copies);
+- ``tokenizer.json`` (here or in ``tokenizer/``): the PaliGemma tokenizer, read with ``tokenizers``;
+- ``pde_pi05.json`` (optional, ours): which FR3 state entries and cameras feed the checkpoint's, and
+  the action space (:class:`Pi05Mapping`); without it the defaults below apply when they fit.
+
+Every missing or mismatched piece stops start-up with a message naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file as load_numpy
+from safetensors.numpy import save_file as save_numpy
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from learner.policies.pi05_model import UNUSED_CHECKPOINT_KEYS, Pi05Config, Pi05Model
+from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, ActionSpace
+
+MAPPING_FILE = "pde_pi05.json"
+WEIGHTS_FILE = "model.safetensors"
+STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"  # LeRobot's name
+NORM_MODES = ("QUANTILES", "MEAN_STD")
+
+
+class Pi05CheckpointError(RuntimeError):
+    """The π0.5 checkpoint directory is missing something or does not fit the robot."""
+
+
+class WeightsNotLoadedError(Pi05CheckpointError):
+    """The weights file does not cover the model: refusing to run a randomly initialised π0.5."""
+
+
+@dataclass(frozen=True)
+class FeatureStats:
+    """Normalisation of one feature: ``mode`` QUANTILES maps [q01, q99] to [-1, 1] (π0.5's default),
+    MEAN_STD to zero mean, unit deviation. ``offset`` and ``scale``: x_norm = (x - offset) / scale."""
+
+    mode: str
+    offset: np.ndarray
+    scale: np.ndarray
+
+    @staticmethod
+    def from_stats(mode: str, stats: dict[str, np.ndarray], where: str) -> FeatureStats:
+        if mode not in NORM_MODES:
+            raise Pi05CheckpointError(
+                f"{where}: normalisation mode {mode!r} is not supported; use {NORM_MODES}"
+            )
+        need = ("q01", "q99") if mode == "QUANTILES" else ("mean", "std")
+        missing = [k for k in need if k not in stats]
+        if missing:
+            raise Pi05CheckpointError(
+                f"{where}: {mode} normalisation needs {list(need)}, the statistics lack {missing} "
+                "(recompute them for the dataset the checkpoint was trained on)"
+            )
+        a, b = (np.asarray(stats[k], dtype=np.float64).reshape(-1) for k in need)
+        if mode == "QUANTILES":
+            offset, scale = (a + b) / 2.0, (b - a) / 2.0
+        else:
+            offset, scale = a, b
+        # LeRobot divides by eps where the range is 0 (a constant dimension): same here.
+        return FeatureStats(
+            mode, offset.astype(np.float32), np.where(scale == 0, 1e-8, scale).astype(np.float32)
+        )
+
+    @property
+    def dim(self) -> int:
+        return int(self.offset.shape[0])
+
+
+@dataclass(frozen=True)
+class Pi05Mapping:
+    """How the FR3's observation and actions meet the checkpoint's (``pde_pi05.json``)."""
+
+    state_names: tuple[str, ...]
+    """Our state entries (``STATE_VECTOR_NAMES``) in the order of the checkpoint's state vector."""
+    cameras: tuple[str | None, ...]
+    """Our camera for each of the checkpoint's image inputs in order; null: absent (masked out)."""
+    action_space: ActionSpace = ActionSpace.EE_DELTA
+
+    @staticmethod
+    def default(state_dim: int, n_images: int, action_dim: int) -> Pi05Mapping:
+        """Ours as they are when the dimensions allow no other reading: the full 15-entry state or
+        the 7 joints + gripper (DROID's order); ee_delta for 7 action columns, joint_abs for 8;
+        external then wrist camera, other image inputs absent."""
+        if state_dim == len(STATE_VECTOR_NAMES):
+            names: tuple[str, ...] = STATE_VECTOR_NAMES
+        elif state_dim == 8:
+            names = (*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m")
+        else:
+            raise Pi05CheckpointError(
+                f"the checkpoint's state has {state_dim} entries; say which of ours feed it in "
+                f'{MAPPING_FILE}: {{"state_names": [...]}} with names from {list(STATE_VECTOR_NAMES)}'
+            )
+        spaces = {d: s for s, d in ACTION_DIMS.items()}
+        if action_dim not in spaces:
+            raise Pi05CheckpointError(
+                f"the checkpoint acts in {action_dim} dimensions; the FR3 takes "
+                f"{ {s.value: d for s, d in ACTION_DIMS.items()} }: fine-tune a checkpoint for one of them"
+            )
+        cams: tuple[str | None, ...] = ("external", "wrist", *([None] * max(0, n_images - 2)))
+        return Pi05Mapping(names, cams[:n_images], spaces[action_dim])
+
+    def check(self, state_dim: int, n_images: int, action_dim: int) -> None:
+        unknown = [n for n in self.state_names if n not in STATE_VECTOR_NAMES]
+        if unknown:
+            raise Pi05CheckpointError(
+                f"{MAPPING_FILE}: unknown state names {unknown}; use names from {list(STATE_VECTOR_NAMES)}"
+            )
+        if len(self.state_names) != state_dim:
+            raise Pi05CheckpointError(
+                f"{MAPPING_FILE}: {len(self.state_names)} state_names for the checkpoint's "
+                f"{state_dim}-entry state"
+            )
+        if len(self.cameras) != n_images:
+            raise Pi05CheckpointError(
+                f"{MAPPING_FILE}: {len(self.cameras)} cameras for the checkpoint's {n_images} image inputs "
+                "(null for an input with no camera)"
+            )
+        if not any(self.cameras):
+            raise Pi05CheckpointError(f"{MAPPING_FILE}: at least one image input needs a camera")
+        if ACTION_DIMS[self.action_space] != action_dim:
+            raise Pi05CheckpointError(
+                f"the checkpoint acts in {action_dim} dimensions, {self.action_space.value} has "
+                f"{ACTION_DIMS[self.action_space]}: set action_space in {MAPPING_FILE} or use another "
+                "checkpoint"
+            )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "action_space": self.action_space.value}
+
+    @staticmethod
+    def from_json_dict(raw: dict[str, Any]) -> Pi05Mapping:
+        try:
+            return Pi05Mapping(
+                state_names=tuple(raw["state_names"]),
+                cameras=tuple(raw["cameras"]),
+                action_space=ActionSpace(raw.get("action_space", ActionSpace.EE_DELTA.value)),
+            )
+        except (KeyError, ValueError) as e:
+            raise Pi05CheckpointError(
+                f"{MAPPING_FILE}: {e!r}; expected state_names (list), cameras (list, null for none) "
+                f"and action_space ({[s.value for s in ActionSpace]})"
+            ) from e
+
+
+@dataclass
+class Pi05Checkpoint:
+    """Everything of a π0.5 checkpoint directory except the weights, which load into a model."""
+
+    directory: Path
+    config: Pi05Config
+    image_keys: tuple[str, ...]
+    state: FeatureStats
+    action: FeatureStats
+    mapping: Pi05Mapping
+    tokenizer_json: str = field(repr=False)
+
+    def tokenizer(self) -> Tokenizer:
+        return tokenizer_from_json(self.tokenizer_json, self.config.tokenizer_max_length)
+
+    def load_weights(self, model: Pi05Model) -> None:
+        load_weights(model, self.directory / WEIGHTS_FILE)
+
+
+def tokenizer_from_json(text: str, max_length: int) -> Tokenizer:
+    """The tokenizer padding on the right to ``max_length`` and truncating, as LeRobot's step does."""
+    tok = Tokenizer.from_str(text)
+    pad_id = tok.token_to_id("<pad>")
+    tok.enable_truncation(max_length)
+    tok.enable_padding(length=max_length, pad_id=0 if pad_id is None else pad_id, pad_token="<pad>")
+    return tok
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise Pi05CheckpointError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(raw, dict):
+        raise Pi05CheckpointError(f"{path} holds {type(raw).__name__}, not a JSON object")
+    return raw
+
+
+def _find_tokenizer(directory: Path) -> Path:
+    for candidate in (directory / "tokenizer.json", directory / "tokenizer" / "tokenizer.json"):
+        if candidate.is_file():
+            return candidate
+    raise Pi05CheckpointError(
+        f"no tokenizer.json in {directory} or {directory / 'tokenizer'}: π0.5 reads prompts with the "
+        "PaliGemma tokenizer and nothing is downloaded at run time. On a machine with internet access, "
+        "accept the licence of google/paligemma-3b-pt-224 on the Hugging Face hub, download its "
+        f"tokenizer.json and copy it to {directory / 'tokenizer.json'}"
+    )
+
+
+def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+    """(state stats, action stats, source file) from LeRobot's or openpi's statistics."""
+    lerobot = sorted(directory.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+    if lerobot:
+        flat = load_numpy(str(lerobot[0]))
+        state = {
+            k.removeprefix("observation.state."): v
+            for k, v in flat.items()
+            if k.startswith("observation.state.")
+        }
+        action = {k.removeprefix("action."): v for k, v in flat.items() if k.startswith("action.")}
+        return state, action, str(lerobot[0])
+    openpi = sorted(directory.glob("assets/*/norm_stats.json"))
+    if openpi:
+        raw = _read_json(openpi[0]).get("norm_stats", {})
+        if "state" not in raw or "actions" not in raw:
+            raise Pi05CheckpointError(f"{openpi[0]} has no norm_stats.state / norm_stats.actions")
+
+        def arrays(d: dict[str, Any]) -> dict[str, np.ndarray]:
+            return {k: np.asarray(v, dtype=np.float64) for k, v in d.items()}
+
+        return arrays(raw["state"]), arrays(raw["actions"]), str(openpi[0])
+    raise Pi05CheckpointError(
+        f"no normalisation statistics in {directory}: expected LeRobot's "
+        "policy_preprocessor_step_*_normalizer_processor.safetensors or openpi's "
+        "assets/<id>/norm_stats.json; "
+        "without them the actions would be normalised outputs read as metres and radians"
+    )
+
+
+def read_checkpoint(directory: str | Path) -> Pi05Checkpoint:
+    """Read and check a checkpoint directory (not the weights); raises Pi05CheckpointError."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise Pi05CheckpointError(
+            f"π0.5 checkpoint directory {path} does not exist; download the checkpoint (e.g. "
+            "lerobot/pi05_base) on a machine with internet access and copy the folder there"
+        )
+    if not (path / "config.json").is_file():
+        raise Pi05CheckpointError(f"{path} has no config.json (LeRobot's PI05Config)")
+    if not (path / WEIGHTS_FILE).is_file():
+        raise WeightsNotLoadedError(f"{path} has no {WEIGHTS_FILE}: refusing to run an uninitialised π0.5")
+    raw = _read_json(path / "config.json")
+    if raw.get("type", "pi05") != "pi05":
+        raise Pi05CheckpointError(f"{path / 'config.json'} is a {raw.get('type')!r} policy, not pi05")
+    try:
+        config = Pi05Config.from_json_dict(raw)
+    except (TypeError, ValueError) as e:
+        raise Pi05CheckpointError(f"{path / 'config.json'}: {e}") from e
+    features = raw.get("input_features", {})
+    image_keys = tuple(k for k, v in features.items() if isinstance(v, dict) and v.get("type") == "VISUAL")
+    if not image_keys:
+        raise Pi05CheckpointError(f"{path / 'config.json'} names no VISUAL input_features (the cameras)")
+    modes = raw.get("normalization_mapping", {})
+    state_stats, action_stats, source = _read_stats(path)
+    state = FeatureStats.from_stats(modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)")
+    action = FeatureStats.from_stats(modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)")
+    if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
+        raise Pi05CheckpointError(
+            f"{source}: state {state.dim} / action {action.dim} entries exceed the model's "
+            f"{config.max_state_dim} / {config.max_action_dim}"
+        )
+    if (path / MAPPING_FILE).is_file():
+        mapping = Pi05Mapping.from_json_dict(_read_json(path / MAPPING_FILE))
+    else:
+        mapping = Pi05Mapping.default(state.dim, len(image_keys), action.dim)
+    mapping.check(state.dim, len(image_keys), action.dim)
+    tokenizer_json = _find_tokenizer(path).read_text()
+    return Pi05Checkpoint(path, config, image_keys, state, action, mapping, tokenizer_json)
+
+
+def load_weights(model: Pi05Model, weights: Path) -> None:
+    """LeRobot π0.5 weights into ``model``; every parameter must be covered and nothing unknown left.
+    (LeRobot prints a warning and keeps random weights when loading fails: never here.)"""
+    try:
+        flat = load_file(str(weights))
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise WeightsNotLoadedError(f"{weights} does not load as safetensors: {e}") from e
+    sd: dict[str, torch.Tensor] = {}
+    for key, value in flat.items():
+        if key in UNUSED_CHECKPOINT_KEYS or key.removeprefix("model.") in (
+            k.removeprefix("model.") for k in UNUSED_CHECKPOINT_KEYS
+        ):
+            continue
+        name = key.removeprefix("model.")
+        # transformers >= 5.2x saves SigLIP without its ``vision_model`` level.
+        if ".vision_tower." in name and ".vision_tower.vision_model." not in name:
+            name = name.replace(".vision_tower.", ".vision_tower.vision_model.")
+        name = name.replace("action_time_mlp_", "time_mlp_")  # openpi's older names, as LeRobot maps them
+        sd[name] = value
+    embed = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
+    lm_head = "model.paligemma_with_expert.paligemma.lm_head.weight"
+    if embed not in sd and lm_head in flat:  # tied: LeRobot copies lm_head into the embedding too
+        sd[embed] = flat[lm_head]
+    own = model.state_dict()
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    wrong = sorted(k for k in set(own) & set(sd) if own[k].shape != sd[k].shape)
+    if missing or unexpected or wrong:
+        detail = "; ".join(
+            f"{what} ({len(keys)}): {keys[:3]}"
+            for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
+            if keys
+        )
+        raise WeightsNotLoadedError(
+            f"{weights} does not fit the π0.5 of config.json: {detail}. Check paligemma_variant / "
+            "action_expert_variant / max_action_dim in config.json against the weights"
+        )
+    model.load_state_dict({k: v.to(own[k].dtype) for k, v in sd.items()})
+
+
+def write_checkpoint(
+    directory: str | Path,
+    model: Pi05Model,
+    image_keys: tuple[str, ...],
+    state_stats: dict[str, np.ndarray],
+    action_stats: dict[str, np.ndarray],
+    tokenizer_json: str,
+    mapping: Pi05Mapping | None = None,
+) -> Path:
+    """A checkpoint directory in LeRobot's layout (QUANTILES statistics), e.g. random weights at a
+    small size for tests, or a fine-tuned π0.5 to hand back to LeRobot."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    raw = model.config.to_json_dict()
+    raw["input_features"] = {
+        k: {"type": "VISUAL", "shape": [3, *raw["image_resolution"]]} for k in image_keys
+    }
+    raw["input_features"]["observation.state"] = {"type": "STATE", "shape": [len(state_stats["q01"])]}
+    raw["output_features"] = {"action": {"type": "ACTION", "shape": [len(action_stats["q01"])]}}
+    raw["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}
+    (path / "config.json").write_text(json.dumps(raw, indent=1))
+    save_file(
+        {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+        str(path / WEIGHTS_FILE),
+    )
+    stats = {f"observation.state.{k}": np.asarray(v, np.float32) for k, v in state_stats.items()}
+    stats |= {f"action.{k}": np.asarray(v, np.float32) for k, v in action_stats.items()}
+    save_numpy(stats, str(path / STATS_FILE))
+    (path / "tokenizer.json").write_text(tokenizer_json)
+    if mapping is not None:
+        (path / MAPPING_FILE).write_text(json.dumps(mapping.to_json_dict(), indent=1))
+    return path

@@ -1,0 +1,84 @@
+"""``--policy small|pi05 --init DIR`` and the π0.5 options, shared by ``pde learner sft|run|eval``.
+
+The defaults live in ``Pi05Options`` (learner/policies/pi05.py); these flags only override them.
+Nothing heavy is imported until a π0.5 policy is asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from learner.policies.pi05 import Pi05Options, Pi05Policy
+
+POLICIES = ("small", "pi05")
+TRAINABLE = ("all", "no_vision", "expert", "lora")
+# argparse destinations of the flags below (not settings of the service that parses them)
+POLICY_DESTS = (
+    "policy",
+    "init",
+    "pi05_trainable",
+    "pi05_lora_rank",
+    "pi05_flow_steps",
+    "bf16",
+    "gradient_checkpointing",
+)
+
+
+def add_policy_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("policy")
+    g.add_argument(
+        "--policy", choices=POLICIES, default="small", help="small (the CPU policy) or pi05 (needs --init)"
+    )
+    g.add_argument(
+        "--init",
+        default="",
+        metavar="DIR",
+        help="π0.5 checkpoint directory: LeRobot's (config.json, model.safetensors, normaliser "
+        "statistics) or openpi's converted one, plus tokenizer.json; see docs/pi05.md",
+    )
+    g.add_argument("--pi05-trainable", choices=TRAINABLE, help="what trains (default: all)")
+    g.add_argument("--pi05-lora-rank", type=int, help="LoRA rank with --pi05-trainable lora (default 16)")
+    g.add_argument("--pi05-flow-steps", type=int, help="flow-SDE denoising steps (default 5)")
+    g.add_argument("--bf16", action="store_true", default=None, help="π0.5 under bfloat16 autocast")
+    g.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        default=None,
+        help="π0.5: recompute layers in backward",
+    )
+
+
+def check_policy_args(args: argparse.Namespace) -> str | None:
+    """A message when the flags do not fit together, else None."""
+    if args.policy == "pi05" and not args.init:
+        return "--policy pi05 needs --init DIR (a π0.5 checkpoint directory; see docs/pi05.md)"
+    if args.policy == "small" and args.init:
+        return "--init is for --policy pi05; the small policy starts from `pde learner sft`"
+    return None
+
+
+def pi05_options(args: argparse.Namespace) -> Pi05Options:
+    from learner.policies.pi05 import Pi05Options
+
+    given: dict[str, Any] = {
+        "trainable": args.pi05_trainable,
+        "lora_rank": args.pi05_lora_rank,
+        "flow_steps": args.pi05_flow_steps,
+        "bf16": args.bf16,
+        "gradient_checkpointing": args.gradient_checkpointing,
+    }
+    known = {f.name for f in fields(Pi05Options)}
+    return Pi05Options(**{k: v for k, v in given.items() if v is not None and k in known})
+
+
+def load_init_policy(args: argparse.Namespace, device: torch.device | str = "cpu") -> Pi05Policy:
+    """The π0.5 policy of ``--init DIR`` on ``device``; Pi05CheckpointError says what is missing."""
+    from learner.policies.pi05 import load_pi05
+
+    policy = load_pi05(args.init, pi05_options(args))
+    return policy.to(device)

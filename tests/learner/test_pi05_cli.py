@@ -1,0 +1,64 @@
+"""``--policy pi05 --init DIR`` through ``pde learner sft|eval|run`` with a tiny random-weight π0.5."""
+
+import numpy as np
+import pytest
+import torch
+
+from learner.checkpoints import CheckpointStore
+from learner.loop.service import parse_args
+from learner.main import main
+from learner.policies.pi05 import Pi05Policy, load_pi05
+from learner.synthetic import synthetic_episode
+from pde_contract.episodes import write_episode
+from tests.learner.pi05_tiny import make_tiny_checkpoint
+
+CANON = "put the green container in the bowl"
+
+
+def _demos(policy, directory, n=2):
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        ep = synthetic_episode(policy, rng, 2, CANON, CANON, True, 24, f"d{i}")
+        ep.task = "put_green_container_in_bowl"
+        write_episode(directory / f"d{i}.msgpack", ep)
+
+
+def test_sft_from_a_pi05_directory_trains_what_the_options_say(tmp_path, capsys):
+    init = make_tiny_checkpoint(tmp_path / "pi05")
+    (tmp_path / "demos").mkdir()
+    _demos(load_pi05(init), tmp_path / "demos")
+    argv = ["sft", "--policy", "pi05", "--init", str(init), "--demos", str(tmp_path / "demos")]
+    argv += ["--checkpoints", str(tmp_path / "ck"), "--steps", "2", "--batch-size", "2", "--device", "cpu"]
+    argv += ["--pi05-trainable", "expert", "--pi05-flow-steps", "2"]
+    assert main(argv) == 0
+    assert '"cached": false' in capsys.readouterr().out
+    loaded = CheckpointStore.load(tmp_path / "ck" / "policy-000000.pt")
+    assert isinstance(loaded.policy, Pi05Policy)
+    assert loaded.policy.options.trainable == "expert" and loaded.policy.options.flow_steps == 2
+    base = load_pi05(init)
+    vlm_key = "model.paligemma_with_expert.paligemma.model.language_model.layers.0.mlp.up_proj.weight"
+    expert_key = "model.paligemma_with_expert.gemma_expert.model.layers.0.mlp.up_proj.weight"
+    trained = loaded.policy.state_dict()
+    assert torch.equal(trained[vlm_key], base.state_dict()[vlm_key])  # frozen
+    assert not torch.equal(trained[expert_key], base.state_dict()[expert_key])  # trained
+    assert main(argv) == 0  # same demos and options: the cached checkpoint
+    assert '"cached": true' in capsys.readouterr().out
+
+
+def test_bad_init_directories_stop_at_start_up_with_a_message(tmp_path, capsys):
+    assert main(["sft", "--policy", "pi05", "--demos", str(tmp_path)]) == 2
+    assert "--policy pi05 needs --init DIR" in capsys.readouterr().err
+    init = make_tiny_checkpoint(tmp_path / "pi05")
+    (init / "tokenizer.json").unlink()
+    assert main(["eval", "--policy", "pi05", "--init", str(init), "--task", "t", "--prompt", "p"]) == 2
+    assert "no tokenizer.json" in capsys.readouterr().err
+
+
+def test_the_loop_takes_the_policy_flags_apart_from_its_settings(tmp_path):
+    args, overrides = parse_args(
+        ["--policy", "pi05", "--init", str(tmp_path), "--bf16", "--max-episodes", "3"]
+    )
+    assert args.policy == "pi05" and args.bf16 is True
+    assert overrides == {"max_episodes": 3}
+    with pytest.raises(SystemExit):
+        parse_args(["--policy", "pi05"])

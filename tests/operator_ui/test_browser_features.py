@@ -1,0 +1,102 @@
+"""What an operator running 128+ rollouts a day uses, in headless Chromium against `pde ui` as a
+process and a real SQLite store: undo of a label before it is sent, a failure reason with the
+label, discard and restore, notes, history paging and filters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from pde_storage import Store
+from tests.helpers import free_port
+from tests.operator_ui.browser import SHOTS, ui_server
+from tests.operator_ui.conftest import TOKEN
+from tests.storage.factories import make_episode_file
+
+pytestmark = [pytest.mark.browser]
+TASK = "put_green_container_in_bowl"
+N_ABORTED = 52  # more than one page of 50
+
+
+def test_undo_reason_discard_restore_note_paging_filters(page: Page, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/pde.db"
+    store = Store.open(url, tmp_path / "media")
+    store.ensure_task(TASK, "put the green container in the bowl")
+    pid = store.prompts(TASK)[0].id
+    for _ in range(N_ABORTED):  # cheap rows: no episode file, no video
+        store.abort_episode(store.create_episode(TASK, pid, 0, "bootstrap").id, "operator aborted")
+    ended = []
+    for _ in range(3):
+        ep = store.create_episode(TASK, pid, 0, "bootstrap")
+        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
+        ended.append(ep.id)
+    first, second, third = ended
+    with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
+        page.goto(f"{base}/#token={TOKEN}")
+        awaiting = page.locator("#awaiting")
+        expect(awaiting).to_have_attribute("data-episode-id", str(first), timeout=15_000)
+
+        # Undo: the label is held back for a few seconds and never sent when undone.
+        page.keyboard.press("f")
+        expect(page.locator("#pending")).to_contain_text(f"Labelling #{first} failure")
+        page.keyboard.press("u")
+        expect(page.locator("#pending")).to_be_hidden()
+        expect(page.locator("#toast")).to_contain_text("nothing was sent")
+        # A reason typed in the field goes with the label (keys typed there are text, not shortcuts).
+        page.fill("#label-reason", "dropped the object")
+        page.locator("#awaiting h3").click()
+        page.keyboard.press("f")
+        expect(awaiting).to_have_attribute("data-episode-id", str(second), timeout=15_000)
+        [lab] = store.labels(first)
+        assert (lab.success, lab.reason, lab.source) == (False, "dropped the object", "operator")
+
+        # Discard the awaiting episode (bad reset): kept, out of training, the next one is asked.
+        page.locator("#discard-awaiting").click()
+        expect(awaiting).to_have_attribute("data-episode-id", str(third), timeout=15_000)
+        assert (store.episode(second).status, store.episode(second).discard_reason) == (
+            "discarded",
+            "bad reset",
+        )
+
+        # History: 55 episodes in pages of 50, newest first; the discarded one is marked.
+        rows = page.locator("#history tbody tr[data-episode-id]")
+        expect(rows).to_have_count(50, timeout=10_000)
+        expect(rows.first).to_have_attribute("data-episode-id", str(third))
+        expect(page.locator(f'#history tr[data-episode-id="{second}"]')).to_have_class("discarded")
+        page.locator("#page-older").click()
+        expect(rows).to_have_count(5, timeout=10_000)
+        expect(rows.last).to_have_attribute("data-episode-id", "1")
+        expect(page.locator("#page-older")).to_be_disabled()
+        page.locator("#page-newest").click()
+        expect(rows).to_have_count(50, timeout=10_000)
+        page.select_option("#f-status", "discarded")
+        expect(rows).to_have_count(1, timeout=10_000)
+        page.select_option("#f-status", "")
+        page.select_option("#f-label", "failure")
+        expect(rows).to_have_count(1, timeout=10_000)
+        expect(rows.first).to_have_attribute("data-episode-id", str(first))
+        page.select_option("#f-label", "")
+        page.select_option("#f-task", TASK)
+        expect(page.locator("#f-prompt option")).to_have_count(2, timeout=10_000)
+        page.select_option("#f-stage", "rl")
+        expect(page.locator("#history tbody")).to_contain_text("no episodes match", timeout=10_000)
+        page.select_option("#f-stage", "")
+
+        # Restore the discarded episode and leave a note on it.
+        page.select_option("#f-status", "discarded")
+        expect(rows).to_have_count(1, timeout=10_000)
+        rows.first.click()
+        expect(page.locator("#detail-discarded")).to_contain_text("bad reset", timeout=10_000)
+        page.locator("#restore").click()
+        expect(page.locator("#detail-discarded")).to_be_hidden(timeout=10_000)
+        assert store.episode(second).status == "awaiting_label"
+        page.fill("#note", "operator's sleeve in the wrist view at the start")
+        page.locator("#save-note").click()
+        expect(page.locator("#toast")).to_contain_text("saved", timeout=10_000)
+        assert store.episode(second).note == "operator's sleeve in the wrist view at the start"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "operator_history_filters_detail.png"), full_page=True)
+        page.goto("about:blank")
+    store.close()
