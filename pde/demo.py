@@ -20,7 +20,6 @@ alpha_min) and prints alpha, the pool-prompt share and the canonical prompt's su
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -311,13 +310,13 @@ def run_with_progress(
     poll: Callable[[str], tuple[int, str] | None],
 ) -> None:
     """Run a one-shot child to completion, its output appended to ``log_path``; ``poll(log text)``
-    returns (done, note) for the bar."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    returns (done, note) for the bar. The child runs in its own process group (pde/procs.py, the
+    one process runner), killed with everything it started if the wait is interrupted."""
     start = log_path.stat().st_size if log_path.exists() else 0
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            list(argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    group = ProcessGroup(log_path.parent)
+    name = log_path.stem
+    proc = group.start(name, argv, env).process
+    assert proc is not None
     try:
         while proc.poll() is None:
             _check_stop()
@@ -329,7 +328,7 @@ def run_with_progress(
         if got is not None and proc.returncode == 0:
             progress.update(*got)
     except BaseException:
-        _killpg(proc)
+        group.kill(name)
         raise
     finally:
         progress.close()
@@ -342,13 +341,6 @@ def _read_from(path: Path, offset: int) -> str:
     with path.open("rb") as f:
         f.seek(offset)
         return f.read().decode(errors="replace")
-
-
-def _killpg(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # --- the demo ------------------------------------------------------------------------------------
