@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Literal, TextIO
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from pde.procs import ProcessGroup, ServiceError
 
 if TYPE_CHECKING:
@@ -476,10 +477,8 @@ class Demo:
             self.set_aside_previous_run()
 
     def later_checkpoints(self) -> list[Path]:
-        """Policy versions after the SFT one (same file names as learner.checkpoints)."""
-        folder = self.data / "checkpoints"
-        found = (re.fullmatch(r"policy-(\d{6,})\.pt", p.name) for p in folder.glob("policy-*.pt"))
-        return sorted(folder / m.group(0) for m in found if m and int(m.group(1)) > 0)
+        """Policy versions after the SFT one (version 0)."""
+        return [path for version, path in checkpoint_files(self.data / "checkpoints").items() if version > 0]
 
     def set_aside_previous_run(self) -> None:
         """A new SFT policy (other options, another task) starts a new run: the learner would resume
@@ -627,7 +626,7 @@ class Demo:
             }
         if n == 0 or latest is None or latest.version == 0:
             return
-        sft = self.data / "checkpoints" / "policy-000000.pt"
+        sft = checkpoint_path(self.data / "checkpoints", 0)
         for task, prompt in canon.items():
             if not prompt:
                 continue
