@@ -26,28 +26,18 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import write_result
+from _common import write_result  # bench/ is on sys.path when run as a script
+
 from learner.policies import flow_sde
 from learner.policies.pi05 import Pi05Options, Pi05Policy
 from learner.policies.pi05_checkpoint import FeatureStats, Pi05Checkpoint, Pi05Mapping
-from learner.policies.pi05_model import Pi05Config
+from learner.policies.pi05_model import TINY_CONFIG, Pi05Config
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_observation
 from learner.trainer import Trainer
 from pde_contract.episodes import ChunkRecord, EpisodeFile
 from pde_contract.messages import STATE_VECTOR_NAMES
 
-TINY = Pi05Config(
-    paligemma_variant="dummy",
-    action_expert_variant="dummy_expert",
-    vision_variant="dummy",
-    vocab_size=512,
-    image_resolution_px=16,
-    chunk_size=4,
-    max_state_dim=16,
-    max_action_dim=8,
-    tokenizer_max_length=40,
-)
 CANON = "put the green container in front of the camera"
 OTHER = "carry the green plastic container close to the camera and let go"
 
@@ -183,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="pi05", help="result name under bench/results/ ('' = do not write)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    cfg = TINY if args.tiny else Pi05Config()
+    cfg = TINY_CONFIG if args.tiny else Pi05Config()
     options = Pi05Options(
         flow_steps=args.flow_steps,
         bf16=True,

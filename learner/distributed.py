@@ -27,7 +27,15 @@ from torch.distributed.nn.functional import all_gather
 from torch.nn.parallel import DistributedDataParallel
 
 from learner.policies.base import ChunkEvaluation, ObsBatch, PairEvaluation, Policy
+from learner.trainer import Batch, Trainer
 from pde_contract.messages import Observation
+
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_world_size() -> int:
+    """How many processes torchrun started (1 when not started by torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
 
 
 @dataclass(frozen=True)
@@ -41,9 +49,7 @@ class DistributedContext:
 def init_distributed() -> DistributedContext:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT):
     NCCL with one GPU per process where CUDA is available, else gloo on the CPU."""
-    missing = [
-        k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
-    ]
+    missing = [k for k in TORCHRUN_ENV if k not in os.environ]
     if missing:
         raise RuntimeError(
             f"not started by torchrun (environment lacks {missing}): run "
@@ -194,3 +200,28 @@ class DistributedPolicy(Policy):
 
     def noise_parameters(self) -> list[nn.Parameter]:
         return self.inner.noise_parameters()
+
+
+class BroadcastTrainer(Trainer):
+    """Rank 0's trainer: hands each update's batch to the other ranks before running it, so every
+    rank runs the same update (``follow_updates``) and DDP can split its minibatches."""
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        dist.broadcast_object_list([list(batch)], src=0)
+        return super().update(batch)
+
+    def stop_followers(self) -> None:
+        dist.broadcast_object_list([None], src=0)
+
+
+def follow_updates(trainer: Trainer) -> int:
+    """Ranks > 0: run every update rank 0's BroadcastTrainer announces, until it stops them.
+    Returns the number of updates run."""
+    n = 0
+    while True:
+        box: list[Any] = [None]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is None:
+            return n
+        trainer.update(box[0])
+        n += 1

@@ -61,6 +61,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     ap = argparse.ArgumentParser(prog="pde learner sft", description="behaviour cloning from demo episodes")
     ap.add_argument("--demos", default=settings.demo_dir, help="folder of demonstration episode files")
     ap.add_argument(
+        "--lerobot-dataset",
+        default="",
+        metavar="DIR",
+        help="train on this LeRobotDataset v2.1 (FR3 state and action columns, e.g. from "
+        "`pde sim export-lerobot`) instead of --demos",
+    )
+    ap.add_argument(
         "--checkpoints", default=settings.checkpoint_dir, help="checkpoint folder (SFT = version 0)"
     )
     ap.add_argument("--per-task", type=int, default=SFTConfig.episodes_per_task, help="demos per task")
@@ -114,12 +121,23 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         from dataclasses import asdict
 
         def factory() -> Any:
-            return load_init_policy(args)
+            return load_init_policy(args, stats_from_demos=True)
 
         key = {"pi05_init": str(Path(args.init).resolve()), "options": asdict(pi05_options(args))}
     try:
         path, metrics, cached = run_sft(
-            args.demos, args.checkpoints, vla, cfg, tasks, args.force, on_step, device, wordings, factory, key
+            args.demos,
+            args.checkpoints,
+            vla,
+            cfg,
+            tasks,
+            args.force,
+            on_step,
+            device,
+            wordings,
+            factory,
+            key,
+            args.lerobot_dataset or None,
         )
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)
@@ -156,7 +174,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         return 2
     try:
         from pde_contract.client import RobotClient
-        from pde_contract.link import client_curve_from_env
+        from pde_contract.link import client_curve_for_command
     except ImportError as e:
         print(f"pde learner eval: the robot client is not available ({e})", file=sys.stderr)
         return 2
@@ -181,7 +199,10 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     successes = 0
     # Evaluation is not latency-bound: a generous reply timeout rides out a loaded machine.
     with RobotClient(
-        cmd_endpoint=args.cmd_endpoint, name="learner-eval", timeout_s=5.0, curve=client_curve_from_env()
+        cmd_endpoint=args.cmd_endpoint,
+        name="learner-eval",
+        timeout_s=5.0,
+        curve=client_curve_for_command("pde learner eval"),
     ) as client:
         info = client.connect()
         actor = Actor(

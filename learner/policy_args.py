@@ -76,9 +76,12 @@ def pi05_options(args: argparse.Namespace) -> Pi05Options:
     return Pi05Options(**{k: v for k, v in given.items() if v is not None and k in known})
 
 
-def load_init_policy(args: argparse.Namespace, device: torch.device | str = "cpu") -> Pi05Policy:
-    """The π0.5 policy of ``--init DIR`` on ``device``; Pi05CheckpointError says what is missing."""
+def load_init_policy(
+    args: argparse.Namespace, device: torch.device | str = "cpu", stats_from_demos: bool = False
+) -> Pi05Policy:
+    """The π0.5 policy of ``--init DIR`` on ``device``; Pi05CheckpointError says what is missing.
+    ``stats_from_demos`` (SFT): a directory without normalisation statistics is accepted."""
     from learner.policies.pi05 import load_pi05
 
-    policy = load_pi05(args.init, pi05_options(args))
+    policy = load_pi05(args.init, pi05_options(args), stats_from_demos)
     return policy.to(device)

@@ -25,6 +25,7 @@ import torch
 from learner.checkpoints import CheckpointStore
 from learner.paraphrases import WordingTable, training_prompt
 from learner.policies.base import ObsBatch, Policy
+from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from pde_contract.episodes import EpisodeFile, read_episode
 from pde_contract.messages import ActionSpace
@@ -115,6 +116,16 @@ def build_dataset(policy: Policy, files: list[Path]) -> SFTDataset:
     return SFTDataset(ObsBatch.cat(obs_batches), np.stack(actions), prompts, tasks)
 
 
+def lerobot_sft_dataset(policy: Policy, root: str | Path) -> SFTDataset:
+    """SFT samples from a LeRobotDataset (learner/lerobot_dataset.py), preprocessed by ``policy``."""
+    from learner.lerobot_dataset import read_lerobot_dataset
+
+    samples = read_lerobot_dataset(root, policy.chunk_len, policy.action_space)
+    return SFTDataset(
+        policy.preprocess(samples.observations), samples.actions, samples.prompts, samples.tasks
+    )
+
+
 def set_normalization_from(policy: SmallVLAPolicy, data: SFTDataset) -> None:
     rows = data.actions.reshape(-1, data.actions.shape[-1])
     state = data.obs.state.numpy()
@@ -167,6 +178,8 @@ def train_sft(
     gen = torch.Generator().manual_seed(cfg.seed)
     if isinstance(policy, SmallVLAPolicy):
         set_normalization_from(policy, data)
+    elif isinstance(policy, Pi05Policy) and not policy.statistics_known:
+        policy.set_statistics_from(data.obs.state.numpy(), data.actions)
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.steps))
@@ -236,13 +249,20 @@ def run_sft(
     wordings: WordingTable | None = None,
     policy_factory: Callable[[], Policy] | None = None,
     policy_key: dict[str, Any] | None = None,
+    lerobot_dataset: str | Path | None = None,
 ) -> tuple[Path, dict[str, float], bool]:
     """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
     ``policy_factory`` (with ``policy_key``, what the cache key records of it) starts from another
     policy than the small one, e.g. π0.5 from a checkpoint directory; ``vla`` is then unused.
+    ``lerobot_dataset``: train on that LeRobotDataset instead of the episode files in ``demo_dir``.
     Returns (path, metrics, cached)."""
-    files = select_demo_files(demo_dir, cfg.episodes_per_task, tasks)
-    if wordings is not None:
+    if lerobot_dataset is not None:
+        files = sorted(p for p in Path(lerobot_dataset).rglob("*") if p.is_file())
+        if not files:
+            raise FileNotFoundError(f"no LeRobotDataset at {lerobot_dataset}")
+    else:
+        files = select_demo_files(demo_dir, cfg.episodes_per_task, tasks)
+    if wordings is not None and lerobot_dataset is None:
         found = {read_episode(f).task for f in files}
         missing = sorted(set(wordings.tasks) - found)
         if missing:
@@ -266,7 +286,11 @@ def run_sft(
         wording = {"default": wording, "tasks": wordings.as_dict()}
     vla = replace(vla, extra={"sft_demo_files": len(files), "sft_wording": wording})
     policy = SmallVLAPolicy(vla) if policy_factory is None else policy_factory()
-    data = build_dataset(policy, files)
+    data = (
+        build_dataset(policy, files)
+        if lerobot_dataset is None
+        else lerobot_sft_dataset(policy, lerobot_dataset)
+    )
     metrics = train_sft(policy, data, cfg, on_step, device, wordings)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))
     metrics["sft_episodes"] = float(len(files))

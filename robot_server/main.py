@@ -18,9 +18,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from robot_server.settings import RobotServerSettings
 
 log = logging.getLogger("robot_server")
 
@@ -34,6 +37,12 @@ def _server_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise-host", help="host name clients use to reach this machine")
     p.add_argument("--cmd-port", type=int, help="ROUTER port for commands (default 5556)")
     p.add_argument("--obs-port", type=int, help="PUB port for observations (default 5555)")
+    p.add_argument(
+        "--link-secret-key",
+        type=Path,
+        help="CURVE: this server's server.key_secret (`pde keys init`); needed for a non-loopback --host",
+    )
+    p.add_argument("--link-clients-dir", type=Path, help="CURVE: folder of the client *.key files it accepts")
     p.add_argument("--control-rate-hz", type=float, help="control ticks per second (default 10)")
     p.add_argument(
         "--pacing", choices=["realtime", "fast"], help="realtime, or fast (sim: chunks back to back)"
@@ -103,7 +112,7 @@ def serve(argv: list[str]) -> int:
     print(
         f"robot-server ready: backend={settings.backend} commands={settings.cmd_endpoint} "
         f"observations={settings.obs_endpoint} control={settings.control_rate_hz} Hz "
-        f"pacing={settings.pacing}",
+        f"pacing={settings.pacing} link={_link_mode(settings)}",
         flush=True,
     )
     try:
@@ -116,6 +125,15 @@ def serve(argv: list[str]) -> int:
     return 0
 
 
+def _link_mode(settings: RobotServerSettings) -> str:
+    """What the ready line says about the robot link: encrypted, or plain (loopback only)."""
+    curve = settings.link_curve()
+    if curve is None:
+        return "plain (loopback only)"
+    clients = curve.allowed_clients - {curve.keys.public}  # its own key is accepted for health checks
+    return f"curve ({len(clients)} client keys from {settings.link_clients_dir})"
+
+
 def watch(argv: list[str]) -> int:
     """Print the stream once per second; optionally save the newest frame of each camera."""
     p = argparse.ArgumentParser(prog="pde robot-server watch")
@@ -124,11 +142,14 @@ def watch(argv: list[str]) -> int:
     p.add_argument("--save-dir", type=Path, help="write <camera>.jpg here, refreshed every second")
     args = p.parse_args(argv)
     from pde_contract.client import RobotClient, RobotServerError
-    from pde_contract.link import client_curve_from_env
+    from pde_contract.link import client_curve_for_command
     from pde_contract.messages import RobotFault
 
     with RobotClient(
-        cmd_endpoint=args.cmd, name="watch", timeout_s=2.0, curve=client_curve_from_env()
+        cmd_endpoint=args.cmd,
+        name="watch",
+        timeout_s=2.0,
+        curve=client_curve_for_command("pde robot-server watch"),
     ) as client:
         try:
             info = client.connect()
@@ -190,10 +211,13 @@ def guide(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=0.0, help="end after this long (0: on Enter)")
     args = p.parse_args(argv)
     from pde_contract.client import RobotClient, RobotServerError
-    from pde_contract.link import client_curve_from_env
+    from pde_contract.link import client_curve_for_command
 
     with RobotClient(
-        cmd_endpoint=args.cmd, name="guide", timeout_s=2.0, curve=client_curve_from_env()
+        cmd_endpoint=args.cmd,
+        name="guide",
+        timeout_s=2.0,
+        curve=client_curve_for_command("pde robot-server guide"),
     ) as client:
         try:
             client.connect()

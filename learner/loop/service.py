@@ -8,14 +8,19 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer
 from learner.policy_args import POLICY_DESTS, add_policy_args, check_policy_args, load_init_policy
 from pde_storage import ConflictError, Store
+
+if TYPE_CHECKING:
+    from learner.distributed import DistributedContext
+    from learner.ppo import PPOConfig
 
 log = logging.getLogger("pde.loop")
 
@@ -69,17 +74,27 @@ def main(argv: list[str] | None = None) -> int:
     # Heavy imports (torch) only once the arguments are known to be good.
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
-    from learner.device import DeviceUnavailableError, resolve_device
-    from learner.ppo import PPOConfig
+    from learner.device import DeviceUnavailableError, describe_device, resolve_device
+    from learner.distributed import torchrun_world_size
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
     from pde_contract.link import LinkKeyError, client_curve_from_env
 
+    ctx = None
     try:
-        device = resolve_device(settings.device)
+        if torchrun_world_size() > 1:  # `torchrun --nproc_per_node N`: one GPU per rank, PPO over all
+            from learner.distributed import init_distributed
+
+            ctx = init_distributed()
+            device = ctx.device
+        else:
+            device = resolve_device(settings.device)
+        print(f"pde loop: the policy runs on {describe_device(device)}", file=sys.stderr, flush=True)
     except DeviceUnavailableError as e:
         print(f"pde loop: {e}", file=sys.stderr)
         return 2
+    if ctx is not None and ctx.rank > 0:
+        return _follow(settings, ctx)
     if settings.torch_threads:
         import torch
 
@@ -124,14 +139,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
-    ppo = PPOConfig(
-        ratio_variant=settings.ratio_variant,
-        learning_rate=settings.learning_rate,
-        value_learning_rate=settings.value_learning_rate,
-        noise_learning_rate=settings.noise_learning_rate,
-        seed=settings.seed,
-    )
-    trainer = Trainer(CheckpointStore.load(loaded.path).policy, ppo, device=device)
+    ppo = ppo_config(settings)
+    stop_followers: Callable[[], None] | None = None
+    if ctx is not None:
+        import torch.distributed as dist
+
+        from learner.distributed import BroadcastTrainer, DistributedPolicy
+
+        dist.barrier()  # the checkpoint exists: the other ranks load it now (_follow)
+        broadcast = BroadcastTrainer(DistributedPolicy(CheckpointStore.load(loaded.path).policy, ctx), ppo)
+        trainer: Trainer = broadcast
+        stop_followers = broadcast.stop_followers
+    else:
+        trainer = Trainer(CheckpointStore.load(loaded.path).policy, ppo, device=device)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
@@ -177,7 +197,43 @@ def main(argv: list[str] | None = None) -> int:
         n = loop.run()
         loop.finish_training(settings.final_update_timeout_s)
     finally:
+        if stop_followers is not None:
+            stop_followers()
         client.close()
         store.close()
     log.info("stopped after %d episode(s)", n)
+    return 0
+
+
+def ppo_config(settings: LoopSettings) -> PPOConfig:
+    """The loop's PPO settings (every rank builds the same)."""
+    from learner.ppo import PPOConfig
+
+    return PPOConfig(
+        ratio_variant=settings.ratio_variant,
+        learning_rate=settings.learning_rate,
+        value_learning_rate=settings.value_learning_rate,
+        noise_learning_rate=settings.noise_learning_rate,
+        seed=settings.seed,
+    )
+
+
+def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
+    """A rank > 0 under torchrun: no robot, no database; it joins every PPO update rank 0 runs."""
+    import torch.distributed as dist
+
+    from learner.checkpoints import CheckpointStore
+    from learner.distributed import DistributedPolicy, follow_updates
+    from learner.trainer import Trainer
+
+    dist.barrier()  # rank 0 has a checkpoint (or has failed, and torchrun stops this rank)
+    loaded = CheckpointStore(settings.data_dir / "checkpoints").latest(ctx.device)
+    if loaded is None:
+        print(f"pde loop: rank {ctx.rank} found no checkpoint", file=sys.stderr)
+        return 2
+    trainer = Trainer(DistributedPolicy(loaded.policy, ctx), ppo_config(settings))  # no actor here
+    if loaded.trainer_state:  # the same Adam state as rank 0, or the ranks' steps would differ
+        trainer.load_state_dict(loaded.trainer_state)
+    n = follow_updates(trainer)
+    log.info("rank %d stopped after %d update(s)", ctx.rank, n)
     return 0

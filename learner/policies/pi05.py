@@ -196,8 +196,35 @@ class Pi05Policy(Policy):
             states[i] = state_vector(obs.state)
         return ObsBatch(images=images, state=torch.from_numpy(states))
 
+    @property
+    def statistics_known(self) -> bool:
+        return self.stats["state"].known and self.stats["action"].known
+
+    def _require_statistics(self) -> None:
+        if not self.statistics_known:
+            raise Pi05CheckpointError(
+                f"{self.source_dir} has no normalisation statistics and none were computed: train with "
+                "`pde learner sft --policy pi05 --init DIR` (it takes them from the demos) and use that "
+                "checkpoint"
+            )
+
+    def set_statistics_from(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """QUANTILES statistics from demonstrations: raw FR3 states [N, 15] and action chunks
+        [N, T, D] in action-space units (for a base checkpoint that has none of this robot)."""
+        state = FeatureStats.quantiles_of(np.asarray(states)[:, self._state_index])
+        action = FeatureStats.quantiles_of(np.asarray(actions).reshape(-1, self.action_dim))
+        self.stats = {"state": state, "action": action}
+        for name, value in (
+            ("state_offset", state.offset),
+            ("state_scale", state.scale),
+            ("action_offset", action.offset),
+            ("action_scale", action.scale),
+        ):
+            getattr(self, name).copy_(torch.from_numpy(value))
+
     def normalize_state(self, state: torch.Tensor) -> torch.Tensor:
         """Raw FR3 state [B, 15] -> the checkpoint's normalised state [B, S]."""
+        self._require_statistics()
         return (state[:, self._state_index] - self.state_offset) / self.state_scale
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
@@ -206,6 +233,7 @@ class Pi05Policy(Policy):
         return F.pad(norm, (0, self.config.max_action_dim - self.action_dim))
 
     def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
+        self._require_statistics()
         return actions_norm[..., : self.action_dim] * self.action_scale + self.action_offset
 
     # --- Policy hooks ----------------------------------------------------------------------------------
@@ -359,10 +387,13 @@ def unpack_prefix(packed: torch.Tensor, cfg: Pi05Config) -> PrefixCache:
     return PrefixCache(kv=kv, hidden=packed[..., start : start + dims.width], pad=packed[..., -1] > 0.5)
 
 
-def load_pi05(directory: str | Path, options: Pi05Options = Pi05Options()) -> Pi05Policy:
+def load_pi05(
+    directory: str | Path, options: Pi05Options = Pi05Options(), stats_from_demos: bool = False
+) -> Pi05Policy:
     """π0.5 from a checkpoint directory (learner/policies/pi05_checkpoint.py), its weights loaded;
-    Pi05CheckpointError (or WeightsNotLoadedError) with what to do when anything is missing."""
-    ckpt = read_checkpoint(directory)
+    Pi05CheckpointError (or WeightsNotLoadedError) with what to do when anything is missing.
+    ``stats_from_demos``: accept a directory without statistics (SFT computes them)."""
+    ckpt = read_checkpoint(directory, stats_from_demos)
     policy = Pi05Policy(ckpt, options)
     ckpt.load_weights(policy.model)
     policy.eval()

@@ -42,6 +42,10 @@ class Pi05CheckpointError(RuntimeError):
     """The π0.5 checkpoint directory is missing something or does not fit the robot."""
 
 
+class MissingStatsError(Pi05CheckpointError):
+    """The directory holds no normalisation statistics."""
+
+
 class WeightsNotLoadedError(Pi05CheckpointError):
     """The weights file does not cover the model: refusing to run a randomly initialised π0.5."""
 
@@ -54,6 +58,18 @@ class FeatureStats:
     mode: str
     offset: np.ndarray
     scale: np.ndarray
+    known: bool = True
+
+    @staticmethod
+    def unknown(dim: int) -> FeatureStats:
+        """Placeholder for statistics still to be computed (the policy refuses to act on it)."""
+        return FeatureStats("QUANTILES", np.zeros(dim, np.float32), np.ones(dim, np.float32), known=False)
+
+    @staticmethod
+    def quantiles_of(values: np.ndarray) -> FeatureStats:
+        """QUANTILES statistics (q01, q99 per column) of rows [N, D], as LeRobot computes them."""
+        q01, q99 = np.quantile(values, 0.01, axis=0), np.quantile(values, 0.99, axis=0)
+        return FeatureStats.from_stats("QUANTILES", {"q01": q01, "q99": q99}, "demonstrations")
 
     @staticmethod
     def from_stats(mode: str, stats: dict[str, np.ndarray], where: str) -> FeatureStats:
@@ -231,16 +247,24 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
             return {k: np.asarray(v, dtype=np.float64) for k, v in d.items()}
 
         return arrays(raw["state"]), arrays(raw["actions"]), str(openpi[0])
-    raise Pi05CheckpointError(
+    raise MissingStatsError(
         f"no normalisation statistics in {directory}: expected LeRobot's "
         "policy_preprocessor_step_*_normalizer_processor.safetensors or openpi's "
         "assets/<id>/norm_stats.json; "
-        "without them the actions would be normalised outputs read as metres and radians"
+        "without them the actions would be normalised outputs read as metres and radians. A base "
+        "checkpoint without statistics starts with `pde learner sft`, which computes them from the demos"
     )
 
 
-def read_checkpoint(directory: str | Path) -> Pi05Checkpoint:
-    """Read and check a checkpoint directory (not the weights); raises Pi05CheckpointError."""
+def _mapping_file(directory: Path) -> Pi05Mapping | None:
+    path = directory / MAPPING_FILE
+    return Pi05Mapping.from_json_dict(_read_json(path)) if path.is_file() else None
+
+
+def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi05Checkpoint:
+    """Read and check a checkpoint directory (not the weights); raises Pi05CheckpointError.
+    ``stats_from_demos`` (SFT): a directory without statistics is accepted, its statistics unknown
+    (``FeatureStats.known`` False) until the demonstrations give them."""
     path = Path(directory)
     if not path.is_dir():
         raise Pi05CheckpointError(
@@ -263,7 +287,20 @@ def read_checkpoint(directory: str | Path) -> Pi05Checkpoint:
     if not image_keys:
         raise Pi05CheckpointError(f"{path / 'config.json'} names no VISUAL input_features (the cameras)")
     modes = raw.get("normalization_mapping", {})
-    state_stats, action_stats, source = _read_stats(path)
+    try:
+        state_stats, action_stats, source = _read_stats(path)
+    except MissingStatsError:
+        if not stats_from_demos:
+            raise
+        # A base checkpoint (e.g. lerobot/pi05_base) has no statistics of the lab's robot: SFT
+        # computes them from the demonstrations (Pi05Policy.set_statistics_from); until then none.
+        mapping = _mapping_file(path) or Pi05Mapping.default(len(STATE_VECTOR_NAMES), len(image_keys), 7)
+        mapping.check(len(mapping.state_names), len(image_keys), ACTION_DIMS[mapping.action_space])
+        unknown = (
+            FeatureStats.unknown(len(mapping.state_names)),
+            FeatureStats.unknown(ACTION_DIMS[mapping.action_space]),
+        )
+        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, _find_tokenizer(path).read_text())
     state = FeatureStats.from_stats(modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)")
     action = FeatureStats.from_stats(modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)")
     if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
@@ -271,10 +308,7 @@ def read_checkpoint(directory: str | Path) -> Pi05Checkpoint:
             f"{source}: state {state.dim} / action {action.dim} entries exceed the model's "
             f"{config.max_state_dim} / {config.max_action_dim}"
         )
-    if (path / MAPPING_FILE).is_file():
-        mapping = Pi05Mapping.from_json_dict(_read_json(path / MAPPING_FILE))
-    else:
-        mapping = Pi05Mapping.default(state.dim, len(image_keys), action.dim)
+    mapping = _mapping_file(path) or Pi05Mapping.default(state.dim, len(image_keys), action.dim)
     mapping.check(state.dim, len(image_keys), action.dim)
     tokenizer_json = _find_tokenizer(path).read_text()
     return Pi05Checkpoint(path, config, image_keys, state, action, mapping, tokenizer_json)

@@ -161,6 +161,20 @@ class Pi05Config:
         return out
 
 
+# A few hundred thousand parameters with π0.5's structure: tests and the bench's script check.
+TINY_CONFIG = Pi05Config(
+    paligemma_variant="dummy",
+    action_expert_variant="dummy_expert",
+    vision_variant="dummy",
+    vocab_size=512,
+    image_resolution_px=16,
+    chunk_size=4,
+    max_state_dim=16,
+    max_action_dim=8,
+    tokenizer_max_length=40,
+)
+
+
 # --- SigLIP ----------------------------------------------------------------------------------------
 
 

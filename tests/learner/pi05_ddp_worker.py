@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from learner.distributed import DistributedPolicy, init_distributed
+from learner.distributed import BroadcastTrainer, DistributedPolicy, follow_updates, init_distributed
 from learner.policies.base import Policy
 from learner.policies.pi05 import Pi05Options, load_pi05
 from learner.ppo import PPOConfig
@@ -35,10 +35,13 @@ def main() -> int:
     init_dir, listing, out = (Path(a) for a in sys.argv[1:4])
     ctx = init_distributed()
     policy = load_policy(init_dir)
-    trainer = Trainer(DistributedPolicy(policy, ctx), CONFIG)
-    stats = trainer.update(read_batch(listing))
-    if ctx.rank == 0:
+    if ctx.rank == 0:  # as the loop runs it: rank 0 reads the batch and hands it to the others
+        trainer = BroadcastTrainer(DistributedPolicy(policy, ctx), CONFIG)
+        stats = trainer.update(read_batch(listing))
+        trainer.stop_followers()
         torch.save({"state_dict": policy.state_dict(), "stats": stats}, out)
+    else:
+        assert follow_updates(Trainer(DistributedPolicy(policy, ctx), CONFIG)) == 1
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -11,20 +11,10 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from learner.policies.pi05_checkpoint import Pi05Mapping, write_checkpoint
-from learner.policies.pi05_model import Pi05Config, Pi05Model
+from learner.policies.pi05_model import TINY_CONFIG, Pi05Model
 from pde_contract.messages import STATE_VECTOR_NAMES
 
-TINY = Pi05Config(
-    paligemma_variant="dummy",
-    action_expert_variant="dummy_expert",
-    vision_variant="dummy",
-    vocab_size=128,
-    image_resolution_px=16,
-    chunk_size=4,
-    max_state_dim=16,
-    max_action_dim=8,
-    tokenizer_max_length=40,
-)
+TINY = TINY_CONFIG
 IMAGE_KEYS = ("observation.images.base_0_rgb", "observation.images.left_wrist_0_rgb")
 WORDS = [
     *("Task", "State", "Action", "put", "the", "green", "container", "in", "bowl"),

@@ -8,8 +8,9 @@ from learner.checkpoints import CheckpointStore
 from learner.loop.service import parse_args
 from learner.main import main
 from learner.policies.pi05 import Pi05Policy, load_pi05
+from learner.policies.pi05_checkpoint import STATS_FILE
 from learner.synthetic import synthetic_episode
-from pde_contract.episodes import write_episode
+from pde_contract.episodes import read_episode, write_episode
 from tests.learner.pi05_tiny import make_tiny_checkpoint
 
 CANON = "put the green container in the bowl"
@@ -62,3 +63,26 @@ def test_the_loop_takes_the_policy_flags_apart_from_its_settings(tmp_path):
     assert overrides == {"max_episodes": 3}
     with pytest.raises(SystemExit):
         parse_args(["--policy", "pi05"])
+
+
+def test_a_base_checkpoint_without_statistics_takes_them_from_the_demos(tmp_path, capsys):
+    init = make_tiny_checkpoint(tmp_path / "pi05")
+    (tmp_path / "demos").mkdir()
+    _demos(load_pi05(init), tmp_path / "demos")
+    (init / STATS_FILE).unlink()  # as a base checkpoint: no statistics of this robot
+    eval_argv = ["eval", "--policy", "pi05", "--init", str(init), "--task", "t", "--prompt", "p"]
+    assert main(eval_argv) == 2
+    assert "starts with `pde learner sft`" in capsys.readouterr().err
+    argv = ["sft", "--policy", "pi05", "--init", str(init), "--demos", str(tmp_path / "demos")]
+    argv += ["--checkpoints", str(tmp_path / "ck"), "--steps", "1", "--batch-size", "2", "--device", "cpu"]
+    assert main(argv) == 0
+    policy = CheckpointStore.load(tmp_path / "ck" / "policy-000000.pt").policy
+    assert isinstance(policy, Pi05Policy) and policy.statistics_known
+    demos = [read_episode(p) for p in sorted((tmp_path / "demos").iterdir())]
+    rows = np.concatenate([np.asarray(c.actions) for ep in demos for c in ep.chunks])
+    # q01/q99 of the demos' action rows (the windows repeat rows and pad with holds: within their range)
+    lo = policy.action_offset - policy.action_scale
+    assert np.all(lo.numpy() >= rows.min(0) - 1e-6)
+    assert np.isfinite(
+        policy.sample(policy.preprocess([demos[0].chunks[0].observation]), [CANON]).actions
+    ).all()

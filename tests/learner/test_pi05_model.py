@@ -6,48 +6,37 @@ import torch
 from transformers import PaliGemmaConfig
 from transformers import PaliGemmaForConditionalGeneration as HFPaliGemma
 
-from learner.policies.pi05_model import UNUSED_CHECKPOINT_KEYS, Pi05Config, Pi05Model, additive_mask
-
-TINY = Pi05Config(
-    paligemma_variant="dummy",
-    action_expert_variant="dummy_expert",
-    vision_variant="dummy",
-    vocab_size=128,
-    image_resolution_px=16,
-    chunk_size=4,
-    max_state_dim=8,
-    max_action_dim=8,
-    tokenizer_max_length=12,
+from learner.policies.pi05_model import (
+    TINY_CONFIG,
+    UNUSED_CHECKPOINT_KEYS,
+    Pi05Config,
+    Pi05Model,
+    additive_mask,
 )
+
+TINY = TINY_CONFIG
 
 # LeRobot 0.6.1 ``PI05Policy.state_dict()`` keys of one decoder layer of each stream and of the rest,
 # read from ``policies/pi_gemma.py`` / ``modeling_pi05.py`` (the VLM's norms are plain Gemma norms,
 # the expert's adaptive ones hold only ``dense``); "{i}" is the layer index.
 PREFIX = "model.paligemma_with_expert."
+GEMMA_LAYER_KEYS = [  # both streams' attention and MLP (no biases)
+    *(f"self_attn.{m}_proj.weight" for m in "qkvo"),
+    *(f"mlp.{m}_proj.weight" for m in ("gate", "up", "down")),
+]
 LEROBOT_LAYER_KEYS = {
     "paligemma.model.language_model.layers.{i}.": [
-        "self_attn.q_proj.weight",
-        "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight",
-        "mlp.gate_proj.weight",
-        "mlp.up_proj.weight",
-        "mlp.down_proj.weight",
+        *GEMMA_LAYER_KEYS,
         "input_layernorm.weight",
         "post_attention_layernorm.weight",
     ],
     "gemma_expert.model.layers.{i}.": [
-        "self_attn.q_proj.weight",
-        "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight",
-        "mlp.gate_proj.weight",
-        "mlp.up_proj.weight",
-        "mlp.down_proj.weight",
-        "input_layernorm.dense.weight",
-        "input_layernorm.dense.bias",
-        "post_attention_layernorm.dense.weight",
-        "post_attention_layernorm.dense.bias",
+        *GEMMA_LAYER_KEYS,
+        *(
+            f"{n}.dense.{p}"
+            for n in ("input_layernorm", "post_attention_layernorm")
+            for p in ("weight", "bias")
+        ),
     ],
     "paligemma.model.vision_tower.vision_model.encoder.layers.{i}.": [
         f"{m}.{p}"
