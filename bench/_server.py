@@ -27,6 +27,8 @@ class ServerSpec:
     rt_priority: int = 0
     capture_threads: str = ""  # "" = the backend's default
     heartbeat_timeout_s: float = 0.2
+    # A `pde keys init` folder: the server uses its robot-pc/ keys (CURVE on both sockets); "" plain.
+    link_keys_dir: str = ""
 
 
 def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
@@ -52,6 +54,13 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
         capture_threads=spec.capture_threads,  # type: ignore[arg-type]
         heartbeat_timeout_s=spec.heartbeat_timeout_s,
     )
+    if spec.link_keys_dir:
+        from pathlib import Path
+
+        keys = Path(spec.link_keys_dir) / "robot-pc"
+        settings = settings.model_copy(
+            update={"link_secret_key": keys / "server.key_secret", "link_clients_dir": keys / "clients"}
+        )
     if spec.backend == "sim":
         from robot_server.backends import build_backend
 

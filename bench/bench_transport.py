@@ -1,9 +1,11 @@
 """Camera -> subscriber latency: two camera streams at 30 fps through the robot server (camera
 threads, PUB, RobotClient.latest_observation with decoding) next to the same JPEG bytes sent over
-raw pyzmq PUB/SUB (multipart, 30 Hz, no decoding) in the same run.
+raw pyzmq PUB/SUB (multipart, 30 Hz, no decoding) in the same run, and the robot server again with
+the robot link's CURVE keys (encrypted, authenticated: pde_contract/link.py) to give the cost of
+the security against the plain link, measured in the same rounds.
 Goal: ours <= 1.3x raw and p50 <= 5 ms.
 
-    .venv/bin/python bench/bench_transport.py [--seconds 30] [--rounds 3]
+    .venv/bin/python bench/bench_transport.py [--seconds 30] [--rounds 3]   # per transport and size
 
 Latency of a frame = host clock when the subscriber holds the decoded observation - the frame's
 capture time (stamped when the camera returns it). Both ends run on this host, so one clock.
@@ -13,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import shutil
 import struct
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import _common  # noqa: F401  (sets sys.path)
@@ -40,18 +45,27 @@ def raw_publisher(port: int, width: int, height: int, fps: float, conn: Any) -> 
 
 
 def measure_ours(
-    width: int, height: int, seconds: float, capture_threads: str
+    width: int, height: int, seconds: float, capture_threads: str, keys_dir: str = ""
 ) -> tuple[list[float], list[float], int]:
+    """``keys_dir``: a `pde keys init` folder for a CURVE link ("" plain)."""
     from pde_contract.client import RobotClient
     from pde_contract.codec import unpackb
+    from pde_contract.link import ClientCurve
     from pde_contract.messages import Observation
+
+    curve = None
+    if keys_dir:
+        ws = Path(keys_dir) / "workstation"
+        curve = ClientCurve.from_files(ws / "server.key", ws / "learner.key_secret")
 
     lat: list[float] = []
     lat_bytes: list[float] = []  # the same, taken before decoding (for the breakdown)
     missed = 0
     with (
-        ServerProcess(ServerSpec(width=width, height=height, capture_threads=capture_threads)) as srv,
-        RobotClient(srv.cmd_endpoint, name="bench", timeout_s=5.0) as client,
+        ServerProcess(
+            ServerSpec(width=width, height=height, capture_threads=capture_threads, link_keys_dir=keys_dir)
+        ) as srv,
+        RobotClient(srv.cmd_endpoint, name="bench", timeout_s=5.0, curve=curve) as client,
     ):
         client.connect()
         client.latest_observation(timeout_s=5.0)
@@ -115,26 +129,39 @@ def main(argv: list[str]) -> int:
         help="shared: one thread reads both cameras (the sim's setting); per_camera: one each (hardware)",
     )
     args = ap.parse_args(argv)
+    from pde.keys import init as keys_init
+
+    keys_dir = tempfile.mkdtemp(prefix="bench-transport-keys-")
+    keys_init(Path(keys_dir), ["learner"])
     results: dict[str, Any] = {}
     for size, (w, h) in SIZES.items():
         ours: list[float] = []
         ours_bytes: list[float] = []
+        curve: list[float] = []
         raw: list[float] = []
-        missed = 0
+        missed = curve_missed = 0
         for _ in range(args.rounds):
             lat, lat_b, m = measure_ours(w, h, args.seconds / args.rounds, args.capture_threads)
             ours += lat
             ours_bytes += lat_b
             missed += m
+            lat, _, m = measure_ours(w, h, args.seconds / args.rounds, args.capture_threads, keys_dir)
+            curve += lat
+            curve_missed += m
             raw += measure_raw(w, h, args.seconds / args.rounds)[0]
-        o, r = stats_us(ours), stats_us(raw)
+        o, c, r = stats_us(ours), stats_us(curve), stats_us(raw)
         results[size] = {
             "ours_robot_server": o,
             "ours_before_decode": stats_us(ours_bytes),
+            "ours_curve": c,
             "raw_pyzmq": r,
             "ratio_p50": round(o["p50_us"] / r["p50_us"], 3),
             "ratio_p99": round(o["p99_us"] / r["p99_us"], 3),
+            # the robot link's security: CURVE over the plain link, same server, same rounds
+            "curve_over_plain_p50": round(c["p50_us"] / o["p50_us"], 3),
+            "curve_over_plain_p99": round(c["p99_us"] / o["p99_us"], 3),
             "ours_frames_missed": missed,
+            "curve_frames_missed": curve_missed,
             "jpeg_bytes": len(jpeg_frame(w, h, 1)),
         }
         print(size, results[size], flush=True)
@@ -148,6 +175,7 @@ def main(argv: list[str]) -> int:
         },
         "python bench/bench_transport.py " + " ".join(argv),
     )
+    shutil.rmtree(keys_dir, ignore_errors=True)
     return 0
 
 

@@ -295,7 +295,7 @@ def _print_handeye(result: HandEyeCalibration) -> None:
 def _collect(args: argparse.Namespace, board: BoardSpec) -> int:
     from calibration.collect import CollectError, collect
     from pde_contract.client import RobotClient, RobotServerError
-    from pde_contract.link import client_curve_from_env
+    from pde_contract.link import client_curve_for_command
 
     cameras = [c.strip() for c in args.cameras.split(",")] if args.cameras else None
     try:
@@ -303,7 +303,7 @@ def _collect(args: argparse.Namespace, board: BoardSpec) -> int:
             cmd_endpoint=args.endpoint,
             name="calibrate",
             timeout_s=args.timeout_s,
-            curve=client_curve_from_env(),
+            curve=client_curve_for_command("pde calibrate collect"),
         ) as client:
             collect(
                 client,

@@ -1,7 +1,8 @@
 """Actor: runs one episode on the robot server with the policy in-process.
 
 Per chunk: latest observation -> policy.sample(obs, rollout prompt) -> submit the chunk -> wait until
-the server has executed it -> record (observation, actions, log_prob, value, chain). The finished
+the server has executed it -> record (observation, actions, log_prob, value, chain, the policy's
+inference time and the send time: ``INFERENCE_S``, ``SENT_TIME_S``). The finished
 episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal reward comes
 later from the label (``learner.rewards.reward_from_label``).
 """
@@ -14,11 +15,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.policies.base import ObsBatch, Policy
 from pde_contract.client import RobotServerError
-from pde_contract.episodes import ChunkRecord, EpisodeFile
+from pde_contract.episodes import INFERENCE_S, SENT_TIME_S, ChunkRecord, EpisodeFile
 from pde_contract.messages import ActionChunk, ChunkAccepted, ErrorCode, Observation, Status
 
 log = logging.getLogger(__name__)
@@ -158,7 +160,9 @@ class Actor:
                     self.client.stop()
                     break
                 obs, batch = self._usable_observation(policy, obs)
+                t0 = time.perf_counter()
                 sample = policy.sample(batch, [rollout_prompt], deterministic=cfg.deterministic)
+                inference_s = time.perf_counter() - t0
                 self._seq += 1
                 chunk = ActionChunk(
                     seq=self._seq,
@@ -173,7 +177,11 @@ class Actor:
                     ChunkRecord(
                         observation=obs,
                         actions=sample.actions[0],
-                        extras=sample.extras(0),
+                        extras={
+                            **sample.extras(0),
+                            INFERENCE_S: np.array([inference_s]),
+                            SENT_TIME_S: np.array([chunk.sent_time_s]),
+                        },
                     )
                 )
                 self._wait_chunk_done(chunk.seq)

@@ -5,19 +5,18 @@ returns the highest version that loads."""
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from learner.policies import policy_from_checkpoint_state
 from learner.policies.base import Policy
 from pde_contract.files import atomic_path
 
 log = logging.getLogger(__name__)
-_NAME = re.compile(r"^policy-(\d{6,})\.pt$")
 
 
 @dataclass
@@ -34,7 +33,7 @@ class CheckpointStore:
         self.directory = Path(directory)
 
     def path_for(self, version: int) -> Path:
-        return self.directory / f"policy-{version:06d}.pt"
+        return checkpoint_path(self.directory, version)
 
     def save(
         self,
@@ -43,9 +42,7 @@ class CheckpointStore:
         metrics: dict[str, float] | None = None,
         trainer_state: dict[str, Any] | None = None,
     ) -> Path:
-        if version < 0:
-            raise ValueError(f"checkpoint version must be >= 0, got {version}")
-        path = self.path_for(version)
+        path = self.path_for(version)  # refuses a negative version
         payload = {
             "version": version,
             "policy": policy.checkpoint_state(),
@@ -57,9 +54,7 @@ class CheckpointStore:
         return path
 
     def versions(self) -> list[int]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _NAME.match(p.name)))
+        return list(checkpoint_files(self.directory))
 
     @staticmethod
     def load(path: str | Path, device: torch.device | str = "cpu") -> LoadedCheckpoint:

@@ -59,3 +59,28 @@ def resolve_device(spec: str, setting: str = DEVICE_ENV) -> torch.device:
             f"pick one of those (CUDA_VISIBLE_DEVICES renumbers them from 0)"
         )
     return torch.device("cuda", index)
+
+
+def describe_device(device: torch.device) -> str:
+    """Which device the process got, for its start-up log: on CUDA the GPU's name, memory and the
+    container's visible-device setting, so a wrong ``device_ids`` shows at a glance."""
+    import os
+
+    import torch
+
+    if device.type != "cuda":
+        return str(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    visible = ", ".join(
+        f"{var}={os.environ[var]}"
+        for var in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+        if var in os.environ
+    )
+    # The UUID is what `nvidia-smi -L` lists beside each physical GPU's index (getattr: older
+    # torch builds lack it); inside a container the one reserved GPU is always cuda:0.
+    uuid = getattr(props, "uuid", None)
+    return (
+        f"cuda:{index} = {props.name} ({props.total_memory / 2**30:.0f} GiB"
+        f"{f', UUID GPU-{uuid}' if uuid else ''}){'; ' + visible if visible else ''}"
+    )

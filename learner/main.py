@@ -174,7 +174,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         return 2
     try:
         from pde_contract.client import RobotClient
-        from pde_contract.link import client_curve_from_env
+        from pde_contract.link import client_curve_for_command
     except ImportError as e:
         print(f"pde learner eval: the robot client is not available ({e})", file=sys.stderr)
         return 2
@@ -199,7 +199,10 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     successes = 0
     # Evaluation is not latency-bound: a generous reply timeout rides out a loaded machine.
     with RobotClient(
-        cmd_endpoint=args.cmd_endpoint, name="learner-eval", timeout_s=5.0, curve=client_curve_from_env()
+        cmd_endpoint=args.cmd_endpoint,
+        name="learner-eval",
+        timeout_s=5.0,
+        curve=client_curve_for_command("pde learner eval"),
     ) as client:
         info = client.connect()
         actor = Actor(

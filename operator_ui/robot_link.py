@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from pde_contract.client import RobotClient
 from pde_contract.link import ClientCurve
-from pde_contract.messages import Observation, Status
+from pde_contract.messages import Observation, RobotFault, Status
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,9 +45,11 @@ class LiveView:
     task_success: bool | None = None
     ee_position_m: tuple[float, ...] = ()
     gripper_width_m: float | None = None
-    # From the robot server's Status when it reports these (``fault`` is optional on the wire:
-    # servers that do not have it simply never show the banner).
+    # From the robot server's Status: "" when it reports no fault, else what happened and what to do
+    # (fault_text). fault_blocking: the arm is stopped until an operator acts or the link is back.
     fault: str = ""
+    fault_blocking: bool = False
+    guiding: bool = False
     last_error: str = ""
     estop_reason: str = ""
 
@@ -67,9 +69,30 @@ class LiveView:
             ee_position_m=tuple(float(x) for x in obs.state.ee_position_m),
             gripper_width_m=float(obs.state.gripper_width_m),
             fault=old.fault,
+            fault_blocking=old.fault_blocking,
+            guiding=old.guiding,
             last_error=old.last_error,
             estop_reason=old.estop_reason,
         )
+
+
+# Faults after which the arm does not move again by itself (docs/robot-safety.md's fault table);
+# the others (a recovered communication error, a refused target) are shown but leave it running.
+BLOCKING_FAULTS = frozenset(
+    {RobotFault.USER_STOP, RobotFault.REFLEX, RobotFault.RECOVERY_FAILED, RobotFault.CONNECTION_LOST}
+)
+
+
+def fault_text(st: Status) -> str:
+    """What the page shows of a Status's fault: "" for none, else kind, detail and the action."""
+    if st.fault == RobotFault.NONE:
+        return ""
+    text = f"{st.fault.value}: {st.fault_detail}" if st.fault_detail else st.fault.value
+    return f"{text} — {st.fault_action}" if st.fault_action else text
+
+
+def fault_blocks_motion(st: Status) -> bool:
+    return st.fault in BLOCKING_FAULTS
 
 
 def observation_age_s(view: LiveView, now_monotonic_s: float | None = None) -> float | None:
@@ -141,7 +164,9 @@ class RobotLink:
                 task_success=v.task_success,
                 ee_position_m=v.ee_position_m,
                 gripper_width_m=v.gripper_width_m,
-                fault=str(getattr(st, "fault", "") or ""),
+                fault=fault_text(st),
+                fault_blocking=fault_blocks_motion(st),
+                guiding=st.guiding,
                 last_error=st.last_error,
                 estop_reason=st.estop_reason,
             )

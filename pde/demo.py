@@ -20,7 +20,6 @@ alpha_min) and prints alpha, the pool-prompt share and the canonical prompt's su
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Literal, TextIO
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from pde.procs import ProcessGroup, ServiceError
 
 if TYPE_CHECKING:
@@ -311,13 +311,13 @@ def run_with_progress(
     poll: Callable[[str], tuple[int, str] | None],
 ) -> None:
     """Run a one-shot child to completion, its output appended to ``log_path``; ``poll(log text)``
-    returns (done, note) for the bar."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    returns (done, note) for the bar. The child runs in its own process group (pde/procs.py, the
+    one process runner), killed with everything it started if the wait is interrupted."""
     start = log_path.stat().st_size if log_path.exists() else 0
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            list(argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    group = ProcessGroup(log_path.parent)
+    name = log_path.stem
+    proc = group.start(name, argv, env).process
+    assert proc is not None
     try:
         while proc.poll() is None:
             _check_stop()
@@ -329,7 +329,7 @@ def run_with_progress(
         if got is not None and proc.returncode == 0:
             progress.update(*got)
     except BaseException:
-        _killpg(proc)
+        group.kill(name)
         raise
     finally:
         progress.close()
@@ -342,13 +342,6 @@ def _read_from(path: Path, offset: int) -> str:
     with path.open("rb") as f:
         f.seek(offset)
         return f.read().decode(errors="replace")
-
-
-def _killpg(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # --- the demo ------------------------------------------------------------------------------------
@@ -484,10 +477,8 @@ class Demo:
             self.set_aside_previous_run()
 
     def later_checkpoints(self) -> list[Path]:
-        """Policy versions after the SFT one (same file names as learner.checkpoints)."""
-        folder = self.data / "checkpoints"
-        found = (re.fullmatch(r"policy-(\d{6,})\.pt", p.name) for p in folder.glob("policy-*.pt"))
-        return sorted(folder / m.group(0) for m in found if m and int(m.group(1)) > 0)
+        """Policy versions after the SFT one (version 0)."""
+        return [path for version, path in checkpoint_files(self.data / "checkpoints").items() if version > 0]
 
     def set_aside_previous_run(self) -> None:
         """A new SFT policy (other options, another task) starts a new run: the learner would resume
@@ -635,7 +626,7 @@ class Demo:
             }
         if n == 0 or latest is None or latest.version == 0:
             return
-        sft = self.data / "checkpoints" / "policy-000000.pt"
+        sft = checkpoint_path(self.data / "checkpoints", 0)
         for task, prompt in canon.items():
             if not prompt:
                 continue

@@ -20,6 +20,11 @@ from pde_contract.messages import ActionSpace, Observation
 
 EPISODE_FORMAT_VERSION = 1
 
+# Per-chunk timing in ``ChunkRecord.extras`` (one-element float64 arrays), written by the
+# learner's actor and copied into the database's ``chunks`` rows by ``pde_storage``.
+INFERENCE_S = "inference_s"  # how long the policy took to compute the chunk
+SENT_TIME_S = "sent_time_s"  # wall-clock time the chunk was sent (ActionChunk.sent_time_s)
+
 
 class ChunkRecord(msgspec.Struct, kw_only=True):
     observation: Observation

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -218,6 +219,16 @@ def client_curve_from_env(environ: Mapping[str, str] | None = None) -> ClientCur
             f"(the server's public server.key and this client's own NAME.key_secret) or unset both"
         )
     return ClientCurve.from_files(server_key, client_key)
+
+
+def client_curve_for_command(prog: str) -> ClientCurve | None:
+    """``client_curve_from_env()`` for a command-line tool: a bad key setting ends it with exit
+    code 2 and the message (no traceback)."""
+    try:
+        return client_curve_from_env()
+    except LinkKeyError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 class LinkAuthenticator:

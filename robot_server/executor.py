@@ -124,12 +124,15 @@ def target_from_state(state: RobotState, gripper_width_m: float, like: RobotTarg
     """Hold where the arm is, in the same kind of target as ``like`` (pose by default)."""
     if like is not None and like.joint_positions_rad is not None:
         return RobotTarget(
-            gripper_width_m=gripper_width_m, joint_positions_rad=state.joint_positions_rad.copy()
+            gripper_width_m=gripper_width_m,
+            joint_positions_rad=state.joint_positions_rad.copy(),
+            gripper_hold=True,
         )
     return RobotTarget(
         gripper_width_m=gripper_width_m,
         ee_position_m=state.ee_position_m.copy(),
         ee_quat_xyzw=state.ee_quat_xyzw.copy(),
+        gripper_hold=True,
     )
 
 
@@ -294,7 +297,7 @@ class ChunkExecutor:
             self._refuse_motion_while_standing_down()
             width = check_gripper_width(width_m, self.config.limits)
             assert self._held is not None
-            self._held = replace(self._held, gripper_width_m=width)
+            self._held = replace(self._held, gripper_width_m=width, gripper_hold=False)
 
     def reset(self, task: str, seed: int | None, timeout_s: float) -> None:
         """Blocking: the control thread drops any chunk and moves home (re-laying a sim scene)."""
@@ -611,13 +614,14 @@ class ChunkExecutor:
                 self._do_guiding(guiding_req)
                 next_t = time.monotonic()
                 continue
+            stand_down = self._read_fault()  # also while disconnected: Status shows why
             if not self._connected:
                 if start - last_reconnect >= cfg.reconnect_period_s:
                     last_reconnect = start
                     self._try_reconnect()
                 next_t = start + period
                 continue
-            if self._read_fault():
+            if stand_down:
                 self._stand_down_tick(period)
                 next_t = max(next_t + period, time.monotonic() - period)
                 continue

@@ -1,8 +1,10 @@
-"""``pde robot-server``: run the server, or ``pde robot-server watch`` to look at its stream.
+"""``pde robot-server``: run the server, ``pde robot-server watch`` to look at its stream, or
+``pde robot-server guide`` to hand the arm to an operator (guiding mode) until Enter.
 
     pde robot-server --backend sim                      # realtime, 10 Hz, ports 5556 / 5555
     pde robot-server --backend sim --pacing fast --cmd-port 7000 --obs-port 7001
     pde robot-server watch --cmd tcp://127.0.0.1:5556 --save-dir /tmp/frames
+    pde robot-server guide --cmd tcp://127.0.0.1:5556
 
 Every option is also an environment variable ``PDE_ROBOT_<OPTION>`` (flags win).
 """
@@ -16,9 +18,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from robot_server.settings import RobotServerSettings
 
 log = logging.getLogger("robot_server")
 
@@ -32,6 +37,12 @@ def _server_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise-host", help="host name clients use to reach this machine")
     p.add_argument("--cmd-port", type=int, help="ROUTER port for commands (default 5556)")
     p.add_argument("--obs-port", type=int, help="PUB port for observations (default 5555)")
+    p.add_argument(
+        "--link-secret-key",
+        type=Path,
+        help="CURVE: this server's server.key_secret (`pde keys init`); needed for a non-loopback --host",
+    )
+    p.add_argument("--link-clients-dir", type=Path, help="CURVE: folder of the client *.key files it accepts")
     p.add_argument("--control-rate-hz", type=float, help="control ticks per second (default 10)")
     p.add_argument(
         "--pacing", choices=["realtime", "fast"], help="realtime, or fast (sim: chunks back to back)"
@@ -101,7 +112,7 @@ def serve(argv: list[str]) -> int:
     print(
         f"robot-server ready: backend={settings.backend} commands={settings.cmd_endpoint} "
         f"observations={settings.obs_endpoint} control={settings.control_rate_hz} Hz "
-        f"pacing={settings.pacing}",
+        f"pacing={settings.pacing} link={_link_mode(settings)}",
         flush=True,
     )
     try:
@@ -114,6 +125,15 @@ def serve(argv: list[str]) -> int:
     return 0
 
 
+def _link_mode(settings: RobotServerSettings) -> str:
+    """What the ready line says about the robot link: encrypted, or plain (loopback only)."""
+    curve = settings.link_curve()
+    if curve is None:
+        return "plain (loopback only)"
+    clients = curve.allowed_clients - {curve.keys.public}  # its own key is accepted for health checks
+    return f"curve ({len(clients)} client keys from {settings.link_clients_dir})"
+
+
 def watch(argv: list[str]) -> int:
     """Print the stream once per second; optionally save the newest frame of each camera."""
     p = argparse.ArgumentParser(prog="pde robot-server watch")
@@ -122,10 +142,14 @@ def watch(argv: list[str]) -> int:
     p.add_argument("--save-dir", type=Path, help="write <camera>.jpg here, refreshed every second")
     args = p.parse_args(argv)
     from pde_contract.client import RobotClient, RobotServerError
-    from pde_contract.link import client_curve_from_env
+    from pde_contract.link import client_curve_for_command
+    from pde_contract.messages import RobotFault
 
     with RobotClient(
-        cmd_endpoint=args.cmd, name="watch", timeout_s=2.0, curve=client_curve_from_env()
+        cmd_endpoint=args.cmd,
+        name="watch",
+        timeout_s=2.0,
+        curve=client_curve_for_command("pde robot-server watch"),
     ) as client:
         try:
             info = client.connect()
@@ -153,10 +177,17 @@ def watch(argv: list[str]) -> int:
                     for f in obs.cameras
                 )
                 pos = " ".join(f"{x:+.3f}" for x in obs.state.ee_position_m)
+                st = client.status()
+                fault = (
+                    f" fault={st.fault.value}: {st.fault_detail} {st.fault_action}"
+                    if st.fault is not RobotFault.NONE
+                    else ""
+                )
+                guiding = " guiding" if st.guiding else ""
                 print(
                     f"obs#{obs.seq} {n / (now - t_report):5.1f}/s ee=[{pos}] m "
                     f"gripper={obs.state.gripper_width_m:.3f} m chunk={obs.executing_chunk_seq} "
-                    f"estop={obs.estopped} {cams}",
+                    f"estop={obs.estopped}{guiding}{fault} {cams}",
                     flush=True,
                 )
                 if args.save_dir:
@@ -172,10 +203,57 @@ def watch(argv: list[str]) -> int:
     return 0
 
 
+def guide(argv: list[str]) -> int:
+    """Hand the arm to an operator (guiding mode) until Enter, Ctrl-C or ``--seconds``, then take
+    it back: e.g. for ``pde calibrate collect`` without ``--plan``."""
+    p = argparse.ArgumentParser(prog="pde robot-server guide")
+    p.add_argument("--cmd", default="tcp://127.0.0.1:5556", help="the server's command endpoint")
+    p.add_argument("--seconds", type=float, default=0.0, help="end after this long (0: on Enter)")
+    args = p.parse_args(argv)
+    from pde_contract.client import RobotClient, RobotServerError
+    from pde_contract.link import client_curve_for_command
+
+    with RobotClient(
+        cmd_endpoint=args.cmd,
+        name="guide",
+        timeout_s=2.0,
+        curve=client_curve_for_command("pde robot-server guide"),
+    ) as client:
+        try:
+            client.connect()
+            client.set_guiding_mode(True)
+        except RobotServerError as e:
+            print(f"pde robot-server guide: {e}", file=sys.stderr)
+            return 1
+        print(
+            "guiding mode on: the server sends the arm no targets. FR3: press the pilot's guiding "
+            "button and move the arm by hand. "
+            + (f"Ends in {args.seconds:g} s." if args.seconds > 0 else "Press Enter to end."),
+            flush=True,
+        )
+        try:
+            if args.seconds > 0:
+                time.sleep(args.seconds)
+            else:
+                input()
+        except (KeyboardInterrupt, EOFError):
+            pass
+        finally:
+            try:
+                client.set_guiding_mode(False)
+            except RobotServerError as e:
+                print(f"pde robot-server guide: could not end guiding mode: {e}", file=sys.stderr)
+                return 1
+        print("guiding mode off: the arm holds where it was left", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "watch":
         return watch(argv[1:])
+    if argv and argv[0] == "guide":
+        return guide(argv[1:])
     return serve(argv)
 
 

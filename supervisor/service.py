@@ -21,10 +21,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, cast
 
 from pde_contract.episodes import read_episode
+from pde_storage import EpisodeRow
+from pde_storage.heartbeat import Heartbeat
 from pde_storage.intents import PROMPT_ROLLOUTS_DONE
+from pde_storage.protocols import SupervisorStore
 from supervisor.dedup import DuplicateFilter, Embedder
 from supervisor.frames import rollout_frames
 from supervisor.pool import (
@@ -32,6 +35,8 @@ from supervisor.pool import (
     LabelledRollout,
     Plan,
     PromptRecord,
+    Stage,
+    Status,
     TaskHistory,
     count_labels,
     plan,
@@ -59,38 +64,6 @@ SERVICE_NAME = "supervisor"
 JOB_FAILURES_BEFORE_GIVING_UP = 3  # per episode, for success proposals
 PUBLISH_S = 5.0  # how often the confusion matrix is recomputed from all episodes
 TREND_WINDOW = 5  # canonical-prompt rollouts per window when comparing recent and earlier success
-
-
-class SupervisorStore(Protocol):
-    """The part of ``pde_storage.Store`` the supervisor uses."""
-
-    def tasks(self) -> list[Any]: ...
-    def task_state(self, task: str) -> Any: ...
-    def set_task_state(self, task: str, **fields: Any) -> Any: ...
-    def prompts(self, task: str, status: Any = None) -> list[Any]: ...
-    def add_prompt(
-        self, task: str, text: str, status: str = ..., source: str = ..., iteration: int = ...
-    ) -> Any: ...
-    def set_prompt_status(self, prompt_id: int, status: str, summary: str = "") -> Any: ...
-    def set_prompt_summary(self, prompt_id: int, summary: str) -> Any: ...
-    def episodes(
-        self, task: str | None = None, status: Any = None, since_id: int = 0, limit: int | None = None
-    ) -> list[Any]: ...
-    def add_label(self, episode_id: int, success: bool, source: str = ..., reason: str = "") -> Any: ...
-    def record_supervisor_call(
-        self,
-        kind: str,
-        model: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cost_usd: float,
-        latency_s: float,
-        ok: bool,
-        error: str = "",
-    ) -> Any: ...
-    def set_service_state(self, name: str, state: dict[str, Any]) -> None: ...
-    def add_metric(self, name: str, value: float, step: int) -> None: ...
-    def take_intent(self, kind: str) -> Any: ...
 
 
 class VLMHealth:
@@ -188,9 +161,8 @@ class SupervisorService:
         )
         # The heartbeat has its own thread: a poll that waits (the sentence model still loading on a
         # loaded machine, a slow database) must not make a live service look dead to its healthcheck.
-        beat_stop = threading.Event()
-        beat = threading.Thread(
-            target=self._heartbeat, args=(beat_stop,), name="supervisor-heartbeat", daemon=True
+        beat = Heartbeat(
+            "supervisor heartbeat", self.settings.poll_interval_s, self._beat, join_timeout_s=10.0
         )
         beat.start()
         try:
@@ -202,23 +174,17 @@ class SupervisorService:
                     log.exception("supervisor poll failed; trying again next poll")
                 stop.wait(self.settings.poll_interval_s)
         finally:
-            beat_stop.set()
-            beat.join(10)
+            beat.stop()
         self.close()
         try:
             self.publish(force=True, phase="stopped")  # `pde health supervisor` then says so
         except Exception:
             log.exception("could not record the supervisor's stop")
 
-    def _heartbeat(self, stop: threading.Event) -> None:
-        period_s = self.settings.poll_interval_s
-        while not stop.wait(period_s):
-            if time.monotonic() - self._last_publish < period_s:
-                continue  # a poll just published: one write per period is enough
-            try:
-                self.publish()
-            except Exception as e:  # the next beat tries again; the poll loop is not affected
-                log.warning("supervisor heartbeat not written: %s", e)
+    def _beat(self) -> None:
+        if time.monotonic() - self._last_publish < self.settings.poll_interval_s:
+            return  # a poll just published: one write per period is enough
+        self.publish()
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -252,13 +218,17 @@ class SupervisorService:
         wanted = set(self.settings.tasks)
         return [r for r in rows if not wanted or r[0] in wanted]
 
-    def load_history(self, task: str, canonical: str) -> tuple[TaskHistory, list[Any]]:
+    def load_history(self, task: str, canonical: str) -> tuple[TaskHistory, list[EpisodeRow]]:
         state = self.store.task_state(task)
         rows = [p for p in self.store.prompts(task) if p.status != "canonical"]
-        records = [PromptRecord(p.id, p.text, p.status, p.iteration, summary=p.summary) for p in rows]
-        episodes = self.store.episodes(task=task)
+        # The store refuses any status or stage outside these literals on write.
+        records = [
+            PromptRecord(p.id, p.text, cast(Status, p.status), p.iteration, summary=p.summary) for p in rows
+        ]
+        # A discarded episode (a bad reset, someone in the scene) is neither evidence nor a count.
+        episodes = [e for e in self.store.episodes(task=task) if e.status != "discarded"]
         count_labels(records, (LabelledRollout(e.prompt_id, e.success, e.stage) for e in episodes))
-        return TaskHistory(task, canonical, records, state.stage, state.iteration), episodes
+        return TaskHistory(task, canonical, records, cast(Stage, state.stage), state.iteration), episodes
 
     def _take_loop_reports(self) -> None:
         """The loop says when it has rolled a candidate out N times (before it has written its N
@@ -297,7 +267,7 @@ class SupervisorService:
 
     # --- candidates -------------------------------------------------------------------------------
 
-    def _start_proposal(self, history: TaskHistory, episodes: list[Any], p: Plan) -> None:
+    def _start_proposal(self, history: TaskHistory, episodes: list[EpisodeRow], p: Plan) -> None:
         request_parts = self._candidate_inputs(history, episodes, p.n_new, p.next_iteration)
         if isinstance(self.proposer, VLMProposer) and not self.health.available:
             self._fallback_proposal(history, p, request_parts, "VLM unavailable: " + self.health.last_error)
@@ -306,7 +276,7 @@ class SupervisorService:
         self._submit(job, _build_and_propose, self.proposer, request_parts, self.settings)
 
     def _candidate_inputs(
-        self, h: TaskHistory, episodes: list[Any], n_new: int, iteration: int
+        self, h: TaskHistory, episodes: list[EpisodeRow], n_new: int, iteration: int
     ) -> dict[str, Any]:
         """Plain data for the worker: texts, rates and the episode files whose frames it should send."""
         s = self.settings
@@ -382,7 +352,7 @@ class SupervisorService:
 
     # --- summaries --------------------------------------------------------------------------------
 
-    def _submit_summaries(self, h: TaskHistory, episodes: list[Any]) -> None:
+    def _submit_summaries(self, h: TaskHistory, episodes: list[EpisodeRow]) -> None:
         s = self.settings
         for rec in h.with_status("pool", "rejected"):
             key = ("summary", rec.id)
@@ -590,11 +560,11 @@ def _build_and_judge(vlm: VLM, req: tuple[Any, ...], s: SupervisorSettings) -> S
 # --- small helpers -------------------------------------------------------------------------------
 
 
-def _pick_rollouts(episodes: list[Any], n: int) -> list[Any]:
+def _pick_rollouts(episodes: list[EpisodeRow], n: int) -> list[EpisodeRow]:
     """Up to n rollouts, newest first, successes and failures alternating (both are informative)."""
     wins = [e for e in reversed(episodes) if e.success]
     losses = [e for e in reversed(episodes) if not e.success]
-    out: list[Any] = []
+    out: list[EpisodeRow] = []
     while len(out) < n and (wins or losses):
         for group in (wins, losses):
             if group and len(out) < n:

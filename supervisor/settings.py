@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pde_contract.settings import data_dir_field, database_url_field
 
 _PLACEHOLDER_KEYS = frozenset({"changeme", "change-me", "your-key-here", "sk-...", "xxx"})
 
@@ -69,15 +71,8 @@ class SupervisorSettings(BaseSettings):
 
     # --- the service --------------------------------------------------------------------------
     # The shared PDE_DATABASE_URL / PDE_DATA_DIR of the compose file are read too.
-    database_url: str = Field(
-        default="sqlite:///data/pde.db",
-        validation_alias=AliasChoices("PDE_SUPERVISOR_DATABASE_URL", "PDE_DATABASE_URL", "database_url"),
-    )
-    data_dir: Path = Field(
-        default=Path("data"),
-        validation_alias=AliasChoices("PDE_SUPERVISOR_DATA_DIR", "PDE_DATA_DIR", "data_dir"),
-        description="episode files and videos are under <data_dir>/media",
-    )
+    database_url: str = database_url_field("PDE_SUPERVISOR_")
+    data_dir: Path = data_dir_field("PDE_SUPERVISOR_")
     tasks: list[str] = Field(default_factory=list, description="tasks to supervise; empty = all known")
     proposer: Literal["vlm", "offline"] = Field(default="vlm", description="offline = rule-based paraphrases")
     fallback: Literal["offline", "canonical"] = Field(

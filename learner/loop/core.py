@@ -20,6 +20,7 @@ from learner.loop.training import BackgroundTrainer, episode_policy_version, sta
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
 from pde_storage import EpisodeRow, Store, intents
+from pde_storage.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +112,12 @@ class EpisodeLoop:
             self._state = state
             self.store.set_service_state(SERVICE_NAME, state)
 
-    def _heartbeat(self, stop: threading.Event) -> None:
+    def _beat(self) -> None:
         """Keeps the state row fresh while an episode, a reset or a video encode takes long (the
         page and `pde health learner` call a silent loop dead)."""
-        while not stop.wait(self.settings.heartbeat_period_s):
-            try:
-                with self._state_lock:
-                    training = bool(self.trainer and self.trainer.busy)
-                    self.store.set_service_state(SERVICE_NAME, {**self._state, "training": training})
-            except Exception as e:  # a busy database: the next beat will do
-                log.warning("loop heartbeat not written: %s", e)
+        with self._state_lock:
+            training = bool(self.trainer and self.trainer.busy)
+            self.store.set_service_state(SERVICE_NAME, {**self._state, "training": training})
 
     def _wait(self, what: Callable[[], Any]) -> Any:
         """Poll ``what`` until it returns something truthy; raises LoopStopped on stop()."""
@@ -154,8 +151,7 @@ class EpisodeLoop:
         """Episodes until stop() or settings.max_episodes; returns how many ran."""
         self.recover()
         self._publish("starting")
-        beat_stop = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(beat_stop,), name="loop-heartbeat", daemon=True)
+        beat = Heartbeat("loop heartbeat", self.settings.heartbeat_period_s, self._beat, join_timeout_s=5.0)
         beat.start()
         try:
             self._finish_pending_labels()
@@ -166,8 +162,7 @@ class EpisodeLoop:
         except LoopStopped:
             pass
         finally:
-            beat_stop.set()
-            beat.join(5)
+            beat.stop()
             self._publish("stopped")
         return self.episodes_run
 

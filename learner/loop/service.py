@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     # Heavy imports (torch) only once the arguments are known to be good.
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
-    from learner.device import DeviceUnavailableError, resolve_device
+    from learner.device import DeviceUnavailableError, describe_device, resolve_device
     from learner.distributed import torchrun_world_size
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             if settings.actor_device
             else device
         )
+        print(f"pde loop: the policy runs on {describe_device(device)}", file=sys.stderr, flush=True)
     except DeviceUnavailableError as e:
         print(f"pde loop: {e}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from learner.device import check_device_spec
 from learner.loop.tasks import HEADLINE_TASKS, PAPER_TASKS
 from learner.mixture import AlphaSchedule
+from pde_contract.settings import data_dir_field, database_url_field, robot_cmd_endpoint_field
 
 _ALPHA = AlphaSchedule()  # the one home of the alpha schedule's defaults
 
@@ -19,16 +20,11 @@ _ALPHA = AlphaSchedule()  # the one home of the alpha schedule's defaults
 class LoopSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PDE_LOOP_", populate_by_name=True)
 
-    database_url: str = Field(
-        "sqlite:///data/pde.db", validation_alias=AliasChoices("PDE_LOOP_DATABASE_URL", "PDE_DATABASE_URL")
-    )
+    database_url: str = database_url_field("PDE_LOOP_")
     """SQLAlchemy URL of the shared database (sqlite:///... or postgresql+psycopg://...)."""
-    data_dir: Path = Field(Path("data"), validation_alias=AliasChoices("PDE_LOOP_DATA_DIR", "PDE_DATA_DIR"))
+    data_dir: Path = data_dir_field("PDE_LOOP_")
     """Episode files and videos go to <data_dir>/media, checkpoints to <data_dir>/checkpoints."""
-    robot_cmd_endpoint: str = Field(
-        "tcp://127.0.0.1:5556",
-        validation_alias=AliasChoices("PDE_LOOP_ROBOT_CMD_ENDPOINT", "PDE_ROBOT_CMD_ENDPOINT"),
-    )
+    robot_cmd_endpoint: str = robot_cmd_endpoint_field("PDE_LOOP_")
     tasks: list[str] = list(HEADLINE_TASKS)
     """Tasks to train (snake_case names of the paper's list)."""
     auto_start: bool = False

@@ -26,12 +26,14 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
     view = robot.view()
     age = observation_age_s(view)
     services["robot_server"] = {
-        "ok": age is not None and age < settings.robot_down_s and not view.fault,
+        "ok": age is not None and age < settings.robot_down_s and not view.fault_blocking,
         "detail": view.fault
         or (f"last observation {age:.1f} s ago" if age is not None else "no observation yet")
         + (f" ({robot.error})" if robot.error else ""),
         "estopped": view.estopped,
         "fault": view.fault,
+        "fault_blocking": view.fault_blocking,
+        "guiding": view.guiding,
         "estop_reason": view.estop_reason,
     }
     for name, row in store.service_states().items():

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, HTTPException, Response
 
 from operator_ui.deps import RobotDep, SettingsDep, TokenDep
-from operator_ui.robot_link import RobotLink, observation_age_s
+from operator_ui.robot_link import RobotLink, fault_blocks_motion, fault_text, observation_age_s
 from operator_ui.schemas import CamerasOut, EStopIn, EStopOut
 
 router = APIRouter(prefix="/api", tags=["robot"])
@@ -98,5 +98,7 @@ def status(robot: RobotDep) -> dict[str, Any]:
         "steps_remaining": st.steps_remaining,
         "task": st.task,
         "last_error": st.last_error,
-        "fault": str(getattr(st, "fault", "") or ""),
+        "fault": fault_text(st),
+        "fault_blocking": fault_blocks_motion(st),
+        "guiding": st.guiding,
     }

@@ -28,6 +28,9 @@ class RobotTarget:
     ee_position_m: np.ndarray | None = None  # [3] base frame
     ee_quat_xyzw: np.ndarray | None = None  # [4]
     joint_positions_rad: np.ndarray | None = None  # [7]
+    # The width is the one held since a stop, not a new request: a backend that stopped its
+    # gripper on hold() need not move it there again (a chunk row or GripperCommand is False).
+    gripper_hold: bool = False
 
 
 @dataclass(frozen=True, slots=True)

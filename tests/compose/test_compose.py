@@ -373,7 +373,14 @@ def test_two_machine_services_start_over_the_curve_link(
     keys = tmp_path / "keys"
     keys_init(keys, list(DEFAULT_CLIENTS))
     # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN.
-    env = env_file(tmp_path, ROBOT_LINK_HOST="127.0.0.1", ROBOT_PC_HOST="127.0.0.1", **_ports(fresh_db))
+    # ROBOT_RT_PRIORITY=0: no SCHED_FIFO control thread on a shared CI machine (tests run as root).
+    env = env_file(
+        tmp_path,
+        ROBOT_LINK_HOST="127.0.0.1",
+        ROBOT_PC_HOST="127.0.0.1",
+        ROBOT_RT_PRIORITY="0",
+        **_ports(fresh_db),
+    )
     robot = config(env, stack=ROBOT)["services"]
     workstation = config(env, "sim", WORKSTATION)["services"]
     endpoint = workstation["learner"]["environment"]["PDE_ROBOT_CMD_ENDPOINT"]

@@ -29,10 +29,12 @@ from pde_contract.messages import (
     ReleaseEStop,
     Reply,
     Reset,
+    RobotFault,
     Status,
     Stop,
     SubmitChunk,
 )
+from robot_server.robots.base import FaultReport
 from robot_server.server import RobotServer
 from robot_server.settings import RobotServerSettings
 from tests.helpers import free_port
@@ -409,6 +411,24 @@ def test_a_stuck_command_thread_holds_the_arm_and_health_says_so(
     finally:
         release.set()
         srv.close()
+
+
+def test_a_latched_backend_fault_is_in_status_until_reset(server: RobotServer, client: RobotClient) -> None:
+    robot = server.robot
+    assert isinstance(robot, FakeRobot)
+    robot.fault_report = FaultReport(RobotFault.USER_STOP, "user stop pressed", "release it, then Reset")
+    deadline = time.monotonic() + 10.0
+    while (st := client.status()).fault is not RobotFault.USER_STOP:
+        assert time.monotonic() < deadline, "the fault never reached Status"
+        time.sleep(0.01)
+    assert st.fault_detail == "user stop pressed" and st.fault_action == "release it, then Reset"
+    with pytest.raises(RobotServerError, match="user_stop fault: user stop pressed release it") as ei:
+        client.submit_chunk(chunk(0))
+    assert ei.value.code is ErrorCode.BACKEND_ERROR
+    client.reset()  # the acknowledgement (FakeRobot.home clears it, as the FR3 backend's does)
+    st = client.status()
+    assert st.fault is RobotFault.NONE and st.fault_action == ""
+    assert client.submit_chunk(chunk(1)).steps == 4
 
 
 def test_motion_needs_the_handshake_and_stopping_does_not(raw: RawConnection, server: RobotServer) -> None:

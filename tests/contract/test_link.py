@@ -4,7 +4,11 @@ FakeCameras, real ZeroMQ CURVE sockets on 127.0.0.1) that answers only listed cl
 from __future__ import annotations
 
 import os
+import select
+import socket
 import stat
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +35,7 @@ from pde_contract.link import (
 from pde_contract.messages import ErrorCode
 from robot_server.server import RobotServer
 from robot_server.settings import RobotServerSettings
-from tests.helpers import free_port
+from tests.helpers import free_port, pde_command, subprocess_env
 from tests.robot_server.fakes import FakeCamera, FakeRobot
 
 REFUSED_WAIT_S = 0.5  # a refused client never gets a reply: how long each refusal test listens
@@ -148,8 +152,15 @@ def test_unlisted_key_plain_client_and_wrong_server_key_get_nothing(lab: Lab, tm
             assert "PDE_ROBOT_LINK" in e.value.message  # the hint names the keys
             with pytest.raises(RobotServerError, match="no observation"):
                 c.latest_observation_bytes(timeout_s=REFUSED_WAIT_S)
-    assert lab.server._authenticator is not None
-    assert read_key_file(stranger_secret).public in lab.server._authenticator.refused
+    # ... and the server's ZAP handler saw and refused the unlisted key (a connected client retries
+    # its handshake, so wait while one is there)
+    authenticator, stranger = lab.server._authenticator, read_key_file(stranger_secret).public
+    assert authenticator is not None
+    deadline = time.monotonic() + 30.0
+    with lab.client(unlisted):
+        while stranger not in authenticator.refused:
+            assert time.monotonic() < deadline, "the unlisted key never reached the ZAP handler"
+            time.sleep(0.05)
 
 
 def _healthy(endpoint: str) -> str:
@@ -176,3 +187,136 @@ def test_health_on_the_robot_pc_uses_the_server_key(lab: Lab, monkeypatch: pytes
     monkeypatch.setenv(ENV_CLIENT_KEY, str(lab.keys / "workstation/operator-ui.key_secret"))
     assert "ok" in _healthy(endpoint)
     assert os.environ[ENV_CLIENT_KEY].endswith("operator-ui.key_secret")
+
+
+def test_pde_keys_command(tmp_path: Path) -> None:
+    r = subprocess.run(
+        pde_command("keys", "new", str(tmp_path), "laptop"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    shown = subprocess.run(
+        pde_command("keys", "show", str(tmp_path / "laptop.key")),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert shown.stdout.strip() == read_key_file(tmp_path / "laptop.key").public.decode()
+    bad = subprocess.run(
+        pde_command("keys", "show", str(tmp_path / "nope.key")),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "cannot read the key file" in bad.stderr and "pde keys init" in bad.stderr
+
+
+class _Tap:
+    """A TCP forwarder between clients and one server port that keeps every byte it carries, to
+    see what an eavesdropper on the lab LAN would see."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.seen = bytearray()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", free_port()))
+        self._listener.settimeout(0.1)
+        self.port = self._listener.getsockname()[1]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            t = threading.Thread(target=self._pump, args=(client, server), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        with a, b:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([a, b], [], [], 0.1)
+                for src in ready:
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    (b if src is a else a).sendall(data)
+                    with self._lock:
+                        self.seen += data
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        self._listener.close()
+
+
+def _tapped_exchange(server: RobotServer, curve: ClientCurve | None) -> bytes:
+    """What crossed the wire while a client said Hello and read one observation."""
+    s = server.settings
+    cmd_tap, obs_tap = _Tap(s.cmd_port), _Tap(s.obs_port)
+    try:
+        with RobotClient(
+            f"tcp://127.0.0.1:{cmd_tap.port}",
+            "tapped",
+            5.0,
+            obs_endpoint=f"tcp://127.0.0.1:{obs_tap.port}",
+            curve=curve,
+        ) as c:
+            c.connect()
+            deadline = time.monotonic() + 10.0
+            while not c.latest_observation(timeout_s=5.0).cameras:  # one with a picture in it
+                assert time.monotonic() < deadline, "no observation with a camera frame"
+    finally:
+        cmd_tap.close()
+        obs_tap.close()
+    return bytes(cmd_tap.seen + obs_tap.seen)
+
+
+def test_the_link_is_encrypted_on_the_wire(lab: Lab) -> None:
+    jpeg = FakeCamera("external").jpeg[100:164]  # 64 bytes from inside the served picture
+    plain_settings = RobotServerSettings(cmd_port=free_port(), obs_port=free_port(), control_rate_hz=20.0)
+    with RobotServer(FakeRobot(), [FakeCamera("external")], plain_settings) as plain:
+        seen = _tapped_exchange(plain, None)
+    assert b"Hello" in seen and jpeg in seen  # the tap sees a plain link in the clear
+    seen = _tapped_exchange(lab.server, lab.learner_keys())
+    assert len(seen) > len(jpeg) and b"Hello" not in seen and jpeg not in seen
+
+
+def test_ready_line_says_whether_the_link_is_encrypted(lab: Lab) -> None:
+    from robot_server.main import _link_mode
+
+    assert _link_mode(RobotServerSettings()) == "plain (loopback only)"
+    assert _link_mode(lab.server.settings) == f"curve (2 client keys from {lab.keys / 'robot-pc/clients'})"
+
+
+def test_robot_server_command_refuses_a_lan_host_without_keys() -> None:
+    r = subprocess.run(
+        pde_command("robot-server", "--backend", "sim", "--host", "0.0.0.0"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "is not loopback" in r.stderr and "pde keys init" in r.stderr, r.stderr
+
+
+def test_client_commands_name_a_bad_key_setting(tmp_path: Path) -> None:
+    public, _ = generate_key_pair(tmp_path, "server")
+    r = subprocess.run(
+        pde_command("robot-server", "watch", "--seconds", "1"),
+        env=subprocess_env(**{ENV_SERVER_KEY: str(public), ENV_CLIENT_KEY: ""}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        r.returncode == 2 and f"pde robot-server watch: {ENV_SERVER_KEY} and {ENV_CLIENT_KEY}" in r.stderr
+    ), r.stderr

@@ -7,6 +7,7 @@ from learner.rewards import reward_from_label
 from learner.synthetic import synthetic_observation
 from learner.trainer import Trainer
 from pde_contract.client import RobotServerError
+from pde_contract.episodes import INFERENCE_S, SENT_TIME_S
 from pde_contract.messages import ActionChunk, ChunkAccepted, Counters, ErrorCode, Observation, Status
 
 
@@ -89,7 +90,10 @@ def test_episode_records_every_chunk_for_ppo():
     assert ep.canonical_prompt == "put the green container in the bowl"
     for rec, sent in zip(ep.chunks, client.chunks, strict=True):
         assert np.array_equal(rec.actions, sent.actions) and sent.actions.shape == (4, 7)
-        assert set(rec.extras) == {"log_prob", "log_prob_elements", "value", "chain"}
+        trace = {"log_prob", "log_prob_elements", "value", "chain"}
+        assert set(rec.extras) == trace | {INFERENCE_S, SENT_TIME_S}
+        # per-chunk timing, copied into the database's chunks rows by the store
+        assert rec.extras[INFERENCE_S][0] >= 0 and rec.extras[SENT_TIME_S][0] == sent.sent_time_s > 0
         elements = rec.extras["log_prob_elements"]
         assert elements.shape == (4, 7)  # one per executed element: PPO takes per-row/dim ratios
         assert float(elements.sum()) == pytest.approx(float(rec.extras["log_prob"][0]), rel=1e-4, abs=1e-3)

@@ -3,6 +3,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,3 +110,18 @@ def test_resume_after_kill(tmp_path):
     again = store.latest()
     assert again is not None and again.version == latest.version + 1
     assert again.trainer_state is not None and again.trainer_state["n_updates"] == latest.version + 1
+
+
+def test_checkpoint_file_names_have_one_home(tmp_path: Path) -> None:
+    # pde demo reads the folder through learner.checkpoint_files, without importing torch.
+    from learner.checkpoint_files import checkpoint_files, checkpoint_path
+
+    assert checkpoint_files(tmp_path / "missing") == {}
+    for version in (3, 0, 12):
+        checkpoint_path(tmp_path, version).write_bytes(b"")
+    (tmp_path / ".policy-000013.pt.abc.tmp").write_bytes(b"")  # a write in progress
+    (tmp_path / "notes.txt").write_text("")
+    assert checkpoint_files(tmp_path) == {v: tmp_path / f"policy-{v:06d}.pt" for v in (0, 3, 12)}
+    assert list(checkpoint_files(tmp_path)) == [0, 3, 12]
+    with pytest.raises(ValueError, match="checkpoint version must be >= 0, got -1"):
+        checkpoint_path(tmp_path, -1)

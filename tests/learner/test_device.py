@@ -131,3 +131,9 @@ def test_checkpoint_sample_and_ppo_update_on_the_configured_device(tmp_path) -> 
     assert again.trainer_state is not None
     resumed.load_state_dict(again.trainer_state)
     assert np.isfinite(resumed.update(_batch(resumed.policy))["pg_loss"])
+
+
+def test_describe_device_names_the_device() -> None:
+    from learner.device import describe_device
+
+    assert describe_device(torch.device("cpu")) == "cpu"

@@ -12,7 +12,7 @@ import pytest
 
 from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode, RobotFault
 from robot_server.executor import ChunkExecutor, ExecutorConfig
-from robot_server.robots.base import FaultReport
+from robot_server.robots.base import FaultReport, RobotNotConnectedError
 from robot_server.safety import SafetyError
 from tests.robot_server.fakes import HOME_POS, FakeRobot
 
@@ -292,3 +292,19 @@ def test_a_stop_keeps_the_gripper_width_the_chunk_commanded(
     n = len(robot.commands)
     wait_for(lambda: len(robot.commands) > n + 2)
     assert robot.commands[-1][1].gripper_width_m == pytest.approx(0.01)  # not back open at 0.08
+
+
+def test_a_lost_connection_is_reported_while_disconnected(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ex, robot = make()
+
+    def refuse() -> None:
+        raise RobotNotConnectedError("fake: the controller does not answer")
+
+    monkeypatch.setattr(robot, "connect", refuse)
+    robot.fault_report = FaultReport(RobotFault.CONNECTION_LOST, "FCI connection lost")
+    robot.fail_next_command = True  # drops the connection
+    wait_for(lambda: not ex.snapshot().connected)
+    wait_for(lambda: (f := ex.snapshot().fault) is not None and f.kind is RobotFault.CONNECTION_LOST)
+    assert not ex.snapshot().connected

@@ -486,3 +486,16 @@ def test_guiding_mode_hands_the_arm_over_and_back(client: RobotClient) -> None:
     assert client.submit_chunk(ee_chunk(42, (0.0, 0.002, 0.0))).steps > 0
     client.stop()
     client.stop_heartbeat()
+
+
+def test_guide_hands_the_arm_over_and_takes_it_back(server: ServerProc, client: RobotClient) -> None:
+    out = subprocess.run(
+        pde_command("robot-server", "guide", "--cmd", server.cmd_endpoint, "--seconds", "0.5"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "guiding mode on" in out.stdout and "guiding mode off" in out.stdout
+    assert not client.status().guiding

@@ -104,6 +104,18 @@ def snapshot(store: Any) -> tuple[Any, ...]:
     return tuple(prompts), tuple(eps)
 
 
+def test_discarded_episodes_count_for_no_prompt(store: Any, embedder: MiniLMEmbedder) -> None:
+    new_task(store)
+    cand = store.add_prompt(TASK, "place the green container in the bowl")
+    first, _ = rollout(store, cand.id, [True, False])
+    store.discard_episode(first, "someone reached into the scene")
+    service = make_service(store, make_settings(), embedder, vlm=False)
+    history, episodes = service.load_history(TASK, GOAL)
+    [record] = history.candidates
+    assert (record.n_episodes, record.n_success) == (1, 0)  # the discarded success is not counted
+    assert first not in [e.id for e in episodes]  # nor shown to the VLM
+
+
 def test_bootstrap_to_rl_on_recorded_episodes(
     store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder
 ) -> None:

@@ -94,12 +94,14 @@ class GripperWorker:
         self._thread = None
         self._gripper = None
 
-    def request(self, width_m: float) -> None:
-        """Non-blocking. Replaces any request not yet started."""
+    def request(self, width_m: float, held: bool = False) -> None:
+        """Non-blocking. Replaces any request not yet started. ``held``: the width the arm's hold
+        keeps commanding, not a new request: after ``halt()`` the halted width is not sent again
+        for it (a new request, e.g. a chunk closing the hand again, is)."""
         width_m = min(max(float(width_m), 0.0), self.max_width_m)
         with self._cond:
             if self._ignore_m is not None:
-                if abs(width_m - self._ignore_m) < self.deadband_m:
+                if held and abs(width_m - self._ignore_m) < self.deadband_m:
                     return
                 self._ignore_m = None
             reference = self._request if self._request is not None else self._last_commanded_m
@@ -113,8 +115,8 @@ class GripperWorker:
     def halt(self) -> None:
         """Non-blocking: forget the waiting request and, with ``stop_on_halt``, stop a running move
         or grasp (libfranka ``stop``, sent by the worker, which waits on the running call's future).
-        Requests for the halted width are ignored until another width is requested, so no gripper
-        motion starts after a hold until a chunk or command asks for a new width."""
+        The hold's own requests for the halted width are ignored, so no gripper motion starts after
+        a hold until a chunk or command asks for a width."""
         with self._cond:
             halted = self._request if self._request is not None else self._running_m
             if self._request is not None:

@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 # A fault the backend recovered from by itself stays in Status this long (latched ones until home).
 _TRANSIENT_FAULT_REPORT_S = 10.0
+# A Reflex robot mode that outlasts this (no automatic recovery took it away) latches as a reflex.
+_REFLEX_CONFIRM_S = 0.5
 
 _REALTIME_WARNING = """
 *****************************************************************************************
@@ -135,6 +137,7 @@ class FrankaRobot(Robot):
         self._failed_reason = ""  # a latched fault: refuse motion until home()
         self._fault: FaultReport | None = None  # what Status reports (fault())
         self._guiding = False  # set_guiding(True): no targets go to the arm
+        self._reflex_seen_s: float | None = None  # when the robot mode was first seen as Reflex
         self._reconnect_thread: threading.Thread | None = None
         self._mode: str | None = None  # "cartesian" / "joint": franky cannot switch while moving
         # (robot time in ms, monotonic time it was first seen) while motion is commanded: the
@@ -400,7 +403,7 @@ class FrankaRobot(Robot):
             self._pending = item  # the newest target wins
             self._cond.notify_all()
         if self._gripper is not None:
-            self._gripper.request(target.gripper_width_m)
+            self._gripper.request(target.gripper_width_m, held=target.gripper_hold)
 
     def hold(self) -> None:
         if self._robot is None or self._lost_reason:
@@ -764,12 +767,20 @@ class FrankaRobot(Robot):
                 "Release the stop, check the cell, then reset (home) to resume.",
             )
         elif mode.endswith("Reflex"):
-            self.reflexes += 1
-            self._latch(
-                RobotFault.REFLEX,
-                "the FR3 reports a reflex (robot mode Reflex).",
-                "Check the workspace, then reset (home) to acknowledge and resume.",
-            )
+            # A communication_constraints_violation passes through Reflex too, until the motion
+            # thread's automatic recovery (milliseconds): latch only a reflex that stays.
+            now = time.monotonic()
+            if self._reflex_seen_s is None:
+                self._reflex_seen_s = now
+            elif now - self._reflex_seen_s > _REFLEX_CONFIRM_S:
+                self.reflexes += 1
+                self._latch(
+                    RobotFault.REFLEX,
+                    f"the FR3 has reported a reflex for over {_REFLEX_CONFIRM_S} s (robot mode Reflex).",
+                    "Check the workspace, then reset (home) to acknowledge and resume.",
+                )
+        else:
+            self._reflex_seen_s = None
 
     @property
     def counters(self) -> dict[str, int]:

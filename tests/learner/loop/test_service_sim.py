@@ -97,6 +97,8 @@ def test_pde_loop_in_sim_kill9_restart_and_ppo(tmp_path: Path) -> None:
     assert all(lab.source == "simulator" for e in eps for lab in store.labels(e.id))
     f = store.load_episode_file(eps[-1].id)
     assert 1 <= len(f.chunks) <= 3 and "log_prob" in f.chunks[0].extras
+    timing = store.chunks(eps[-1].id)  # written by the actor, stored per chunk
+    assert timing and all(c.inference_s is not None and c.sent_time_s for c in timing)
     assert sorted(eps[-1].video_paths) == ["external", "wrist"]
     assert all(Path(p).stat().st_size > 0 for p in eps[-1].video_paths.values())
     ck = store.latest_checkpoint()

@@ -355,6 +355,58 @@ def test_a_recovered_communication_error_is_reported_not_latched(fci_sim: FciSim
         robot.disconnect()
 
 
+def test_a_reflex_mode_latches_only_when_no_recovery_clears_it(fci_sim: FciSim) -> None:
+    import franky
+
+    robot = FrankaRobot(sim_config(fci_sim.host, gripper=False))
+    robot.connect()
+    try:
+        arm = robot._robot
+        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)
+        robot.read_state()  # e.g. a communication_constraints_violation being recovered
+        robot._robot = arm  # recovered: Idle again
+        robot.read_state()
+        assert robot.fault() is None
+        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)
+        robot.read_state()
+        deadline = time.monotonic() + 10.0
+        while robot.fault() is None:  # a reflex that stays latches
+            assert time.monotonic() < deadline, "a lasting Reflex mode was not latched"
+            time.sleep(0.05)
+            robot.read_state()
+        report = robot.fault()
+        assert report is not None and report.kind is RobotFault.REFLEX and report.latched
+        robot._robot = arm
+    finally:
+        robot.disconnect()
+
+
+def test_a_rejected_command_is_reported_and_the_next_target_goes_on(fci_sim: FciSim) -> None:
+    import franky
+
+    robot = FrankaRobot(sim_config(fci_sim.host, gripper=False))
+    robot.connect()
+    try:
+        streamer = robot._streamer
+        assert streamer is not None
+        send = streamer.send
+        _inject_at_next_motion(robot, franky.CommandException("libfranka: Move command rejected: wrong mode"))
+        state = robot.read_state()
+        target = RobotTarget(0.08, ee_position_m=state.ee_position_m, ee_quat_xyzw=state.ee_quat_xyzw)
+        robot.command(target, PERIOD_S)
+        deadline = time.monotonic() + 10.0
+        while robot.fault() is None:
+            assert time.monotonic() < deadline, "the rejected command was not reported"
+            time.sleep(0.01)
+        report = robot.fault()
+        assert report is not None and report.kind is RobotFault.COMMAND_REJECTED and not report.latched
+        assert "wrong mode" in report.detail and robot._worker is not None and robot._worker.is_alive()
+        streamer.send = send  # type: ignore[method-assign]
+        robot.command(target, PERIOD_S)  # not latched: the next target is accepted
+    finally:
+        robot.disconnect()
+
+
 class _StateInMode:
     """franky's RobotState with ``robot_mode`` replaced."""
 
@@ -419,12 +471,17 @@ def test_after_a_hold_no_new_gripper_motion_starts(fci_sim: FciSim) -> None:
         assert gripper.wait_idle(30.0)
         assert gripper.commands_dropped >= 1 and gripper.halts == 0
         assert robot.read_state().gripper_width_m > 0.02  # the waiting close never started
-        gripper.request(0.0)  # the executor keeps commanding the halted width: not re-sent
+        gripper.request(0.0, held=True)  # the hold keeps commanding the halted width: not re-sent
         assert gripper._request is None
-        gripper.request(0.08)  # a new width goes through
+        gripper.speed_m_s = 0.1
+        gripper.request(0.0)  # a new request (a chunk closing again) goes through
+        assert gripper.wait_idle(30.0)
+        state = robot.read_state()
+        # franky-sim grasps on air "succeed"; fingers shut hold nothing
+        assert state.gripper_width_m < 0.003 and state.object_held is False
+        gripper.request(0.08)
         assert gripper.wait_idle(30.0)
         assert robot.read_state().gripper_width_m > 0.07
-        assert robot.read_state().object_held is False
     finally:
         robot.disconnect()
 

@@ -1,0 +1,50 @@
+"""Settings that several services share, declared once: the database, the data folder and the
+robot server's command endpoint. A service's settings class takes each through one of these
+fields, which reads the service's own variable first (``PDE_LOOP_DATABASE_URL``) and then the
+shared one (``PDE_DATABASE_URL``, as docker-compose.yml sets it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field
+
+DEFAULT_DATABASE_URL = "sqlite:///data/pde.db"
+DEFAULT_DATA_DIR = Path("data")
+DEFAULT_ROBOT_CMD_ENDPOINT = "tcp://127.0.0.1:5556"
+
+
+def _shared(prefix: str, name: str, default: Any, description: str) -> Any:
+    """A field read from ``<prefix><NAME>``, else ``PDE_<NAME>``, else ``default``."""
+    if not (prefix.startswith("PDE_") and prefix.endswith("_")):
+        raise ValueError(f"a settings prefix looks like 'PDE_LOOP_', got {prefix!r}")
+    env = name.upper()
+    return Field(
+        default,
+        # Only these two variables: a bare DATABASE_URL belongs to other software on the machine.
+        # The class needs populate_by_name=True to take the field by its name as an argument.
+        validation_alias=AliasChoices(f"{prefix}{env}", f"PDE_{env}"),
+        description=description,
+    )
+
+
+def database_url_field(prefix: str) -> Any:
+    return _shared(
+        prefix,
+        "database_url",
+        DEFAULT_DATABASE_URL,
+        "SQLAlchemy URL of the shared database (sqlite:///... or postgresql+psycopg://...)",
+    )
+
+
+def data_dir_field(prefix: str) -> Any:
+    return _shared(
+        prefix, "data_dir", DEFAULT_DATA_DIR, "episode files and videos under <data_dir>/media, checkpoints"
+    )
+
+
+def robot_cmd_endpoint_field(prefix: str) -> Any:
+    return _shared(
+        prefix, "robot_cmd_endpoint", DEFAULT_ROBOT_CMD_ENDPOINT, "the robot server's ROUTER socket"
+    )
