@@ -29,8 +29,9 @@ def check_device_spec(spec: str) -> str:
     return value
 
 
-def resolve_device(spec: str) -> torch.device:
-    """The torch device for ``spec``; DeviceUnavailableError when CUDA is asked for and missing."""
+def resolve_device(spec: str, setting: str = DEVICE_ENV) -> torch.device:
+    """The torch device for ``spec``; DeviceUnavailableError when CUDA is asked for and missing
+    (``setting``: the variable the message names)."""
     import torch
 
     value = check_device_spec(spec)
@@ -45,16 +46,16 @@ def resolve_device(spec: str) -> torch.device:
             else f"built for CUDA {torch.version.cuda} but finds no GPU (driver, CUDA_VISIBLE_DEVICES?)"
         )
         raise DeviceUnavailableError(
-            f"{DEVICE_ENV}={spec} but torch sees no CUDA device: torch {torch.__version__} is {build}. "
+            f"{setting}={spec} but torch sees no CUDA device: torch {torch.__version__} is {build}. "
             "Run the learner where a GPU is visible (docker: the GPU image with the compose GPU "
             "reservation and the NVIDIA container toolkit; otherwise a CUDA build of torch and the "
-            f"NVIDIA driver), or set {DEVICE_ENV}=cpu (or auto) to train on the CPU"
+            f"NVIDIA driver), or set {setting}=cpu (or auto) to run on the CPU"
         )
     index = int(value.partition(":")[2] or 0)
     count = torch.cuda.device_count()
     if index >= count:
         raise DeviceUnavailableError(
-            f"{DEVICE_ENV}={spec} but torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}: "
+            f"{setting}={spec} but torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}: "
             f"pick one of those (CUDA_VISIBLE_DEVICES renumbers them from 0)"
         )
     return torch.device("cuda", index)

@@ -10,13 +10,14 @@ import argparse
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from learner.policies.pi05_options import TRAINABLE, Pi05Options
+
 if TYPE_CHECKING:
     import torch
 
-    from learner.policies.pi05 import Pi05Options, Pi05Policy
+    from learner.policies.pi05 import Pi05Policy
 
 POLICIES = ("small", "pi05")
-TRAINABLE = ("all", "no_vision", "expert", "lora")
 # argparse destinations of the flags below (not settings of the service that parses them)
 POLICY_DESTS = (
     "policy",
@@ -41,9 +42,12 @@ def add_policy_args(ap: argparse.ArgumentParser) -> None:
         help="π0.5 checkpoint directory: LeRobot's (config.json, model.safetensors, normaliser "
         "statistics) or openpi's converted one, plus tokenizer.json; see docs/pi05.md",
     )
-    g.add_argument("--pi05-trainable", choices=TRAINABLE, help="what trains (default: all)")
-    g.add_argument("--pi05-lora-rank", type=int, help="LoRA rank with --pi05-trainable lora (default 16)")
-    g.add_argument("--pi05-flow-steps", type=int, help="flow-SDE denoising steps (default 5)")
+    d = Pi05Options()
+    g.add_argument("--pi05-trainable", choices=TRAINABLE, help=f"what trains (default: {d.trainable})")
+    g.add_argument(
+        "--pi05-lora-rank", type=int, help=f"LoRA rank with --pi05-trainable lora (default {d.lora_rank})"
+    )
+    g.add_argument("--pi05-flow-steps", type=int, help=f"flow-SDE denoising steps (default {d.flow_steps})")
     g.add_argument("--bf16", action="store_true", default=None, help="π0.5 under bfloat16 autocast")
     g.add_argument(
         "--gradient-checkpointing",
@@ -63,8 +67,6 @@ def check_policy_args(args: argparse.Namespace) -> str | None:
 
 
 def pi05_options(args: argparse.Namespace) -> Pi05Options:
-    from learner.policies.pi05 import Pi05Options
-
     given: dict[str, Any] = {
         "trainable": args.pi05_trainable,
         "lora_rank": args.pi05_lora_rank,

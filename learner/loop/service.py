@@ -19,8 +19,11 @@ from learner.policy_args import POLICY_DESTS, add_policy_args, check_policy_args
 from pde_storage import ConflictError, Store
 
 if TYPE_CHECKING:
+    import torch
+
     from learner.distributed import DistributedContext
     from learner.ppo import PPOConfig
+    from learner.trainer import Batch, Trainer
 
 log = logging.getLogger("pde.loop")
 
@@ -47,6 +50,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     p.add_argument("--rollouts-per-prompt", type=int, help="N rollouts per candidate prompt (default 10)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: $PDE_LEARNER_DEVICE or auto)")
+    p.add_argument(
+        "--actor-device", help="the actor's device when not --device (default: $PDE_LEARNER_ACTOR_DEVICE)"
+    )
     add_policy_args(p)
     args = p.parse_args(argv)
     if msg := check_policy_args(args):
@@ -89,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             device = ctx.device
         else:
             device = resolve_device(settings.device)
+        actor_device = (
+            resolve_device(settings.actor_device, "PDE_LEARNER_ACTOR_DEVICE")
+            if settings.actor_device
+            else device
+        )
         print(f"pde loop: the policy runs on {describe_device(device)}", file=sys.stderr, flush=True)
     except DeviceUnavailableError as e:
         print(f"pde loop: {e}", file=sys.stderr)
@@ -155,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
     actor = Actor(
-        loaded.policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False)
+        loaded.policy.to(actor_device),
+        client,
+        ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False),
     )
 
     def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
@@ -178,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         client,
         actor,
         settings,
-        BackgroundTrainer(trainer, save),
+        BackgroundTrainer(trainer if actor_device == device else SnapshotsOn(trainer, actor_device), save),
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
         warm_up=warm_up,
@@ -237,3 +250,17 @@ def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
     n = follow_updates(trainer)
     log.info("rank %d stopped after %d update(s)", ctx.rank, n)
     return 0
+
+
+class SnapshotsOn:
+    """The trainer as the loop uses it, its weight snapshots (the actor's next policy) moved to
+    the actor's device: the actor and the trainer on two GPUs."""
+
+    def __init__(self, trainer: Trainer, device: torch.device) -> None:
+        self.trainer, self.device = trainer, device
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        return self.trainer.update(batch)
+
+    def policy_snapshot(self) -> Any:
+        return self.trainer.policy_snapshot().to(self.device)

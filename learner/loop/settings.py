@@ -76,6 +76,11 @@ class LoopSettings(BaseSettings):
     device: str = Field("auto", validation_alias=AliasChoices("PDE_LEARNER_DEVICE", "PDE_LOOP_DEVICE"))
     """Where the actor's and the trainer's policies run: auto (CUDA if torch sees a GPU, else CPU),
     cpu, cuda or cuda:N. Checkpoints load onto it; episodes and checkpoints on disk stay CPU data."""
+    actor_device: str = Field(
+        "", validation_alias=AliasChoices("PDE_LEARNER_ACTOR_DEVICE", "PDE_LOOP_ACTOR_DEVICE")
+    )
+    """Where the actor's policy runs when not on ``device`` (e.g. cuda:1: the trainer keeps cuda:0
+    to itself); empty: on ``device``. The trainer's new weights are copied there at each swap."""
 
     def alpha_schedule(self, ema_success: float) -> AlphaSchedule:
         """The alpha schedule with these settings, its EMA at ``ema_success``."""
@@ -91,6 +96,11 @@ class LoopSettings(BaseSettings):
     @classmethod
     def _known_device(cls, v: str) -> str:
         return check_device_spec(v)
+
+    @field_validator("actor_device")
+    @classmethod
+    def _known_actor_device(cls, v: str) -> str:
+        return check_device_spec(v) if v.strip() else ""
 
     @field_validator("tasks")
     @classmethod

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from learner.policies.base import Policy
+if TYPE_CHECKING:  # importing the package (e.g. pi05_options for the CLI) must not import torch
+    from learner.policies.base import Policy
 
 
 def policy_from_checkpoint_state(state: dict[str, Any]) -> Policy:

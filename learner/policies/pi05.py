@@ -24,9 +24,9 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import cv2
 import numpy as np
@@ -47,38 +47,12 @@ from learner.policies.pi05_checkpoint import (
     tokenizer_from_json,
 )
 from learner.policies.pi05_model import Pi05Config, Pi05Model, PrefixCache
+from learner.policies.pi05_options import Pi05Options
 from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, state_vector
 
 __all__ = ["Pi05CheckpointError", "Pi05Options", "Pi05Policy", "WeightsNotLoadedError", "load_pi05"]
 
-Trainable = Literal["all", "no_vision", "expert", "lora"]
 STATE_BINS = 256
-
-
-@dataclass(frozen=True)
-class Pi05Options:
-    """Ours, not the checkpoint's: how the policy samples and trains."""
-
-    flow_steps: int = 5
-    """Denoising steps of the flow-SDE chain (LeRobot samples with 10 ODE steps; PPO needs few)."""
-    noise_level: float = 0.5
-    """Flow-SDE noise level a (learner/policies/flow_sde.py)."""
-    bf16: bool = False
-    """bfloat16 autocast for the network (weights and optimiser state stay float32)."""
-    gradient_checkpointing: bool = False
-    """Recompute each layer in backward: less memory, about a third more compute."""
-    trainable: Trainable = "all"
-    """all; no_vision (SigLIP frozen); expert (VLM frozen, as LeRobot's train_expert_only); lora."""
-    lora_rank: int = 16
-    """Rank of the LoRA adapters (trainable='lora')."""
-    lora_alpha: float = 16.0
-    """LoRA scale numerator: the adapter's output is multiplied by alpha / rank."""
-
-    def __post_init__(self) -> None:
-        if self.trainable not in ("all", "no_vision", "expert", "lora"):
-            raise ValueError(f"trainable={self.trainable!r}: use all, no_vision, expert or lora")
-        if self.lora_rank < 1:
-            raise ValueError(f"lora_rank must be >= 1, got {self.lora_rank}")
 
 
 class LoRA(nn.Module):
@@ -118,8 +92,9 @@ def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
 
 
 class Pi05Policy(Policy):
-    def __init__(self, checkpoint: Pi05Checkpoint, options: Pi05Options = Pi05Options()) -> None:
+    def __init__(self, checkpoint: Pi05Checkpoint, options: Pi05Options | None = None) -> None:
         super().__init__()
+        options = options or Pi05Options()
         cfg = checkpoint.config
         self.config, self.options, self.mapping = cfg, options, checkpoint.mapping
         self.image_keys = checkpoint.image_keys
@@ -388,7 +363,7 @@ def unpack_prefix(packed: torch.Tensor, cfg: Pi05Config) -> PrefixCache:
 
 
 def load_pi05(
-    directory: str | Path, options: Pi05Options = Pi05Options(), stats_from_demos: bool = False
+    directory: str | Path, options: Pi05Options | None = None, stats_from_demos: bool = False
 ) -> Pi05Policy:
     """π0.5 from a checkpoint directory (learner/policies/pi05_checkpoint.py), its weights loaded;
     Pi05CheckpointError (or WeightsNotLoadedError) with what to do when anything is missing.

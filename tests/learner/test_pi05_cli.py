@@ -86,3 +86,11 @@ def test_a_base_checkpoint_without_statistics_takes_them_from_the_demos(tmp_path
     assert np.isfinite(
         policy.sample(policy.preprocess([demos[0].chunks[0].observation]), [CANON]).actions
     ).all()
+
+
+def test_an_actor_device_that_is_not_there_stops_the_loop_at_start_up(tmp_path, capsys):
+    from learner.loop.service import main as loop_main
+
+    argv = ["--actor-device", "cuda:99", "--database-url", f"sqlite:///{tmp_path}/pde.db"]
+    assert loop_main([*argv, "--data-dir", str(tmp_path)]) == 2
+    assert "PDE_LEARNER_ACTOR_DEVICE=cuda:99 but torch sees" in capsys.readouterr().err

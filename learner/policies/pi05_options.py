@@ -1,0 +1,36 @@
+"""π0.5's sampling and training options (ours, not the checkpoint's), without torch: the CLI
+reads their defaults for its help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Trainable = Literal["all", "no_vision", "expert", "lora"]
+TRAINABLE: tuple[Trainable, ...] = ("all", "no_vision", "expert", "lora")
+
+
+@dataclass(frozen=True)
+class Pi05Options:
+    """Ours, not the checkpoint's: how the policy samples and trains."""
+
+    flow_steps: int = 5
+    """Denoising steps of the flow-SDE chain (LeRobot samples with 10 ODE steps; PPO needs few)."""
+    noise_level: float = 0.5
+    """Flow-SDE noise level a (learner/policies/flow_sde.py)."""
+    bf16: bool = False
+    """bfloat16 autocast for the network (weights and optimiser state stay float32)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer in backward: less memory, about a third more compute."""
+    trainable: Trainable = "all"
+    """all; no_vision (SigLIP frozen); expert (VLM frozen, as LeRobot's train_expert_only); lora."""
+    lora_rank: int = 16
+    """Rank of the LoRA adapters (trainable='lora')."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the adapter's output is multiplied by alpha / rank."""
+
+    def __post_init__(self) -> None:
+        if self.trainable not in ("all", "no_vision", "expert", "lora"):
+            raise ValueError(f"trainable={self.trainable!r}: use all, no_vision, expert or lora")
+        if self.lora_rank < 1:
+            raise ValueError(f"lora_rank must be >= 1, got {self.lora_rank}")
