@@ -1,8 +1,8 @@
 """Actor: runs one episode on the robot server with the policy in-process.
 
 Per chunk: latest observation -> policy.sample(obs, rollout prompt) -> submit the chunk -> wait until
-the server has executed it -> record (observation, actions, log_prob, value, chain, the policy's
-inference time and the send time: ``INFERENCE_S``, ``SENT_TIME_S``). The finished
+the server has executed it -> record (observation, actions, the policy's trace: log_prob, value,
+chain; the inference time and the send time). The finished
 episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal reward comes
 later from the label (``learner.rewards.reward_from_label``).
 """
@@ -15,12 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-import numpy as np
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from learner.policies.base import ObsBatch, Policy
+from learner.policies.base import ChunkSample, ObsBatch, Policy
 from pde_contract.client import RobotServerError
-from pde_contract.episodes import INFERENCE_S, SENT_TIME_S, ChunkRecord, EpisodeFile
+from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
 from pde_contract.messages import ActionChunk, ChunkAccepted, ErrorCode, Observation, Status
 
 log = logging.getLogger(__name__)
@@ -57,6 +56,16 @@ class ActorSettings(BaseSettings):
     """End the episode early when the simulator reports task success (hardware never reports it)."""
     deterministic: bool = False
     """Sample the mean chunk (evaluation) instead of a stochastic chain."""
+
+
+def policy_trace(sample: ChunkSample, i: int) -> PolicyTrace:
+    """What PPO needs of sample ``i`` of a batch, as the episode file records it."""
+    return PolicyTrace(
+        log_prob=float(sample.log_prob[i]),
+        log_prob_elements=sample.log_prob_elements[i].copy(),
+        value=float(sample.value[i]),
+        chain=sample.chain[i].copy(),
+    )
 
 
 class Actor:
@@ -177,11 +186,9 @@ class Actor:
                     ChunkRecord(
                         observation=obs,
                         actions=sample.actions[0],
-                        extras={
-                            **sample.extras(0),
-                            INFERENCE_S: np.array([inference_s]),
-                            SENT_TIME_S: np.array([chunk.sent_time_s]),
-                        },
+                        trace=policy_trace(sample, 0),
+                        inference_s=inference_s,
+                        sent_time_s=chunk.sent_time_s,
                     )
                 )
                 self._wait_chunk_done(chunk.seq)

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
 from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
+from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT
 
 
 class LearnerSettings(BaseSettings):
@@ -27,7 +28,7 @@ class LearnerSettings(BaseSettings):
 
     checkpoint_dir: str = "data/checkpoints"
     demo_dir: str = "data/demos"
-    cmd_endpoint: str = "tcp://127.0.0.1:5556"
+    cmd_endpoint: str = DEFAULT_ROBOT_CMD_ENDPOINT
     device: str = "auto"
     """Where the policy runs: auto (CUDA if torch sees a GPU, else CPU), cpu, cuda or cuda:N."""
 

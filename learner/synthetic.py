@@ -8,6 +8,7 @@ import time
 import cv2
 import numpy as np
 
+from learner.actor import policy_trace
 from learner.policies.base import Policy
 from pde_contract.episodes import ChunkRecord, EpisodeFile
 from pde_contract.messages import CameraFrame, Observation, RobotState
@@ -60,7 +61,7 @@ def synthetic_episode(
             ChunkRecord(
                 observation=obs,
                 actions=s.actions[0],
-                extras=s.extras(0),
+                trace=policy_trace(s, 0),
             )
         )
     return EpisodeFile(

@@ -31,7 +31,7 @@ from learner.ppo import (
     value_loss,
 )
 from learner.rewards import Batch
-from pde_contract.episodes import EpisodeFile
+from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
 
 
 @dataclass
@@ -66,6 +66,26 @@ def advantage_groups(episodes: Sequence[EpisodeFile]) -> list[Hashable]:
     ]
 
 
+def recorded_trace(chunk: ChunkRecord, where: str) -> PolicyTrace:
+    """The chunk's policy trace; episodes recorded before ``PolicyTrace`` existed carry it as
+    named ``extras`` arrays."""
+    if chunk.trace is not None:
+        return chunk.trace
+    missing = [key for key in ROLLOUT_EXTRAS if key not in chunk.extras]
+    if missing:
+        raise ValueError(
+            f"{where} has no policy trace (nor extras {missing}): PPO trains on episodes recorded by "
+            "the learner's actor (demonstrations are for `pde learner sft`)"
+        )
+    x = chunk.extras
+    return PolicyTrace(
+        log_prob=float(np.asarray(x["log_prob"]).reshape(-1)[0]),
+        log_prob_elements=x.get("log_prob_elements"),
+        value=float(np.asarray(x["value"]).reshape(-1)[0]),
+        chain=np.asarray(x["chain"]),
+    )
+
+
 def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
     observations, chains, logps, elems, values, rewards, dones, ep_index, rps, cps = (
         [], [], [], [], [], [], [], [], [], []
@@ -73,24 +93,19 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
     kept: list[tuple[EpisodeFile, float]] = [(e, r) for e, r in batch if e.chunks]
     for k, (episode, reward) in enumerate(kept):
         for i, chunk in enumerate(episode.chunks):
-            missing = [key for key in ROLLOUT_EXTRAS if key not in chunk.extras]
-            if missing:
-                raise ValueError(
-                    f"episode {episode.episode_id} chunk {i} lacks extras {missing}: PPO trains on episodes "
-                    "recorded by the learner's actor (demonstrations are for `pde learner sft`)"
-                )
+            trace = recorded_trace(chunk, f"episode {episode.episode_id} chunk {i}")
             observations.append(chunk.observation)
-            chain = np.asarray(chunk.extras["chain"], dtype=np.float32)
+            chain = np.asarray(trace.chain, dtype=np.float32)
             chains.append(chain)
-            logps.append(float(np.asarray(chunk.extras["log_prob"]).reshape(-1)[0]))
-            el = chunk.extras.get("log_prob_elements")
+            logps.append(trace.log_prob)
+            el = trace.log_prob_elements
             t, d = policy.chunk_len, policy.action_dim
             elems.append(
                 np.asarray(el, dtype=np.float32).reshape(t, d)
                 if el is not None
                 else np.full((t, d), np.nan, np.float32)
             )
-            values.append(float(np.asarray(chunk.extras["value"]).reshape(-1)[0]))
+            values.append(trace.value)
             last = i == len(episode.chunks) - 1
             rewards.append(float(reward) if last else 0.0)
             dones.append(1.0 if last else 0.0)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pde_contract.link import ENV_SERVER_SECRET_KEY, ClientCurve, LinkKeyError, client_curve_from_env
+from pde_contract.settings import DEFAULT_DATABASE_URL
 
 # service -> name of its row in the store's service_states table
 HEARTBEAT_ROWS = {"learner": "loop", "supervisor": "supervisor"}
@@ -148,7 +149,7 @@ def _shared_database_url() -> str:
     for var in ("PDE_LOOP_DATABASE_URL", "PDE_SUPERVISOR_DATABASE_URL", "PDE_DATABASE_URL"):
         if os.environ.get(var):
             return os.environ[var]
-    return "sqlite:///data/pde.db"
+    return DEFAULT_DATABASE_URL
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,10 @@
 expert's recorder, the learner's actor) and read by SFT, PPO and the supervisor.
 
 One ``ChunkRecord`` per action chunk: the observation the chunk was computed from, the chunk that
-was sent, and named per-chunk arrays (``extras``) such as the policy's log-probability, value or the
-stored denoising chain. Metadata (labels, prompts, policy versions) lives in the database; this file
-holds the bulky arrays and is enough on its own to train from.
+was sent, and, for a policy's rollout, a ``PolicyTrace`` (what PPO needs of the policy's sample:
+log-probability, value, the stored denoising chain) and the chunk's timing. Metadata (labels,
+prompts, policy versions) lives in the database; this file holds the bulky arrays and is enough on
+its own to train from.
 """
 
 from __future__ import annotations
@@ -20,16 +21,26 @@ from pde_contract.messages import ActionSpace, Observation
 
 EPISODE_FORMAT_VERSION = 1
 
-# Per-chunk timing in ``ChunkRecord.extras`` (one-element float64 arrays), written by the
-# learner's actor and copied into the database's ``chunks`` rows by ``pde_storage``.
-INFERENCE_S = "inference_s"  # how long the policy took to compute the chunk
-SENT_TIME_S = "sent_time_s"  # wall-clock time the chunk was sent (ActionChunk.sent_time_s)
+
+class PolicyTrace(msgspec.Struct, kw_only=True):
+    """What the policy computed for one chunk, as PPO needs it: recorded by the learner's actor,
+    read by the trainer. Typed fields, so a rename cannot silently break training."""
+
+    log_prob: float  # log-probability of the chain under the rollout prompt
+    log_prob_elements: np.ndarray | None = None  # [T, D] per executed element, summing to log_prob
+    value: float  # the value head's estimate at the chunk's observation
+    chain: np.ndarray  # [K+1, T, D] the stochastic chain, normalised; chain[-1] is the executed chunk
 
 
 class ChunkRecord(msgspec.Struct, kw_only=True):
     observation: Observation
     actions: np.ndarray  # [T, D] as sent to the robot server
-    extras: dict[str, np.ndarray] = {}  # e.g. "log_prob", "value", "chain"
+    trace: PolicyTrace | None = None  # a policy's rollout; None for demonstrations
+    inference_s: float | None = None  # how long the policy took to compute the chunk
+    sent_time_s: float | None = None  # wall-clock time the chunk was sent (ActionChunk.sent_time_s)
+    # Other named per-chunk arrays. Episodes recorded before PolicyTrace carry theirs here
+    # ("log_prob", "log_prob_elements", "value", "chain"); the trainer still reads them.
+    extras: dict[str, np.ndarray] = {}
 
 
 class EpisodeFile(msgspec.Struct, kw_only=True):

@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session
 
-from pde_contract.episodes import INFERENCE_S, SENT_TIME_S, EpisodeFile, read_episode, write_episode
+from pde_contract.episodes import EpisodeFile, read_episode, write_episode
 from pde_contract.settings import DEFAULT_DATABASE_URL
 from pde_storage import db, media
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
@@ -517,8 +517,8 @@ class Store:
                         index=i,
                         observation_time_s=float(c.observation.publish_time_s),
                         n_steps=int(c.actions.shape[0]),
-                        inference_s=_scalar_extra(c.extras, INFERENCE_S),
-                        sent_time_s=_scalar_extra(c.extras, SENT_TIME_S),
+                        inference_s=c.inference_s,
+                        sent_time_s=c.sent_time_s,
                     )
                 )
         return self.episode(episode_id)

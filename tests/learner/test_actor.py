@@ -7,7 +7,6 @@ from learner.rewards import reward_from_label
 from learner.synthetic import synthetic_observation
 from learner.trainer import Trainer
 from pde_contract.client import RobotServerError
-from pde_contract.episodes import INFERENCE_S, SENT_TIME_S
 from pde_contract.messages import ActionChunk, ChunkAccepted, Counters, ErrorCode, Observation, Status
 
 
@@ -90,13 +89,13 @@ def test_episode_records_every_chunk_for_ppo():
     assert ep.canonical_prompt == "put the green container in the bowl"
     for rec, sent in zip(ep.chunks, client.chunks, strict=True):
         assert np.array_equal(rec.actions, sent.actions) and sent.actions.shape == (4, 7)
-        trace = {"log_prob", "log_prob_elements", "value", "chain"}
-        assert set(rec.extras) == trace | {INFERENCE_S, SENT_TIME_S}
+        assert rec.trace is not None and rec.extras == {}
         # per-chunk timing, copied into the database's chunks rows by the store
-        assert rec.extras[INFERENCE_S][0] >= 0 and rec.extras[SENT_TIME_S][0] == sent.sent_time_s > 0
-        elements = rec.extras["log_prob_elements"]
-        assert elements.shape == (4, 7)  # one per executed element: PPO takes per-row/dim ratios
-        assert float(elements.sum()) == pytest.approx(float(rec.extras["log_prob"][0]), rel=1e-4, abs=1e-3)
+        assert rec.inference_s is not None and rec.inference_s >= 0
+        assert rec.sent_time_s == sent.sent_time_s > 0
+        elements = rec.trace.log_prob_elements
+        assert elements is not None and elements.shape == (4, 7)  # per element: per-row/dim ratios
+        assert float(elements.sum()) == pytest.approx(rec.trace.log_prob, rel=1e-4, abs=1e-3)
     # observations are distinct and in order
     assert [c.observation.seq for c in ep.chunks] == sorted({c.observation.seq for c in ep.chunks})
     # recorded episode trains directly
@@ -122,7 +121,8 @@ def test_set_policy_swaps_between_episodes():
     new = make_test_policy("gaussian")
     actor.set_policy(new)
     ep = actor.run_episode(episode_id="e2", task="t", canonical_prompt="a", rollout_prompt="a", max_chunks=1)
-    assert ep.chunks[0].extras["chain"].shape[0] == 2  # the Gaussian head's chain
+    trace = ep.chunks[0].trace
+    assert trace is not None and trace.chain.shape[0] == 2  # the Gaussian head's chain
 
 
 def test_bad_max_chunks():

@@ -1,3 +1,5 @@
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -80,9 +82,34 @@ def test_demo_episodes_without_policy_extras_are_refused():
     policy = make_test_policy("flow")
     (ep, r), *_ = _batch(policy, CANON)
     for c in ep.chunks:
-        c.extras = {}
-    with pytest.raises(ValueError, match="sft"):
+        c.trace, c.extras = None, {}
+    with pytest.raises(ValueError, match=r"no policy trace.*sft"):
         Trainer(policy).update([(ep, r)])
+
+
+def test_episodes_recorded_before_the_typed_trace_still_train():
+    # Older episode files carry the trace as named extras arrays, as the actor wrote them then.
+    from learner.trainer import build_rollout_batch
+
+    policy = make_test_policy("flow")
+    batch = _batch(policy, "drop the green box into the bowl")
+    legacy = []
+    for ep, r in batch:
+        old = copy.deepcopy(ep)
+        for c in old.chunks:
+            t, c.trace = c.trace, None
+            assert t is not None
+            c.extras = {
+                "log_prob": np.array([t.log_prob], np.float32),
+                "log_prob_elements": t.log_prob_elements,
+                "value": np.array([t.value], np.float32),
+                "chain": t.chain,
+            }
+        legacy.append((old, r))
+    new_rb, old_rb = build_rollout_batch(policy, batch), build_rollout_batch(policy, legacy)
+    for name in ("chains", "old_log_probs", "old_log_prob_elements"):
+        assert torch.equal(getattr(new_rb, name), getattr(old_rb, name)), name
+    np.testing.assert_array_equal(new_rb.old_values, old_rb.old_values)
 
 
 def test_policy_snapshot_is_an_independent_copy():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from pde_contract.episodes import ChunkRecord, EpisodeFile
+from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
 from pde_contract.messages import ActionSpace, CameraFrame, Observation, RobotState
 
 
@@ -43,7 +43,8 @@ def make_episode_file(
         ChunkRecord(
             observation=make_observation(i),
             actions=np.full((rows, 7), 0.001 * i, np.float32),
-            extras={"log_prob": np.array([-1.5 * i], np.float32), "inference_s": np.array(0.02 + i * 1e-3)},
+            trace=PolicyTrace(log_prob=-1.5 * i, value=0.0, chain=np.zeros((2, rows, 7), np.float32)),
+            inference_s=0.02 + i * 1e-3,
         )
         for i in range(n_chunks)
     ]
