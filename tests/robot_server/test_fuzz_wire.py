@@ -20,7 +20,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -250,6 +250,19 @@ def _assert_measured_within_limits(seen: list[Observation]) -> None:
             assert -2e-3 <= o.state.gripper_width_m <= LIMITS.gripper_max_m + 2e-3, o.state.gripper_width_m
 
 
+def _when_not_busy(call: Callable[[], object], timeout_s: float = 30.0) -> None:
+    """Retry ``call`` while the server answers busy (a reset a fuzzer started is still running)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            call()
+            return
+        except RobotServerError as e:
+            if e.code.value != "busy" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_fuzzed_commands_never_stop_the_server_nor_move_the_arm_outside_its_limits(
     server: ServerProc,
 ) -> None:
@@ -279,10 +292,13 @@ def test_fuzzed_commands_never_stop_the_server_nor_move_the_arm_outside_its_limi
                     driver.submit_chunk(_chunk(rng, seq, "driver"))
                 except RobotServerError as e:  # e-stopped, resetting, stale: the fuzzers' doing
                     assert e.code.value != "timeout", e
-                    if e.code.value == "estopped":
-                        driver.release_estop()
-                    elif "SetGuidingMode" in e.message:  # a fuzzer handed the arm over
-                        driver.set_guiding_mode(False)
+                    try:
+                        if e.code.value == "estopped":
+                            driver.release_estop()
+                        elif "SetGuidingMode" in e.message:  # a fuzzer handed the arm over
+                            driver.set_guiding_mode(False)
+                    except RobotServerError as e2:  # busy: a fuzzer's reset is under way; next round
+                        assert e2.code.value != "timeout", e2
                 assert driver.health() is not None  # answers all along
                 time.sleep(0.15)
             for t in fuzzers:
@@ -290,8 +306,8 @@ def test_fuzzed_commands_never_stop_the_server_nor_move_the_arm_outside_its_limi
             assert not failures, "\n".join(failures)
 
             # Afterwards: healthy, and a valid chunk still executes.
-            driver.release_estop()
-            driver.set_guiding_mode(False)
+            _when_not_busy(driver.release_estop)
+            _when_not_busy(lambda: driver.set_guiding_mode(False))
             driver.stop()
             deadline = time.monotonic() + 30.0
             while not (h := driver.health()).ok:

@@ -17,7 +17,8 @@ def sim_config(host: str, **overrides: object) -> FrankaConfig:
         "host": host,
         "realtime": "ignore",
         "home_dynamics_factor": 0.6,
-        "connect_timeout_s": 2.0,
+        # Generous: a franky-sim on a loaded CI machine can take seconds to answer the handshake.
+        "connect_timeout_s": 10.0,
         "stall_timeout_s": 1.5,
         "reconnect_interval_s": 0.2,
     }
