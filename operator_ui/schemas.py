@@ -34,6 +34,14 @@ class EStopOut(BaseModel):
     reason: str = ""
 
 
+class CurvesOut(BaseModel):
+    canonical_success: list[list[float]]  # [episode id, moving success rate]
+    canonical_window: int  # episodes in that moving rate
+    prompt_success: dict[str, list[list[float]]]  # prompt text -> [episode id, cumulative rate]
+    alpha: list[list[float]]  # [labelled episodes so far, alpha]
+    pool_size: list[list[float]]  # [labelled episodes so far, pool size]
+
+
 class CamerasOut(BaseModel):
     cameras: list[str]
     age_s: float | None  # since the newest observation arrived; None before the first

@@ -19,12 +19,11 @@ from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.mixture import AlphaSchedule
 from pde_contract.episodes import EpisodeFile
-from pde_storage import EpisodeRow, Store, intents
+from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, Store, intents
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "loop"
-CANONICAL_WINDOW = 20  # canonical-prompt success plotted over the last this many labelled episodes
 
 
 class RobotLike(Protocol):
@@ -325,7 +324,11 @@ class EpisodeLoop:
         step = self.store.count_episodes(status="labelled")
         canon = self.store.prompts(task, "canonical")[0]
         recent = self.store.episodes(
-            task=task, status="labelled", prompt_id=canon.id, newest_first=True, limit=CANONICAL_WINDOW
+            task=task,
+            status="labelled",
+            prompt_id=canon.id,
+            newest_first=True,
+            limit=CANONICAL_SUCCESS_WINDOW,
         )
         if recent:
             self.store.add_metric(

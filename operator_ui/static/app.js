@@ -332,32 +332,44 @@ async function refreshPools() {
   fillTaskFilter(tasks);
   const parts = await Promise.all(tasks.map(async (t) => {
     const ps = await api(`/api/tasks/${encodeURIComponent(t.name)}/prompts`);
-    const rows = ps.map((p) => `<tr data-prompt-id="${p.id}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>
-      <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td><td class="muted">${esc(p.summary)}</td></tr>`).join("");
+    const rows = ps.map((p) => `<tr data-prompt-id="${p.id}" class="${p.rejudge ? "rejudge" : ""}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>
+      <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td><td class="muted">${esc(p.summary)}${p.rejudge
+        ? `<div class="warn">${esc(p.rejudge)} ${t.stage === "bootstrap" ? `<button class="small admit" data-prompt-id="${p.id}">admit to pool</button>` : ""}</div>` : ""}</td></tr>`).join("");
     return `<div class="pooltask"><h3>${esc(t.name)} <span class="muted">stage ${t.stage} · iteration ${t.iteration} · α ${t.alpha.toFixed(2)} · pool ${t.pool_size}</span></h3>
       <div class="scroll-x"><table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div></div>`;
   }));
   $("#pools").innerHTML = parts.join("") || '<p class="muted">no tasks yet (the loop creates them)</p>';
+  for (const b of document.querySelectorAll("#pools button.admit")) b.onclick = () => act(() => post(`/api/prompts/${b.dataset.promptId}/admit`), "prompt admitted to the pool");
   const curves = await Promise.all(tasks.map(async (t) => [t.name, await api(`/api/tasks/${encodeURIComponent(t.name)}/curves`)]));
   $("#curves").innerHTML = curves.map(([name, c]) => `<h3>${esc(name)}</h3><div class="plots">
-    ${plot("canonical-prompt success", c.canonical_success, 0, 1)}${plot("α", c.alpha, 0, 1)}${plot("pool size", c.pool_size, 0, null)}</div>`).join("");
+    ${plot(`canonical-prompt success (last ${c.canonical_window})`, [["canonical", c.canonical_success]], 0, 1, "episode #", "canonical-prompt success")}
+    ${plot("success per prompt (cumulative)", Object.entries(c.prompt_success), 0, 1, "episode #")}
+    ${plot("α", [["α", c.alpha]], 0, 1, "labelled episodes")}${plot("pool size", [["pool", c.pool_size]], 0, null, "labelled episodes")}</div>`).join("");
 }
 
-function plot(title, pts, yMin, yMax) {
+// One SVG line per series ([name, [[x, y], ...]]); `key` names the plot for tests (data-title).
+const COLOURS = ["#2456d6", "#d66a24", "#1f7a3a", "#8a2be2", "#b3261e", "#008b8b"];
+function plot(title, series, yMin, yMax, xLabel, key = title) {
   const W = 300, H = 140, L = 34, R = 8, T = 18, B = 20;
-  if (!pts.length) return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
-  const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+  const all = series.flatMap(([, pts]) => pts);
+  const n = series.length === 1 ? series[0][1].length : all.length;
+  if (!all.length) return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="0"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
+  const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
   const lo = yMin ?? Math.min(...ys), hi = yMax ?? Math.max(...ys, lo + 1);
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), sy = (y) => H - B - ((y - lo) / (hi - lo || 1)) * (H - T - B);
-  const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(title)}" data-points="${pts.length}">
-    <text x="${L}" y="12">${esc(title)} (last ${(+ys[ys.length - 1]).toFixed(2)})</text>
+  const lines = series.map(([name, pts], k) => {
+    const c = COLOURS[k % COLOURS.length];
+    const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
+    return `<path d="${d}" fill="none" stroke="${c}" stroke-width="2"><title>${esc(name)}</title></path>` +
+      (pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(name)}: ${(+p[1]).toFixed(2)} at ${xLabel} ${p[0]}</title></circle>`).join("") : "");
+  }).join("");
+  const last = series.length === 1 ? ` (last ${(+ys[ys.length - 1]).toFixed(2)})` : "";
+  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="${n}">
+    <text x="${L}" y="12">${esc(title)}${last}</text>
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#ccd"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#ccd"/>
     <text x="2" y="${T + 8}">${(+hi).toFixed(2)}</text><text x="2" y="${H - B}">${(+lo).toFixed(2)}</text>
-    <text x="${L}" y="${H - 4}">episode ${x0}</text><text x="${W - R - 60}" y="${H - 4}">${x1}</text>
-    <path d="${d}" fill="none" stroke="#2456d6" stroke-width="2"/>
-    ${pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="#2456d6"/>`).join("") : ""}</svg>`;
+    <text x="${L}" y="${H - 4}">${esc(xLabel)} ${x0}</text><text x="${W - R - 40}" y="${H - 4}">${x1}</text>${lines}</svg>`;
 }
 
 // --- health ----------------------------------------------------------------------------------

@@ -100,3 +100,46 @@ def test_undo_reason_discard_restore_note_paging_filters(page: Page, tmp_path: P
         page.screenshot(path=str(SHOTS / "operator_history_filters_detail.png"), full_page=True)
         page.goto("about:blank")
     store.close()
+
+
+def test_relabel_moves_the_curves_and_flags_a_rejected_prompt(page: Page, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/pde.db"
+    store = Store.open(url, tmp_path / "media")
+    store.ensure_task(TASK, "put the green container in the bowl")
+    canon = store.prompts(TASK)[0].id
+    cand = store.add_prompt(TASK, "drop the green box in the bowl").id
+
+    def labelled(prompt_id: int, success: bool) -> int:
+        ep = store.create_episode(TASK, prompt_id, 0, "bootstrap")
+        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=2))
+        store.add_label(ep.id, success, source="operator")
+        return ep.id
+
+    c1, c2, r1 = labelled(canon, False), labelled(canon, False), labelled(cand, False)
+    store.set_prompt_status(cand, "rejected")
+    store.set_service_state("supervisor", {"phase": "idle", "eta": 0.1})  # its published threshold
+    with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
+        page.goto(f"{base}/#token={TOKEN}")
+        curve = page.locator('svg.plot[data-title="canonical-prompt success"]')
+        expect(curve).to_have_attribute("data-points", "2", timeout=15_000)
+        expect(curve).to_contain_text("last 0.00")
+        page.locator(f'#history tr[data-episode-id="{c2}"]').click()
+        page.fill("#relabel-reason", "it was in the bowl after all")
+        page.locator("#relabel-success").click()
+        expect(curve).to_contain_text("last 0.50", timeout=15_000)  # moved by the relabel
+        assert store.labels(c2)[-1].reason == "it was in the bowl after all"
+        page.locator(f'#history tr[data-episode-id="{r1}"]').click()
+        expect(page.locator("#detail-id")).to_have_text(f"#{r1}")
+        page.locator("#relabel-success").click()
+        row = page.locator(f'#pools tr[data-prompt-id="{cand}"]')
+        expect(row).to_contain_text("rejected, but its labels now give 1/1", timeout=15_000)
+        expect(page.locator('svg.plot[data-title="success per prompt (cumulative)"]')).to_have_attribute(
+            "data-points", "1"
+        )
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "operator_relabel_rejudge.png"), full_page=True)
+        row.locator("button.admit").click()
+        expect(row.locator("td").nth(1)).to_have_text("pool", timeout=15_000)
+        assert store.prompt(cand).status == "pool" and store.episode(c1).success is False
+        page.goto("about:blank")
+    store.close()
