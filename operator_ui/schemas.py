@@ -34,6 +34,24 @@ class EStopOut(BaseModel):
     reason: str = ""
 
 
+class PauseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    paused: bool
+
+
+class RunProgressOut(BaseModel):
+    paused: bool
+    loop_phase: str
+    stages: dict[str, str]  # task -> bootstrap | rl
+    episodes_today: int  # created since local midnight (of the page's server)
+    episode_s: float | None  # median wall time of recent ended episodes
+    labels_until_update: int | None  # labelled RL episodes still needed for the next PPO batch
+    update_eta_s: float | None  # labels_until_update x episode_s
+    training: bool  # a PPO update is running
+    auto_start: bool
+    auto_label: bool
+
+
 class CurvesOut(BaseModel):
     canonical_success: list[list[float]]  # [episode id, moving success rate]
     canonical_window: int  # episodes in that moving rate

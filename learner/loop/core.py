@@ -88,6 +88,7 @@ class EpisodeLoop:
         # update until an update succeeds.
         self.robot_error = ""
         self.training_error = ""
+        self.rl_labels_ready = 0  # labelled RL episodes waiting for the next PPO batch
 
     @property
     def last_error(self) -> str:
@@ -104,6 +105,10 @@ class EpisodeLoop:
             "auto_start": self.settings.auto_start,
             "auto_label": self.settings.auto_label,
             "last_error": self.last_error,
+            "batch_size": self.settings.batch_size,
+            "labels_until_update": max(0, self.settings.batch_size - self.rl_labels_ready)
+            if self.trainer is not None
+            else None,
             **fields,
         }
         with self._state_lock:  # never let a heartbeat write an older phase after this one
@@ -177,7 +182,14 @@ class EpisodeLoop:
             self.trainer.join(timeout_s)
             self._swap_weights()
 
+    def _paused(self) -> bool:
+        row = self.store.service_states().get(intents.RUN_CONTROL)
+        return bool(row and row.state.get("paused"))
+
     def step(self) -> EpisodeRow | None:
+        if self._paused():
+            self._publish("paused", detail="paused on the page: resume there to go on")
+            self._wait(lambda: not self._paused())
         self._swap_weights()
         self._init_rl_alpha()
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
@@ -345,11 +357,13 @@ class EpisodeLoop:
             for e in self.store.episodes(status="labelled", since_id=self.trained_through)
             if e.stage == "rl" and e.task in self.settings.tasks
         ]
+        self.rl_labels_ready = len(ready)
         if len(ready) < self.settings.batch_size:
             return
         chosen = ready[: self.settings.batch_size]
         batch = [(self.store.load_episode_file(e.id), 1.0 if e.success else 0.0) for e in chosen]
         self.trained_through = chosen[-1].id
+        self.rl_labels_ready = len(ready) - len(chosen)
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
         # previous update ran are older.

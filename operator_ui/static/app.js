@@ -82,6 +82,7 @@ function setConnected(ok) {
   document.body.classList.toggle("disconnected", !ok);
   for (const p of document.querySelectorAll(".pill")) { p.classList.remove("ok", "down"); p.classList.add("unknown"); }
   updateButtons();
+  updateCues();
 }
 setInterval(() => { if (connected && performance.now() - lastAnswerMs > CONN_LOST_MS) setConnected(false); }, 250);
 
@@ -127,6 +128,7 @@ setInterval(showStaleness, 200);
 // (with its video): never "whatever is current" on the server when the key arrives.
 let current = { phase: null, episode: null };
 let awaiting = null;
+let vlmState = { supervisor_running: false, available: false, proposer: "" };
 async function refreshState() {
   const s = await api("/api/state");
   frameStaleS = s.frame_stale_s;
@@ -141,9 +143,13 @@ async function refreshState() {
   $("#canonical").textContent = loop.canonical_prompt || (ep ? ep.canonical_prompt : "—");
   $("#episode-id").textContent = ep ? "#" + ep.id : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
-  $("#last-error").textContent = loop.last_error || "";
+  $("#last-error").textContent = operatorText(loop.last_error || "");
+  vlmState = s.vlm;
   showAwaiting(s.awaiting_label);
+  $("#auto-start-note").hidden = !(loop.alive && loop.auto_start);
+  $("#start").hidden = !!(loop.alive && loop.auto_start);
   updateButtons();
+  updateCues(loop);
 }
 
 function showAwaiting(ep) {
@@ -158,7 +164,8 @@ function showAwaiting(ep) {
   $("#awaiting-meta").textContent = `${ep.task} · "${ep.rollout_prompt}" · ${ep.n_chunks} chunks`;
   for (const b of document.querySelectorAll("#awaiting .labelbar button")) b.dataset.episodeId = ep.id;
   $("#label-success .for").textContent = $("#label-failure .for").textContent = "#" + ep.id;
-  $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "") : "—");
+  $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "")
+    : vlmState.available ? '<span class="muted">judging…</span>' : `<span class="muted">none (${vlmState.supervisor_running ? "no VLM configured" : "supervisor not running"})</span>`);
   if (changed) {
     // Opens on the last frame (what the operator judges); the controls replay the episode.
     const cam = ep.videos.external ? "external" : Object.keys(ep.videos)[0];
@@ -179,6 +186,69 @@ function updateButtons() {
   for (const b of document.querySelectorAll("#detail .reasonbar button")) if (b.id !== "discard") b.disabled = !connected;
 }
 
+// Errors from the services are written for developers; say what the operator does about them.
+const OPERATOR_HINTS = [
+  [/e-?stop (is )?latched/i, "The E-STOP is latched: when the area is clear, press “release e-stop” at the top (needs the token)."],
+  [/no observation|not publishing|timed? ?out|no reply/i, "The robot server does not answer: check that `pde robot-server` runs and the robot is powered."],
+  [/PPO update .* failed/i, "Training failed; episodes go on with the current policy. Tell whoever runs the learner."],
+];
+function operatorText(err) {
+  if (!err) return "";
+  const hint = OPERATOR_HINTS.find(([re]) => re.test(err));
+  return hint ? `${hint[1]} (${err.replace(/call release_estop\(\)/g, "release it on the page")})` : err;
+}
+
+// Cues when the operator is needed: tab title, favicon colour, optional sound and notification.
+let lastNeed = "";
+function updateCues(loop) {
+  const need = awaiting ? `label #${awaiting.id}` : current.phase === "awaiting_start" ? "reset the scene, press Start" : "";
+  const state = !connected ? "lost" : $("#estop").classList.contains("latched") ? "estop" : need ? "need" : current.phase === "running" ? "run" : "idle";
+  document.title = (need ? `(!) ${need} — ` : state === "lost" ? "(connection lost) " : state === "estop" ? "(E-STOP) " : "") + "PDE operator";
+  const colour = { lost: "#777777", estop: "#dd0000", need: "#ffb700", run: "#1f7a3a", idle: "#2456d6" }[state];
+  const icon = $("#favicon");
+  icon.dataset.state = state;
+  icon.href = "data:image/svg+xml," + encodeURIComponent(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="7" fill="${colour}"/></svg>`);
+  if (need && need !== lastNeed) {
+    if ($("#cue-sound").checked) beep();
+    if ($("#cue-notify").checked && window.Notification && Notification.permission === "granted") new Notification("PDE operator", { body: need });
+  }
+  lastNeed = need;
+}
+function beep() {
+  try { const ctx = new AudioContext(), o = ctx.createOscillator(); o.frequency.value = 880; o.connect(ctx.destination); o.start(); o.stop(ctx.currentTime + 0.15); } catch (e) { /* no audio */ }
+}
+$("#cue-notify").onchange = () => { if ($("#cue-notify").checked && window.Notification) Notification.requestPermission(); };
+
+// --- run progress and pause -------------------------------------------------------------------
+let paused = false;
+const fmtS = (s) => (s === null || s === undefined ? "—" : s < 90 ? `${Math.round(s)} s` : `${Math.round(s / 60)} min`);
+async function refreshProgress() {
+  const r = await api("/api/run");
+  paused = r.paused;
+  const stages = Object.entries(r.stages).map(([t, st]) => `${esc(t)}: <b>${st}</b>`).join(", ") || "—";
+  $("#progress").innerHTML = `<span>stage ${stages}</span><span>episodes today <b>${r.episodes_today}</b></span>
+    <span>per episode <b>${fmtS(r.episode_s)}</b></span>
+    <span>next PPO update ${r.labels_until_update === null ? "—" : `in <b>${r.labels_until_update}</b> labelled RL episodes (ETA ${fmtS(r.update_eta_s)})`}</span>
+    ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused ? '<span class="badge paused">PAUSED</span>' : ""}
+    ${r.auto_label ? '<span class="badge">auto-label</span>' : ""}`;
+  $("#pause").textContent = r.paused ? "resume run" : "pause run";
+}
+$("#pause").onclick = () => act(() => post("/api/run/pause", { paused: !paused }), paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
+
+// Releasing the e-stop lets the loop move the arm (reset, homing): a second click within 5 s confirms.
+let releaseArmed = null;
+function releaseClicked() {
+  const b = $("#release");
+  if (!releaseArmed) {
+    b.textContent = "STAND CLEAR — click again to release"; b.classList.add("confirm");
+    releaseArmed = setTimeout(disarmRelease, 5000);
+    return;
+  }
+  disarmRelease();
+  act(() => post("/api/robot/release"), "e-stop released: the arm may move now");
+}
+function disarmRelease() { clearTimeout(releaseArmed); releaseArmed = null; $("#release").textContent = "release e-stop"; $("#release").classList.remove("confirm"); }
+
 function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
 // A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
 // Undo button takes it back. Leaving the page sends it at once.
@@ -188,7 +258,7 @@ function labelAwaiting(success, episodeId) {
   if (!awaiting || !connected || episodeId !== awaiting.id || pending) return;
   const reason = $("#label-reason").value.trim();
   pending = { episodeId, success, reason, timer: setTimeout(sendPending, UNDO_MS) };
-  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${UNDO_MS / 1000} s`;
+  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${UNDO_MS / 1000} s — then the arm resets: stand clear`;
   $("#pending").hidden = false;
   updateButtons();
 }
@@ -228,7 +298,7 @@ $("#label-failure").onclick = (ev) => labelAwaiting(false, Number(ev.currentTarg
 $("#undo-label").onclick = undoPending;
 $("#discard-awaiting").onclick = discardAwaiting;
 $("#estop").onclick = estop;
-$("#release").onclick = () => act(() => post("/api/robot/release"), "e-stop released");
+$("#release").onclick = releaseClicked;
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
 document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
@@ -395,4 +465,5 @@ every(300, refreshState);
 every(1500, refreshHistory);
 every(1500, refreshHealth);
 every(4000, refreshPools);
+every(2000, refreshProgress);
 adoptHashToken();

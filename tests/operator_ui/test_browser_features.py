@@ -143,3 +143,54 @@ def test_relabel_moves_the_curves_and_flags_a_rejected_prompt(page: Page, tmp_pa
         assert store.prompt(cand).status == "pool" and store.episode(c1).success is False
         page.goto("about:blank")
     store.close()
+
+
+def test_progress_pause_resume_cues_and_vlm_state(page: Page, tmp_path: Path) -> None:
+    import threading
+
+    from learner.loop.core import EpisodeLoop
+    from learner.loop.settings import LoopSettings
+    from pde_storage import intents
+    from tests.learner.loop.doubles import FakeActor, FakeRobot
+
+    url = f"sqlite:///{tmp_path}/pde.db"
+    store = Store.open(url, tmp_path / "media")
+    settings = LoopSettings.model_validate(
+        dict(
+            tasks=[TASK], auto_start=False, auto_label=False, max_episodes=2, max_chunks=3, poll_period_s=0.01
+        )
+    )
+    loop = EpisodeLoop(store, FakeRobot(), FakeActor(chunk_time_s=0.02, n_chunks=3), settings)
+    t = threading.Thread(target=loop.run, daemon=True)
+    t.start()
+    try:
+        with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
+            page.goto(f"{base}/#token={TOKEN}")
+            expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+            expect(page).to_have_title("(!) reset the scene, press Start — PDE operator", timeout=5_000)
+            expect(page.locator("#favicon")).to_have_attribute("data-state", "need")
+            expect(page.locator("#progress")).to_contain_text("episodes today", timeout=10_000)
+            expect(page.locator("#progress")).to_contain_text("bootstrap")
+            page.locator("#pause").click()  # takes effect after the episode in hand
+            expect(page.locator("#pause")).to_have_text("resume run", timeout=10_000)
+            assert store.service_states()[intents.RUN_CONTROL].state["paused"] is True
+            page.keyboard.press("Enter")
+            expect(page.locator("#awaiting")).to_be_visible(timeout=15_000)
+            [ep] = store.episodes()
+            expect(page).to_have_title(f"(!) label #{ep.id} — PDE operator", timeout=5_000)
+            expect(page.locator("#vlm")).to_contain_text("supervisor not running")
+            page.keyboard.press("s")
+            expect(page.locator("#phase")).to_have_text("paused", timeout=15_000)
+            expect(page.locator("#progress")).to_contain_text("PAUSED")
+            expect(page.locator("#favicon")).not_to_have_attribute("data-state", "need", timeout=5_000)
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "operator_paused.png"), full_page=True)
+            page.locator("#pause").click()
+            expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+            assert store.service_states()[intents.RUN_CONTROL].state["paused"] is False
+            assert [e.status for e in store.episodes()] == ["labelled"]
+            page.goto("about:blank")
+    finally:
+        loop.stop()
+        t.join(10)
+        store.close()

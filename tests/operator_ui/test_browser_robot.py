@@ -41,6 +41,9 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
         expect(page.locator("#robot-info")).to_have_text("E-STOP LATCHED", timeout=5_000)
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "operator_estop_latched.png"), full_page=True)
+        page.locator("#release").click()  # first click: "stand clear", nothing sent yet
+        expect(page.locator("#release")).to_contain_text("STAND CLEAR")
+        assert observer.status().estopped is True
         page.locator("#release").click()
         expect(page.locator("#toast")).to_contain_text("released", timeout=5_000)
         assert observer.status().estopped is False
