@@ -121,6 +121,8 @@ function showStaleness() {
   }
 }
 liveCamera("external"); liveCamera("wrist");
+// Click a camera to enlarge it (again to shrink).
+for (const img of document.querySelectorAll("#live .cams img")) img.onclick = () => img.closest("figure").classList.toggle("big");
 setInterval(showStaleness, 200);
 
 // --- now -------------------------------------------------------------------------------------

@@ -157,10 +157,16 @@ def test_progress_pause_resume_cues_and_vlm_state(page: Page, tmp_path: Path) ->
     store = Store.open(url, tmp_path / "media")
     settings = LoopSettings.model_validate(
         dict(
-            tasks=[TASK], auto_start=False, auto_label=False, max_episodes=2, max_chunks=3, poll_period_s=0.01
+            tasks=[TASK],
+            auto_start=False,
+            auto_label=False,
+            max_episodes=2,
+            max_chunks=10**6,
+            poll_period_s=0.01,
         )
     )
-    loop = EpisodeLoop(store, FakeRobot(), FakeActor(chunk_time_s=0.02, n_chunks=3), settings)
+    actor = FakeActor(chunk_time_s=0.02, n_chunks=3)
+    loop = EpisodeLoop(store, FakeRobot(), actor, settings)
     t = threading.Thread(target=loop.run, daemon=True)
     t.start()
     try:
@@ -189,6 +195,12 @@ def test_progress_pause_resume_cues_and_vlm_state(page: Page, tmp_path: Path) ->
             expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
             assert store.service_states()[intents.RUN_CONTROL].state["paused"] is False
             assert [e.status for e in store.episodes()] == ["labelled"]
+            actor.n_chunks = 10**6  # an episode that runs until it is aborted
+            page.keyboard.press("Enter")
+            expect(page.locator("#phase")).to_have_text("running", timeout=15_000)
+            page.screenshot(path=str(SHOTS / "operator_running.png"), full_page=True)
+            page.locator("#abort").click()
+            expect(page.locator("#history tbody tr").first).to_contain_text("aborted", timeout=15_000)
             page.goto("about:blank")
     finally:
         loop.stop()

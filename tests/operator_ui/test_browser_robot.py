@@ -34,6 +34,11 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
                 timeout=20_000,
             )
         expect(page.locator('.pill[data-service="robot_server"]')).to_have_class("pill ok", timeout=10_000)
+        small = page.locator("#cam-external").bounding_box()
+        page.locator("#cam-external").click()  # enlarge
+        big = page.locator("#cam-external").bounding_box()
+        assert small and big and big["width"] > small["width"] * 1.5, (small, big)
+        page.locator("#cam-external").click()
         page.locator("#estop").click()
         expect(page.locator("#estop")).to_have_class("latched", timeout=5_000)
         st = observer.status()
