@@ -44,6 +44,7 @@ def state(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
         "episode": current,
         "awaiting_label": episode_json(label_me) if label_me else None,
         "frame_stale_s": settings.frame_stale_s,
+        "label_undo_s": settings.label_undo_s,
         # Whether a VLM proposal can still come: "VLM: —" alone cannot tell waiting from none.
         "vlm": {
             "supervisor_running": sup_alive,

@@ -134,6 +134,7 @@ let vlmState = { supervisor_running: false, available: false, proposer: "" };
 async function refreshState() {
   const s = await api("/api/state");
   frameStaleS = s.frame_stale_s;
+  undoMs = 1000 * s.label_undo_s;
   const loop = s.loop || {}; const ep = s.episode;
   current = { phase: loop.alive ? loop.phase : null, episode: ep };
   const phase = $("#phase");
@@ -254,13 +255,13 @@ function disarmRelease() { clearTimeout(releaseArmed); releaseArmed = null; $("#
 function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
 // A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
 // Undo button takes it back. Leaving the page sends it at once.
-const UNDO_MS = 3000;
+let undoMs = 3000;  // UISettings.label_undo_s, from /api/state
 let pending = null;  // { episodeId, success, reason, timer }
 function labelAwaiting(success, episodeId) {
   if (!awaiting || !connected || episodeId !== awaiting.id || pending) return;
   const reason = $("#label-reason").value.trim();
-  pending = { episodeId, success, reason, timer: setTimeout(sendPending, UNDO_MS) };
-  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${UNDO_MS / 1000} s — then the arm resets: stand clear`;
+  pending = { episodeId, success, reason, timer: setTimeout(sendPending, undoMs) };
+  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${undoMs / 1000} s — then the arm resets: stand clear`;
   $("#pending").hidden = false;
   updateButtons();
 }
@@ -298,6 +299,7 @@ $("#abort").onclick = () => act(() => post("/api/loop/abort"), "abort requested"
 $("#label-success").onclick = (ev) => labelAwaiting(true, Number(ev.currentTarget.dataset.episodeId));
 $("#label-failure").onclick = (ev) => labelAwaiting(false, Number(ev.currentTarget.dataset.episodeId));
 $("#undo-label").onclick = undoPending;
+$("#send-label").onclick = sendPending;
 $("#discard-awaiting").onclick = discardAwaiting;
 $("#estop").onclick = estop;
 $("#release").onclick = releaseClicked;

@@ -33,7 +33,11 @@ def test_undo_reason_discard_restore_note_paging_filters(page: Page, tmp_path: P
         store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
         ended.append(ep.id)
     first, second, third = ended
-    with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
+    # A long undo window, so a slow machine cannot send the label before the test presses U.
+    with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}", PDE_UI_LABEL_UNDO_S="600") as (
+        base,
+        _,
+    ):
         page.goto(f"{base}/#token={TOKEN}")
         awaiting = page.locator("#awaiting")
         expect(awaiting).to_have_attribute("data-episode-id", str(first), timeout=15_000)
@@ -48,6 +52,9 @@ def test_undo_reason_discard_restore_note_paging_filters(page: Page, tmp_path: P
         page.fill("#label-reason", "dropped the object")
         page.locator("#awaiting h3").click()
         page.keyboard.press("f")
+        expect(page.locator("#pending")).to_contain_text("(dropped the object)")
+        assert store.labels(first) == []  # held back
+        page.locator("#send-label").click()
         expect(awaiting).to_have_attribute("data-episode-id", str(second), timeout=15_000)
         [lab] = store.labels(first)
         assert (lab.success, lab.reason, lab.source) == (False, "dropped the object", "operator")

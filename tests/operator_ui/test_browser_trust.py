@@ -87,6 +87,7 @@ def test_keys_label_only_the_episode_shown_as_awaiting(page: Page, tmp_path: Pat
         page.locator("#detail-id").click()  # focus back on the page, away from the video
         for key in ("Control+f", "Meta+s", "Shift+F"):
             page.keyboard.press(key)
+        expect(page.locator("#pending")).to_be_hidden()  # nothing is even held for sending
         assert store.episode(second).status == "awaiting_label"
         assert store.episode(first).success is False and len(store.labels(first)) == 1
         assert estops == []
