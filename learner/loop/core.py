@@ -225,9 +225,30 @@ class EpisodeLoop:
             except Exception as e:  # only a speed-up: the episode itself will report real errors
                 log.warning("warm-up before the episode failed: %s", e)
         if not self.settings.auto_start:
+            uptime_at_reset_s = self._robot_uptime_s()
             self._publish("awaiting_start", **plan_fields)
             self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
+            uptime_s = self._robot_uptime_s()
+            if uptime_at_reset_s is not None and (uptime_s is None or uptime_s < uptime_at_reset_s):
+                # The robot server restarted (or is gone) while the operator reset the scene: its
+                # reset and observations are gone too. Reset again and ask for Start again.
+                self._robot_error(
+                    "the robot server restarted while waiting for Start: the scene is reset again; "
+                    "check it and press Start",
+                    plan_fields,
+                )
+                return None
         return self._run_episode(plan, seed, plan_fields)
+
+    def _robot_uptime_s(self) -> float | None:
+        """The robot server's uptime, when the robot reports a status (the real client does)."""
+        status = getattr(self.robot, "status", None)
+        if status is None:
+            return None
+        try:
+            return float(status().uptime_s)
+        except Exception:  # unreachable: treated as restarted
+            return None
 
     def _run_episode(self, plan: Plan, seed: int, plan_fields: dict[str, Any]) -> EpisodeRow | None:
         ep = self.store.create_episode(plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=seed)

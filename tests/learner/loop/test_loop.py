@@ -328,3 +328,49 @@ def test_a_finished_update_keeps_the_trainer_busy_until_its_result_is_taken() ->
     result = trainer.poll()
     assert result is not None and result.version == 1
     assert not trainer.busy
+
+
+class FakeRestartingRobot(FakeRobot):
+    """Reports a robot-server uptime; ``restart()`` starts it from zero, as a restarted server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started_at = time.monotonic()
+
+    def restart(self) -> None:
+        self.started_at = time.monotonic()
+
+    def status(self) -> Any:
+        class _Status:
+            uptime_s = time.monotonic() - self.started_at
+
+        return _Status()
+
+
+def _wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def _phase(store: Store) -> str:
+    row = store.service_states().get("loop")
+    return str(row.state.get("phase")) if row else ""
+
+
+def test_robot_server_restart_while_waiting_for_start_resets_again(store: Store) -> None:
+    robot = FakeRestartingRobot()
+    robot.started_at -= 100.0  # up for a while
+    loop = EpisodeLoop(store, robot, FakeActor(), _settings(auto_start=False, max_episodes=1))
+    t = _run_in_thread(loop)
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    robot.restart()
+    store.add_intent(intents.START_EPISODE)
+    _wait_for(lambda: len(robot.resets) == 2)  # reset again, no episode started on the old reset
+    assert store.episodes() == []
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    store.add_intent(intents.START_EPISODE)
+    t.join(10)
+    [ep] = store.episodes()
+    assert ep.status == "labelled"
