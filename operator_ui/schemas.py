@@ -34,6 +34,13 @@ class EStopOut(BaseModel):
     reason: str = ""
 
 
+class ResetGuideOut(BaseModel):
+    instructions: str  # the lab's steps for this task; "" when its file does not exist
+    instructions_file: str  # where to write them
+    reference_episode_id: int | None  # the last ended episode of the task
+    reference_video: str | None  # its video; the page shows its first frame (the start scene)
+
+
 class PauseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     paused: bool

@@ -7,8 +7,8 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from operator_ui.deps import StoreDep, TokenDep
-from operator_ui.schemas import prompt_json
+from operator_ui.deps import SettingsDep, StoreDep, TokenDep
+from operator_ui.schemas import ResetGuideOut, prompt_json
 from pde_storage import PromptRow, Store
 
 router = APIRouter(prefix="/api", tags=["prompts"])
@@ -65,3 +65,26 @@ def admit_prompt(prompt_id: int, store: StoreDep) -> dict[str, Any]:
     if store.task_state(p.task).stage != "bootstrap":
         raise HTTPException(409, f"task {p.task} is in RL: its pool is frozen; nothing was changed")
     return prompt_json(store.set_prompt_status(prompt_id, "pool"))
+
+
+@router.get("/tasks/{task}/reset-guide")
+def reset_guide(task: str, store: StoreDep, settings: SettingsDep) -> ResetGuideOut:
+    """How to reset the scene for ``task``: the lab's written steps (``<data dir>/reset/<task>.txt``,
+    optional) and the start scene of the task's last ended episode (the first frame of its video)."""
+    store.task_state(task)  # 404 for an unknown task
+    path = settings.data_dir / "reset" / f"{task}.txt"
+    ended = [
+        e
+        for e in store.episodes(task=task, status=("awaiting_label", "labelled"), newest_first=True, limit=1)
+        if e.video_paths
+    ]
+    ref = ended[0] if ended else None
+    cam = (
+        None if ref is None else ("external" if "external" in ref.video_paths else sorted(ref.video_paths)[0])
+    )
+    return ResetGuideOut(
+        instructions=path.read_text(encoding="utf-8").strip() if path.is_file() else "",
+        instructions_file=str(path),
+        reference_episode_id=ref.id if ref else None,
+        reference_video=f"/api/episodes/{ref.id}/video/{cam}" if ref and cam else None,
+    )

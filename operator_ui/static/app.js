@@ -150,6 +150,7 @@ async function refreshState() {
   vlmState = s.vlm;
   showAwaiting(s.awaiting_label);
   $("#auto-start-note").hidden = !(loop.alive && loop.auto_start);
+  showResetGuide(current.phase === "awaiting_start" ? loop.task : null);
   $("#start").hidden = !!(loop.alive && loop.auto_start);
   updateButtons();
   updateCues(loop);
@@ -176,6 +177,20 @@ function showAwaiting(ep) {
     const v = $("#awaiting-video video");
     if (v) v.addEventListener("loadedmetadata", () => { if (Number.isFinite(v.duration)) v.currentTime = Math.max(0, v.duration - 0.05); }, { once: true });
   }
+}
+
+// While the loop waits for Start: the lab's written reset steps for the task and the start scene of
+// its last episode (first frame of that episode's video), refreshed when the task changes.
+let guideTask = null;
+async function showResetGuide(task) {
+  $("#reset-guide").hidden = !task;
+  if (!task) { guideTask = null; return; }
+  if (task === guideTask) return;
+  const g = await api(`/api/tasks/${encodeURIComponent(task)}/reset-guide`);
+  guideTask = task;
+  $("#reset-steps").textContent = g.instructions || `No written steps for ${task} yet (write them to ${g.instructions_file}).`;
+  $("#reset-ref").innerHTML = g.reference_video
+    ? `<video muted preload="auto" src="${g.reference_video}"></video><figcaption>start scene of episode #${g.reference_episode_id}</figcaption>` : "";
 }
 
 function updateButtons() {
