@@ -200,6 +200,7 @@ function updateButtons() {
   $("#discard-awaiting").disabled = !canLabel;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
   $("#release").disabled = !connected;
+  $("#pause").disabled = !connected;
   for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel;
   for (const b of document.querySelectorAll("#detail .reasonbar button")) if (b.id !== "discard") b.disabled = !connected;
 }

@@ -48,7 +48,7 @@ def test_connection_lost_banner_greys_pills_and_disables_actions(page: Page, tmp
         print(f"connection-lost banner {time.monotonic() - killed_at:.2f} s after the kill")
         for pill in page.locator(".pill").all():
             expect(pill).to_have_class("pill unknown")
-        for button in ("#label-success", "#label-failure", "#start", "#release"):
+        for button in ("#label-success", "#label-failure", "#start", "#release", "#pause"):
             expect(page.locator(button)).to_be_disabled()
         page.keyboard.press("s")  # does nothing, and says nothing misleading
         SHOTS.mkdir(parents=True, exist_ok=True)
