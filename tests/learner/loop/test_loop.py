@@ -354,11 +354,6 @@ def _wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def _phase(store: Store) -> str:
-    row = store.service_states().get("loop")
-    return str(row.state.get("phase")) if row else ""
-
-
 def test_robot_server_restart_while_waiting_for_start_resets_again(store: Store) -> None:
     robot = FakeRestartingRobot()
     robot.started_at -= 100.0  # up for a while
