@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from operator_ui.robot_link import RobotLink
-from operator_ui.routers import episodes, health, loop, metrics, prompts, robot, state
+from operator_ui.routers import episodes, health, loop, metrics, prompts, robot, run, state
 from operator_ui.settings import UISettings
 from pde_contract.link import ClientCurve
 from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
@@ -55,7 +55,7 @@ def create_app(
     app.add_exception_handler(NotFoundError, _error(404))
     app.add_exception_handler(ConflictError, _error(409))
     app.add_exception_handler(InvalidArgumentError, _error(422))
-    for r in (state, episodes, loop, prompts, metrics, robot, health):
+    for r in (state, episodes, loop, prompts, metrics, robot, health, run):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 

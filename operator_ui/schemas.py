@@ -34,6 +34,39 @@ class EStopOut(BaseModel):
     reason: str = ""
 
 
+class ResetGuideOut(BaseModel):
+    instructions: str  # the lab's steps for this task; "" when its file does not exist
+    instructions_file: str  # where to write them
+    reference_episode_id: int | None  # the last ended episode of the task
+    reference_video: str | None  # its video; the page shows its first frame (the start scene)
+
+
+class PauseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    paused: bool
+
+
+class RunProgressOut(BaseModel):
+    paused: bool
+    loop_phase: str
+    stages: dict[str, str]  # task -> bootstrap | rl
+    episodes_today: int  # created since local midnight (of the page's server)
+    episode_s: float | None  # median wall time of recent ended episodes
+    labels_until_update: int | None  # labelled RL episodes still needed for the next PPO batch
+    update_eta_s: float | None  # labels_until_update x episode_s
+    training: bool  # a PPO update is running
+    auto_start: bool
+    auto_label: bool
+
+
+class CurvesOut(BaseModel):
+    canonical_success: list[list[float]]  # [episode id, moving success rate]
+    canonical_window: int  # episodes in that moving rate
+    prompt_success: dict[str, list[list[float]]]  # prompt text -> [episode id, cumulative rate]
+    alpha: list[list[float]]  # [labelled episodes so far, alpha]
+    pool_size: list[list[float]]  # [labelled episodes so far, pool size]
+
+
 class CamerasOut(BaseModel):
     cameras: list[str]
     age_s: float | None  # since the newest observation arrived; None before the first

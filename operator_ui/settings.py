@@ -56,6 +56,8 @@ class UISettings(BaseSettings):
     """A live-view frame older than this is badged stale on the page."""
     robot_down_s: float = 2.0
     """No observation for this long: the robot server is shown as down."""
+    label_undo_s: float = 3.0
+    """A label waits this long on the page (Undo) before it is sent and the loop moves on."""
     service_stale_s: float = 10.0
     """A service whose last heartbeat is older than this is shown as down."""
 

@@ -6,6 +6,7 @@ SQLite or PostgreSQL, plus the episode files and videos under a media folder.
 
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError, StoreError
 from pde_storage.rows import (
+    CANONICAL_SUCCESS_WINDOW,
     CheckpointRow,
     ChunkInfo,
     EpisodeRow,
@@ -20,6 +21,7 @@ from pde_storage.rows import (
 from pde_storage.store import Store
 
 __all__ = [
+    "CANONICAL_SUCCESS_WINDOW",
     "CheckpointRow",
     "ChunkInfo",
     "ConflictError",

@@ -19,6 +19,9 @@ EPISODE_STATUSES: tuple[str, ...] = ("running", "awaiting_label", "labelled", "a
 # Statuses an episode can be discarded from (a running one is aborted first).
 DISCARDABLE_STATUSES: tuple[str, ...] = ("awaiting_label", "labelled", "aborted")
 LABEL_SOURCES: tuple[str, ...] = ("operator", "simulator", "vlm")
+# The canonical prompt's success curve is a moving rate over this many labelled episodes (the loop
+# records it; the page recomputes it from the labels, so a relabel moves the curve).
+CANONICAL_SUCCESS_WINDOW = 20
 # Operator and simulator labels decide the reward; a VLM label is only shown as a proposal.
 AUTHORITATIVE_SOURCES: tuple[str, ...] = ("operator", "simulator")
 

@@ -487,6 +487,7 @@ class SupervisorService:
                 {
                     "phase": phase,
                     "proposer": self.proposer.source,
+                    "eta": self.settings.eta,  # the page flags rejected prompts whose labels now reach it
                     "vlm_available": self.health.available,
                     "last_vlm_error": self.health.last_error,
                     "inflight": sorted(f"{k}:{v}" for k, v in inflight),

@@ -19,13 +19,12 @@ from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
-from pde_storage import EpisodeRow, Store, intents
+from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, Store, intents
 from pde_storage.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "loop"
-CANONICAL_WINDOW = 20  # canonical-prompt success plotted over the last this many labelled episodes
 
 
 class RobotLike(Protocol):
@@ -90,6 +89,7 @@ class EpisodeLoop:
         # update until an update succeeds.
         self.robot_error = ""
         self.training_error = ""
+        self.rl_labels_ready = 0  # labelled RL episodes waiting for the next PPO batch
 
     @property
     def last_error(self) -> str:
@@ -106,6 +106,10 @@ class EpisodeLoop:
             "auto_start": self.settings.auto_start,
             "auto_label": self.settings.auto_label,
             "last_error": self.last_error,
+            "batch_size": self.settings.batch_size,
+            "labels_until_update": max(0, self.settings.batch_size - self.rl_labels_ready)
+            if self.trainer is not None
+            else None,
             **fields,
         }
         with self._state_lock:  # never let a heartbeat write an older phase after this one
@@ -175,7 +179,14 @@ class EpisodeLoop:
             self.trainer.join(timeout_s)
             self._swap_weights()
 
+    def _paused(self) -> bool:
+        row = self.store.service_states().get(intents.RUN_CONTROL)
+        return bool(row and row.state.get("paused"))
+
     def step(self) -> EpisodeRow | None:
+        if self._paused():
+            self._publish("paused", detail="paused on the page: resume there to go on")
+            self._wait(lambda: not self._paused())
         self._swap_weights()
         self._init_rl_alpha()
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
@@ -211,9 +222,30 @@ class EpisodeLoop:
             except Exception as e:  # only a speed-up: the episode itself will report real errors
                 log.warning("warm-up before the episode failed: %s", e)
         if not self.settings.auto_start:
+            uptime_at_reset_s = self._robot_uptime_s()
             self._publish("awaiting_start", **plan_fields)
             self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
+            uptime_s = self._robot_uptime_s()
+            if uptime_at_reset_s is not None and (uptime_s is None or uptime_s < uptime_at_reset_s):
+                # The robot server restarted (or is gone) while the operator reset the scene: its
+                # reset and observations are gone too. Reset again and ask for Start again.
+                self._robot_error(
+                    "the robot server restarted while waiting for Start: the scene is reset again; "
+                    "check it and press Start",
+                    plan_fields,
+                )
+                return None
         return self._run_episode(plan, seed, plan_fields)
+
+    def _robot_uptime_s(self) -> float | None:
+        """The robot server's uptime, when the robot reports a status (the real client does)."""
+        status = getattr(self.robot, "status", None)
+        if status is None:
+            return None
+        try:
+            return float(status().uptime_s)
+        except Exception:  # unreachable: treated as restarted
+            return None
 
     def _run_episode(self, plan: Plan, seed: int, plan_fields: dict[str, Any]) -> EpisodeRow | None:
         ep = self.store.create_episode(plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=seed)
@@ -322,7 +354,11 @@ class EpisodeLoop:
         step = self.store.count_episodes(status="labelled")
         canon = self.store.prompts(task, "canonical")[0]
         recent = self.store.episodes(
-            task=task, status="labelled", prompt_id=canon.id, newest_first=True, limit=CANONICAL_WINDOW
+            task=task,
+            status="labelled",
+            prompt_id=canon.id,
+            newest_first=True,
+            limit=CANONICAL_SUCCESS_WINDOW,
         )
         if recent:
             self.store.add_metric(
@@ -339,11 +375,13 @@ class EpisodeLoop:
             for e in self.store.episodes(status="labelled", since_id=self.trained_through)
             if e.stage == "rl" and e.task in self.settings.tasks
         ]
+        self.rl_labels_ready = len(ready)
         if len(ready) < self.settings.batch_size:
             return
         chosen = ready[: self.settings.batch_size]
         batch = [(self.store.load_episode_file(e.id), reward_from_label(e.success)) for e in chosen]
         self.trained_through = chosen[-1].id
+        self.rl_labels_ready = len(ready) - len(chosen)
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
         # previous update ran are older.

@@ -1,18 +1,36 @@
-"""Tasks, their PDE state and prompt pools with success rates."""
+"""Tasks, their PDE state and prompt pools with success rates; a rejected prompt that a relabel
+lifted to the admission threshold is flagged, and the operator may admit it while the pool is open."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 
-from operator_ui.deps import StoreDep
-from operator_ui.schemas import prompt_json
+from operator_ui.deps import SettingsDep, StoreDep, TokenDep
+from operator_ui.schemas import ResetGuideOut, prompt_json
+from pde_storage import PromptRow, Store
 
-router = APIRouter(prefix="/api/tasks", tags=["prompts"])
+router = APIRouter(prefix="/api", tags=["prompts"])
 
 
-@router.get("")
+def supervisor_eta(store: Store) -> float | None:
+    """The supervisor's admission threshold, when its published state carries it."""
+    row = store.service_states().get("supervisor")
+    eta = row.state.get("eta") if row else None
+    return float(eta) if isinstance(eta, int | float) else None
+
+
+def rejudge_note(p: PromptRow, eta: float | None) -> str:
+    if p.status != "rejected" or eta is None or p.success_rate is None or p.success_rate < eta:
+        return ""
+    return (
+        f"rejected, but its labels now give {p.n_success}/{p.n_episodes} = {p.success_rate:.0%} >= "
+        f"eta {eta:.0%} (a relabel?): admit it to the pool if the labels are right"
+    )
+
+
+@router.get("/tasks")
 def list_tasks(store: StoreDep) -> list[dict[str, Any]]:
     out = []
     for t in store.tasks():
@@ -32,6 +50,41 @@ def list_tasks(store: StoreDep) -> list[dict[str, Any]]:
     return out
 
 
-@router.get("/{task}/prompts")
+@router.get("/tasks/{task}/prompts")
 def task_prompts(task: str, store: StoreDep) -> list[dict[str, Any]]:
-    return [prompt_json(p) for p in store.prompts(task)]
+    eta = supervisor_eta(store)
+    return [{**prompt_json(p), "rejudge": rejudge_note(p, eta)} for p in store.prompts(task)]
+
+
+@router.post("/prompts/{prompt_id}/admit", dependencies=[TokenDep])
+def admit_prompt(prompt_id: int, store: StoreDep) -> dict[str, Any]:
+    """The operator's override of a rejection, only while the task's pool is still open."""
+    p = store.prompt(prompt_id)
+    if p.status != "rejected":
+        raise HTTPException(409, f"prompt {prompt_id} is {p.status}, not rejected; nothing was changed")
+    if store.task_state(p.task).stage != "bootstrap":
+        raise HTTPException(409, f"task {p.task} is in RL: its pool is frozen; nothing was changed")
+    return prompt_json(store.set_prompt_status(prompt_id, "pool"))
+
+
+@router.get("/tasks/{task}/reset-guide")
+def reset_guide(task: str, store: StoreDep, settings: SettingsDep) -> ResetGuideOut:
+    """How to reset the scene for ``task``: the lab's written steps (``<data dir>/reset/<task>.txt``,
+    optional) and the start scene of the task's last ended episode (the first frame of its video)."""
+    store.task_state(task)  # 404 for an unknown task
+    path = settings.data_dir / "reset" / f"{task}.txt"
+    ended = [
+        e
+        for e in store.episodes(task=task, status=("awaiting_label", "labelled"), newest_first=True, limit=1)
+        if e.video_paths
+    ]
+    ref = ended[0] if ended else None
+    cam = (
+        None if ref is None else ("external" if "external" in ref.video_paths else sorted(ref.video_paths)[0])
+    )
+    return ResetGuideOut(
+        instructions=path.read_text(encoding="utf-8").strip() if path.is_file() else "",
+        instructions_file=str(path),
+        reference_episode_id=ref.id if ref else None,
+        reference_video=f"/api/episodes/{ref.id}/video/{cam}" if ref and cam else None,
+    )

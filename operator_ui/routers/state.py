@@ -3,6 +3,7 @@ the one episode that awaits the operator's label."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -35,9 +36,19 @@ def state(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
     if alive and loop.get("episode_id") is not None:
         current = episode_json(store.episode(int(loop["episode_id"])))
     label_me = awaiting_label(store, loop)
+    sup = store.service_states().get("supervisor")
+    sup_age_s = (datetime.now(UTC) - sup.updated_at).total_seconds() if sup else None
+    sup_alive = sup_age_s is not None and sup_age_s <= settings.service_stale_s
     return {
         "loop": {**loop, "age_s": age, "alive": alive},
         "episode": current,
         "awaiting_label": episode_json(label_me) if label_me else None,
         "frame_stale_s": settings.frame_stale_s,
+        "label_undo_s": settings.label_undo_s,
+        # Whether a VLM proposal can still come: "VLM: —" alone cannot tell waiting from none.
+        "vlm": {
+            "supervisor_running": sup_alive,
+            "available": bool(sup.state.get("vlm_available")) if sup_alive and sup else False,
+            "proposer": str(sup.state.get("proposer", "")) if sup else "",
+        },
     }

@@ -82,6 +82,7 @@ function setConnected(ok) {
   document.body.classList.toggle("disconnected", !ok);
   for (const p of document.querySelectorAll(".pill")) { p.classList.remove("ok", "down"); p.classList.add("unknown"); }
   updateButtons();
+  updateCues();
 }
 setInterval(() => { if (connected && performance.now() - lastAnswerMs > CONN_LOST_MS) setConnected(false); }, 250);
 
@@ -120,6 +121,8 @@ function showStaleness() {
   }
 }
 liveCamera("external"); liveCamera("wrist");
+// Click a camera to enlarge it (again to shrink).
+for (const img of document.querySelectorAll("#live .cams img")) img.onclick = () => img.closest("figure").classList.toggle("big");
 setInterval(showStaleness, 200);
 
 // --- now -------------------------------------------------------------------------------------
@@ -127,9 +130,11 @@ setInterval(showStaleness, 200);
 // (with its video): never "whatever is current" on the server when the key arrives.
 let current = { phase: null, episode: null };
 let awaiting = null;
+let vlmState = { supervisor_running: false, available: false, proposer: "" };
 async function refreshState() {
   const s = await api("/api/state");
   frameStaleS = s.frame_stale_s;
+  undoMs = 1000 * s.label_undo_s;
   const loop = s.loop || {}; const ep = s.episode;
   current = { phase: loop.alive ? loop.phase : null, episode: ep };
   const phase = $("#phase");
@@ -141,9 +146,14 @@ async function refreshState() {
   $("#canonical").textContent = loop.canonical_prompt || (ep ? ep.canonical_prompt : "—");
   $("#episode-id").textContent = ep ? "#" + ep.id : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
-  $("#last-error").textContent = loop.last_error || "";
+  $("#last-error").textContent = operatorText(loop.last_error || "");
+  vlmState = s.vlm;
   showAwaiting(s.awaiting_label);
+  $("#auto-start-note").hidden = !(loop.alive && loop.auto_start);
+  showResetGuide(current.phase === "awaiting_start" ? loop.task : null);
+  $("#start").hidden = !!(loop.alive && loop.auto_start);
   updateButtons();
+  updateCues(loop);
 }
 
 function showAwaiting(ep) {
@@ -158,7 +168,8 @@ function showAwaiting(ep) {
   $("#awaiting-meta").textContent = `${ep.task} · "${ep.rollout_prompt}" · ${ep.n_chunks} chunks`;
   for (const b of document.querySelectorAll("#awaiting .labelbar button")) b.dataset.episodeId = ep.id;
   $("#label-success .for").textContent = $("#label-failure .for").textContent = "#" + ep.id;
-  $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "") : "—");
+  $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "")
+    : vlmState.available ? '<span class="muted">judging…</span>' : `<span class="muted">none (${vlmState.supervisor_running ? "no VLM configured" : "supervisor not running"})</span>`);
   if (changed) {
     // Opens on the last frame (what the operator judges); the controls replay the episode.
     const cam = ep.videos.external ? "external" : Object.keys(ep.videos)[0];
@@ -168,6 +179,20 @@ function showAwaiting(ep) {
   }
 }
 
+// While the loop waits for Start: the lab's written reset steps for the task and the start scene of
+// its last episode (first frame of that episode's video), refreshed when the task changes.
+let guideTask = null;
+async function showResetGuide(task) {
+  $("#reset-guide").hidden = !task;
+  if (!task) { guideTask = null; return; }
+  if (task === guideTask) return;
+  const g = await api(`/api/tasks/${encodeURIComponent(task)}/reset-guide`);
+  guideTask = task;
+  $("#reset-steps").textContent = g.instructions || `No written steps for ${task} yet (write them to ${g.instructions_file}).`;
+  $("#reset-ref").innerHTML = g.reference_video
+    ? `<video muted preload="auto" src="${g.reference_video}"></video><figcaption>start scene of episode #${g.reference_episode_id}</figcaption>` : "";
+}
+
 function updateButtons() {
   $("#start").disabled = !connected || current.phase !== "awaiting_start";
   $("#abort").disabled = !connected || current.phase !== "running";
@@ -175,20 +200,84 @@ function updateButtons() {
   $("#discard-awaiting").disabled = !canLabel;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
   $("#release").disabled = !connected;
+  $("#pause").disabled = !connected;
   for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel;
   for (const b of document.querySelectorAll("#detail .reasonbar button")) if (b.id !== "discard") b.disabled = !connected;
 }
 
+// Errors from the services are written for developers; say what the operator does about them.
+const OPERATOR_HINTS = [
+  [/e-?stop (is )?latched/i, "The E-STOP is latched: when the area is clear, press “release e-stop” at the top (needs the token)."],
+  [/no observation|not publishing|timed? ?out|no reply/i, "The robot server does not answer: check that `pde robot-server` runs and the robot is powered."],
+  [/PPO update .* failed/i, "Training failed; episodes go on with the current policy. Tell whoever runs the learner."],
+];
+function operatorText(err) {
+  if (!err) return "";
+  const hint = OPERATOR_HINTS.find(([re]) => re.test(err));
+  return hint ? `${hint[1]} (${err.replace(/call release_estop\(\)/g, "release it on the page")})` : err;
+}
+
+// Cues when the operator is needed: tab title, favicon colour, optional sound and notification.
+let lastNeed = "";
+function updateCues(loop) {
+  const need = awaiting ? `label #${awaiting.id}` : current.phase === "awaiting_start" ? "reset the scene, press Start" : "";
+  const state = !connected ? "lost" : $("#estop").classList.contains("latched") ? "estop" : need ? "need" : current.phase === "running" ? "run" : "idle";
+  document.title = (need ? `(!) ${need} — ` : state === "lost" ? "(connection lost) " : state === "estop" ? "(E-STOP) " : "") + "PDE operator";
+  const colour = { lost: "#777777", estop: "#dd0000", need: "#ffb700", run: "#1f7a3a", idle: "#2456d6" }[state];
+  const icon = $("#favicon");
+  icon.dataset.state = state;
+  icon.href = "data:image/svg+xml," + encodeURIComponent(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="7" fill="${colour}"/></svg>`);
+  if (need && need !== lastNeed) {
+    if ($("#cue-sound").checked) beep();
+    if ($("#cue-notify").checked && window.Notification && Notification.permission === "granted") new Notification("PDE operator", { body: need });
+  }
+  lastNeed = need;
+}
+function beep() {
+  try { const ctx = new AudioContext(), o = ctx.createOscillator(); o.frequency.value = 880; o.connect(ctx.destination); o.start(); o.stop(ctx.currentTime + 0.15); } catch (e) { /* no audio */ }
+}
+$("#cue-notify").onchange = () => { if ($("#cue-notify").checked && window.Notification) Notification.requestPermission(); };
+
+// --- run progress and pause -------------------------------------------------------------------
+let paused = false;
+const fmtS = (s) => (s === null || s === undefined ? "—" : s < 90 ? `${Math.round(s)} s` : `${Math.round(s / 60)} min`);
+async function refreshProgress() {
+  const r = await api("/api/run");
+  paused = r.paused;
+  const stages = Object.entries(r.stages).map(([t, st]) => `${esc(t)}: <b>${st}</b>`).join(", ") || "—";
+  $("#progress").innerHTML = `<span>stage ${stages}</span><span>episodes today <b>${r.episodes_today}</b></span>
+    <span>per episode <b>${fmtS(r.episode_s)}</b></span>
+    <span>next PPO update ${r.labels_until_update === null ? "—" : `in <b>${r.labels_until_update}</b> labelled RL episodes (ETA ${fmtS(r.update_eta_s)})`}</span>
+    ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused ? '<span class="badge paused">PAUSED</span>' : ""}
+    ${r.auto_label ? '<span class="badge">auto-label</span>' : ""}`;
+  $("#pause").textContent = r.paused ? "resume run" : "pause run";
+}
+$("#pause").onclick = () => act(() => post("/api/run/pause", { paused: !paused }), paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
+
+// Releasing the e-stop lets the loop move the arm (reset, homing): a second click within 5 s confirms.
+let releaseArmed = null;
+function releaseClicked() {
+  const b = $("#release");
+  if (!releaseArmed) {
+    b.textContent = "STAND CLEAR — click again to release"; b.classList.add("confirm");
+    releaseArmed = setTimeout(disarmRelease, 5000);
+    return;
+  }
+  disarmRelease();
+  act(() => post("/api/robot/release"), "e-stop released: the arm may move now");
+}
+function disarmRelease() { clearTimeout(releaseArmed); releaseArmed = null; $("#release").textContent = "release e-stop"; $("#release").classList.remove("confirm"); }
+
 function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
 // A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
 // Undo button takes it back. Leaving the page sends it at once.
-const UNDO_MS = 3000;
+let undoMs = 3000;  // UISettings.label_undo_s, from /api/state
 let pending = null;  // { episodeId, success, reason, timer }
 function labelAwaiting(success, episodeId) {
   if (!awaiting || !connected || episodeId !== awaiting.id || pending) return;
   const reason = $("#label-reason").value.trim();
-  pending = { episodeId, success, reason, timer: setTimeout(sendPending, UNDO_MS) };
-  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${UNDO_MS / 1000} s`;
+  pending = { episodeId, success, reason, timer: setTimeout(sendPending, undoMs) };
+  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${undoMs / 1000} s — then the arm resets: stand clear`;
   $("#pending").hidden = false;
   updateButtons();
 }
@@ -226,9 +315,10 @@ $("#abort").onclick = () => act(() => post("/api/loop/abort"), "abort requested"
 $("#label-success").onclick = (ev) => labelAwaiting(true, Number(ev.currentTarget.dataset.episodeId));
 $("#label-failure").onclick = (ev) => labelAwaiting(false, Number(ev.currentTarget.dataset.episodeId));
 $("#undo-label").onclick = undoPending;
+$("#send-label").onclick = sendPending;
 $("#discard-awaiting").onclick = discardAwaiting;
 $("#estop").onclick = estop;
-$("#release").onclick = () => act(() => post("/api/robot/release"), "e-stop released");
+$("#release").onclick = releaseClicked;
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
 document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
@@ -332,32 +422,44 @@ async function refreshPools() {
   fillTaskFilter(tasks);
   const parts = await Promise.all(tasks.map(async (t) => {
     const ps = await api(`/api/tasks/${encodeURIComponent(t.name)}/prompts`);
-    const rows = ps.map((p) => `<tr data-prompt-id="${p.id}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>
-      <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td><td class="muted">${esc(p.summary)}</td></tr>`).join("");
+    const rows = ps.map((p) => `<tr data-prompt-id="${p.id}" class="${p.rejudge ? "rejudge" : ""}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>
+      <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td><td class="muted">${esc(p.summary)}${p.rejudge
+        ? `<div class="warn">${esc(p.rejudge)} ${t.stage === "bootstrap" ? `<button class="small admit" data-prompt-id="${p.id}">admit to pool</button>` : ""}</div>` : ""}</td></tr>`).join("");
     return `<div class="pooltask"><h3>${esc(t.name)} <span class="muted">stage ${t.stage} · iteration ${t.iteration} · α ${t.alpha.toFixed(2)} · pool ${t.pool_size}</span></h3>
       <div class="scroll-x"><table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div></div>`;
   }));
   $("#pools").innerHTML = parts.join("") || '<p class="muted">no tasks yet (the loop creates them)</p>';
+  for (const b of document.querySelectorAll("#pools button.admit")) b.onclick = () => act(() => post(`/api/prompts/${b.dataset.promptId}/admit`), "prompt admitted to the pool");
   const curves = await Promise.all(tasks.map(async (t) => [t.name, await api(`/api/tasks/${encodeURIComponent(t.name)}/curves`)]));
   $("#curves").innerHTML = curves.map(([name, c]) => `<h3>${esc(name)}</h3><div class="plots">
-    ${plot("canonical-prompt success", c.canonical_success, 0, 1)}${plot("α", c.alpha, 0, 1)}${plot("pool size", c.pool_size, 0, null)}</div>`).join("");
+    ${plot(`canonical-prompt success (last ${c.canonical_window})`, [["canonical", c.canonical_success]], 0, 1, "episode #", "canonical-prompt success")}
+    ${plot("success per prompt (cumulative)", Object.entries(c.prompt_success), 0, 1, "episode #")}
+    ${plot("α", [["α", c.alpha]], 0, 1, "labelled episodes")}${plot("pool size", [["pool", c.pool_size]], 0, null, "labelled episodes")}</div>`).join("");
 }
 
-function plot(title, pts, yMin, yMax) {
+// One SVG line per series ([name, [[x, y], ...]]); `key` names the plot for tests (data-title).
+const COLOURS = ["#2456d6", "#d66a24", "#1f7a3a", "#8a2be2", "#b3261e", "#008b8b"];
+function plot(title, series, yMin, yMax, xLabel, key = title) {
   const W = 300, H = 140, L = 34, R = 8, T = 18, B = 20;
-  if (!pts.length) return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
-  const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+  const all = series.flatMap(([, pts]) => pts);
+  const n = series.length === 1 ? series[0][1].length : all.length;
+  if (!all.length) return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="0"><text x="${L}" y="14">${esc(title)}</text><text x="${L}" y="70">no data yet</text></svg>`;
+  const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
   const lo = yMin ?? Math.min(...ys), hi = yMax ?? Math.max(...ys, lo + 1);
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), sy = (y) => H - B - ((y - lo) / (hi - lo || 1)) * (H - T - B);
-  const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(title)}" data-points="${pts.length}">
-    <text x="${L}" y="12">${esc(title)} (last ${(+ys[ys.length - 1]).toFixed(2)})</text>
+  const lines = series.map(([name, pts], k) => {
+    const c = COLOURS[k % COLOURS.length];
+    const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
+    return `<path d="${d}" fill="none" stroke="${c}" stroke-width="2"><title>${esc(name)}</title></path>` +
+      (pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(name)}: ${(+p[1]).toFixed(2)} at ${xLabel} ${p[0]}</title></circle>`).join("") : "");
+  }).join("");
+  const last = series.length === 1 ? ` (last ${(+ys[ys.length - 1]).toFixed(2)})` : "";
+  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="${n}">
+    <text x="${L}" y="12">${esc(title)}${last}</text>
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#ccd"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#ccd"/>
     <text x="2" y="${T + 8}">${(+hi).toFixed(2)}</text><text x="2" y="${H - B}">${(+lo).toFixed(2)}</text>
-    <text x="${L}" y="${H - 4}">episode ${x0}</text><text x="${W - R - 60}" y="${H - 4}">${x1}</text>
-    <path d="${d}" fill="none" stroke="#2456d6" stroke-width="2"/>
-    ${pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="#2456d6"/>`).join("") : ""}</svg>`;
+    <text x="${L}" y="${H - 4}">${esc(xLabel)} ${x0}</text><text x="${W - R - 40}" y="${H - 4}">${x1}</text>${lines}</svg>`;
 }
 
 // --- health ----------------------------------------------------------------------------------
@@ -383,4 +485,5 @@ every(300, refreshState);
 every(1500, refreshHistory);
 every(1500, refreshHealth);
 every(4000, refreshPools);
+every(2000, refreshProgress);
 adoptHashToken();

@@ -39,9 +39,10 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def ui_server(
-    db_url: str, data_dir: Path, token: str, robot_endpoint: str
+    db_url: str, data_dir: Path, token: str, robot_endpoint: str, **settings: str
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`pde ui` as a process; yields its base URL and the process (to kill it in a test)."""
+    """`pde ui` as a process (``settings``: more PDE_UI_* variables); yields its base URL and the
+    process (to kill it in a test)."""
     port = free_port()
     log = data_dir / "ui.log"
     env = subprocess_env(
@@ -51,6 +52,7 @@ def ui_server(
         PDE_UI_TOKEN=token,
         PDE_UI_ROBOT_CMD_ENDPOINT=robot_endpoint,
         PDE_UI_HOST="127.0.0.1",
+        **settings,
     )
     proc = subprocess.Popen(pde_command("ui"), env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

@@ -41,6 +41,8 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
     loop = EpisodeLoop(store, robot, actor, settings)
     t = threading.Thread(target=loop.run, daemon=True)
     t.start()
+    (tmp_path / "reset").mkdir()
+    (tmp_path / "reset" / "put_green_container_in_bowl.txt").write_text("Bowl at the back left.\n")
     with ui_process(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as base:
         page.goto(f"{base}/#token={TOKEN}")
         expect(page.locator("#estop")).to_be_visible()
@@ -63,6 +65,11 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
         page.screenshot(path=str(SHOTS / "operator_awaiting_label.png"), full_page=True)
         page.keyboard.press("f")  # failure shortcut
         expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+        # The reset guide: the lab's steps and the start scene of the episode just run.
+        expect(page.locator("#reset-steps")).to_have_text("Bowl at the back left.", timeout=10_000)
+        expect(page.locator("#reset-ref figcaption")).to_have_text(
+            f"start scene of episode #{ep.id}", timeout=10_000
+        )
         e = store.episode(ep.id)
         assert (e.status, e.success) == ("labelled", False)
         assert [lab.source for lab in store.labels(ep.id)] == ["vlm", "operator"]

@@ -34,6 +34,11 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
                 timeout=20_000,
             )
         expect(page.locator('.pill[data-service="robot_server"]')).to_have_class("pill ok", timeout=10_000)
+        small = page.locator("#cam-external").bounding_box()
+        page.locator("#cam-external").click()  # enlarge
+        big = page.locator("#cam-external").bounding_box()
+        assert small and big and big["width"] > small["width"] * 1.5, (small, big)
+        page.locator("#cam-external").click()
         page.locator("#estop").click()
         expect(page.locator("#estop")).to_have_class("latched", timeout=5_000)
         st = observer.status()
@@ -41,6 +46,9 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
         expect(page.locator("#robot-info")).to_have_text("E-STOP LATCHED", timeout=5_000)
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "operator_estop_latched.png"), full_page=True)
+        page.locator("#release").click()  # first click: "stand clear", nothing sent yet
+        expect(page.locator("#release")).to_contain_text("STAND CLEAR")
+        assert observer.status().estopped is True
         page.locator("#release").click()
         expect(page.locator("#toast")).to_contain_text("released", timeout=5_000)
         assert observer.status().estopped is False

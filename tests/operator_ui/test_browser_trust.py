@@ -48,7 +48,7 @@ def test_connection_lost_banner_greys_pills_and_disables_actions(page: Page, tmp
         print(f"connection-lost banner {time.monotonic() - killed_at:.2f} s after the kill")
         for pill in page.locator(".pill").all():
             expect(pill).to_have_class("pill unknown")
-        for button in ("#label-success", "#label-failure", "#start", "#release"):
+        for button in ("#label-success", "#label-failure", "#start", "#release", "#pause"):
             expect(page.locator(button)).to_be_disabled()
         page.keyboard.press("s")  # does nothing, and says nothing misleading
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -87,6 +87,7 @@ def test_keys_label_only_the_episode_shown_as_awaiting(page: Page, tmp_path: Pat
         page.locator("#detail-id").click()  # focus back on the page, away from the video
         for key in ("Control+f", "Meta+s", "Shift+F"):
             page.keyboard.press(key)
+        expect(page.locator("#pending")).to_be_hidden()  # nothing is even held for sending
         assert store.episode(second).status == "awaiting_label"
         assert store.episode(first).success is False and len(store.labels(first)) == 1
         assert estops == []

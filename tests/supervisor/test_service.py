@@ -205,6 +205,7 @@ def test_vlm_failures_retry_then_fall_back_without_losing_history(
         assert "500" in errors and "invalid answer" in errors and "Timeout" in errors
         state = store.service_states()["supervisor"].state
         assert state["vlm_available"] is False and state["last_vlm_error"]
+        assert state["eta"] == service.settings.eta  # the page's re-judge flag reads it
         # Nothing stored before the failures changed or vanished.
         prompts_before, eps_before = before
         prompts_now, eps_now = snapshot(store)

@@ -349,3 +349,44 @@ def test_the_alpha_schedule_has_one_home() -> None:
     s = _settings(beta=0.5, consolidation_target=0.4, alpha_min=0.1, alpha_window=4).alpha_schedule(0.2)
     assert (s.beta, s.consolidation_target, s.alpha_min, s.window, s.ema_success) == (0.5, 0.4, 0.1, 4, 0.2)
     assert s.alpha == 0.5  # 0.2 / 0.4
+
+
+class FakeRestartingRobot(FakeRobot):
+    """Reports a robot-server uptime; ``restart()`` starts it from zero, as a restarted server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started_at = time.monotonic()
+
+    def restart(self) -> None:
+        self.started_at = time.monotonic()
+
+    def status(self) -> Any:
+        class _Status:
+            uptime_s = time.monotonic() - self.started_at
+
+        return _Status()
+
+
+def _wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_robot_server_restart_while_waiting_for_start_resets_again(store: Store) -> None:
+    robot = FakeRestartingRobot()
+    robot.started_at -= 100.0  # up for a while
+    loop = EpisodeLoop(store, robot, FakeActor(), _settings(auto_start=False, max_episodes=1))
+    t = _run_in_thread(loop)
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    robot.restart()
+    store.add_intent(intents.START_EPISODE)
+    _wait_for(lambda: len(robot.resets) == 2)  # reset again, no episode started on the old reset
+    assert store.episodes() == []
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    store.add_intent(intents.START_EPISODE)
+    t.join(10)
+    [ep] = store.episodes()
+    assert ep.status == "labelled"
