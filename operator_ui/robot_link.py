@@ -11,6 +11,7 @@ Two rules the page relies on:
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -177,12 +178,20 @@ class RobotLink:
 
     def _command(self, fn: Callable[[RobotClient], T]) -> T:
         """One command with a deadline of ``timeout_s``; on failure its socket is discarded, so the
-        request can never reach a server that comes back later."""
+        request can never reach a server that comes back later, and the deadline travels with it
+        (on the server's clock), so a server whose command thread was stuck past it does nothing."""
         with self._cmd_lock:
             if self._cmd_client is None:
                 self._cmd_client = RobotClient(
-                    self.cmd_endpoint, name="operator-ui", timeout_s=self.timeout_s, curve=self.curve
+                    self.cmd_endpoint,
+                    name="operator-ui",
+                    timeout_s=self.timeout_s,
+                    curve=self.curve,
+                    expire_unanswered=True,
                 )
+                # The view client's replies already show the server's clock: a command sent before
+                # this client has had a reply of its own still carries its deadline.
+                self._cmd_client.server_clock = copy.copy(self._watch_client.server_clock)
             client = self._cmd_client
             try:
                 return fn(client)

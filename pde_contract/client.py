@@ -50,6 +50,36 @@ from pde_contract.messages import (
 P = TypeVar("P")
 
 
+class ServerClock:
+    """The offset between this process's ``time.monotonic()`` and the server's, from replies that
+    carry ``server_monotonic_s``: the sample with the shortest round trip wins (its error is at most
+    half that round trip), and a newer one replaces it once it is ``max_age_s`` old, so drift and a
+    rebooted server are followed. Monotonic clocks on both sides: wall-clock steps cannot move it."""
+
+    def __init__(self, max_age_s: float = 30.0) -> None:
+        self.max_age_s = max_age_s
+        self.offset_s: float | None = None  # server monotonic - client monotonic
+        self.rtt_s = float("inf")
+        self._taken_at_s = 0.0
+
+    def observe(self, sent_s: float, received_s: float, server_s: float) -> None:
+        if server_s <= 0.0 or received_s < sent_s:
+            return  # a server that does not report its clock
+        rtt_s = received_s - sent_s
+        if rtt_s <= self.rtt_s or received_s - self._taken_at_s > self.max_age_s:
+            self.offset_s = server_s - (sent_s + received_s) / 2
+            self.rtt_s = rtt_s
+            self._taken_at_s = received_s
+
+    def server_deadline_s(self, budget_s: float, now_s: float | None = None) -> float:
+        """The server-clock time ``budget_s`` from now (within half the best round trip); 0 (no
+        deadline) while no offset is known."""
+        if self.offset_s is None:
+            return 0.0
+        now = time.monotonic() if now_s is None else now_s
+        return now + self.offset_s + budget_s
+
+
 class RobotServerError(RuntimeError):
     """The server refused a request, or did not answer. ``code`` says which (``TIMEOUT`` when no
     reply came), ``message`` what was wrong and what to do."""
@@ -73,9 +103,13 @@ class RobotClient:
         obs_endpoint: str | None = None,
         context: zmq.Context | None = None,
         curve: ClientCurve | None = None,
+        expire_unanswered: bool = False,
     ) -> None:
         """``curve``: the robot link's keys (``pde_contract.link.client_curve_from_env()``); None
-        for a plain link, which a server with keys never answers."""
+        for a plain link, which a server with keys never answers. ``expire_unanswered``: every
+        request carries a deadline (half its reply timeout, on the server's clock, once a reply has
+        shown the clock), so a request this client reports as timed out is never acted on later,
+        even by a server whose command thread was stuck (for the operator page's buttons)."""
         self.cmd_endpoint = cmd_endpoint
         self.name = name
         self.timeout_s = timeout_s
@@ -84,6 +118,8 @@ class RobotClient:
         self._obs_endpoint = obs_endpoint
         self._ctx = context or zmq.Context.instance()
         self._ids = itertools.count(1)
+        self.expire_unanswered = expire_unanswered
+        self.server_clock = ServerClock()
         self._lock = threading.Lock()
         self._dealer = self._ctx.socket(zmq.DEALER)
         self._dealer.setsockopt(zmq.LINGER, 0)
@@ -128,11 +164,19 @@ class RobotClient:
             if self._closed:
                 raise RobotServerError(ErrorCode.INTERNAL, "client is closed: create a new RobotClient")
             deadline = time.monotonic() + timeout
+            if self.expire_unanswered:
+                # The server may act during the first half of our wait only, so that its reply has
+                # the other half to reach us: what we report as failed it has not done.
+                expires_s = self.server_clock.server_deadline_s(timeout / 2)
+                data = packb(
+                    Envelope(request_id=rid, request=request, expires_at_server_monotonic_s=expires_s)
+                )
             no_reply = RobotServerError(
                 ErrorCode.TIMEOUT,
                 f"no reply to {type(request).__name__} from {self.cmd_endpoint} within {timeout} s: "
                 f"is `pde robot-server` running and reachable{self._keys_hint()}?",
             )
+            sent_s = time.monotonic()
             try:
                 self._dealer.send(data, flags=zmq.NOBLOCK)
             except zmq.Again:
@@ -153,6 +197,7 @@ class RobotClient:
                         ErrorCode.MALFORMED, f"cannot read the server's reply ({e}): versions differ?"
                     ) from e
                 if reply.request_id == rid:
+                    self.server_clock.observe(sent_s, time.monotonic(), reply.server_monotonic_s)
                     return reply
                 # a late reply to an earlier, timed-out request: drop it
 

@@ -62,6 +62,9 @@ class ErrorCode(enum.StrEnum):
     BUSY = "busy"
     BACKEND_ERROR = "backend_error"  # the robot or simulator failed; see message
     TIMEOUT = "timeout"  # client side: no reply in time
+    # The request reached the command thread after its Envelope.expires_at_server_monotonic_s: the
+    # client had already reported it failed, so the server did nothing.
+    EXPIRED = "expired"
     INTERNAL = "internal"
 
 
@@ -280,6 +283,7 @@ class Counters(Message):
     commands_failed: int = 0  # requests whose handling raised an unexpected error (INTERNAL reply)
     command_loop_restarts: int = 0  # the command thread's loop died and was restarted
     command_loop_stalls: int = 0  # the command thread was stuck past command_stall_timeout_s
+    commands_expired: int = 0  # arrived after their deadline (EXPIRED): not acted on
     tick_overruns: int = 0  # control ticks that started more than one period late
 
 
@@ -333,6 +337,9 @@ class Reply(Message):
     request_id: int = 0
     server_time_s: float = 0.0
     handle_time_s: float = 0.0  # how long the server spent on this request
+    # The server's time.monotonic() when it sent the reply: clients estimate the offset between
+    # their monotonic clock and the server's from it (immune to wall-clock steps), for deadlines.
+    server_monotonic_s: float = 0.0
 
 
 class Envelope(Message):
@@ -341,6 +348,10 @@ class Envelope(Message):
 
     request_id: int
     request: Request
+    # 0: no deadline. Otherwise the server's time.monotonic() after which it must not act on the
+    # request (it answers EXPIRED): set by clients that report a timed-out request as failed, so
+    # that a request queued behind a stuck command thread can never run later.
+    expires_at_server_monotonic_s: float = 0.0
 
 
 Backend = Literal["sim", "franka"]

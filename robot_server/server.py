@@ -411,6 +411,7 @@ class RobotServer:
     def _send(self, ident: bytes, reply: Reply) -> None:
         assert self._router is not None
         reply.server_time_s = time.time()
+        reply.server_monotonic_s = time.monotonic()
         try:
             self._router.send_multipart([ident, packb(reply)], flags=zmq.NOBLOCK)
         except zmq.ZMQError as e:  # client gone: nothing to deliver to
@@ -484,6 +485,16 @@ class RobotServer:
         self.executor.note_activity(ident)
         req, rid = env.request, env.request_id
         self._handling = type(req).__name__
+        expires_s = env.expires_at_server_monotonic_s
+        if expires_s and time.monotonic() > expires_s:
+            self.executor.counters.commands_expired += 1
+            return self._error(
+                ErrorCode.EXPIRED,
+                f"{type(req).__name__} arrived {time.monotonic() - expires_s:.2f} s after its deadline (the "
+                "client had given up on it and reported it failed), so nothing was done: send it again if "
+                "it is still wanted",
+                rid,
+            )
         if isinstance(req, _NEEDS_HELLO) and ident not in self._greeted:
             return self._error(
                 ErrorCode.HANDSHAKE_REQUIRED,
