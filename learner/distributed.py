@@ -14,6 +14,7 @@ for models that do not.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
 from collections.abc import Sequence
@@ -46,6 +47,11 @@ class DistributedContext:
     device: torch.device
 
 
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def init_distributed() -> DistributedContext:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT):
     NCCL with one GPU per process where CUDA is available, else gloo on the CPU."""
@@ -63,6 +69,9 @@ def init_distributed() -> DistributedContext:
         device, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend)
+        # Left to interpreter teardown, gloo's worker threads can outlive the group and abort the
+        # process ("terminate called without an active exception", exit -6) after a clean run.
+        atexit.register(_destroy_process_group)
     return DistributedContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
