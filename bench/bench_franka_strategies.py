@@ -66,6 +66,8 @@ def run_strategy(sim: FciSim, strategy: str, dynamics_factor: float) -> dict[str
             if strategy == "waypoints":
                 import franky
 
+                arm = robot.franky_robot
+                assert arm is not None  # connected by home() above
                 for c in range(CHUNKS):
                     chunk = targets[c * CHUNK : (c + 1) * CHUNK]
                     now = sampler.now_s()
@@ -76,8 +78,8 @@ def run_strategy(sim: FciSim, strategy: str, dynamics_factor: float) -> dict[str
                     )
                     for k, t in enumerate(chunk):
                         sampler.log.ticks.append((now + k * PERIOD_S, t))
-                    robot.franky_robot.move(motion, asynchronous=True)
-                    robot.franky_robot.join_motion(30.0)
+                    arm.move(motion, asynchronous=True)
+                    arm.join_motion(30.0)
             else:
                 for k, target in enumerate(targets):
                     if k % CHUNK == 0:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import sys
@@ -35,8 +36,9 @@ from _common import success_interval  # noqa: E402
 
 from learner.actor import Actor, ActorSettings  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
+from learner.policies import flow_sde  # noqa: E402
 from learner.policies.base import Policy  # noqa: E402
-from learner.policies.vla import VLAConfig  # noqa: E402
+from learner.policies.vla import SmallVLAPolicy, VLAConfig  # noqa: E402
 from learner.ppo import PPOConfig  # noqa: E402
 from learner.rewards import reward_from_label  # noqa: E402
 from learner.sft import SFTConfig, run_sft  # noqa: E402
@@ -217,6 +219,15 @@ def eval_lines(per_seed: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def set_flow_noise_level(policy: Policy, level: float) -> None:
+    """The flow-SDE exploration scale a (sigma_i = a * sqrt(t_i / (1 - t_i))) PPO samples with; SFT
+    fits only the velocity field, so the same checkpoint serves any a."""
+    if not isinstance(policy, SmallVLAPolicy) or policy.config.head != "flow":
+        raise SystemExit("--flow-noise-level needs the small policy's flow head")
+    policy.schedule = flow_sde.make_schedule(policy.config.flow_steps, level)
+    policy.config = dataclasses.replace(policy.config, flow_noise_level=level)
+
+
 def run_seed(
     sft_policy: Policy, endpoint: str, args: argparse.Namespace, seed: int, prompt: str
 ) -> dict[str, Any]:
@@ -229,6 +240,8 @@ def run_seed(
             raise SystemExit("--init-log-std needs the Gaussian head (the flow chain's noise is fixed)")
         with torch.no_grad():
             noise[0].fill_(args.init_log_std)
+    if args.flow_noise_level is not None:
+        set_flow_noise_level(policy, args.flow_noise_level)
     cfg = PPOConfig(
         ratio_variant="plain",
         advantage=args.advantage,
@@ -382,6 +395,7 @@ def write_results(
         "layout_spread": args.layout_spread,
         "evaluation": "sampled chunks" + (" and the mean chunk" if args.eval_mean_chunk else ""),
         "init_log_std": args.init_log_std,
+        "flow_noise_level": args.flow_noise_level,
         "training_scenes": args.train_scenes or "a new random scene per episode",
         "budget": {
             "iterations": args.iterations,
@@ -524,6 +538,12 @@ def main() -> int:
         type=float,
         default=None,
         help="exploration noise PPO starts from (Gaussian head; SFT fits only the mean)",
+    )
+    ap.add_argument(
+        "--flow-noise-level",
+        type=float,
+        default=None,
+        help="flow-SDE exploration scale a PPO samples with (flow head; default: the checkpoint's)",
     )
     ap.add_argument(
         "--train-scenes",

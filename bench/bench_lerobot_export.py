@@ -1,5 +1,5 @@
 """Wall time of exporting recorded demonstrations to the LeRobotDataset v2.1 layout
-(`pde sim export-lerobot`), per video codec. References, same run: reading the episode files and
+(`pde data export-lerobot`), per video codec. References, same run: reading the episode files and
 decoding every JPEG frame (the input side alone), and the real-time duration of the exported rows.
 
     .venv/bin/python bench/bench_lerobot_export.py --in data/demos [--vcodecs libsvtav1,h264]
@@ -23,8 +23,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pde_contract.episodes import read_episode
+from pde_contract.jpeg import decode_jpeg
 from pde_storage.lerobot_export import ExportConfig, export_lerobot, find_episode_files
-from pde_storage.media import decode_jpeg
 
 RESULT = Path(__file__).resolve().parent / "results" / "lerobot_export.json"
 

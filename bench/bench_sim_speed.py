@@ -25,7 +25,6 @@ from robot_server.cameras.sim import SimCamera
 from robot_server.robots.sim import SimRobot
 from robot_server.sim.expert import CONTROL_RATE_HZ, Expert
 from robot_server.sim.rollout import EeDeltaDriver, expert_rng
-from robot_server.sim.rotations import wxyz_to_xyzw
 from robot_server.sim.tasks import load
 from robot_server.sim.tasks.tabletop import TabletopTask
 from robot_server.sim.world import CAMERA_NAMES, SimWorld, SimWorldConfig
@@ -51,7 +50,7 @@ def run(
             assert isinstance(task, TabletopTask)
             robot.home(task=task_name, seed=seed)
             driver = EeDeltaDriver(robot)
-            expert = Expert(robot.world, task, expert_rng(seed), driver.pos, wxyz_to_xyzw(driver.quat_wxyz))
+            expert = Expert(robot.world, task, expert_rng(seed), driver.pos, driver.quat_xyzw)
             t0, c0 = time.perf_counter(), time.process_time()
             while not expert.done:
                 driver.step(expert.next_chunk(1)[0])

@@ -27,7 +27,6 @@ from calibration.board import BoardSpec, Detection, board_pose, camera_matrix, d
 from calibration.poses import (
     invert,
     make_transform,
-    matrix_to_quat_xyzw,
     mean_transform,
     pose_from_position_quat,
     rotation_angle_deg,
@@ -35,6 +34,7 @@ from calibration.poses import (
 )
 from calibration.results import HandEyeCalibration, MethodResult, Mount, SampleSet
 from pde_contract.messages import CameraIntrinsics
+from pde_contract.rotations import quat_from_matrix
 
 HAND_EYE_METHODS: dict[str, int] = {
     "tsai": cv2.CALIB_HAND_EYE_TSAI,
@@ -254,7 +254,7 @@ def calibrate(
         method=best.method,
         transform=X.tolist(),
         position_m=X[:3, 3].tolist(),
-        quat_xyzw=matrix_to_quat_xyzw(X[:3, :3]).tolist(),
+        quat_xyzw=quat_from_matrix(X[:3, :3]).tolist(),
         board_frame="T_base_board" if mount == "hand" else "T_tcp_board",
         board_transform=still_by_method[best.method].tolist(),
         methods=results,

@@ -1,4 +1,5 @@
-"""Rigid transforms as 4x4 numpy arrays, and the wire's position + quaternion [x, y, z, w].
+"""Rigid transforms as 4x4 numpy arrays, and the wire's position + quaternion [x, y, z, w]
+(quaternion maths: ``pde_contract.rotations``).
 
 Naming: ``T_a_b`` maps points in frame ``b`` into frame ``a`` (the pose of ``b`` seen from ``a``).
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 from numpy.typing import ArrayLike
+
+from pde_contract.rotations import quat_to_matrix
 
 
 def make_transform(rotation: ArrayLike, translation_m: ArrayLike) -> np.ndarray:
@@ -32,44 +35,8 @@ def to_rvec_tvec(transform: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rvec.reshape(3), transform[:3, 3].copy()
 
 
-def quat_xyzw_to_matrix(quat_xyzw: np.ndarray) -> np.ndarray:
-    q = np.asarray(quat_xyzw, dtype=np.float64).reshape(4)
-    norm = float(np.linalg.norm(q))
-    if not np.isfinite(norm) or norm < 1e-9:
-        raise ValueError(f"quaternion {q.tolist()} has no direction (norm {norm}); expected [x, y, z, w]")
-    x, y, z, w = q / norm
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
-def matrix_to_quat_xyzw(rotation: np.ndarray) -> np.ndarray:
-    """Shepperd's method: pick the largest diagonal term so the square root is well conditioned."""
-    m = np.asarray(rotation, dtype=np.float64)
-    trace = m[0, 0] + m[1, 1] + m[2, 2]
-    if trace > 0:
-        s = 2.0 * np.sqrt(trace + 1.0)
-        q = [(m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s, 0.25 * s]
-    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2])
-        q = [0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s, (m[2, 1] - m[1, 2]) / s]
-    elif m[1, 1] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2])
-        q = [(m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s, (m[0, 2] - m[2, 0]) / s]
-    else:
-        s = 2.0 * np.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1])
-        q = [(m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s, (m[1, 0] - m[0, 1]) / s]
-    quat = np.array(q)
-    quat /= np.linalg.norm(quat)
-    return quat if quat[3] >= 0 else -quat
-
-
 def pose_from_position_quat(position_m: np.ndarray, quat_xyzw: np.ndarray) -> np.ndarray:
-    return make_transform(quat_xyzw_to_matrix(quat_xyzw), np.asarray(position_m, dtype=np.float64))
+    return make_transform(quat_to_matrix(quat_xyzw), np.asarray(position_m, dtype=np.float64))
 
 
 def rotation_angle_deg(rotation: np.ndarray) -> float:

@@ -17,10 +17,11 @@ import numpy as np
 
 from calibration import handeye, intrinsics
 from calibration.board import BoardSpec
-from calibration.poses import invert, make_transform, matrix_to_quat_xyzw, rotation_angle_deg
+from calibration.poses import invert, make_transform, rotation_angle_deg
 from calibration.results import Mount, SampleRecord, SampleSet, save_json
 from calibration.synthetic import look_at_board, project_corners, render_board
 from pde_contract.messages import CameraIntrinsics
+from pde_contract.rotations import quat_from_matrix
 
 CAMERA = CameraIntrinsics(
     width=640,
@@ -108,7 +109,7 @@ def write_session(
             SampleRecord(
                 index=index,
                 tcp_position_m=tcp[:3, 3].tolist(),
-                tcp_quat_xyzw=matrix_to_quat_xyzw(tcp[:3, :3]).tolist(),
+                tcp_quat_xyzw=quat_from_matrix(tcp[:3, :3]).tolist(),
                 images={camera: name},
             )
         )

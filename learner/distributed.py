@@ -1,15 +1,24 @@
-"""Data-parallel PPO over several processes (``torchrun --nproc_per_node N``) with PyTorch DDP.
+"""Data-parallel PPO over several processes (``torchrun --nproc_per_node N``) with PyTorch DDP or
+FSDP (``fully_shard``, FSDP2).
 
 ``DistributedPolicy`` is itself a Policy wrapping another one (as openpi's wrappers are), so the
 Trainer runs unchanged: every rank runs the same update on the same batch, and each
 ``evaluate``/``evaluate_pair`` call computes only this rank's share of the minibatch rows through
-``DistributedDataParallel``. The shares are gathered with autograd-aware ``all_gather``, so every
+the wrapped network (DDP or FSDP). The shares are gathered with autograd-aware ``all_gather``, so every
 rank computes the same loss from all rows; the gather's backward hands each rank W times its rows'
-gradient, and DDP's average over the W ranks gives exactly the single-process gradient. The
+gradient, and the engine's average over the W ranks gives exactly the single-process gradient. The
 optimiser steps therefore stay identical on every rank (same gradients, same seed), and the network
-work of a minibatch is split W ways. DDP rather than FSDP: a π0.5 replica (about 3.3B parameters,
-bf16 autocast over float32 weights: ~13 GB, plus Adam's ~27 GB) fits one 80 GB GPU; FSDP is the step
-for models that do not.
+work of a minibatch is split W ways.
+
+DDP (the default) keeps a whole replica and Adam state on every rank: a π0.5 replica (about 3.3B
+parameters, bf16 autocast over float32 weights: ~13 GB, plus Adam's ~27 GB) fits one 80 GB GPU.
+FSDP (``engine="fsdp"``) shards every parameter, gradient and Adam state over the ranks (1/W each),
+gathering a block's weights only while it runs: each of the policy's ``fsdp_units()`` (π0.5's
+transformer blocks) is one unit, the rest of the policy another. The same split of rows and the
+same gradient average (FSDP's reduce-scatter averages as DDP's all-reduce does) give the same update.
+Under FSDP no rank holds the whole weights, so after every update all ranks gather them (and the
+Adam state) to rank 0: its plain CPU replica is what ``copy.deepcopy`` (the actor's snapshots) and
+checkpoints see, written in the single-process format.
 """
 
 from __future__ import annotations
@@ -19,19 +28,29 @@ import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.nn.functional import all_gather
 from torch.nn.parallel import DistributedDataParallel
 
 from learner.policies.base import ChunkEvaluation, ObsBatch, PairEvaluation, Policy
+from learner.ppo import PPOConfig
 from learner.trainer import Batch, Trainer
 from pde_contract.messages import Observation
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+Engine = Literal["ddp", "fsdp"]
+ENGINES: tuple[Engine, ...] = ("ddp", "fsdp")
 
 
 def torchrun_world_size() -> int:
@@ -76,7 +95,8 @@ def init_distributed() -> DistributedContext:
 
 
 class _MethodCall(nn.Module):
-    """Routes a Policy method through ``forward`` so DDP sees the call (and syncs its gradients)."""
+    """Routes a Policy method through ``forward`` so DDP sees the call (and syncs its gradients) and
+    FSDP gathers the root unit's weights for it (each block unit gathers its own in its forward)."""
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
@@ -103,28 +123,110 @@ def _share(n: int, rank: int, world: int) -> torch.Tensor:
 
 
 class DistributedPolicy(Policy):
-    """``policy`` under DDP; deep copies (the Trainer's snapshots for the actor and checkpoints) are
-    copies of the plain inner policy."""
+    """``policy`` under DDP or FSDP (``engine``); deep copies (the Trainer's snapshots for the actor
+    and checkpoints) are copies of the plain policy: the inner one under DDP, rank 0's gathered
+    replica under FSDP (only rank 0 may take them)."""
 
-    def __init__(self, policy: Policy, ctx: DistributedContext) -> None:
+    def __init__(self, policy: Policy, ctx: DistributedContext, engine: Engine = "ddp") -> None:
         super().__init__()
-        self.inner = policy.to(ctx.device)
+        if engine not in ENGINES:
+            raise ValueError(f"unknown distributed engine {engine!r}; use one of {ENGINES}")
+        self.engine = engine
         self.ctx = ctx
         self.action_space, self.chunk_len, self.action_dim = (
             policy.action_space,
             policy.chunk_len,
             policy.action_dim,
         )
-        # find_unused_parameters: some parameters get no gradient from a PPO loss (e.g. π0.5's final
-        # VLM norm only feeds the value head's detached features).
-        self.ddp = DistributedDataParallel(
-            _MethodCall(policy),
-            device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-            find_unused_parameters=True,
-        )
+        # Rank 0's plain replica (FSDP), in a list so that it is not a submodule: its parameters are
+        # not trained, only overwritten with the gathered weights after each update.
+        self._replica: list[Policy] = []
+        self._full_optimizer_state: dict[str, Any] | None = None
+        call = _MethodCall(policy)
+        if engine == "ddp":
+            self.inner = policy.to(ctx.device)
+            # find_unused_parameters: some parameters get no gradient from a PPO loss (e.g. π0.5's
+            # final VLM norm only feeds the value head's detached features).
+            self.wrapped: nn.Module = DistributedDataParallel(
+                call.to(ctx.device),
+                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                find_unused_parameters=True,
+            )
+        else:
+            if ctx.rank == 0:
+                self._replica.append(copy.deepcopy(policy).cpu())
+            self.inner = policy.to(ctx.device)
+            mesh = _device_mesh(ctx)
+            for unit in policy.fsdp_units():
+                fully_shard(unit, mesh=mesh)
+            self.wrapped = cast(nn.Module, fully_shard(call, mesh=mesh))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Policy:
-        return copy.deepcopy(self.inner, memo)
+        if self.engine == "ddp":
+            return copy.deepcopy(self.inner, memo)
+        if not self._replica:
+            raise RuntimeError(
+                f"rank {self.ctx.rank} holds no replica under FSDP: only rank 0 takes snapshots"
+            )
+        return copy.deepcopy(self._replica[0], memo).to(self.ctx.device)
+
+    # --- FSDP: whole weights and optimiser state in the single-process format -----------------------
+
+    def gather_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """Every rank, after each update (collective; nothing to do under DDP): rank 0's replica gets
+        the whole weights and keeps the whole Adam state for checkpoints."""
+        if self.engine == "ddp":
+            return
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.wrapped, options=opts)
+        optim = get_optimizer_state_dict(self.wrapped, optimizer, options=opts)
+        if self.ctx.rank == 0:
+            self._replica[0].load_state_dict({_inner_name(k): v for k, v in weights.items()})
+            self._full_optimizer_state = self._by_index(optimizer, optim)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimiser's state as a single process's ``optimizer.state_dict()`` (rank 0 under FSDP:
+        as of the last ``gather_state`` or ``load_optimizer_state``)."""
+        if self.engine == "ddp" or self._full_optimizer_state is None:
+            return optimizer.state_dict()  # under FSDP before any step: no state, only the groups
+        return self._full_optimizer_state
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Every rank (collective under FSDP): a single-process optimiser state (a checkpoint's) into
+        this rank's shards."""
+        if self.engine == "ddp":
+            optimizer.load_state_dict(state)
+            return
+        names = self._param_names(optimizer)
+        by_name: dict[str, Any] = {
+            "state": {names[int(i)]: v for i, v in state["state"].items()},
+            "param_groups": [
+                {**g, "params": [names[int(i)] for i in g["params"]]} for g in state["param_groups"]
+            ],
+        }
+        set_optimizer_state_dict(
+            self.wrapped, optimizer, by_name, options=StateDictOptions(full_state_dict=True)
+        )
+        # The hyperparameters exactly as saved (the state-dict helpers turn Adam's betas into a list).
+        for group, saved in zip(optimizer.param_groups, state["param_groups"], strict=True):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        if self.ctx.rank == 0:
+            self._full_optimizer_state = copy.deepcopy(state)
+
+    def _param_names(self, optimizer: torch.optim.Optimizer) -> list[str]:
+        """Names (as the wrapped module calls them) of the optimiser's parameters in its own order:
+        a single process's ``state_dict`` numbers them so."""
+        name_of = {id(p): n for n, p in self.wrapped.named_parameters()}
+        return [name_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
+
+    def _by_index(self, optimizer: torch.optim.Optimizer, by_name: dict[str, Any]) -> dict[str, Any]:
+        """The gathered state keyed by position, with the groups (hyperparameters, positions) as
+        this rank's optimiser writes them (they are the same on every rank and in one process)."""
+        index = {n: i for i, n in enumerate(self._param_names(optimizer))}
+        groups = optimizer.state_dict()["param_groups"]
+        return {"state": {index[n]: v for n, v in by_name["state"].items()}, "param_groups": groups}
+
+    # --- the work of a minibatch, split over the ranks -----------------------------------------------
 
     def _gathered(self, outputs: tuple[torch.Tensor, ...], n: int) -> list[torch.Tensor]:
         per = -(-n // self.ctx.world_size)
@@ -141,7 +243,7 @@ class DistributedPolicy(Policy):
 
     def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
         idx = _share(len(obs), self.ctx.rank, self.ctx.world_size)
-        outs = self.ddp("evaluate", obs.index(idx), [prompts[i] for i in idx.tolist()], chain[idx])
+        outs = self.wrapped("evaluate", obs.index(idx), [prompts[i] for i in idx.tolist()], chain[idx])
         lp, ent, val = self._gathered(outs, len(obs))
         return ChunkEvaluation(log_prob_elements=lp, entropy=ent, value=val)
 
@@ -155,7 +257,7 @@ class DistributedPolicy(Policy):
         n = len(obs)
         idx = _share(n, self.ctx.rank, self.ctx.world_size)
         rows = idx.tolist()
-        outs = self.ddp(
+        outs = self.wrapped(
             "evaluate_pair",
             obs.index(idx),
             [rollout_prompts[i] for i in rows],
@@ -211,9 +313,43 @@ class DistributedPolicy(Policy):
         return self.inner.noise_parameters()
 
 
-class BroadcastTrainer(Trainer):
+def _device_mesh(ctx: DistributedContext) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(ctx.device.type, (ctx.world_size,))
+
+
+def _inner_name(name: str) -> str:
+    """A parameter's name in the wrapped ``_MethodCall`` -> its name in the policy."""
+    return name.removeprefix("policy.")
+
+
+class DistributedTrainer(Trainer):
+    """A rank's trainer over a ``DistributedPolicy``: after each update the ranks gather what rank 0
+    needs for snapshots and checkpoints (FSDP), and its optimiser state reads and loads in the
+    single-process format, so a checkpoint written under FSDP resumes in one process and back."""
+
+    policy: DistributedPolicy
+
+    def __init__(self, policy: DistributedPolicy, config: PPOConfig | None = None) -> None:
+        super().__init__(policy, config)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        stats = super().update(batch)
+        self.policy.gather_state(self.optimizer)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.policy.optimizer_state(self.optimizer), "n_updates": self.n_updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_optimizer_state(self.optimizer, state["optimizer"])
+        self.n_updates = int(state["n_updates"])
+
+
+class BroadcastTrainer(DistributedTrainer):
     """Rank 0's trainer: hands each update's batch to the other ranks before running it, so every
-    rank runs the same update (``follow_updates``) and DDP can split its minibatches."""
+    rank runs the same update (``follow_updates``) and DDP/FSDP can split its minibatches."""
 
     def update(self, batch: Batch) -> dict[str, float]:
         dist.broadcast_object_list([list(batch)], src=0)
@@ -223,7 +359,7 @@ class BroadcastTrainer(Trainer):
         dist.broadcast_object_list([None], src=0)
 
 
-def follow_updates(trainer: Trainer) -> int:
+def follow_updates(trainer: DistributedTrainer) -> int:
     """Ranks > 0: run every update rank 0's BroadcastTrainer announces, until it stops them.
     Returns the number of updates run."""
     n = 0

@@ -78,7 +78,7 @@ def read_lerobot_dataset(
     if state_ft is None or list(state_ft.get("shape", [])) != [len(STATE_VECTOR_NAMES)]:
         raise DatasetError(
             f"{root}: observation.state must be the FR3's {len(STATE_VECTOR_NAMES)} entries "
-            f"{list(STATE_VECTOR_NAMES)} (as `pde sim export-lerobot` writes), got {state_ft}"
+            f"{list(STATE_VECTOR_NAMES)} (as `pde data export-lerobot` writes), got {state_ft}"
         )
     want = ACTION_NAMES[action_space]
     names = action_ft.get("names") if action_ft else None

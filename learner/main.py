@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
 from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
+from pde_contract.job_status import JobStatus, Phase, write_status
 from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT
 
 
@@ -66,7 +67,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         default="",
         metavar="DIR",
         help="train on this LeRobotDataset v2.1 (FR3 state and action columns, e.g. from "
-        "`pde sim export-lerobot`) instead of --demos",
+        "`pde data export-lerobot`) instead of --demos",
     )
     ap.add_argument(
         "--checkpoints", default=settings.checkpoint_dir, help="checkpoint folder (SFT = version 0)"
@@ -87,17 +88,40 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         "learner/recipes/language_premise.json); default: canonical p=.5, else a paraphrase",
     )
     ap.add_argument("--force", action="store_true", help="retrain even if a matching checkpoint is cached")
+    ap.add_argument(
+        "--status-file",
+        default="",
+        metavar="PATH",
+        help="keep this JSON file up to date with the progress (pde_contract/job_status.py)",
+    )
     add_device_arg(ap, settings.device)
     add_policy_args(ap)
     args = ap.parse_args(argv)
     if msg := check_policy_args(args):
         print(f"pde learner sft: {msg}", file=sys.stderr)
         return 2
+    from learner.distributed import torchrun_world_size
+
+    ctx = None
     try:
-        device = resolve_device(args.device)
+        if torchrun_world_size() > 1:  # `torchrun --nproc_per_node N`: data-parallel SFT (DDP)
+            if args.policy == "pi05":
+                print(
+                    "pde learner sft: under torchrun only the small policy trains; run π0.5 SFT "
+                    "in one process",
+                    file=sys.stderr,
+                )
+                return 2
+            from learner.distributed import init_distributed
+
+            ctx = init_distributed()
+            device = ctx.device
+        else:
+            device = resolve_device(args.device)
     except DeviceUnavailableError as e:
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
+    lead = ctx is None or ctx.rank == 0  # prints and writes the status file
     try:
         wordings = WordingTable.load(args.wordings) if args.wordings else None
     except ValueError as e:
@@ -113,9 +137,16 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     )
     tasks = [t for t in args.tasks.split(",") if t] or None
 
+    def status(phase: Phase, **fields: Any) -> None:
+        if args.status_file and lead:
+            write_status(args.status_file, JobStatus(job="sft", phase=phase, total_steps=cfg.steps, **fields))
+
     def on_step(step: int, loss: float) -> None:
-        if step % max(1, cfg.steps // 100) == 0 or step == cfg.steps - 1:
+        if lead and (step % max(1, cfg.steps // 100) == 0 or step == cfg.steps - 1):
             print(f"sft step {step}/{cfg.steps} loss {loss:.4f}", flush=True)
+            status("training", step=step + 1, loss=round(loss, 4))
+
+    status("loading")
 
     factory, key = None, None
     if args.policy == "pi05":
@@ -139,10 +170,14 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
             factory,
             key,
             args.lerobot_dataset or None,
+            ctx,
         )
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
+    status("done", step=cfg.steps, cached=cached, checkpoint=str(path))
+    if not lead:
+        return 0
     print(json.dumps({"checkpoint": str(path), "cached": cached, **metrics}, indent=1))
     return 0
 

@@ -9,11 +9,11 @@ from fastapi import Depends, Header, HTTPException, Request
 
 from operator_ui.robot_link import RobotLink
 from operator_ui.settings import UISettings
-from pde_storage import Store
+from pde_storage.protocols import OperatorStore
 
 
-def get_store(request: Request) -> Store:
-    store: Store = request.app.state.store
+def get_store(request: Request) -> OperatorStore:
+    store: OperatorStore = request.app.state.store
     return store
 
 
@@ -44,7 +44,7 @@ def require_token(
         raise HTTPException(403, "wrong token; nothing was changed")
 
 
-StoreDep = Annotated[Store, Depends(get_store)]
+StoreDep = Annotated[OperatorStore, Depends(get_store)]
 RobotDep = Annotated[RobotLink, Depends(get_robot)]
 SettingsDep = Annotated[UISettings, Depends(get_settings)]
 TokenDep = Depends(require_token)

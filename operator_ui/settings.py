@@ -6,8 +6,9 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pde_contract.settings import data_dir_field, database_url_field, robot_cmd_endpoint_field
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Values people leave in .env files; never accepted as a token on a reachable port.
@@ -42,14 +43,9 @@ class UISettings(BaseSettings):
     token: str = ""
     """Required on every request that changes something (header ``Authorization: Bearer <token>``).
     Empty on localhost: a random one is generated and printed at start-up."""
-    database_url: str = Field(
-        "sqlite:///data/pde.db", validation_alias=AliasChoices("PDE_UI_DATABASE_URL", "PDE_DATABASE_URL")
-    )
-    data_dir: Path = Field(Path("data"), validation_alias=AliasChoices("PDE_UI_DATA_DIR", "PDE_DATA_DIR"))
-    robot_cmd_endpoint: str = Field(
-        "tcp://127.0.0.1:5556",
-        validation_alias=AliasChoices("PDE_UI_ROBOT_CMD_ENDPOINT", "PDE_ROBOT_CMD_ENDPOINT"),
-    )
+    database_url: str = database_url_field("PDE_UI_")
+    data_dir: Path = data_dir_field("PDE_UI_")
+    robot_cmd_endpoint: str = robot_cmd_endpoint_field("PDE_UI_")
     robot_timeout_s: float = 1.0
     """Timeout of one request to the robot server (e-stop, status)."""
     frame_stale_s: float = 1.0

@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ui": ("operator_ui.main", "operator web page: live view, labels, e-stop, curves"),
     "loop": ("learner.loop.main", "the PDE episode loop (Algorithm 1)"),
     "sim": ("robot_server.sim.main", "simulated tabletop tools: tasks, expert demos, pictures"),
+    "data": ("pde_storage.main", "dataset tools: episode files to a LeRobotDataset (export-lerobot)"),
     "calibrate": ("calibration.main", "camera intrinsics and hand-eye calibration"),
     "demo": ("pde.demo", "the whole loop on one machine in simulation"),
     "keys": ("pde.keys", "CURVE key pairs for the authenticated robot link"),

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import secrets
 import signal
 import socket
@@ -34,13 +33,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from tqdm import tqdm
 
 from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from pde.procs import ProcessGroup, ServiceError
+from pde_contract.job_status import read_status
 
 if TYPE_CHECKING:
     from pde_storage import EpisodeRow, PromptRow
@@ -274,45 +275,29 @@ def _task_list(text: str, p: argparse.ArgumentParser) -> list[str]:
 # --- progress ------------------------------------------------------------------------------------
 
 
-class Progress:
-    """One line per step, redrawn in place on a terminal, a line every 10 % otherwise."""
-
-    def __init__(self, label: str, total: int, stream: TextIO = sys.stderr) -> None:
-        self.label, self.total, self.stream = label, max(1, total), stream
-        self.t0 = time.monotonic()
-        self.tty = stream.isatty()
-        self._last_decile = -1
-
-    def update(self, done: int, note: str = "") -> None:
-        done = min(done, self.total)
-        frac = done / self.total
-        elapsed = time.monotonic() - self.t0
-        eta = f", ~{elapsed / frac - elapsed:.0f} s left" if 0 < frac < 1 else ""
-        bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
-        line = f"{self.label} [{bar}] {done}/{self.total} ({elapsed:.0f} s{eta}) {note}".rstrip()
-        if self.tty:
-            self.stream.write("\r" + line[:120].ljust(120))
-            self.stream.flush()
-        elif int(10 * frac) != self._last_decile:
-            self._last_decile = int(10 * frac)
-            print(line, file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+def progress_bar(label: str, total: int) -> tqdm:
+    """A tqdm bar on stderr: redrawn in place on a terminal; in a log, a line at most every 10 s."""
+    return tqdm(
+        total=max(1, total),
+        desc=label,
+        file=sys.stderr,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,
+        dynamic_ncols=True,
+        bar_format="{desc} |{bar}| {n}/{total} ({elapsed}, ~{remaining} left){postfix}",
+    )
 
 
 def run_with_progress(
     argv: Sequence[str],
     env: dict[str, str],
     log_path: Path,
-    progress: Progress,
-    poll: Callable[[str], tuple[int, str] | None],
+    bar: tqdm,
+    poll: Callable[[], tuple[int, str] | None],
 ) -> None:
-    """Run a one-shot child to completion, its output appended to ``log_path``; ``poll(log text)``
-    returns (done, note) for the bar. The child runs in its own process group (pde/procs.py, the
-    one process runner), killed with everything it started if the wait is interrupted."""
+    """Run a one-shot child to completion, its output appended to ``log_path``; ``poll()`` returns
+    (done, note) for the bar from what the child leaves on disk (its status file, its output
+    files), never from its log. The child runs in its own process group (pde/procs.py, the one
+    process runner), killed with everything it started if the wait is interrupted."""
     start = log_path.stat().st_size if log_path.exists() else 0
     group = ProcessGroup(log_path.parent)
     name = log_path.stem
@@ -321,21 +306,26 @@ def run_with_progress(
     try:
         while proc.poll() is None:
             _check_stop()
-            got = poll(_read_from(log_path, start))
-            if got is not None:
-                progress.update(*got)
+            _show(bar, poll())
             time.sleep(0.5)
-        got = poll(_read_from(log_path, start))  # the last step, which may end with the child
-        if got is not None and proc.returncode == 0:
-            progress.update(*got)
+        if proc.returncode == 0:
+            _show(bar, poll())  # the last step, which may end with the child
     except BaseException:
         group.kill(name)
         raise
     finally:
-        progress.close()
+        bar.close()
     if proc.returncode != 0:
         tail = "\n".join(_read_from(log_path, start).splitlines()[-15:])
         raise DemoError(f"`{' '.join(argv[2:])}` failed (exit {proc.returncode}); log {log_path}:\n{tail}")
+
+
+def _show(bar: tqdm, got: tuple[int, str] | None) -> None:
+    if got is None:
+        return
+    done, note = got
+    bar.set_postfix_str(note, refresh=False)
+    bar.update(min(done, bar.total) - bar.n)  # redraws at most every mininterval
 
 
 def _read_from(path: Path, offset: int) -> str:
@@ -410,7 +400,7 @@ class Demo:
             if have >= want:
                 print(f"demonstrations: {have} cached for {task}", flush=True)
                 continue
-            bar = Progress(f"recording {task} demos", want)
+            bar = progress_bar(f"recording {task} demos", want)
             run_with_progress(
                 self.pde(
                     "sim",
@@ -431,7 +421,7 @@ class Demo:
                 self.env(),
                 self.logs / "sim-record.log",
                 bar,
-                lambda _text, task=task: (len(self.demo_files(task)), ""),  # type: ignore[misc]
+                lambda task=task: (len(self.demo_files(task)), ""),  # type: ignore[misc]
             )
 
     def sft_argv(self) -> list[str]:
@@ -456,22 +446,37 @@ class Demo:
             "--image-size",
             str(a.policy_image_px),
             *(["--wordings", a.wordings] if a.wordings else []),
+            "--status-file",
+            str(self.sft_status_path),
         )
+
+    @property
+    def sft_status_path(self) -> Path:
+        return self.logs / "sft.status.json"
 
     def train_sft(self) -> None:
         a = self.args
-        bar = Progress("SFT policy", a.sft_steps)
+        self.sft_status_path.unlink(missing_ok=True)  # a previous run's "done" is not this one's
+        bar = progress_bar("SFT policy", a.sft_steps)
 
-        def poll(text: str) -> tuple[int, str] | None:
-            steps = re.findall(r"step (\d+)/(\d+)(?: loss ([0-9.]+))?", text)
-            if not steps:
-                return (0, "loading demonstrations") if text else None
-            step, _, loss = steps[-1]
-            return int(step) + 1, f"loss {loss}" if loss else ""
+        def poll() -> tuple[int, str] | None:
+            status = read_status(self.sft_status_path)
+            if status is None:
+                return None
+            if status.phase == "loading":
+                return 0, "loading demonstrations"
+            if status.cached:
+                return status.total_steps, "cached"
+            return status.step, "" if status.loss is None else f"loss {status.loss:.4f}"
 
         run_with_progress(self.sft_argv(), self.env(), self.logs / "sft.log", bar, poll)
-        tail = (self.logs / "sft.log").read_text(errors="replace")
-        cached = '"cached": true' in tail[-4000:]
+        final = read_status(self.sft_status_path)
+        if final is None or final.phase != "done":
+            raise DemoError(
+                f"`pde learner sft` exited 0 without reporting its result in {self.sft_status_path}; "
+                f"log {self.logs / 'sft.log'}"
+            )
+        cached = final.cached
         print(f"SFT policy: {'cached' if cached else 'trained'} in {self.data / 'checkpoints'}", flush=True)
         if not cached and not a.prepare_only:
             self.set_aside_previous_run()

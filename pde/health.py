@@ -88,7 +88,7 @@ def check_ui(url: str | None, timeout_s: float) -> str:
     if url is None:
         from operator_ui.settings import UISettings
 
-        s = UISettings()  # type: ignore[call-arg]  # all fields have defaults (aliases confuse mypy)
+        s = UISettings()
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
         url = f"http://{host}:{s.port}/healthz"
     try:

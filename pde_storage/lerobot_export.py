@@ -33,7 +33,8 @@ position (m), TCP quaternion xyzw, gripper width (m), joint positions (rad). ``a
 episode's action space (``ee_delta``: dx dy dz (m), rotation vector (rad), gripper width (m)).
 
 Videos: PyAV, yuv420p, keyframe every ``gop`` frames (2) and ``crf`` quality, as LeRobot's
-``encode_video_frames``.
+``encode_video_frames``; written by the one mp4 writer (``pde_storage/video.py``) with a 1/fps
+container time base, so frame i decodes at exactly i / fps.
 The default codec is LeRobot's (AV1 by ``libsvtav1``; decoded by PyAV's ``libdav1d``); ``h264``
 (``libx264``) is faster to write and what any player shows. Image sides must be even (4:2:0).
 Stats follow LeRobot's ``compute_episode_stats``: vectors and scalars over all rows; images on up to
@@ -55,7 +56,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,8 +66,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pde_contract.episodes import EpisodeFile, read_episode
+from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, state_vector
-from pde_storage.media import decode_jpeg
+from pde_storage.video import VideoEncoding, write_video
 
 CODEBASE_VERSION = "v2.1"
 CHUNKS_SIZE = 1000  # episodes per data/chunk-XXX folder (LeRobot's DEFAULT_CHUNK_SIZE)
@@ -213,7 +214,7 @@ def image_stats(images_hwc: list[np.ndarray], counts: np.ndarray) -> dict[str, l
 def _decode(path: Path, chunk: int, camera: str, jpeg: bytes) -> np.ndarray:
     try:
         return decode_jpeg(jpeg)
-    except (ValueError, av.error.FFmpegError) as e:
+    except ValueError as e:
         raise ExportError(f"{path}: chunk {chunk}, camera {camera!r}: {e}; re-record this episode") from None
 
 
@@ -309,41 +310,9 @@ def _video_key(camera: str) -> str:
     return f"observation.images.{camera}"
 
 
-def _write_video(
-    path: Path, chunk_images: list[np.ndarray], rows_per_chunk: np.ndarray, fps: int, config: ExportConfig
-) -> None:
-    """One video frame per dataset row (each chunk's image repeated over its rows); frame i has
-    pts i in a 1/fps time base, so it decodes at exactly i / fps seconds."""
-    h, w = chunk_images[0].shape[:2]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # SVT-AV1 prints a banner to stderr for every video unless told to log errors only
-    os.environ.setdefault("SVT_LOG", "1")
-    with av.open(str(path), mode="w", format="mp4") as out:
-        stream = out.add_stream(
-            VIDEO_ENCODERS[config.vcodec],
-            rate=fps,
-            options={
-                "g": str(config.gop),
-                "crf": str(DEFAULT_CRF[config.vcodec] if config.crf is None else config.crf),
-            },
-        )
-        assert isinstance(stream, av.VideoStream)
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        stream.time_base = Fraction(1, fps)
-        pts = 0
-        for img, repeat in zip(chunk_images, rows_per_chunk, strict=True):
-            # convert once per chunk, not once per repeated row
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24").reformat(
-                format="yuv420p"
-            )
-            for _ in range(int(repeat)):
-                frame.pts = pts
-                frame.time_base = Fraction(1, fps)
-                for packet in stream.encode(frame):
-                    out.mux(packet)
-                pts += 1
-        for packet in stream.encode(None):
-            out.mux(packet)
+def _encoding(config: ExportConfig) -> VideoEncoding:
+    crf = DEFAULT_CRF[config.vcodec] if config.crf is None else config.crf
+    return VideoEncoding(VIDEO_ENCODERS[config.vcodec], crf=crf, gop=config.gop, frame_rate_time_base=True)
 
 
 def video_info(path: Path) -> dict[str, Any]:
@@ -549,12 +518,13 @@ def _export_into(
         sampled_chunks = rows.chunk_index[image_sample_indices(n)]
         for cam, chunk_images in rows.images.items():
             key = _video_key(cam)
-            _write_video(
+            # one video frame per dataset row: each chunk's image repeated over its rows
+            write_video(
                 root / VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=ep_index),
                 chunk_images,
-                rows_per_chunk,
                 schema.fps,
-                config,
+                _encoding(config),
+                repeats=rows_per_chunk.tolist(),
             )
             # the sampled rows' images are chunk images: count how often each is sampled
             stats[key] = image_stats(chunk_images, np.bincount(sampled_chunks, minlength=len(chunk_images)))

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robot_server.robots.base import RobotNotConnectedError
 from robot_server.robots.franka.deadline import call_with_deadline
+
+if TYPE_CHECKING:  # franky is imported where an FR3 is driven: the sim-only server runs without it
+    import franky
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +36,7 @@ class DeskHelper:
         self._make_desk = make_desk or self._franky_desk
 
     @staticmethod
-    def _franky_desk(host: str, user: str, password: str) -> Any:
+    def _franky_desk(host: str, user: str, password: str) -> franky.Desk:
         from franky import Desk
 
         return Desk(host, user, password)

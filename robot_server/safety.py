@@ -25,6 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pde_contract.messages import ACTION_DIMS, ActionChunk, ActionSpace, ErrorCode
+from pde_contract.rotations import (
+    Quat,
+    quat_from_rotvec_floats,
+    quat_multiply_floats,
+    quat_normalize_floats,
+    quat_z_axis,
+    quat_z_axis_floats,
+)
 from robot_server.robots.base import RobotTarget
 
 # FR3 safe joint limits and velocity limits (shared/FR3.md).
@@ -65,20 +73,14 @@ def _box_distance_m(p: np.ndarray, lo: tuple[float, ...], hi: tuple[float, ...])
     return float(np.linalg.norm(np.maximum(np.asarray(lo) - p, 0.0) + np.maximum(p - np.asarray(hi), 0.0)))
 
 
-def _tool_axis(quat: Vec) -> Vec:
-    """Third column of the rotation matrix of a unit quaternion (x, y, z, w)."""
-    x, y, z, w = quat
-    return (2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y))
-
-
-def _tool_tilt_rad(quat: Vec) -> float:
+def _tool_tilt_rad(quat: Quat) -> float:
     """Angle between the tool axis and straight down."""
-    return math.acos(min(1.0, max(-1.0, -_tool_axis(quat)[2])))
+    return math.acos(min(1.0, max(-1.0, -quat_z_axis_floats(quat)[2])))
 
 
-def _within_reach(tcp: list[float], quat: Vec, limits: SafetyLimits) -> tuple[list[float], bool]:
+def _within_reach(tcp: list[float], quat: Quat, limits: SafetyLimits) -> tuple[list[float], bool]:
     """Move a TCP target toward the shoulder until its flange is within reach."""
-    axis = _tool_axis(quat)
+    axis = quat_z_axis_floats(quat)
     offset = [a * _FR3_FLANGE_TO_TCP_M for a in axis]  # flange = tcp - offset
     rel = [t - o - c for t, o, c in zip(tcp, offset, limits.shoulder_m, strict=True)]
     dist = math.sqrt(sum(r * r for r in rel))
@@ -194,43 +196,15 @@ class SafePlan:
 # --- quaternions (x, y, z, w) -------------------------------------------------------------------
 
 
-# Plain-float helpers: a chunk is planned row by row on 3- and 4-vectors, where numpy's per-call
-# overhead would dominate (10 rows: ~0.7 ms with numpy, ~0.1 ms with floats).
+# A chunk is planned row by row on 3- and 4-vectors, where numpy's per-call overhead would dominate
+# (10 rows: ~0.7 ms with numpy, ~0.1 ms with floats): the rotations are pde_contract.rotations'
+# *_floats kernels. Quaternions are [x, y, z, w], as on the wire.
 Vec = tuple[float, ...]
 
 
-def _qmul(a: Vec, b: Vec) -> Vec:
-    ax, ay, az, aw = a
-    bx, by, bz, bw = b
-    return (
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-        aw * bw - ax * bx - ay * by - az * bz,
-    )
-
-
-def _rotvec_quat(rx: float, ry: float, rz: float) -> Vec:
-    angle = math.sqrt(rx * rx + ry * ry + rz * rz)
-    if angle < 1e-12:
-        n = math.sqrt(1 + 0.25 * angle**2)
-        return (0.5 * rx / n, 0.5 * ry / n, 0.5 * rz / n, 1.0 / n)
-    s = math.sin(angle / 2) / angle
-    return (rx * s, ry * s, rz * s, math.cos(angle / 2))
-
-
-def quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.array(_qmul(tuple(a), tuple(b)))
-
-
-def rotvec_to_quat(rv: np.ndarray) -> np.ndarray:
-    return np.array(_rotvec_quat(float(rv[0]), float(rv[1]), float(rv[2])))
-
-
-def quat_angle_rad(a: np.ndarray, b: np.ndarray) -> float:
-    """Angle of the rotation taking a to b."""
-    d = abs(float(np.dot(a / np.linalg.norm(a), b / np.linalg.norm(b))))
-    return 2.0 * math.acos(min(1.0, d))
+def _quat_floats(q: np.ndarray) -> Quat:
+    x, y, z, w = (float(v) for v in q)
+    return (x, y, z, w)
 
 
 # --- checks -------------------------------------------------------------------------------------
@@ -310,21 +284,16 @@ def _plan_ee_unclipped(
     if np.any(pos < np.asarray(limits.workspace_min_m)) or np.any(pos > np.asarray(limits.workspace_max_m)):
         return None
     quats = []
-    quat: Vec = tuple(float(x) for x in start.ee_quat_xyzw)
+    quat = _quat_floats(start.ee_quat_xyzw)
     for rx, ry, rz in r.tolist():
-        quat = _qmul(_rotvec_quat(rx, ry, rz), quat)
-        norm = math.sqrt(sum(x * x for x in quat))
-        quat = tuple(x / norm for x in quat)
+        quat = quat_normalize_floats(quat_multiply_floats(quat_from_rotvec_floats(rx, ry, rz), quat))
         quats.append(quat)
     q = np.array(quats)
-    x, y, z, w = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
-    axes = np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=1)
+    axes = quat_z_axis(q)
     if np.any(-axes[:, 2] < math.cos(limits.max_tool_tilt_rad)):  # outside the orientation envelope
         return None
     # Joint 7 turns by each row's rotation about the tool axis (the axis before the row).
-    prev_axes = np.vstack(
-        [np.array(_tool_axis(tuple(float(v) for v in start.ee_quat_xyzw)))[None], axes[:-1]]
-    )
+    prev_axes = np.vstack([np.array(quat_z_axis_floats(_quat_floats(start.ee_quat_xyzw)))[None], axes[:-1]])
     q7 = float(start.joint_positions_rad[6]) + np.cumsum(np.sum(prev_axes * r, axis=1))
     if np.any(q7 < limits.wrist_min_rad) or np.any(q7 > limits.wrist_max_rad):
         return None
@@ -369,7 +338,7 @@ def _plan_rows(
     max_tr, max_rot = limits.max_step_translation_m, limits.max_step_rotation_rad
     g_lo, g_hi = limits.gripper_min_m, limits.gripper_max_m
     pos: Vec = tuple(float(x) for x in start.ee_position_m)
-    quat: Vec = tuple(float(x) for x in start.ee_quat_xyzw)
+    quat = _quat_floats(start.ee_quat_xyzw)
     q: Vec = tuple(float(x) for x in start.joint_positions_rad)
     q7 = q[6]  # ee_delta: joint 7 as the rows' rotations about the tool axis turn it
     q_lo, q_hi = limits.joint_min_rad.tolist(), limits.joint_max_rad.tolist()
@@ -389,7 +358,7 @@ def _plan_rows(
             if angle > max_rot:
                 why.append(f"rotation step {angle:.3f} rad")
                 rx, ry, rz = (r * max_rot / angle for r in (rx, ry, rz))
-            ax, ay, az = _tool_axis(quat)
+            ax, ay, az = quat_z_axis_floats(quat)
             twist = rx * ax + ry * ay + rz * az
             q7_new = q7 + twist
             if (q7_new < limits.wrist_min_rad and twist < 0) or (q7_new > limits.wrist_max_rad and twist > 0):
@@ -400,9 +369,7 @@ def _plan_rows(
                 )
                 rx, ry, rz = rx - twist * ax, ry - twist * ay, rz - twist * az
                 twist = 0.0
-            new_quat = _qmul(_rotvec_quat(rx, ry, rz), quat)
-            norm = math.sqrt(sum(x * x for x in new_quat))
-            new_quat = tuple(x / norm for x in new_quat)
+            new_quat = quat_normalize_floats(quat_multiply_floats(quat_from_rotvec_floats(rx, ry, rz), quat))
             # A rotation swings the flange about the TCP: refuse one that takes it out of reach, so
             # the current position stays valid and (by convexity) so does every step toward want.
             swings_out = _within_reach(list(pos), new_quat, limits)[1]

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from pde_contract.episodes import EpisodeFile
+from pde_contract.jpeg import decode_jpeg
 
 
 class FramesError(ValueError):
@@ -55,12 +56,10 @@ def fit_jpeg(jpeg: bytes, max_side_px: int, quality: int) -> bytes:
     h, w = _jpeg_size(jpeg)
     if max(h, w) <= max_side_px:
         return jpeg
-    img = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
-    if img is None:
-        raise FramesError("a camera frame is not a decodable JPEG")
+    img = _decode(jpeg)
     scale = max_side_px / max(h, w)
     img = cv2.resize(img, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:
         raise FramesError("could not re-encode a frame as JPEG")
     return buf.tobytes()
@@ -82,10 +81,15 @@ def _jpeg_size(jpeg: bytes) -> tuple[int, int]:
                 w = int.from_bytes(jpeg[i + 7 : i + 9], "big")
                 return h, w
             i += 2 + seg_len
-    img = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
-    if img is None:
-        raise FramesError("a camera frame is not a decodable JPEG")
+    img = _decode(jpeg)
     return int(img.shape[0]), int(img.shape[1])
+
+
+def _decode(jpeg: bytes) -> np.ndarray:
+    try:
+        return decode_jpeg(jpeg)
+    except ValueError as e:
+        raise FramesError(str(e)) from None
 
 
 def rollout_frames(episode: EpisodeFile, camera: str, k: int, max_side_px: int, quality: int) -> list[bytes]:

@@ -19,8 +19,9 @@ from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
-from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, Store, intents
+from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, intents
 from pde_storage.heartbeat import Heartbeat
+from pde_storage.protocols import LoopStore
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def interrupted_reason() -> str:
 class EpisodeLoop:
     def __init__(
         self,
-        store: Store,
+        store: LoopStore,
         robot: RobotLike,
         actor: ActorLike,
         settings: LoopSettings,
@@ -285,7 +286,8 @@ class EpisodeLoop:
         if abort_requested:
             self.store.abort_episode(ep.id, abort_requested[0])
             return self.store.episode(ep.id)
-        self.store.finish_episode(ep.id, episode_file)
+        videos = self.store.encode_episode_videos(ep.id, episode_file)
+        self.store.finish_episode(ep.id, episode_file, videos=videos)
         self._label(ep.id, episode_file.success, plan_fields)
         return self.store.episode(ep.id)
 

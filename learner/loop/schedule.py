@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from pde_storage import PromptRow, Store
+from pde_storage import PromptRow
+from pde_storage.protocols import TaskReader
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def _rl_plan(task: str, prompts: list[PromptRow], alpha: float, rng: random.Rand
     return Plan(task, chosen.id, chosen.text, canon.text, "rl", f"mixture draw ({kind}, alpha {alpha:.2f})")
 
 
-def choose_next(store: Store, tasks: list[str], n_per_prompt: int, rng: random.Random) -> Plan | None:
+def choose_next(store: TaskReader, tasks: list[str], n_per_prompt: int, rng: random.Random) -> Plan | None:
     """The next episode's plan; None when every task waits for the supervisor. Among tasks with
     something to run, the one with the fewest finished episodes goes first (balanced batches)."""
     options: list[tuple[int, int, Plan]] = []

@@ -53,6 +53,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     p.add_argument(
         "--actor-device", help="the actor's device when not --device (default: $PDE_LEARNER_ACTOR_DEVICE)"
     )
+    p.add_argument(
+        "--distributed",
+        choices=["ddp", "fsdp"],
+        help="under torchrun: DDP (a replica per GPU) or FSDP (sharded) PPO updates (default ddp)",
+    )
     add_policy_args(p)
     args = p.parse_args(argv)
     if msg := check_policy_args(args):
@@ -158,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         from learner.distributed import BroadcastTrainer, DistributedPolicy
 
         dist.barrier()  # the checkpoint exists: the other ranks load it now (_follow)
-        broadcast = BroadcastTrainer(DistributedPolicy(CheckpointStore.load(loaded.path).policy, ctx), ppo)
+        policy = DistributedPolicy(CheckpointStore.load(loaded.path).policy, ctx, settings.distributed)
+        broadcast = BroadcastTrainer(policy, ppo)
+        log.info("PPO updates over %d ranks with %s", ctx.world_size, settings.distributed.upper())
         trainer: Trainer = broadcast
         stop_followers = broadcast.stop_followers
     else:
@@ -236,15 +243,15 @@ def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
     import torch.distributed as dist
 
     from learner.checkpoints import CheckpointStore
-    from learner.distributed import DistributedPolicy, follow_updates
-    from learner.trainer import Trainer
+    from learner.distributed import DistributedPolicy, DistributedTrainer, follow_updates
 
     dist.barrier()  # rank 0 has a checkpoint (or has failed, and torchrun stops this rank)
     loaded = CheckpointStore(settings.data_dir / "checkpoints").latest(ctx.device)
     if loaded is None:
         print(f"pde loop: rank {ctx.rank} found no checkpoint", file=sys.stderr)
         return 2
-    trainer = Trainer(DistributedPolicy(loaded.policy, ctx), ppo_config(settings))  # no actor here
+    policy = DistributedPolicy(loaded.policy, ctx, settings.distributed)
+    trainer = DistributedTrainer(policy, ppo_config(settings))  # no actor here
     if loaded.trainer_state:  # the same Adam state as rank 0, or the ranks' steps would differ
         trainer.load_state_dict(loaded.trainer_state)
     n = follow_updates(trainer)

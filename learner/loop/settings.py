@@ -82,6 +82,12 @@ class LoopSettings(BaseSettings):
     """Where the actor's policy runs when not on ``device`` (e.g. cuda:1: the trainer keeps cuda:0
     to itself); empty: on ``device``. The trainer's new weights are copied there at each swap."""
 
+    distributed: Literal["ddp", "fsdp"] = "ddp"
+    """Under ``torchrun --nproc_per_node N``: how the PPO update is spread over the N ranks. 'ddp':
+    a whole replica and Adam state on every GPU (π0.5 fits an 80 GB GPU so); 'fsdp': PyTorch FSDP
+    shards weights, gradients and Adam state over the ranks (π0.5 per transformer block), for GPUs
+    that cannot hold a replica. The update is the same (learner/distributed.py)."""
+
     def alpha_schedule(self, ema_success: float) -> AlphaSchedule:
         """The alpha schedule with these settings, its EMA at ``ema_success``."""
         return AlphaSchedule(

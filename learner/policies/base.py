@@ -168,6 +168,12 @@ class Policy(nn.Module, ABC):
         head = getattr(self, "value_head", None)
         return list(head.parameters()) if isinstance(head, nn.Module) else []
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """Submodules FSDP shards as units of their own (a large network's transformer blocks: their
+        weights are gathered only while each runs); everything else is one unit. None: the policy
+        is one unit (small enough to gather whole)."""
+        return []
+
     def noise_parameters(self) -> list[nn.Parameter]:
         """Parameters of the exploration noise (a Gaussian head's log std; none for a flow-SDE
         chain, whose noise level is fixed): PPO moves them with their own step size."""

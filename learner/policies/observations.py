@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from learner.policies.base import ObsBatch
+from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import STATE_VECTOR_NAMES, Observation, state_vector
 
 STATE_DIM = len(STATE_VECTOR_NAMES)
@@ -32,11 +33,8 @@ def letterbox(image: np.ndarray, size_px: int) -> np.ndarray:
 
 def decode_frame(jpeg: bytes, size_px: int) -> np.ndarray:
     """JPEG -> RGB uint8 [3, size_px, size_px], letterboxed (``letterbox``)."""
-    bgr = cv2.imdecode(np.frombuffer(jpeg, dtype=np.uint8), cv2.IMREAD_COLOR)
-    if bgr is None:
-        raise ValueError("a camera frame is not a decodable JPEG")
-    bgr = letterbox(bgr, size_px)
-    return np.ascontiguousarray(bgr[:, :, ::-1].transpose(2, 0, 1))
+    rgb = letterbox(decode_jpeg(jpeg), size_px)
+    return np.ascontiguousarray(rgb.transpose(2, 0, 1))
 
 
 def preprocess(observations: Sequence[Observation], cameras: Sequence[str], size_px: int) -> ObsBatch:

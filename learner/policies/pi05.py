@@ -28,7 +28,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -48,6 +47,7 @@ from learner.policies.pi05_checkpoint import (
 )
 from learner.policies.pi05_model import Pi05Config, Pi05Model, PrefixCache
 from learner.policies.pi05_options import Pi05Options
+from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, state_vector
 
 __all__ = ["Pi05CheckpointError", "Pi05Options", "Pi05Policy", "WeightsNotLoadedError", "load_pi05"]
@@ -148,6 +148,15 @@ class Pi05Policy(Policy):
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """Every SigLIP and Gemma (VLM and expert) transformer block: they are called as modules
+        (their ``forward``), so FSDP gathers each block's weights just for its turn."""
+        return [
+            *self.model.vlm.vision_tower.vision_model.encoder.layers,
+            *self.model.vlm.language_model.layers,
+            *self.model.expert.layers,
+        ]
+
     # --- observation -> tensors ----------------------------------------------------------------------
 
     def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
@@ -162,10 +171,11 @@ class Pi05Policy(Policy):
                         f"observation {obs.seq} has cameras {sorted(frames)}; the π0.5 mapping needs "
                         f"{list(self.cameras)} (pde_pi05.json 'cameras')"
                     )
-                bgr = cv2.imdecode(np.frombuffer(frames[cam].jpeg, dtype=np.uint8), cv2.IMREAD_COLOR)
-                if bgr is None:
-                    raise ValueError(f"observation {obs.seq}: camera {cam!r} frame is not a decodable JPEG")
-                rgb = torch.from_numpy(np.ascontiguousarray(bgr[:, :, ::-1].transpose(2, 0, 1)))
+                try:
+                    hwc = decode_jpeg(frames[cam].jpeg)
+                except ValueError as e:
+                    raise ValueError(f"observation {obs.seq}: camera {cam!r}: {e}") from None
+                rgb = torch.from_numpy(np.ascontiguousarray(hwc.transpose(2, 0, 1)))
                 padded = resize_with_pad(rgb[None].float() / 255.0, size)[0]
                 images[i, j] = (padded * 255.0).round().to(torch.uint8)
             states[i] = state_vector(obs.state)

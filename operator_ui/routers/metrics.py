@@ -10,13 +10,14 @@ from fastapi import APIRouter
 
 from operator_ui.deps import StoreDep
 from operator_ui.schemas import CurvesOut
-from pde_storage import CANONICAL_SUCCESS_WINDOW, Store
+from pde_storage import CANONICAL_SUCCESS_WINDOW
+from pde_storage.protocols import EpisodeReader
 
 router = APIRouter(prefix="/api", tags=["metrics"])
 LOOP_CURVES = ("alpha", "pool_size")  # recorded by the loop, x = labelled episodes so far
 
 
-def success_curve(store: Store, task: str, prompt_id: int, window: int | None) -> list[list[float]]:
+def success_curve(store: EpisodeReader, task: str, prompt_id: int, window: int | None) -> list[list[float]]:
     """[episode id, success rate over the last ``window`` labelled episodes of the prompt (all of
     them when None)] after each labelled episode."""
     recent: deque[bool] = deque(maxlen=window)

@@ -9,12 +9,13 @@ from fastapi import APIRouter, HTTPException
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
 from operator_ui.schemas import ResetGuideOut, prompt_json
-from pde_storage import PromptRow, Store
+from pde_storage import PromptRow
+from pde_storage.protocols import ServiceStates
 
 router = APIRouter(prefix="/api", tags=["prompts"])
 
 
-def supervisor_eta(store: Store) -> float | None:
+def supervisor_eta(store: ServiceStates) -> float | None:
     """The supervisor's admission threshold, when its published state carries it."""
     row = store.service_states().get("supervisor")
     eta = row.state.get("eta") if row else None

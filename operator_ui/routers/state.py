@@ -11,12 +11,13 @@ from fastapi import APIRouter
 from operator_ui.deps import SettingsDep, StoreDep
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import episode_json
-from pde_storage import EpisodeRow, Store
+from pde_storage import EpisodeRow
+from pde_storage.protocols import EpisodeReader
 
 router = APIRouter(prefix="/api", tags=["state"])
 
 
-def awaiting_label(store: Store, loop: dict[str, Any]) -> EpisodeRow | None:
+def awaiting_label(store: EpisodeReader, loop: dict[str, Any]) -> EpisodeRow | None:
     """The episode the page asks the operator to label: the one the loop waits for, else the
     oldest unlabelled one (the order the loop asks for them after a restart)."""
     if loop.get("phase") == "awaiting_label" and loop.get("episode_id") is not None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pde_contract.rotations import quat_from_rotvec, quat_multiply
 from robot_server.sim import fr3, scene
-from robot_server.sim.rotations import quat_mul_wxyz, rotvec_to_quat_wxyz, xyzw_to_wxyz
 from robot_server.sim.tasks.tabletop import TabletopTask, body_pos, body_yaw
 from robot_server.sim.world import SimWorld
 
@@ -85,7 +85,7 @@ class Expert:
         self.style = Style.sample(rng)
         self.max_step_m = max_step_m
         self.dt = 1.0 / CONTROL_RATE_HZ
-        self._home_quat = xyzw_to_wxyz(start_quat_xyzw)
+        self._home_quat_xyzw = np.asarray(start_quat_xyzw, dtype=np.float64)
         self._cmd = Waypoint(np.asarray(start_pos, dtype=np.float64).copy(), 0.0, fr3.GRIPPER_MAX_WIDTH_M)
         self._held_offset = np.zeros(3)  # object origin minus TCP while held
         self._drawer_opening_m = 0.0
@@ -105,8 +105,8 @@ class Expert:
             rows.append(row)
         return np.asarray(rows, dtype=np.float64)
 
-    def quat_wxyz(self, yaw: float) -> np.ndarray:
-        return quat_mul_wxyz(rotvec_to_quat_wxyz(np.array([0.0, 0.0, yaw])), self._home_quat)
+    def quat_xyzw(self, yaw: float) -> np.ndarray:
+        return quat_multiply(quat_from_rotvec(np.array([0.0, 0.0, yaw])), self._home_quat_xyzw)
 
     # --- motion primitives ------------------------------------------------------------------------------
 
@@ -259,9 +259,9 @@ class Expert:
 
 
 def apply_ee_delta(
-    pos: np.ndarray, quat_wxyz: np.ndarray, row: np.ndarray
+    pos: np.ndarray, quat_xyzw: np.ndarray, row: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """The commanded target after one ee_delta row: position + d, rotation exp(drot) * R (base frame)."""
     new_pos = pos + row[:3]
-    new_quat = quat_mul_wxyz(rotvec_to_quat_wxyz(row[3:6]), quat_wxyz)
+    new_quat = quat_multiply(quat_from_rotvec(row[3:6]), quat_xyzw)
     return new_pos, new_quat / np.linalg.norm(new_quat), float(row[6])

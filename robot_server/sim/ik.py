@@ -8,12 +8,20 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from pde_contract.rotations import quat_xyzw_from_wxyz, rotvec_between
 from robot_server.safety import SafetyLimits
 from robot_server.sim import fr3
-from robot_server.sim.rotations import mat_to_quat_wxyz, rotation_error_wxyz
 
 # The IK's own answers keep the margin the safety layer keeps joint targets at (by default).
 IK_JOINT_MARGIN_RAD = SafetyLimits().joint_margin_rad
+
+
+def quat_xyzw_of_mujoco_matrix(mat: np.ndarray) -> np.ndarray:
+    """A MuJoCo rotation matrix (``site_xmat``, 9 floats) -> [x, y, z, w], by MuJoCo's own
+    conversion (C, called every IK iteration); its [w, x, y, z] is reordered here, at the boundary."""
+    q_wxyz = np.zeros(4)
+    mujoco.mju_mat2Quat(q_wxyz, np.ascontiguousarray(mat, dtype=np.float64).reshape(9))
+    return quat_xyzw_from_wxyz(q_wxyz)
 
 
 class DifferentialIK:
@@ -48,17 +56,17 @@ class DifferentialIK:
         return self._solve_out.copy()
 
     def forward(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """TCP (position, quaternion wxyz) at joint angles ``q``."""
+        """TCP (position, quaternion [x, y, z, w]) at joint angles ``q``."""
         self.data.qpos[self.qpos_adr] = q
         mujoco.mj_kinematics(self.model, self.data)
         pos = self.data.site_xpos[self.site_id].copy()
-        return pos, mat_to_quat_wxyz(self.data.site_xmat[self.site_id])
+        return pos, quat_xyzw_of_mujoco_matrix(self.data.site_xmat[self.site_id])
 
     def solve(
         self,
         q_seed: np.ndarray,
         pos_target: np.ndarray,
-        quat_target_wxyz: np.ndarray,
+        quat_target_xyzw: np.ndarray,
         max_step_rad: np.ndarray | None = None,
     ) -> np.ndarray:
         """Joint angles near ``q_seed`` that put the TCP at the target. With ``max_step_rad`` no joint
@@ -76,7 +84,7 @@ class DifferentialIK:
         it = 0
         for it in range(1, self.max_iterations + 1):  # noqa: B007 - the count is reported
             pos, quat = self.forward(q)
-            err = np.concatenate([pos_target - pos, rotation_error_wxyz(quat_target_wxyz, quat)])
+            err = np.concatenate([pos_target - pos, rotvec_between(quat, quat_target_xyzw)])
             err_norm = float(np.linalg.norm(err))
             if err_norm < self.tolerance:
                 break

@@ -16,7 +16,6 @@ from robot_server.cameras.sim import SimCamera
 from robot_server.robots.base import RobotTarget
 from robot_server.robots.sim import SimRobot
 from robot_server.sim.expert import CONTROL_RATE_HZ, Expert, apply_ee_delta
-from robot_server.sim.rotations import wxyz_to_xyzw, xyzw_to_wxyz
 from robot_server.sim.tasks import load
 from robot_server.sim.tasks.tabletop import TabletopTask
 
@@ -32,15 +31,13 @@ class EeDeltaDriver:
         self.period_s = period_s
         pos, quat_xyzw = robot.home_pose
         self.pos = pos
-        self.quat_wxyz = xyzw_to_wxyz(quat_xyzw)
+        self.quat_xyzw = quat_xyzw
         self.width = float(robot.read_state().gripper_width_m)
 
     def step(self, row: np.ndarray) -> None:
-        self.pos, self.quat_wxyz, self.width = apply_ee_delta(self.pos, self.quat_wxyz, row)
+        self.pos, self.quat_xyzw, self.width = apply_ee_delta(self.pos, self.quat_xyzw, row)
         self.robot.command(
-            RobotTarget(
-                gripper_width_m=self.width, ee_position_m=self.pos, ee_quat_xyzw=wxyz_to_xyzw(self.quat_wxyz)
-            ),
+            RobotTarget(gripper_width_m=self.width, ee_position_m=self.pos, ee_quat_xyzw=self.quat_xyzw),
             self.period_s,
         )
 
@@ -81,7 +78,7 @@ def run_expert_episode(
         raise ValueError(f"the scripted expert only knows tabletop tasks, not {task_name!r}")
     robot.home(task=task_name, seed=seed)
     driver = EeDeltaDriver(robot)
-    expert = Expert(robot.world, task, expert_rng(seed), driver.pos, wxyz_to_xyzw(driver.quat_wxyz))
+    expert = Expert(robot.world, task, expert_rng(seed), driver.pos, driver.quat_xyzw)
     episode_id = episode_id or uuid.uuid4().hex
     chunks: list[ChunkRecord] = []
     for chunk_seq in range(max_chunks):

@@ -118,8 +118,8 @@ def test_stop_flag_ends_a_wait_even_if_the_interrupt_was_swallowed(tmp_path: Pat
                 child,
                 subprocess_env(),
                 tmp_path / "child.log",
-                demo.Progress("wait", 1),
-                lambda text: None,
+                demo.progress_bar("wait", 1),
+                lambda: None,
             )
         assert time.monotonic() - t0 < 10.0
     finally:

@@ -5,6 +5,7 @@ import pytest
 
 from learner.main import main
 from pde_contract.episodes import write_episode
+from pde_contract.job_status import read_status
 from tests.helpers import pde_command, subprocess_env
 from tests.learner.test_sft import _demo
 
@@ -44,6 +45,8 @@ def test_sft_command_trains_then_reuses_the_cache(tmp_path):
         "16",
         "--chunk-len",
         "4",
+        "--status-file",
+        str(tmp_path / "sft.status.json"),
     )
     first = subprocess.run(
         cmd, capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240
@@ -51,10 +54,22 @@ def test_sft_command_trains_then_reuses_the_cache(tmp_path):
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout[first.stdout.index("{") :])
     assert out["cached"] is False and (tmp_path / "ckpt" / "policy-000000.pt").is_file()
+    status = read_status(tmp_path / "sft.status.json")
+    assert status is not None
+    assert (status.job, status.phase, status.step, status.total_steps, status.cached) == (
+        "sft",
+        "done",
+        3,
+        3,
+        False,
+    )
+    assert status.checkpoint == out["checkpoint"]
     second = subprocess.run(
         cmd, capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240
     )
     assert json.loads(second.stdout[second.stdout.index("{") :])["cached"] is True
+    status = read_status(tmp_path / "sft.status.json")
+    assert status is not None and status.phase == "done" and status.cached
 
 
 def test_sft_command_without_demos(tmp_path, capsys):

@@ -13,7 +13,7 @@ from operator_ui.settings import UISettings, check_exposure
 from pde_storage import Store, intents
 from tests.helpers import pde_command, subprocess_env
 from tests.operator_ui.conftest import AUTH
-from tests.storage.factories import make_episode_file
+from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
 CANON = "put the green container in the bowl"
@@ -23,7 +23,7 @@ def _episode(store: Store, finish: bool = True) -> int:
     store.ensure_task(TASK, CANON)
     ep = store.create_episode(TASK, store.prompts(TASK)[0].id, 0, "bootstrap")
     if finish:
-        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
+        finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
     return ep.id
 
 

@@ -13,7 +13,7 @@ from pde_storage import Store
 from tests.helpers import free_port
 from tests.operator_ui.browser import SHOTS, ui_server
 from tests.operator_ui.conftest import TOKEN
-from tests.storage.factories import make_episode_file
+from tests.storage.factories import finish_with_videos, make_episode_file
 
 pytestmark = [pytest.mark.browser]
 TASK = "put_green_container_in_bowl"
@@ -30,7 +30,7 @@ def test_undo_reason_discard_restore_note_paging_filters(page: Page, tmp_path: P
     ended = []
     for _ in range(3):
         ep = store.create_episode(TASK, pid, 0, "bootstrap")
-        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
+        finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
         ended.append(ep.id)
     first, second, third = ended
     # A long undo window, so a slow machine cannot send the label before the test presses U.
@@ -118,7 +118,7 @@ def test_relabel_moves_the_curves_and_flags_a_rejected_prompt(page: Page, tmp_pa
 
     def labelled(prompt_id: int, success: bool) -> int:
         ep = store.create_episode(TASK, prompt_id, 0, "bootstrap")
-        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=2))
+        finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=2))
         store.add_label(ep.id, success, source="operator")
         return ep.id
 

@@ -14,7 +14,7 @@ from pde_storage import Store
 from tests.helpers import free_port
 from tests.operator_ui.browser import SHOTS, kill, ui_server
 from tests.operator_ui.conftest import TOKEN
-from tests.storage.factories import make_episode_file
+from tests.storage.factories import finish_with_videos, make_episode_file
 
 pytestmark = [pytest.mark.browser]
 TASK = "put_green_container_in_bowl"
@@ -25,7 +25,7 @@ def _ended_episodes(store: Store, n: int) -> list[int]:
     ids = []
     for _ in range(n):
         ep = store.create_episode(TASK, store.prompts(TASK)[0].id, 0, "bootstrap")
-        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
+        finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
         ids.append(ep.id)
     return ids
 

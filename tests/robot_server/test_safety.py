@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode
+from pde_contract.rotations import quat_angle_rad, quat_from_rotvec, quat_multiply
 from robot_server import safety
 from robot_server.safety import (
     FR3_JOINT_LOWER_RAD,
@@ -20,9 +21,6 @@ from robot_server.safety import (
     check_gripper_width,
     fr3_tcp_position_m,
     plan_chunk,
-    quat_angle_rad,
-    quat_multiply,
-    rotvec_to_quat,
 )
 
 LIMITS = SafetyLimits()
@@ -170,10 +168,10 @@ def test_limits_validate_themselves() -> None:
 
 
 def test_quaternion_helpers() -> None:
-    q = rotvec_to_quat(np.array([0.0, 0.0, math.pi / 2]))
+    q = quat_from_rotvec(np.array([0.0, 0.0, math.pi / 2]))
     np.testing.assert_allclose(q, [0, 0, math.sin(math.pi / 4), math.cos(math.pi / 4)])
-    assert quat_angle_rad(q, quat_multiply(q, rotvec_to_quat(np.array([0.3, 0, 0])))) == pytest.approx(0.3)
-    np.testing.assert_allclose(rotvec_to_quat(np.zeros(3)), [0, 0, 0, 1])
+    assert quat_angle_rad(q, quat_multiply(q, quat_from_rotvec(np.array([0.3, 0, 0])))) == pytest.approx(0.3)
+    np.testing.assert_allclose(quat_from_rotvec(np.zeros(3)), [0, 0, 0, 1])
 
 
 def tool_axis(q: np.ndarray) -> np.ndarray:

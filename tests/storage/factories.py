@@ -7,6 +7,8 @@ import numpy as np
 
 from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
 from pde_contract.messages import ActionSpace, CameraFrame, Observation, RobotState
+from pde_storage import EpisodeRow
+from pde_storage.protocols import EpisodeRecorder
 
 
 def jpeg(rgb: np.ndarray) -> bytes:
@@ -58,3 +60,9 @@ def make_episode_file(
         chunks=chunks,
         success=success,
     )
+
+
+def finish_with_videos(store: EpisodeRecorder, episode_id: int, episode_file: EpisodeFile) -> EpisodeRow:
+    """End a running episode as the loop does: encode its videos, then record it with them."""
+    videos = store.encode_episode_videos(episode_id, episode_file)
+    return store.finish_episode(episode_id, episode_file, videos=videos)

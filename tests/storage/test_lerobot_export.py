@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pde_contract.episodes import EpisodeFile, read_episode, write_episode
+from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import STATE_VECTOR_NAMES, RobotState, state_vector
 from pde_storage.lerobot_export import (
     ExportConfig,
@@ -24,7 +25,6 @@ from pde_storage.lerobot_export import (
     image_sample_indices,
     image_stats,
 )
-from pde_storage.media import decode_jpeg
 from robot_server.sim.recorder import RecordConfig, record_demos
 from tests.helpers import pde_command, subprocess_env
 from tests.storage.factories import make_episode_file, make_observation
@@ -352,8 +352,8 @@ def test_bad_inputs_get_clear_errors_and_write_nothing(tmp_path: Path) -> None:
         export_lerobot(src, src / "lerobot")
 
 
-def _export_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = pde_command("sim", "export-lerobot", *args)
+def _export_cli(*args: str, command: str = "data") -> subprocess.CompletedProcess[str]:
+    cmd = pde_command(command, "export-lerobot", *args)
     return subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=120)
 
 
@@ -370,3 +370,12 @@ def test_cli(tmp_path: Path) -> None:
     assert refused.returncode == 2
     assert "fps must be 10" in refused.stderr
     assert not (tmp_path / "y").exists()
+
+
+def test_old_spelling_still_exports_and_says_where_it_moved(tmp_path: Path) -> None:
+    src = _learner_dir(tmp_path / "src", [True])
+    old = _export_cli("--in", str(src), "--out", str(tmp_path / "ds"), "--vcodec", "h264", command="sim")
+    assert old.returncode == 0, old.stderr
+    assert "moved to `pde data export-lerobot`" in old.stderr
+    assert "wrote 1 episodes, 33 frames, 1 tasks" in old.stdout
+    assert (tmp_path / "ds/meta/info.json").is_file()

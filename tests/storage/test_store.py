@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
 from pde_storage.db import head_revision, normalise_url
 from pde_storage.models import Base
-from tests.storage.factories import make_episode_file
+from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
 CANON = "put the green container in the bowl"
@@ -27,7 +27,7 @@ def _finished_episode(store: Store, prompt_text: str | None = None, n_chunks: in
     if prompt_text is not None:
         pid = store.add_prompt(TASK, prompt_text).id
     ep = store.create_episode(TASK, pid, policy_version=0, stage="bootstrap")
-    store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=n_chunks))
+    finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=n_chunks))
     return ep.id
 
 
@@ -43,7 +43,7 @@ def test_migrations_reach_head_and_match_the_models(store: Store, db_url: str) -
 
 
 def test_sqlite_uses_wal(tmp_path: Path) -> None:
-    with Store.open(f"sqlite:///{tmp_path}/w.db", tmp_path / "m") as s, s._read_engine.connect() as c:
+    with Store.open(f"sqlite:///{tmp_path}/w.db", tmp_path / "m") as s, s.backend.read_engine.connect() as c:
         assert c.execute(text("PRAGMA journal_mode")).scalar() == "wal"
 
 
@@ -106,7 +106,7 @@ def test_episode_lifecycle_files_videos_chunks(store: Store) -> None:
     )
     assert store.episodes(status="running")[0].id == ep.id
     ef = make_episode_file(ep.id, TASK, n_chunks=5)
-    done = store.finish_episode(ep.id, ef)
+    done = finish_with_videos(store, ep.id, ef)
     assert done.status == "awaiting_label" and done.finished_at is not None and done.n_chunks == 5
     assert Path(done.file_path).is_file()
     assert sorted(done.video_paths) == ["external", "wrist"]
@@ -123,6 +123,29 @@ def test_episode_lifecycle_files_videos_chunks(store: Store) -> None:
             assert sum(1 for _ in f.decode(s)) == 5
     with pytest.raises(ConflictError, match="not running"):
         store.finish_episode(ep.id, ef)
+    with pytest.raises(ConflictError, match="not running"):
+        store.encode_episode_videos(ep.id, ef)
+
+
+def test_finishing_records_and_encoding_is_its_own_step(store: Store) -> None:
+    store.ensure_task(TASK, CANON)
+    pid = store.prompts(TASK)[0].id
+    ep = store.create_episode(TASK, pid, policy_version=0, stage="bootstrap")
+    ef = make_episode_file(ep.id, TASK, n_chunks=3)
+    with pytest.raises(InvalidArgumentError, match="is for task"):
+        store.encode_episode_videos(ep.id, make_episode_file(ep.id, "other_task"))
+    videos = store.encode_episode_videos(ep.id, ef)
+    assert sorted(videos) == ["external", "wrist"] and all(p.is_file() for p in videos.values())
+    assert store.episode(ep.id).status == "running" and store.episode(ep.id).video_paths == {}
+    with pytest.raises(InvalidArgumentError, match="not under the media folder"):
+        store.finish_episode(ep.id, ef, videos={"wrist": Path("/elsewhere/0000001_wrist.mp4")})
+    done = store.finish_episode(ep.id, ef, videos=videos)
+    assert done.video_paths == {cam: str(p) for cam, p in videos.items()}
+    # a caller that needs no videos records the episode without encoding any
+    bare = store.create_episode(TASK, pid, policy_version=0, stage="bootstrap")
+    done = store.finish_episode(bare.id, make_episode_file(bare.id, TASK, n_chunks=3))
+    assert done.status == "awaiting_label" and done.video_paths == {} and Path(done.file_path).is_file()
+    assert not list((store.media_dir / "videos").glob(f"{bare.id:07d}_*"))
 
 
 def test_labels_relabel_history_and_prompt_stats(store: Store) -> None:

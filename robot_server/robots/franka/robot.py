@@ -13,7 +13,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from robot_server.robots.franka.config import FrankaConfig
 from robot_server.robots.franka.deadline import DeadlineExceeded, PendingCall, call_with_deadline
 from robot_server.robots.franka.gripper import GripperWorker
 from robot_server.robots.franka.streaming import CartesianStreamer, make_streamer
+
+if TYPE_CHECKING:  # franky is imported where an FR3 is driven: the sim-only server runs without it
+    import franky
 
 logger = logging.getLogger(__name__)
 
@@ -41,17 +44,11 @@ _REALTIME_WARNING = """
 *****************************************************************************************"""
 
 
-def _franky() -> Any:
-    import franky
-
-    return franky
-
-
 def _capped(values: Any, maximum: Any) -> Any:
     return np.minimum(np.asarray(values, float), np.asarray(maximum, float))
 
 
-def apply_fr3_dynamics_limits(robot: Any) -> None:
+def apply_fr3_dynamics_limits(robot: franky.Robot) -> None:
     """Set the FR3's own limits (franky starts with the Panda's), never above what franky allows."""
     robot.joint_velocity_limit.set(_capped(fr3.FR3_JOINT_VELOCITY_RAD_S, robot.joint_velocity_limit.max))
     robot.joint_acceleration_limit.set(
@@ -123,7 +120,7 @@ class FrankaRobot(Robot):
         elif overrides:
             config = FrankaConfig(**{**config.model_dump(), **overrides})
         self.config = config
-        self._robot: Any = None
+        self._robot: franky.Robot | None = None
         self._streamer: CartesianStreamer | None = None
         self._gripper: GripperWorker | None = None
         # Serialises every franky motion call between the motion worker, home() and disconnect().
@@ -154,9 +151,10 @@ class FrankaRobot(Robot):
 
     # --- connection -----------------------------------------------------------------------------
 
-    def _build(self) -> Any:
+    def _build(self) -> franky.Robot:
         """Construct and configure a franky Robot. Runs in a deadline thread."""
-        franky = _franky()
+        import franky
+
         realtime = (
             franky.RealtimeConfig.Enforce
             if self.config.realtime == "enforce"
@@ -175,8 +173,10 @@ class FrankaRobot(Robot):
             robot.recover_from_errors()
         return robot
 
-    def _build_gripper(self) -> Any:
-        return _franky().Gripper(self.config.host)
+    def _build_gripper(self) -> franky.Gripper:
+        import franky
+
+        return franky.Gripper(self.config.host)
 
     def connect(self) -> None:
         if self.is_connected:
@@ -223,7 +223,7 @@ class FrankaRobot(Robot):
             self._worker.start()
         logger.info("connected to the FR3 at %s (streaming: %s)", self.config.host, self.config.streaming)
 
-    def _install(self, robot: Any) -> None:
+    def _install(self, robot: franky.Robot) -> None:
         with self._franky_lock:
             self._robot = robot
             self._streamer = make_streamer(self.config.streaming, robot)
@@ -340,7 +340,7 @@ class FrankaRobot(Robot):
             time.sleep(0.02)
         return self.is_connected
 
-    def _require(self) -> Any:
+    def _require(self) -> franky.Robot:
         if self._lost_reason:
             raise RobotNotConnectedError(
                 f"{self.last_error or self._lost_reason} Reconnecting in the background; the arm is not "
@@ -360,9 +360,19 @@ class FrankaRobot(Robot):
             raise RobotError(self._failed_reason)
         return self._robot
 
+    def _robot_or_raise(self) -> franky.Robot:
+        """The franky Robot; without one, what ``_require`` raises (lost or not connected)."""
+        robot = self._robot
+        if robot is None:
+            self._require()  # raises: there is no robot
+            raise RobotNotConnectedError(
+                f"Not connected to the FR3 at {self.config.host}: call connect() first."
+            )
+        return robot
+
     # --- motion -------------------------------------------------------------------------------
 
-    def _check_alive(self, robot: Any) -> None:
+    def _check_alive(self, robot: franky.Robot) -> None:
         try:
             robot_time_ms = int(robot.state.time.to_msec())
         except Exception as e:  # franky raises NetworkException once its control thread timed out
@@ -422,8 +432,8 @@ class FrankaRobot(Robot):
         if not enabled:
             self._guiding = False
             return
-        robot = self._robot
-        if robot is None or self._lost_reason:
+        robot = self._robot_or_raise()
+        if self._lost_reason:
             self._require()  # raises: not connected
         # allowed after a latched fault too: guiding the arm free of what it hit, before Reset
         self._guiding = True
@@ -492,8 +502,9 @@ class FrankaRobot(Robot):
             finally:
                 self._busy_since = None
 
-    def _execute(self, robot: Any, streamer: CartesianStreamer, item: tuple[str, Any]) -> None:
-        franky = _franky()
+    def _execute(self, robot: franky.Robot, streamer: CartesianStreamer, item: tuple[str, Any]) -> None:
+        import franky
+
         kind, payload = item
         if kind == "hold":
             if robot.is_in_control:
@@ -531,11 +542,12 @@ class FrankaRobot(Robot):
         robot.move(franky.JointWaypointMotion([waypoint], return_when_finished=False), asynchronous=True)
         self._last_joint_target = q
 
-    def _stop_and_wait(self, robot: Any, timeout_s: float) -> bool:
+    def _stop_and_wait(self, robot: franky.Robot, timeout_s: float) -> bool:
         """Stop the running motion and wait for it to end. False when it still runs after
         ``timeout_s``: then nothing of another motion type may be started (franky refuses to change
         the control type of a running motion, and the arm would keep the old one)."""
-        franky = _franky()
+        import franky
+
         if robot.is_in_control:
             if self._mode == "joint":
                 robot.move(franky.JointStopMotion(), asynchronous=True)
@@ -554,7 +566,8 @@ class FrankaRobot(Robot):
         return stopped
 
     def _on_motion_error(self, e: Exception) -> None:
-        franky = _franky()
+        import franky
+
         if isinstance(e, franky.NetworkException):
             self._lose(
                 f"Lost the FCI connection to the FR3 at {self.config.host} ({e}); libfranka stopped the arm."
@@ -663,7 +676,8 @@ class FrankaRobot(Robot):
             )
 
     def home(self, task: str = "", seed: int | None = None) -> None:
-        franky = _franky()
+        import franky
+
         if self._lost_reason and not self.wait_connected(self.config.connect_timeout_s):
             self._require()
         if self._robot is None:
@@ -675,9 +689,7 @@ class FrankaRobot(Robot):
                 f"The FR3 at {self.config.host} is not answering motion commands; cannot home."
             )
         try:
-            robot = self._robot
-            if robot is None:
-                self._require()
+            robot = self._robot_or_raise()
             try:
                 if not self._stop_and_wait(robot, self.config.stall_timeout_s):
                     raise RobotError(
@@ -736,9 +748,7 @@ class FrankaRobot(Robot):
     # --- state --------------------------------------------------------------------------------
 
     def read_state(self) -> RobotState:
-        robot = self._robot
-        if robot is None:
-            self._require()
+        robot = self._robot_or_raise()
         state = robot.state
         self._check_mode(state)
         pose = state.O_T_EE
@@ -753,7 +763,7 @@ class FrankaRobot(Robot):
             object_held=gripper.object_held if gripper is not None else None,
         )
 
-    def _check_mode(self, state: Any) -> None:
+    def _check_mode(self, state: franky.RobotState) -> None:
         """A user stop or reflex the robot reports while no motion ran (so no exception told us)
         latches like one raised by a motion."""
         if self._failed_reason:
@@ -798,6 +808,6 @@ class FrankaRobot(Robot):
         }
 
     @property
-    def franky_robot(self) -> Any:
+    def franky_robot(self) -> franky.Robot | None:
         """The underlying franky ``Robot`` (benchmarks, diagnostics). None while reconnecting."""
         return self._robot

@@ -17,38 +17,17 @@ against franky-sim; ``timed_preempt`` is the default because it tracked best wit
 from __future__ import annotations
 
 import abc
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-StrategyName = Literal["timed_preempt", "preempt", "impedance"]
-STRATEGY_NAMES: tuple[str, ...] = ("timed_preempt", "preempt", "impedance")
+from pde_contract.rotations import rotvec_between
 
-
-def _franky() -> Any:
+if TYPE_CHECKING:  # franky is imported where an FR3 is driven: the sim-only server runs without it
     import franky
 
-    return franky
-
-
-def rotation_vector_between(q_from_xyzw: np.ndarray, q_to_xyzw: np.ndarray) -> np.ndarray:
-    """The base-frame rotation vector that turns orientation ``q_from`` into ``q_to``."""
-    x1, y1, z1, w1 = q_from_xyzw
-    # q_delta = q_to * conj(q_from)
-    x2, y2, z2, w2 = q_to_xyzw
-    cx, cy, cz, cw = -x1, -y1, -z1, w1
-    w = w2 * cw - x2 * cx - y2 * cy - z2 * cz
-    x = w2 * cx + x2 * cw + y2 * cz - z2 * cy
-    y = w2 * cy - x2 * cz + y2 * cw + z2 * cx
-    z = w2 * cz + x2 * cy - y2 * cx + z2 * cw
-    if w < 0.0:  # shortest way round
-        w, x, y, z = -w, -x, -y, -z
-    vec = np.array([x, y, z])
-    sin_half = float(np.linalg.norm(vec))
-    if sin_half < 1e-12:
-        return np.zeros(3)
-    angle = 2.0 * np.arctan2(sin_half, w)
-    return vec / sin_half * angle
+StrategyName = Literal["timed_preempt", "preempt", "impedance"]
+STRATEGY_NAMES: tuple[str, ...] = ("timed_preempt", "preempt", "impedance")
 
 
 class CartesianStreamer(abc.ABC):
@@ -56,7 +35,7 @@ class CartesianStreamer(abc.ABC):
 
     name: str
 
-    def __init__(self, robot: Any, relative_dynamics_factor: float = 1.0) -> None:
+    def __init__(self, robot: franky.Robot, relative_dynamics_factor: float = 1.0) -> None:
         self.robot = robot
         self.relative_dynamics_factor = relative_dynamics_factor
         self._last: tuple[np.ndarray, np.ndarray] | None = None
@@ -72,7 +51,8 @@ class CartesianStreamer(abc.ABC):
 
     def stop(self) -> None:
         """Decelerate to rest (jerk-limited) without waiting."""
-        franky = _franky()
+        import franky
+
         self.reset()
         self.robot.move(franky.CartesianStopMotion(), asynchronous=True)
 
@@ -81,7 +61,8 @@ class PreemptStreamer(CartesianStreamer):
     name = "preempt"
 
     def send(self, position_m: np.ndarray, quat_xyzw: np.ndarray, period_s: float) -> None:
-        franky = _franky()
+        import franky
+
         motion = franky.CartesianMotion(
             franky.Affine(np.asarray(position_m, float), np.asarray(quat_xyzw, float)),
             franky.ReferenceType.Absolute,
@@ -100,7 +81,8 @@ class TimedPreemptStreamer(CartesianStreamer):
     max_feedforward_rad_s = 1.5
 
     def send(self, position_m: np.ndarray, quat_xyzw: np.ndarray, period_s: float) -> None:
-        franky = _franky()
+        import franky
+
         position_m = np.asarray(position_m, float)
         quat_xyzw = np.asarray(quat_xyzw, float)
         linear = np.zeros(3)
@@ -108,7 +90,7 @@ class TimedPreemptStreamer(CartesianStreamer):
         if self._last is not None and period_s > 0.0:
             last_pos, last_quat = self._last
             linear = (position_m - last_pos) / period_s
-            angular = rotation_vector_between(last_quat, quat_xyzw) / period_s
+            angular = rotvec_between(last_quat, quat_xyzw) / period_s
             linear *= min(1.0, self.max_feedforward_m_s / max(float(np.linalg.norm(linear)), 1e-12))
             angular *= min(1.0, self.max_feedforward_rad_s / max(float(np.linalg.norm(angular)), 1e-12))
         state = franky.CartesianState(
@@ -133,7 +115,7 @@ class ImpedanceStreamer(CartesianStreamer):
 
     def __init__(
         self,
-        robot: Any,
+        robot: franky.Robot,
         relative_dynamics_factor: float = 1.0,
         translational_stiffness: float = 1000.0,
         rotational_stiffness: float = 100.0,
@@ -141,36 +123,37 @@ class ImpedanceStreamer(CartesianStreamer):
         super().__init__(robot, relative_dynamics_factor)
         self.translational_stiffness = translational_stiffness
         self.rotational_stiffness = rotational_stiffness
-        self._motion: Any = None
+        self._motion: franky.CartesianImpedanceTrackingMotion | None = None
 
     def reset(self) -> None:
         super().reset()
         self._motion = None
 
     def send(self, position_m: np.ndarray, quat_xyzw: np.ndarray, period_s: float) -> None:
-        franky = _franky()
+        import franky
+
         target = franky.Affine(np.asarray(position_m, float), np.asarray(quat_xyzw, float))
         if self._motion is None or not self.robot.is_in_control:
             # Surface any stored error of the previous motion before starting a new controller.
             self.robot.poll_motion()
-            self._motion = franky.CartesianImpedanceTrackingMotion(
+            motion = franky.CartesianImpedanceTrackingMotion(
                 translational_stiffness=self.translational_stiffness,
                 rotational_stiffness=self.rotational_stiffness,
             )
-            self._motion.set_reference(
-                franky.CartesianReference(target=self.robot.current_pose.end_effector_pose)
-            )
-            self.robot.move(self._motion, asynchronous=True)
+            self._motion = motion
+            motion.set_reference(franky.CartesianReference(target=self.robot.current_pose.end_effector_pose))
+            self.robot.move(motion, asynchronous=True)
         self._motion.set_reference(franky.CartesianReference(target=target))
         self._last = (np.asarray(position_m, float), np.asarray(quat_xyzw, float))
 
     def stop(self) -> None:
-        franky = _franky()
+        import franky
+
         self.reset()
         self.robot.move(franky.TorqueStopMotion(), asynchronous=True)
 
 
-def make_streamer(name: str, robot: Any, relative_dynamics_factor: float = 1.0) -> CartesianStreamer:
+def make_streamer(name: str, robot: franky.Robot, relative_dynamics_factor: float = 1.0) -> CartesianStreamer:
     if name == "timed_preempt":
         return TimedPreemptStreamer(robot, relative_dynamics_factor)
     if name == "preempt":

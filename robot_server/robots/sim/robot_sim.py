@@ -22,8 +22,7 @@ import numpy as np
 from pde_contract.messages import RobotState
 from robot_server.robots.base import Robot, RobotError, RobotNotConnectedError, RobotTarget
 from robot_server.sim import fr3
-from robot_server.sim.ik import DifferentialIK
-from robot_server.sim.rotations import mat_to_quat_wxyz, wxyz_to_xyzw, xyzw_to_wxyz
+from robot_server.sim.ik import DifferentialIK, quat_xyzw_of_mujoco_matrix
 from robot_server.sim.tasks.base import Task
 from robot_server.sim.world import SimWorld
 
@@ -58,7 +57,7 @@ class SimRobot(Robot):
         # Guiding: the arm servos' gains while they are switched off (None: servos on)
         self._servo_params: tuple[np.ndarray, np.ndarray] | None = None
         home_pos, home_quat = self.ik.forward(fr3.HOME_Q_RAD)
-        self._home_pos, self._home_quat_xyzw = home_pos, wxyz_to_xyzw(home_quat)
+        self._home_pos, self._home_quat_xyzw = home_pos, home_quat
         self.home()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -91,7 +90,7 @@ class SimRobot(Robot):
             joint_positions_rad=q,
             joint_velocities_rad_s=dq,
             ee_position_m=pos,
-            ee_quat_xyzw=wxyz_to_xyzw(mat_to_quat_wxyz(mat)),
+            ee_quat_xyzw=quat_xyzw_of_mujoco_matrix(mat),
             gripper_width_m=width,
             robot_time_s=t,
         )
@@ -121,7 +120,7 @@ class SimRobot(Robot):
                     np.minimum(fr3.JOINT_UPPER_RAD, self._q_cmd + max_step_rad),
                 )
             elif target.ee_position_m is not None and target.ee_quat_xyzw is not None:
-                quat = xyzw_to_wxyz(np.asarray(target.ee_quat_xyzw, dtype=np.float64))
+                quat = np.array(target.ee_quat_xyzw, dtype=np.float64)
                 quat /= np.linalg.norm(quat)
                 pos_goal = np.asarray(target.ee_position_m, dtype=np.float64)
                 q_goal = self.ik.solve(self._q_cmd, pos_goal, quat, max_step_rad)

@@ -1,4 +1,6 @@
-"""Names and canonical prompts, in the paper's order."""
+"""Names and canonical prompts, in the paper's order, and the task behind each name: a static
+table built at import from the task modules' own tables (no registration side effects, no lazy
+import)."""
 
 from __future__ import annotations
 
@@ -6,26 +8,31 @@ from collections.abc import Callable
 
 from pde_contract.tasks import PAPER_TASKS
 from robot_server.sim.tasks.base import Task
+from robot_server.sim.tasks.tabletop import TABLETOP_TASKS, TabletopTask
 
 # The paper's table, shared with every service through the wire contract.
 CANONICAL_PROMPTS: dict[str, str] = PAPER_TASKS
 TASK_NAMES: tuple[str, ...] = tuple(CANONICAL_PROMPTS)
 
-# name -> factory; filled by robot_server.sim.tasks.tabletop
-_FACTORIES: dict[str, Callable[[], Task]] = {}
+
+def _tabletop(name: str, prop: str, destination: str) -> Callable[[], Task]:
+    return lambda: TabletopTask(name=name, prop=prop, destination=destination)
 
 
-def register(name: str, factory: Callable[[], Task]) -> None:
-    if name not in CANONICAL_PROMPTS:
-        raise ValueError(f"task {name!r} has no canonical prompt: add it to CANONICAL_PROMPTS")
-    _FACTORIES[name] = factory
+_FACTORIES: dict[str, Callable[[], Task]] = {
+    name: _tabletop(name, prop, destination) for name, (prop, destination) in TABLETOP_TASKS.items()
+}
+
+if set(_FACTORIES) - set(CANONICAL_PROMPTS):
+    raise ValueError(
+        f"tasks {sorted(set(_FACTORIES) - set(CANONICAL_PROMPTS))} have no canonical prompt: "
+        "add them to pde_contract.tasks.PAPER_TASKS"
+    )
 
 
 def load(name: str) -> Task:
-    """The task called ``name``. Raises ValueError listing the valid names."""
-    if not _FACTORIES:
-        from robot_server.sim.tasks import tabletop  # noqa: F401 - registers the ten tasks
+    """A fresh task called ``name``. Raises ValueError listing the valid names."""
     factory = _FACTORIES.get(name)
     if factory is None:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(sorted(_FACTORIES) or TASK_NAMES)}")
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(sorted(_FACTORIES))}")
     return factory()

@@ -5,14 +5,13 @@ checks the object's pose on simulator state and that the hand has let go of it."
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from pde_contract.tasks import PAPER_TASKS
 from robot_server.sim import scene
 from robot_server.sim.tasks.base import Task
-from robot_server.sim.tasks.registry import CANONICAL_PROMPTS, register
 from robot_server.sim.world import SimWorld
 
 # A drawer counts as open from this far out.
@@ -171,7 +170,7 @@ class TabletopTask(Task):
     destination: str
 
     def __post_init__(self) -> None:
-        self.prompt = CANONICAL_PROMPTS[self.name]
+        self.prompt = PAPER_TASKS[self.name]
 
     @property
     def drawer(self) -> str | None:
@@ -195,7 +194,9 @@ class TabletopTask(Task):
         )
 
 
-_TASKS: dict[str, tuple[str, str]] = {
+# name -> (prop, destination), in the paper's order; robot_server.sim.tasks.registry builds the
+# registry from this table.
+TABLETOP_TASKS: dict[str, tuple[str, str]] = {
     "put_green_container_in_bowl": ("green_container", "bowl"),
     "put_tape_on_top_rack": ("tape", "top_rack"),
     "put_bowl_on_top_rack": ("bowl", "top_rack"),
@@ -207,11 +208,3 @@ _TASKS: dict[str, tuple[str, str]] = {
     "open_top_drawer_and_put_green_container_inside": ("green_container", "top_drawer"),
     "put_green_container_on_bottom_rack": ("green_container", "bottom_rack"),
 }
-
-
-def _factory(name: str, prop: str, destination: str) -> Callable[[], Task]:
-    return lambda: TabletopTask(name=name, prop=prop, destination=destination)
-
-
-for _name, (_prop, _dest) in _TASKS.items():
-    register(_name, _factory(_name, _prop, _dest))

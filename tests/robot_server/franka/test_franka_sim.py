@@ -81,6 +81,7 @@ def test_home_then_chunks_track_without_stopping(robot: FrankaRobot) -> None:
 
 def test_fr3_dynamics_limits_replace_franky_panda_defaults(robot: FrankaRobot) -> None:
     franky_robot = robot.franky_robot
+    assert franky_robot is not None
     # FR3 values, never above franky's own caps (joint 2: 7.5 rad/s^2, 3750 rad/s^3)
     acc = franky_robot.joint_acceleration_limit
     np.testing.assert_allclose(acc.get(), np.minimum(10.0, acc.max))
@@ -92,7 +93,7 @@ def test_fr3_dynamics_limits_replace_franky_panda_defaults(robot: FrankaRobot) -
     assert franky_robot.rotation_acceleration_limit.get() == pytest.approx(17.0)
     velocity = franky_robot.joint_velocity_limit.get()
     assert np.all(velocity <= np.array(fr3.FR3_JOINT_VELOCITY_RAD_S) + 1e-9)
-    assert robot.franky_robot.relative_dynamics_factor is not None
+    assert franky_robot.relative_dynamics_factor is not None
 
 
 def test_gripper_latest_command_wins(robot: FrankaRobot) -> None:
@@ -318,7 +319,7 @@ def test_faults_stop_the_arm_latch_and_keep_the_motion_thread(
     robot = FrankaRobot(sim_config(fci_sim.host, gripper=False))
     robot.connect()
     try:
-        robot._robot = _RecoveryRefused(robot._robot)
+        robot._robot = _RecoveryRefused(robot._robot)  # type: ignore[assignment]  # a proxy of the franky Robot
         state = robot.read_state()
         target = RobotTarget(0.08, ee_position_m=state.ee_position_m, ee_quat_xyzw=state.ee_quat_xyzw)
         _inject_at_next_motion(robot, franky.ControlException(fault))
@@ -362,12 +363,12 @@ def test_a_reflex_mode_latches_only_when_no_recovery_clears_it(fci_sim: FciSim) 
     robot.connect()
     try:
         arm = robot._robot
-        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)
+        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)  # type: ignore[assignment]  # a proxy of the franky Robot
         robot.read_state()  # e.g. a communication_constraints_violation being recovered
         robot._robot = arm  # recovered: Idle again
         robot.read_state()
         assert robot.fault() is None
-        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)
+        robot._robot = _ReportsMode(arm, franky.RobotMode.Reflex)  # type: ignore[assignment]  # a proxy of the franky Robot
         robot.read_state()
         deadline = time.monotonic() + 10.0
         while robot.fault() is None:  # a reflex that stays latches
@@ -437,7 +438,7 @@ def test_a_user_stop_seen_in_the_robot_mode_latches_without_a_motion(fci_sim: Fc
     robot.connect()
     try:
         arm = robot._robot
-        robot._robot = _ReportsMode(arm, franky.RobotMode.UserStopped)
+        robot._robot = _ReportsMode(arm, franky.RobotMode.UserStopped)  # type: ignore[assignment]  # a proxy of the franky Robot
         state = robot.read_state()  # the server reads the state every tick
         report = robot.fault()
         assert report is not None and report.kind is RobotFault.USER_STOP and report.latched
@@ -506,7 +507,7 @@ def test_guiding_unlocks_every_axis_and_sends_no_targets(fci_sim: FciSim) -> Non
     robot.connect()
     try:
         recorder = _RecordsGuiding(robot._robot)
-        robot._robot = recorder
+        robot._robot = recorder  # type: ignore[assignment]  # a proxy of the franky Robot
         robot.set_guiding(True)
         assert recorder.guiding_calls == [([True] * 6, True)]
         _inject_at_next_motion(robot, franky.ControlException("a target reached franky while guiding"))

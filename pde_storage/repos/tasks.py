@@ -1,0 +1,214 @@
+"""Tasks, their prompts and their training state: the task aggregate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
+from pde_storage.models import Episode, Prompt, Task
+from pde_storage.repos.base import Repository, as_utc, check_choice, utc_now
+from pde_storage.rows import PROMPT_SOURCES, PROMPT_STATUSES, STAGES, PromptRow, TaskRow, TaskState
+
+TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success", "rollouts_per_prompt")
+
+
+class TaskRepository(Repository):
+    """A task (name, canonical prompt, stage, iteration, alpha, success EMA, N) and its prompts
+    (canonical, candidates, pool, rejected) with their statistics over labelled episodes."""
+
+    def ensure_task(self, name: str, canonical_prompt: str) -> TaskRow:
+        """Create the task with its canonical prompt, or return it if it exists unchanged."""
+        if not name.strip() or not canonical_prompt.strip():
+            raise InvalidArgumentError("a task needs a non-empty name and canonical prompt")
+        with self._write() as s:
+            t = s.scalars(select(Task).where(Task.name == name)).first()
+            if t is not None:
+                if t.canonical_prompt != canonical_prompt:
+                    raise ConflictError(
+                        f"task {name!r} exists with canonical prompt {t.canonical_prompt!r}, not "
+                        f"{canonical_prompt!r}; a task's canonical prompt never changes"
+                    )
+            else:
+                now = utc_now()
+                t = Task(
+                    name=name,
+                    canonical_prompt=canonical_prompt,
+                    created_at=now,
+                    updated_at=now,
+                    stage="bootstrap",
+                    iteration=0,
+                    alpha=1.0,
+                    ema_success=None,
+                )
+                s.add(t)
+                s.flush()
+                s.add(
+                    Prompt(
+                        task_id=t.id,
+                        text=canonical_prompt,
+                        status="canonical",
+                        source="canonical",
+                        iteration=0,
+                        summary="",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            return TaskRow(t.id, t.name, t.canonical_prompt, as_utc(t.created_at))
+
+    def tasks(self) -> list[TaskRow]:
+        with self._read() as s:
+            return [
+                TaskRow(t.id, t.name, t.canonical_prompt, as_utc(t.created_at))
+                for t in s.scalars(select(Task).order_by(Task.id))
+            ]
+
+    @staticmethod
+    def _task_state(t: Task) -> TaskState:
+        return TaskState(
+            t.name, t.stage, t.iteration, t.alpha, t.ema_success, as_utc(t.updated_at), t.rollouts_per_prompt
+        )
+
+    def task_state(self, task: str) -> TaskState:
+        with self._read() as s:
+            t = self._task(s, task)
+            return self._task_state(t)
+
+    def set_task_state(self, task: str, **fields: Any) -> TaskState:
+        unknown = set(fields) - set(TASK_STATE_FIELDS)
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown task-state field(s) {sorted(unknown)}; allowed: {', '.join(TASK_STATE_FIELDS)}"
+            )
+        if "stage" in fields:
+            check_choice("stage", fields["stage"], STAGES)
+        if "alpha" in fields and not 0.0 <= float(fields["alpha"]) <= 1.0:
+            raise InvalidArgumentError(f"alpha {fields['alpha']} is outside [0, 1]")
+        n = fields.get("rollouts_per_prompt")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise InvalidArgumentError(f"rollouts_per_prompt must be an integer >= 1, got {n!r}")
+        with self._write() as s:
+            t = self._task(s, task, lock=True)
+            for k, v in fields.items():
+                setattr(t, k, v)
+            t.updated_at = utc_now()
+            return self._task_state(t)
+
+    # --- prompts ------------------------------------------------------------------------------
+
+    def add_prompt(
+        self, task: str, text: str, status: str = "candidate", source: str = "vlm", iteration: int = 0
+    ) -> PromptRow:
+        """Add a prompt for ``task``. The same text twice returns the existing row unchanged
+        (a VLM repeating itself must not create a second, separately counted prompt)."""
+        text = " ".join(text.split())
+        if not text:
+            raise InvalidArgumentError("prompt text is empty")
+        check_choice("prompt status", status, [p for p in PROMPT_STATUSES if p != "canonical"])
+        check_choice("prompt source", source, PROMPT_SOURCES)
+        with self._write() as s:
+            t = self._task(s, task)
+            p = s.scalars(select(Prompt).where(Prompt.task_id == t.id, Prompt.text == text)).first()
+            if p is None:
+                now = utc_now()
+                p = Prompt(
+                    task_id=t.id,
+                    text=text,
+                    status=status,
+                    source=source,
+                    iteration=iteration,
+                    summary="",
+                    created_at=now,
+                    updated_at=now,
+                )
+                s.add(p)
+                s.flush()
+            pid = p.id
+        return self.prompt(pid)
+
+    def _prompt_rows(self, s: Session, prompts: list[tuple[Prompt, str]]) -> list[PromptRow]:
+        ids = [p.id for p, _ in prompts]
+        stats: dict[int, tuple[int, int, int]] = {}
+        if ids:
+            labelled = Episode.status == "labelled"
+            q = (
+                select(
+                    Episode.prompt_id,
+                    func.sum(case((labelled, 1), else_=0)),
+                    func.sum(case((labelled & (Episode.success == True), 1), else_=0)),  # noqa: E712
+                    func.sum(case((Episode.status.in_(("labelled", "awaiting_label")), 1), else_=0)),
+                )
+                .where(Episode.prompt_id.in_(ids))
+                .group_by(Episode.prompt_id)
+            )
+            for pid, n, k, fin in s.execute(q):
+                stats[pid] = (int(n or 0), int(k or 0), int(fin or 0))
+        rows = []
+        for p, task_name in prompts:
+            n, k, fin = stats.get(p.id, (0, 0, 0))
+            rows.append(
+                PromptRow(
+                    id=p.id,
+                    task=task_name,
+                    text=p.text,
+                    status=p.status,
+                    source=p.source,
+                    iteration=p.iteration,
+                    summary=p.summary,
+                    n_episodes=n,
+                    n_success=k,
+                    n_finished=fin,
+                    created_at=as_utc(p.created_at),
+                )
+            )
+        return rows
+
+    def prompts(self, task: str, status: str | Iterable[str] | None = None) -> list[PromptRow]:
+        """The task's prompts (oldest first) with their statistics over labelled episodes."""
+        statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
+        for st in statuses or []:
+            check_choice("prompt status", st, PROMPT_STATUSES)
+        with self._read() as s:
+            t = self._task(s, task)
+            q = select(Prompt).where(Prompt.task_id == t.id).order_by(Prompt.id)
+            if statuses is not None:
+                q = q.where(Prompt.status.in_(statuses))
+            return self._prompt_rows(s, [(p, t.name) for p in s.scalars(q)])
+
+    def prompt(self, prompt_id: int) -> PromptRow:
+        with self._read() as s:
+            row = s.execute(
+                select(Prompt, Task.name).join(Task, Task.id == Prompt.task_id).where(Prompt.id == prompt_id)
+            ).first()
+            if row is None:
+                raise NotFoundError(f"unknown prompt id {prompt_id}")
+            return self._prompt_rows(s, [(row[0], row[1])])[0]
+
+    def set_prompt_status(self, prompt_id: int, status: str, summary: str = "") -> PromptRow:
+        """Move a prompt between candidate / pool / rejected; a non-empty ``summary`` replaces
+        the stored one-sentence rollout summary."""
+        check_choice("prompt status", status, [p for p in PROMPT_STATUSES if p != "canonical"])
+        with self._write() as s:
+            p = s.get(Prompt, prompt_id, with_for_update=True)
+            if p is None:
+                raise NotFoundError(f"unknown prompt id {prompt_id}")
+            if p.status == "canonical":
+                raise ConflictError(f"prompt {prompt_id} is the task's canonical prompt; its status is fixed")
+            p.status = status
+            if summary:
+                p.summary = summary
+            p.updated_at = utc_now()
+        return self.prompt(prompt_id)
+
+    def set_prompt_summary(self, prompt_id: int, summary: str) -> PromptRow:
+        with self._write() as s:
+            p = s.get(Prompt, prompt_id, with_for_update=True)
+            if p is None:
+                raise NotFoundError(f"unknown prompt id {prompt_id}")
+            p.summary = summary
+            p.updated_at = utc_now()
+        return self.prompt(prompt_id)
