@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -55,3 +59,68 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
+
+
+# Under pytest's 300 s per-test timeout, so that a hung job is killed here and its output reported.
+TORCHRUN_TIMEOUT_S = 200
+
+
+def _descendants(pid: int) -> list[int]:
+    """The live descendants of ``pid`` (Linux: read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def torchrun(
+    target: list[str],
+    nproc: int = 2,
+    env: dict[str, str] | None = None,
+    timeout_s: float = TORCHRUN_TIMEOUT_S,
+) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc_per_node nproc <target>`` on CPU ranks (gloo over loopback).
+
+    ``--standalone`` lets the rendezvous store bind port 0, so no port is probed and handed over (a
+    probed port can be taken before torchrun binds it, and torchrun then joins whatever listens
+    there as a client). When the job outlives ``timeout_s`` every rank gets SIGABRT (it prints its
+    Python stacks), then the ranks and torchrun SIGKILL; the AssertionError carries what they printed."""
+    env = {
+        **(env if env is not None else subprocess_env()),
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "PYTHONFAULTHANDLER": "1",  # a SIGABRT makes every rank print its threads' Python stacks
+    }
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    proc = subprocess.Popen(
+        [*cmd, *target],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        # torchrun starts each rank in a session of its own: signal them by pid, not by group.
+        ranks = _descendants(proc.pid)
+        for pid in ranks:  # stacks first: where a hung rank waits
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+        time.sleep(3)
+        for pid in [*ranks, proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        tail = f"{out[-3000:]}\n{err[-6000:]}"
+        raise AssertionError(f"torchrun did not finish in {timeout_s} s:\n{tail}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -35,8 +33,7 @@ from learner.policies.pi05 import Pi05Options, load_pi05
 from learner.ppo import PPOConfig
 from learner.trainer import Batch
 from pde_contract.episodes import read_episode
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import subprocess_env, torchrun
 
 OPTIONS = Pi05Options(flow_steps=2)
 # 3-row minibatches over 2 ranks: uneven shares (2 + 1 padded) are part of what is tested.
@@ -57,27 +54,12 @@ def read_batch(listing: Path) -> Batch:
     return [(read_episode(p), float(r)) for p, r in json.loads(listing.read_text())]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_ranks(*args: str | Path, options: Pi05Options | None = None) -> None:
     """This worker on 2 CPU ranks (torchrun, gloo) with ``args`` (and π0.5 ``options``);
     AssertionError with its output when it fails."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    if options is not None:
-        env["PDE_TEST_PI05_OPTIONS"] = json.dumps(asdict(options))
-    for _attempt in range(3):  # the free port can be taken between probing and binding: try another
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]
-        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", __file__]
-        proc = subprocess.run(
-            [*cmd, *map(str, args)], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
-        )
-        if proc.returncode == 0 or "address already in use" not in (proc.stdout + proc.stderr).lower():
-            break
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    env = subprocess_env(**({"PDE_TEST_PI05_OPTIONS": json.dumps(asdict(options))} if options else {}))
+    proc = torchrun([__file__, *map(str, args)], env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
 def main() -> int:

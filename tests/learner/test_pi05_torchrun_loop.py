@@ -5,8 +5,6 @@ single-process checkpoint); both ranks stop cleanly."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from learner.checkpoints import CheckpointStore
 from learner.trainer import Trainer
 from pde_storage import Store
-from tests.helpers import free_port, subprocess_env
+from tests.helpers import subprocess_env, torchrun
 from tests.learner.pi05_tiny import make_tiny_checkpoint
 from tests.operator_ui.browser import sim_robot_server
 
@@ -35,16 +33,13 @@ def test_loop_under_torchrun_trains_pi05_on_two_ranks(tmp_path: Path, engine: st
     env = subprocess_env(
         PDE_LOOP_DATABASE_URL=url,
         PDE_LOOP_DATA_DIR=str(tmp_path),
-        OMP_NUM_THREADS="1",
-        GLOO_SOCKET_IFNAME="lo",
     )
     with sim_robot_server(tmp_path, image_size="32x32") as endpoint:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]
-        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "pde", "loop"]
+        cmd = ["-m", "pde", "loop"]
         cmd += ["--auto", "--tasks", TASK, "--max-chunks", "2", "--batch-size", "2", "--max-episodes", "2"]
         cmd += ["--robot", endpoint, "--policy", "pi05", "--init", str(init), "--pi05-flow-steps", "2"]
         cmd += ["--distributed", engine]
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        r = torchrun(cmd, env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "rank 1 stopped after 1 update(s)" in out, out[-4000:]
