@@ -186,9 +186,12 @@ def train_sft(
     # torchrun existed.
     batch = min(cfg.batch_size, len(data))
     world, rank = (1, 0) if ctx is None else (ctx.world_size, ctx.rank)
+    if batch < world:  # on every rank: a rank with no rows stopping alone leaves the others waiting
+        raise ValueError(
+            f"a batch of {batch} samples cannot be split over {world} ranks: it needs at least "
+            f"{world} (--batch-size; the demos hold {len(data)} samples)"
+        )
     mine = torch.tensor_split(torch.arange(batch), world)[rank]
-    if mine.numel() == 0:
-        raise ValueError(f"a batch of {batch} samples cannot be split over {world} ranks")
     if isinstance(policy, SmallVLAPolicy):
         set_normalization_from(policy, data)
     elif isinstance(policy, Pi05Policy) and not policy.statistics_known:

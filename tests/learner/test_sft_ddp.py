@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from learner.checkpoints import CheckpointStore
+from learner.distributed import DistributedContext
 from learner.main import main
 from learner.policies.pi05 import Pi05Policy, load_pi05
 from learner.policies.vla import SmallVLAPolicy
-from learner.sft import run_sft
+from learner.sft import build_dataset, run_sft, select_demo_files, train_sft
 from pde_contract.episodes import write_episode
 from pde_contract.job_status import read_status
 from tests.learner.pi05_tiny import make_tiny_checkpoint
@@ -67,6 +68,18 @@ def test_sft_on_two_ranks_equals_one_process(demo_dir, tmp_path, head, batch):
     run_ranks(demo_dir, tmp_path / "ddp", head, batch, STEPS, out)
     again = [json.loads((tmp_path / f"ranks.rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["cached"] for r in again] == [True, True]
+
+
+def test_a_batch_smaller_than_the_ranks_stops_every_rank(demo_dir):
+    """Rank 0 (which would get the one row) refuses too, before any collective: rank 1 refusing
+    alone left rank 0 waiting for it in DDP's first broadcast."""
+    vla, cfg = configs("flow", 1, 1)
+    policy = SmallVLAPolicy(vla)
+    data = build_dataset(policy, select_demo_files(demo_dir, 4))
+    for rank in (0, 1):
+        ctx = DistributedContext(rank, 2, rank, torch.device("cpu"))
+        with pytest.raises(ValueError, match="a batch of 1 samples cannot be split over 2 ranks"):
+            train_sft(policy, data, cfg, ctx=ctx)
 
 
 def _one_process_then_two_ranks(
