@@ -152,7 +152,8 @@ class DistributedPolicy(Policy):
         if engine == "ddp":
             self.inner = policy.to(ctx.device)
             # find_unused_parameters: some parameters get no gradient from a PPO loss (e.g. π0.5's
-            # final VLM norm only feeds the value head's detached features).
+            # final VLM norm only feeds the value head's detached features), the value heads and the
+            # Gaussian std none from SFT.
             self.wrapped: nn.Module = DistributedDataParallel(
                 call.to(ctx.device),
                 device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
