@@ -1,5 +1,5 @@
-"""Data-parallel PPO over several processes (``torchrun --nproc_per_node N``) with PyTorch DDP or
-FSDP (``fully_shard``, FSDP2).
+"""Data-parallel PPO and SFT over several processes (``torchrun --nproc_per_node N``) with PyTorch
+DDP or FSDP (``fully_shard``, FSDP2).
 
 ``DistributedPolicy`` is itself a Policy wrapping another one (as openpi's wrappers are), so the
 Trainer runs unchanged: every rank runs the same update on the same batch, and each
@@ -19,6 +19,10 @@ same gradient average (FSDP's reduce-scatter averages as DDP's all-reduce does) 
 Under FSDP no rank holds the whole weights, so after every update all ranks gather them (and the
 Adam state) to rank 0: its plain CPU replica is what ``copy.deepcopy`` (the actor's snapshots) and
 checkpoints see, written in the single-process format.
+
+SFT (learner/sft.py) runs through the same wrapper: ``supervised_loss`` computes this rank's rows of
+the batch (the caller splits it and weights the loss by its share), and ``gather_weights`` hands rank
+0 the whole trained weights at the end.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ class _MethodCall(nn.Module):
         self.policy = policy
 
     def forward(self, method: str, *args: Any) -> tuple[torch.Tensor, ...]:
+        if method == "supervised_loss":
+            return (self.policy.supervised_loss(*args),)
         if method == "evaluate":
             ev = self.policy.evaluate(*args)
             return ev.log_prob_elements, ev.entropy, ev.value
@@ -156,7 +162,8 @@ class DistributedPolicy(Policy):
         if engine == "ddp":
             self.inner = policy.to(ctx.device)
             # find_unused_parameters: some parameters get no gradient from a PPO loss (e.g. π0.5's
-            # final VLM norm only feeds the value head's detached features).
+            # final VLM norm only feeds the value head's detached features), the value heads and the
+            # Gaussian std none from SFT.
             self.wrapped: nn.Module = DistributedDataParallel(
                 call.to(ctx.device),
                 device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
@@ -172,13 +179,19 @@ class DistributedPolicy(Policy):
             self.wrapped = cast(nn.Module, fully_shard(call, mesh=mesh))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Policy:
+        plain = copy.deepcopy(self.plain_policy(), memo)
+        return plain if self.engine == "ddp" else plain.to(self.ctx.device)
+
+    def plain_policy(self) -> Policy:
+        """The policy with whole weights, outside the engine: the inner one under DDP, rank 0's
+        replica under FSDP (on its CPU, as of the last gather)."""
         if self.engine == "ddp":
-            return copy.deepcopy(self.inner, memo)
+            return self.inner
         if not self._replica:
             raise RuntimeError(
-                f"rank {self.ctx.rank} holds no replica under FSDP: only rank 0 takes snapshots"
+                f"rank {self.ctx.rank} holds no replica under FSDP: only rank 0 has the whole weights"
             )
-        return copy.deepcopy(self._replica[0], memo).to(self.ctx.device)
+        return self._replica[0]
 
     # --- FSDP: whole weights and optimiser state in the single-process format -----------------------
 
@@ -187,12 +200,21 @@ class DistributedPolicy(Policy):
         the whole weights and keeps the whole Adam state for checkpoints."""
         if self.engine == "ddp":
             return
+        self.gather_weights()
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        weights = get_model_state_dict(self.wrapped, options=opts)
         optim = get_optimizer_state_dict(self.wrapped, optimizer, options=opts)
         if self.ctx.rank == 0:
-            self._replica[0].load_state_dict({_inner_name(k): v for k, v in weights.items()})
             self._full_optimizer_state = self._by_index(optimizer, optim)
+
+    def gather_weights(self) -> None:
+        """Every rank (collective under FSDP; nothing to do under DDP): rank 0's replica gets the
+        whole weights."""
+        if self.engine == "ddp":
+            return
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.wrapped, options=opts)
+        if self.ctx.rank == 0:
+            self._replica[0].load_state_dict({_inner_name(k): v for k, v in weights.items()})
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimiser's state as a single process's ``optimizer.state_dict()`` (rank 0 under FSDP:
@@ -284,7 +306,23 @@ class DistributedPolicy(Policy):
             n_second_pass=int(n2.item()),
         )
 
+    def supervised_loss(
+        self,
+        obs: ObsBatch,
+        prompts: Sequence[str],
+        actions: torch.Tensor,
+        noise: torch.Tensor | None = None,
+        t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """This rank's rows through the engine: the caller (learner/sft.py) splits the batch and
+        weights the loss by its share, so that the engine's gradient average is the whole batch's."""
+        loss: torch.Tensor = self.wrapped("supervised_loss", obs, prompts, actions, noise, t)[0]
+        return loss
+
     # --- everything else is the inner policy's -----------------------------------------------------
+
+    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inner.supervised_noise(n)
 
     def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
         return self.inner.preprocess(observations)

@@ -94,6 +94,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         metavar="PATH",
         help="keep this JSON file up to date with the progress (pde_contract/job_status.py)",
     )
+    ap.add_argument(
+        "--distributed",
+        choices=["ddp", "fsdp"],
+        default="ddp",
+        help="under torchrun: DDP (a replica per GPU) or FSDP (weights, gradients and AdamW state "
+        "sharded) (default ddp); one process ignores it",
+    )
     add_device_arg(ap, settings.device)
     add_policy_args(ap)
     args = ap.parse_args(argv)
@@ -104,14 +111,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
 
     ctx = None
     try:
-        if torchrun_world_size() > 1:  # `torchrun --nproc_per_node N`: data-parallel SFT (DDP)
-            if args.policy == "pi05":
-                print(
-                    "pde learner sft: under torchrun only the small policy trains; run π0.5 SFT "
-                    "in one process",
-                    file=sys.stderr,
-                )
-                return 2
+        if torchrun_world_size() > 1:  # `torchrun --nproc_per_node N`: data-parallel SFT
             from learner.distributed import init_distributed
 
             ctx = init_distributed()
@@ -171,6 +171,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
             key,
             args.lerobot_dataset or None,
             ctx,
+            args.distributed,
         )
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)

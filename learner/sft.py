@@ -7,11 +7,13 @@ per-task wording table says (``--wordings FILE.json``; e.g. learner/recipes/lang
 --> cached checkpoint (re-used when demos and settings are unchanged)
 
 Under ``torchrun --nproc_per_node N`` (``ctx``: learner/distributed.py's context) the small policy
-trains data-parallel with torch's DistributedDataParallel: every rank holds all demos and draws the
-same global batch (rows, image shifts, prompts, flow noise and times from the same seeded
+and π0.5 train data-parallel through learner/distributed.py's ``DistributedPolicy`` (``engine``:
+PyTorch DDP, or FSDP2 sharding weights, gradients and AdamW state): every rank holds all demos and
+draws the same global batch (rows, image shifts, prompts, flow noise and times from the same seeded
 streams), runs only its share of the rows (``torch.tensor_split``: sizes differ by at most one),
-and weights its loss by its share so that DDP's gradient average is the single-process gradient of
-the whole batch. Rank 0 alone reads and writes the cache; the others wait at a barrier.
+and weights its loss by its share so that the engine's gradient average is the single-process
+gradient of the whole batch. Rank 0 alone reads and writes the cache (under FSDP the ranks first
+gather the whole weights to it); the others wait at a barrier.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from learner.checkpoints import CheckpointStore
 from learner.paraphrases import WordingTable, training_prompt
@@ -40,7 +41,7 @@ from pde_contract.episodes import EpisodeFile, read_episode
 from pde_contract.messages import ActionSpace
 
 if TYPE_CHECKING:
-    from learner.distributed import DistributedContext
+    from learner.distributed import DistributedContext, DistributedPolicy, Engine
 
 log = logging.getLogger(__name__)
 EPISODE_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")
@@ -157,41 +158,6 @@ def shift_images(images: torch.Tensor, max_shift_px: int, gen: torch.Generator) 
     return out.to(images.dtype)
 
 
-def sft_loss(
-    policy: SmallVLAPolicy,
-    obs: ObsBatch,
-    prompts: list[str],
-    actions: torch.Tensor,
-    noise: torch.Tensor | None = None,
-    t: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Flow head: flow-matching velocity regression (``noise`` [B, T, D] and flow times ``t`` [B]
-    drawn here unless given); Gaussian head: mean regression (the std stays at its initial value so
-    PPO has exploration noise)."""
-    cond = policy.condition(policy.encode_observations(obs), prompts)
-    target = policy.normalize_actions(actions.to(policy.device))
-    if policy.config.head == "flow":
-        noise = torch.randn_like(target) if noise is None else noise.to(target.device)
-        t = torch.rand(target.shape[0], device=target.device) if t is None else t.to(target.device)
-        x_t = (1 - t.view(-1, 1, 1)) * target + t.view(-1, 1, 1) * noise
-        return ((policy.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
-    return ((policy.gaussian_mean(cond) - target) ** 2).mean()
-
-
-class _SFTLossCall(nn.Module):
-    """The small policy's SFT loss as a module's ``forward``, so that DDP sees the call and
-    averages the gradients over the ranks."""
-
-    def __init__(self, policy: SmallVLAPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(
-        self, obs: ObsBatch, prompts: list[str], actions: torch.Tensor, noise: torch.Tensor, t: torch.Tensor
-    ) -> torch.Tensor:
-        return sft_loss(self.policy, obs, prompts, actions, noise, t)
-
-
 def train_sft(
     policy: Policy,
     data: SFTDataset,
@@ -200,44 +166,45 @@ def train_sft(
     device: torch.device | str | None = None,
     wordings: WordingTable | None = None,
     ctx: DistributedContext | None = None,
-) -> dict[str, float]:
+    engine: Engine = "ddp",
+) -> tuple[Policy, dict[str, float]]:
     """Batches are drawn and augmented on the CPU; the network runs on ``device`` (default: where
     the policy is). ``wordings``: per-task labels (default: canonical or a paraphrase).
     The small policy takes its normalisation from the demos; π0.5 keeps its checkpoint's.
-    ``ctx``: this rank of a torchrun job (small policy only): each rank runs its share of every
-    batch under DDP and ``on_step`` gets the whole batch's loss (the single-process one)."""
+    ``ctx``: this rank of a torchrun job: each rank runs its share of every batch under ``engine``
+    (DDP or FSDP) and ``on_step`` gets the whole batch's loss (the single-process one).
+    Returns the trained policy with whole weights (under FSDP: rank 0's gathered replica; the
+    other ranks get their shards) and the metrics."""
     if device is not None:
         policy.to(device)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    # Flow noise and times for the whole batch come from the global CPU stream seeded above, drawn
-    # in the order one process always drew them (noise, then times): every rank draws the same
-    # values and takes its rows, and one process trains exactly as before DDP existed.
+    # Flow noise and times for the whole batch come from the global CPU stream seeded above
+    # (``supervised_noise``), drawn in the order one process always drew them (noise, then times):
+    # every rank draws the same values and takes its rows, and one process trains exactly as before
+    # torchrun existed.
     batch = min(cfg.batch_size, len(data))
     world, rank = (1, 0) if ctx is None else (ctx.world_size, ctx.rank)
+    if batch < world:  # on every rank: a rank with no rows stopping alone leaves the others waiting
+        raise ValueError(
+            f"a batch of {batch} samples cannot be split over {world} ranks: it needs at least "
+            f"{world} (--batch-size; the demos hold {len(data)} samples)"
+        )
     mine = torch.tensor_split(torch.arange(batch), world)[rank]
-    if ctx is not None and not isinstance(policy, SmallVLAPolicy):
-        raise ValueError("SFT under torchrun runs the small policy only; train π0.5 in one process")
-    if mine.numel() == 0:
-        raise ValueError(f"a batch of {batch} samples cannot be split over {world} ranks")
     if isinstance(policy, SmallVLAPolicy):
         set_normalization_from(policy, data)
     elif isinstance(policy, Pi05Policy) and not policy.statistics_known:
         policy.set_statistics_from(data.obs.state.numpy(), data.actions)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    loss_call: nn.Module | None = None
-    if isinstance(policy, SmallVLAPolicy):
-        loss_call = _SFTLossCall(policy)
-        if ctx is not None:
-            from torch.nn.parallel import DistributedDataParallel
+    model: Policy = policy
+    dp: DistributedPolicy | None = None
+    if ctx is not None:
+        from learner.distributed import DistributedPolicy
 
-            # find_unused_parameters: the value head and the Gaussian std get no SFT gradient.
-            loss_call = DistributedDataParallel(
-                loss_call,
-                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                find_unused_parameters=True,
-            )
+        # After the statistics: FSDP's rank 0 copies the policy for its replica here.
+        model = dp = DistributedPolicy(policy, ctx, engine)
+    # Read after wrapping: FSDP replaces the parameters with its sharded ones.
+    params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.steps))
     actions = torch.from_numpy(data.actions).float()
@@ -251,17 +218,13 @@ def train_sft(
         prompts = [
             training_prompt(data.canonical_prompts[i], rng, data.tasks[i], wordings) for i in idx.tolist()
         ]
-        if loss_call is not None:
-            noise = torch.randn(actions[idx].shape)
-            t = torch.rand(batch)
-            rows = mine.tolist()
-            loss = loss_call(
-                obs.index(mine), [prompts[i] for i in rows], actions[idx[mine]], noise[mine], t[mine]
-            )
-        else:
-            loss = policy.supervised_loss(obs, prompts, actions[idx])
-        # This rank's mean weighted by its share of the batch (times the ranks, which DDP's average
-        # divides out): the ranks' gradients average to the whole batch's mean-loss gradient.
+        noise, t = policy.supervised_noise(batch)
+        rows = mine.tolist()
+        loss = model.supervised_loss(
+            obs.index(mine), [prompts[i] for i in rows], actions[idx[mine]], noise[mine], t[mine]
+        )
+        # This rank's mean weighted by its share of the batch (times the ranks, which the engine's
+        # average divides out): the ranks' gradients average to the whole batch's mean-loss gradient.
         share = mine.numel() * world / batch
         opt.zero_grad()
         (loss * share).backward()
@@ -275,8 +238,13 @@ def train_sft(
         if on_step is not None:
             on_step(step, losses[-1])
     policy.eval()
+    trained: Policy = policy
+    if dp is not None:
+        dp.gather_weights()  # every rank: a collective under FSDP
+        if dp.ctx.rank == 0:
+            trained = dp.plain_policy().eval()
     tail = losses[-max(1, len(losses) // 10) :]
-    return {
+    return trained, {
         "sft_loss_first": losses[0] if losses else float("nan"),
         "sft_loss_last": float(np.mean(tail)) if tail else float("nan"),
         "sft_samples": float(len(data)),
@@ -319,13 +287,15 @@ def run_sft(
     policy_key: dict[str, Any] | None = None,
     lerobot_dataset: str | Path | None = None,
     ctx: DistributedContext | None = None,
+    engine: Engine = "ddp",
 ) -> tuple[Path, dict[str, float], bool]:
     """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
     ``policy_factory`` (with ``policy_key``, what the cache key records of it) starts from another
     policy than the small one, e.g. π0.5 from a checkpoint directory; ``vla`` is then unused.
     ``lerobot_dataset``: train on that LeRobotDataset instead of the episode files in ``demo_dir``.
-    ``ctx``: every rank of a torchrun job calls this (``train_sft``); rank 0 alone checks and
-    writes the cache, the others wait for it at a barrier. Returns (path, metrics, cached)."""
+    ``ctx``: every rank of a torchrun job calls this (``train_sft`` under ``engine``, DDP or FSDP);
+    rank 0 alone checks and writes the cache, the others wait for it at a barrier.
+    Returns (path, metrics, cached)."""
     if lerobot_dataset is not None:
         files = sorted(p for p in Path(lerobot_dataset).rglob("*") if p.is_file())
         if not files:
@@ -368,11 +338,11 @@ def run_sft(
         if lerobot_dataset is None
         else lerobot_sft_dataset(policy, lerobot_dataset)
     )
-    metrics = train_sft(policy, data, cfg, on_step, device, wordings, ctx)
+    trained, metrics = train_sft(policy, data, cfg, on_step, device, wordings, ctx, engine)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))
     metrics["sft_episodes"] = float(len(files))
     if ctx is None or ctx.rank == 0:
-        store.save(policy, 0, metrics)
+        store.save(trained, 0, metrics)
     if ctx is not None:
         dist.barrier()
     return path, metrics, False

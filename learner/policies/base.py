@@ -157,9 +157,22 @@ class Policy(nn.Module, ABC):
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything needed to rebuild this policy (config, weights, statistics, caches)."""
 
-    def supervised_loss(self, obs: ObsBatch, prompts: Sequence[str], actions: torch.Tensor) -> torch.Tensor:
+    def supervised_loss(
+        self,
+        obs: ObsBatch,
+        prompts: Sequence[str],
+        actions: torch.Tensor,
+        noise: torch.Tensor | None = None,
+        t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Behaviour-cloning loss on demonstration chunks (``actions`` [B, T, D] in action-space
-        units), for SFT; the small policy's lives in learner/sft.py (``sft_loss``)."""
+        units), for SFT (learner/sft.py). ``noise`` and ``t``: these rows of what
+        ``supervised_noise`` drew for the whole batch (both, or neither: then drawn here)."""
+        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
+
+    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random draws of ``supervised_loss`` for ``n`` rows (flow noise, flow times), from the
+        global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows."""
         raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
 
     def value_parameters(self) -> list[nn.Parameter]:

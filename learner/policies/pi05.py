@@ -285,17 +285,31 @@ class Pi05Policy(Policy):
         chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
         return chain, log_prob[..., : self.action_dim]
 
-    def supervised_loss(self, obs: ObsBatch, prompts: Sequence[str], actions: torch.Tensor) -> torch.Tensor:
-        """Flow matching on demonstrations (LeRobot's π0.5 loss, flow times ~ Beta(1.5, 1)), averaged
-        over the executed columns only."""
+    def supervised_loss(
+        self,
+        obs: ObsBatch,
+        prompts: Sequence[str],
+        actions: torch.Tensor,
+        noise: torch.Tensor | None = None,
+        t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Flow matching on demonstrations (LeRobot's π0.5 loss), averaged over the executed columns
+        only; ``noise`` and ``t`` as ``supervised_noise`` draws them."""
         cond = self.condition(self.encode_observations(obs), prompts)
         prefix = unpack_prefix(cond, self.config)
         target = self.normalize_actions(actions.to(self.device).float())
-        noise = torch.randn_like(target)
-        t = self.model.sample_time(target.shape[0], target.device)
+        if noise is None or t is None:
+            noise, t = self.supervised_noise(target.shape[0])
+        noise, t = noise.to(target.device), t.to(target.device)
         with self._autocast():
             err = self.model.flow_matching_loss(prefix, target, noise, t)
         return err[..., : self.action_dim].float().mean()
+
+    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Noise [n, T, 32] over all the model's action columns and flow times [n] ~ Beta(1.5, 1)
+        scaled into (0.001, 1], in that order, on the CPU (also when the model runs on a GPU)."""
+        noise = torch.randn(n, self.chunk_len, self.config.max_action_dim)
+        return noise, self.model.sample_time(n, torch.device("cpu"))
 
     # --- checkpoints -----------------------------------------------------------------------------------
 

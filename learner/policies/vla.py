@@ -245,6 +245,34 @@ class SmallVLAPolicy(Policy):
             log_prob = torch.full_like(log_prob, float("nan"))
         return chain, log_prob
 
+    # --- SFT (learner/sft.py) ---------------------------------------------------------------------
+
+    def supervised_loss(
+        self,
+        obs: ObsBatch,
+        prompts: Sequence[str],
+        actions: torch.Tensor,
+        noise: torch.Tensor | None = None,
+        t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Flow head: flow-matching velocity regression (``noise`` [B, T, D], flow times ``t`` [B]);
+        Gaussian head: mean regression (the std stays at its initial value so PPO has exploration
+        noise)."""
+        cond = self.condition(self.encode_observations(obs), prompts)
+        target = self.normalize_actions(actions.to(self.device))
+        if self.config.head == "flow":
+            if noise is None or t is None:
+                noise, t = self.supervised_noise(target.shape[0])
+            noise, t = noise.to(target.device), t.to(target.device)
+            x_t = (1 - t.view(-1, 1, 1)) * target + t.view(-1, 1, 1) * noise
+            return ((self.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
+        return ((self.gaussian_mean(cond) - target) ** 2).mean()
+
+    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flow noise [n, T, D] ~ N(0, 1) and flow times [n] ~ U(0, 1) (drawn for the Gaussian head
+        too, which ignores them: its SFT consumes the seeded stream as the flow head's does)."""
+        return torch.randn(n, self.chunk_len, self.action_dim), torch.rand(n)
+
     # --- checkpoints -----------------------------------------------------------------------------
 
     def checkpoint_state(self) -> dict[str, Any]:

@@ -187,6 +187,30 @@ def test_frozen_parts_stay_frozen_and_partial_checkpoints_reload(ckpt_dir, tmp_p
         np.testing.assert_allclose(a.chain, b.chain, rtol=1e-6, atol=1e-6)
 
 
+def test_the_supervised_loss_draws_what_supervised_noise_draws_and_splits_by_rows(ckpt_dir):
+    """SFT's contract (learner/sft.py): the caller draws the whole batch's noise and flow times as
+    the loss would draw them itself, and rows' losses weighted by their share add up to the batch's."""
+    policy = load_pi05(ckpt_dir, Pi05Options(flow_steps=2))
+    obs = policy.preprocess(_obs(3))
+    prompts = [CANON, OTHER, CANON]
+    actions = torch.randn(3, TINY.chunk_size, 7) * 0.01
+    torch.manual_seed(5)
+    own = policy.supervised_loss(obs, prompts, actions)
+    torch.manual_seed(5)
+    noise, t = policy.supervised_noise(3)
+    assert noise.shape == (3, TINY.chunk_size, TINY.max_action_dim) and noise.device.type == "cpu"
+    assert ((t > 0.0) & (t <= 1.0)).all()
+    assert torch.equal(policy.supervised_loss(obs, prompts, actions, noise, t), own)
+    rows = ([0, 1], [2])
+    parts = [
+        policy.supervised_loss(
+            obs.index(torch.tensor(r)), [prompts[i] for i in r], actions[r], noise[r], t[r]
+        )
+        for r in rows
+    ]
+    torch.testing.assert_close(parts[0] * (2 / 3) + parts[1] * (1 / 3), own, atol=1e-7, rtol=1e-6)
+
+
 def test_bf16_and_gradient_checkpointing_run(ckpt_dir):
     policy = load_pi05(ckpt_dir, Pi05Options(flow_steps=2, bf16=True, gradient_checkpointing=True))
     obs = policy.preprocess(_obs())
