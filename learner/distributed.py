@@ -138,6 +138,7 @@ class DistributedPolicy(Policy):
             policy.chunk_len,
             policy.action_dim,
         )
+        self.cameras = policy.cameras
         # Rank 0's plain replica (FSDP), in a list so that it is not a submodule: its parameters are
         # not trained, only overwritten with the gathered weights after each update.
         self._replica: list[Policy] = []

@@ -37,6 +37,7 @@ from learner.policies import flow_sde
 from learner.policies.base import ObsBatch, Policy
 from learner.policies.observations import STATE_DIM
 from learner.policies.pi05_checkpoint import (
+    MAPPING_FILE,
     FeatureStats,
     Pi05Checkpoint,
     Pi05CheckpointError,
@@ -48,7 +49,7 @@ from learner.policies.pi05_checkpoint import (
 from learner.policies.pi05_model import Pi05Config, Pi05Model, PrefixCache
 from learner.policies.pi05_options import Pi05Options
 from pde_contract.jpeg import decode_jpeg
-from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, state_vector
+from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, ServerInfo, state_vector
 
 __all__ = ["Pi05CheckpointError", "Pi05Options", "Pi05Policy", "WeightsNotLoadedError", "load_pi05"]
 
@@ -180,6 +181,15 @@ class Pi05Policy(Policy):
                 images[i, j] = (padded * 255.0).round().to(torch.uint8)
             states[i] = state_vector(obs.state)
         return ObsBatch(images=images, state=torch.from_numpy(states))
+
+    def robot_mismatch(self, info: ServerInfo) -> str | None:
+        mismatch = super().robot_mismatch(info)
+        if mismatch is None:
+            return None
+        return (
+            f"{mismatch}. π0.5's cameras and action space come from {MAPPING_FILE} in {self.source_dir} "
+            "(docs/pi05.md, step 2); a policy checkpoint keeps the mapping it was made with"
+        )
 
     @property
     def statistics_known(self) -> bool:
