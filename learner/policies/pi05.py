@@ -1,6 +1,6 @@
 """π0.5 behind the Policy ABC, with the same flow-SDE chain and log-probabilities as the small policy.
 
-Observation -> policy input, as LeRobot's π0.5 processors do it:
+Observation -> policy input, as LeRobot 0.6.1's π0.5 processors do it:
 - cameras: JPEG -> RGB, resized with padding (aspect kept, black bars) to the model's square size,
   [0, 1] -> [-1, 1]; an image input with no camera (``Pi05Mapping.cameras`` null) is masked out,
   which is the same as leaving its tokens away, so they are not computed;
@@ -85,8 +85,9 @@ def resize_with_pad(images: torch.Tensor, size_px: int) -> torch.Tensor:
 
 
 def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
-    """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep``: the normalised state in 256 bins of
-    [-1, 1] written after the task."""
+    """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep`` (0.5 on, 0.6.1 included): the normalised
+    state in 256 bins of [-1, 1] written after the task, one bin per entry (0.4.x padded the state
+    to ``max_state_dim`` first; LeRobot dropped that, as openpi never did it)."""
     bins = np.digitize(state_norm, bins=np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
     cleaned = prompt.strip().replace("_", " ").replace("\n", " ")
     return f"Task: {cleaned}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
