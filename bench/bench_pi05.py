@@ -34,7 +34,7 @@ from learner.policies.pi05_checkpoint import FeatureStats, Pi05Checkpoint, Pi05M
 from learner.policies.pi05_model import TINY_CONFIG, Pi05Config
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_observation
-from learner.trainer import Trainer
+from learner.trainer import RolloutBatch, Trainer, build_rollout_batch
 from pde_contract.episodes import ChunkRecord, EpisodeFile
 from pde_contract.messages import STATE_VECTOR_NAMES
 
@@ -129,10 +129,16 @@ def largest_minibatch(
     policy: Pi05Policy, batch: list[tuple[EpisodeFile, float]], device: torch.device
 ) -> dict[str, Any]:
     """Doubling minibatch sizes of one evaluate_pair forward + backward until out of memory (with
-    the trainer's Adam state allocated, as during an update)."""
-    from learner.trainer import build_rollout_batch
+    the trainer's Adam state allocated, as during an update). In train mode, as ``Trainer.update``
+    runs it: the model checkpoints its layers only while training, and the update ends in eval."""
+    policy.train()
+    try:
+        return _double_until_oom(policy, build_rollout_batch(policy, batch), device)
+    finally:
+        policy.eval()
 
-    rb = build_rollout_batch(policy, batch)
+
+def _double_until_oom(policy: Pi05Policy, rb: RolloutBatch, device: torch.device) -> dict[str, Any]:
     fits, tried = 0, []
     size = 4
     while size <= len(rb):

@@ -10,8 +10,9 @@ gradient, and the engine's average over the W ranks gives exactly the single-pro
 optimiser steps therefore stay identical on every rank (same gradients, same seed), and the network
 work of a minibatch is split W ways.
 
-DDP (the default) keeps a whole replica and Adam state on every rank: a π0.5 replica (about 3.3B
-parameters, bf16 autocast over float32 weights: ~13 GB, plus Adam's ~27 GB) fits one 80 GB GPU.
+DDP (the default) keeps a whole replica and Adam state on every rank: for π0.5 (3.35B parameters,
+all trained) float32 weights, gradients and Adam moments come to an estimated 50 GiB before
+activations and, on rank 0, the actor's copies (docs/pi05.md, "Several GPUs").
 FSDP (``engine="fsdp"``) shards every parameter, gradient and Adam state over the ranks (1/W each),
 gathering a block's weights only while it runs: each of the policy's ``fsdp_units()`` (π0.5's
 transformer blocks) is one unit, the rest of the policy another. The same split of rows and the
@@ -154,6 +155,7 @@ class DistributedPolicy(Policy):
             policy.chunk_len,
             policy.action_dim,
         )
+        self.cameras = policy.cameras
         # Rank 0's plain replica (FSDP), in a list so that it is not a submodule: its parameters are
         # not trained, only overwritten with the gathered weights after each update.
         self._replica: list[Policy] = []

@@ -1,4 +1,4 @@
-"""SFT samples from a LeRobotDataset v2.1 on disk (what ``pde_storage.lerobot_export`` writes, or
+"""SFT samples from a LeRobotDataset v2.0/v2.1 on disk (what ``pde_storage.lerobot_export`` writes, or
 any dataset with the FR3's 15-entry ``observation.state`` and our action columns).
 
 Each sample is a dataset row's observation (state + every ``observation.images.*`` video frame,
@@ -24,6 +24,10 @@ from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, CameraFrame, 
 from pde_storage.lerobot_export import ACTION_NAMES
 
 IMAGE_PREFIX = "observation.images."
+# The layouts read here: meta/tasks.jsonl and one parquet file and one video per episode (v2.1 only
+# added per-episode statistics to v2.0, which are not read). LeRobot >= 0.4 writes v3.0: several
+# episodes per file, meta/tasks.parquet, meta/episodes/.
+VERSIONS = ("v2.0", "v2.1")
 
 
 class DatasetError(ValueError):
@@ -73,6 +77,15 @@ def read_lerobot_dataset(
     if not info_path.is_file():
         raise DatasetError(f"{root} is not a LeRobotDataset v2.x (no meta/info.json)")
     info = json.loads(info_path.read_text())
+    found = info.get("codebase_version")
+    if found not in VERSIONS:
+        raise DatasetError(
+            f"{root} is a LeRobotDataset {found or 'with no codebase_version'}; SFT reads the "
+            f"{' and '.join(VERSIONS)} layouts (meta/tasks.jsonl, one parquet file and one video per "
+            "episode). The lab's own episodes: `pde data export-lerobot` writes v2.1. A hub dataset "
+            "that LeRobot converted to v3.0 keeps its v2.1 files under the git tag v2.1: `hf download "
+            "REPO --repo-type dataset --revision v2.1 --local-dir DIR`"
+        )
     features = info.get("features", {})
     state_ft, action_ft = features.get("observation.state"), features.get("action")
     if state_ft is None or list(state_ft.get("shape", [])) != [len(STATE_VECTOR_NAMES)]:

@@ -242,6 +242,9 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         curve=client_curve_for_command("pde learner eval"),
     ) as client:
         info = client.connect()
+        if mismatch := loaded.policy.robot_mismatch(info):
+            print(f"pde learner eval: {mismatch}", file=sys.stderr)
+            return 2
         actor = Actor(
             loaded.policy,
             client,

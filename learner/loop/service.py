@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             f"pde loop: cannot reach the robot server at {settings.robot_cmd_endpoint}: {e}", file=sys.stderr
         )
         return 2
+    if mismatch := loaded.policy.robot_mismatch(info):
+        print(f"pde loop: {mismatch}", file=sys.stderr)
+        client.close()
+        store.close()
+        return 2
     # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
     ppo = ppo_config(settings)
     stop_followers: Callable[[], None] | None = None

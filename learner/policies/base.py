@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pde_contract.messages import ActionSpace, Observation
+from pde_contract.messages import ActionSpace, Observation, ServerInfo
 
 
 @dataclass
@@ -108,9 +108,23 @@ class Policy(nn.Module, ABC):
     """Prompt-conditioned action-chunk policy with a value head."""
 
     action_space: ActionSpace
+    cameras: tuple[str, ...]  # the robot's cameras ``preprocess`` reads
     chunk_len: int
     action_dim: int
     version: int = 0  # checkpoint version the weights came from (set by CheckpointStore.load)
+
+    def robot_mismatch(self, info: ServerInfo) -> str | None:
+        """What this policy needs that the robot server (``info``, from ``connect()``) lacks, with
+        both sides said; None when its cameras and action space are all there. Checked at start-up:
+        otherwise every episode would be aborted by the first observation or chunk."""
+        lacking = [c for c in self.cameras if c not in info.cameras]
+        if not lacking and self.action_space in info.action_spaces:
+            return None
+        return (
+            f"the policy reads cameras {list(self.cameras)} and acts in {self.action_space.value}; the "
+            f"robot server {info.server_name!r} ({info.backend}) has cameras {list(info.cameras)} and "
+            f"action spaces {[s.value for s in info.action_spaces]}"
+        )
 
     # --- hooks -----------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """π0.5 behind the Policy ABC, with the same flow-SDE chain and log-probabilities as the small policy.
 
-Observation -> policy input, as LeRobot's π0.5 processors do it:
+Observation -> policy input, as LeRobot 0.6.1's π0.5 processors do it:
 - cameras: JPEG -> RGB, resized with padding (aspect kept, black bars) to the model's square size,
   [0, 1] -> [-1, 1]; an image input with no camera (``Pi05Mapping.cameras`` null) is masked out,
   which is the same as leaving its tokens away, so they are not computed;
@@ -37,6 +37,7 @@ from learner.policies import flow_sde
 from learner.policies.base import ObsBatch, Policy
 from learner.policies.observations import STATE_DIM
 from learner.policies.pi05_checkpoint import (
+    MAPPING_FILE,
     FeatureStats,
     Pi05Checkpoint,
     Pi05CheckpointError,
@@ -48,7 +49,7 @@ from learner.policies.pi05_checkpoint import (
 from learner.policies.pi05_model import Pi05Config, Pi05Model, PrefixCache
 from learner.policies.pi05_options import Pi05Options
 from pde_contract.jpeg import decode_jpeg
-from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, state_vector
+from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, ServerInfo, state_vector
 
 __all__ = ["Pi05CheckpointError", "Pi05Options", "Pi05Policy", "WeightsNotLoadedError", "load_pi05"]
 
@@ -84,8 +85,9 @@ def resize_with_pad(images: torch.Tensor, size_px: int) -> torch.Tensor:
 
 
 def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
-    """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep``: the normalised state in 256 bins of
-    [-1, 1] written after the task."""
+    """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep`` (0.5 on, 0.6.1 included): the normalised
+    state in 256 bins of [-1, 1] written after the task, one bin per entry (0.4.x padded the state
+    to ``max_state_dim`` first; LeRobot dropped that, as openpi never did it)."""
     bins = np.digitize(state_norm, bins=np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
     cleaned = prompt.strip().replace("_", " ").replace("\n", " ")
     return f"Task: {cleaned}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
@@ -180,6 +182,15 @@ class Pi05Policy(Policy):
                 images[i, j] = (padded * 255.0).round().to(torch.uint8)
             states[i] = state_vector(obs.state)
         return ObsBatch(images=images, state=torch.from_numpy(states))
+
+    def robot_mismatch(self, info: ServerInfo) -> str | None:
+        mismatch = super().robot_mismatch(info)
+        if mismatch is None:
+            return None
+        return (
+            f"{mismatch}. π0.5's cameras and action space come from {MAPPING_FILE} in {self.source_dir} "
+            "(docs/pi05.md, step 2); a policy checkpoint keeps the mapping it was made with"
+        )
 
     @property
     def statistics_known(self) -> bool:

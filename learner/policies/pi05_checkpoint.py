@@ -3,8 +3,10 @@
 Layout (LeRobot 0.6.1's ``save_pretrained`` plus the tokenizer and our mapping):
 
 - ``config.json``: LeRobot's ``PI05Config`` (architecture fields, ``input_features`` whose VISUAL keys
-  name the checkpoint's cameras in order, ``normalization_mapping``);
-- ``model.safetensors``: the weights, keys as LeRobot's ``PI05Policy.state_dict()`` (``model.`` ...);
+  name the checkpoint's cameras in order, ``normalization_mapping``), or the one openpi's converter
+  writes (``action_horizon``, ``action_dim``, the variants; openpi's three image inputs);
+- ``model.safetensors``: the weights, keys as LeRobot's ``PI05Policy.state_dict()`` (``model.`` ...)
+  or as openpi's converter writes them (no ``model.`` prefix, often bfloat16);
 - normalisation statistics: LeRobot's ``policy_preprocessor_step_*_normalizer_processor.safetensors``
   (keys ``observation.state.q01``, ``action.q99``, ...) or openpi's ``assets/<id>/norm_stats.json``
   (``{"norm_stats": {"state": {...}, "actions": {...}}}``, what openpi's converter copies);
@@ -32,6 +34,14 @@ from tokenizers import Tokenizer
 from learner.policies.pi05_model import UNUSED_CHECKPOINT_KEYS, Pi05Config, Pi05Model
 from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, ActionSpace
 
+# openpi's examples/convert_jax_model_to_pytorch.py writes a config.json of its own (action_dim,
+# action_horizon, the two variants, precision): LeRobot's names for its fields, taken where
+# LeRobot's are absent (else the chunk would silently be LeRobot's default 50, pi05_droid's is 15).
+OPENPI_FIELDS = {"action_horizon": "chunk_size", "action_dim": "max_action_dim"}
+# openpi's models always take these image inputs, in this order (openpi/models/model.py IMAGE_KEYS).
+OPENPI_IMAGE_KEYS = tuple(
+    f"observation.images.{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+)
 MAPPING_FILE = "pde_pi05.json"
 WEIGHTS_FILE = "model.safetensors"
 STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"  # LeRobot's name
@@ -278,12 +288,16 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
     raw = _read_json(path / "config.json")
     if raw.get("type", "pi05") != "pi05":
         raise Pi05CheckpointError(f"{path / 'config.json'} is a {raw.get('type')!r} policy, not pi05")
+    openpi = "action_horizon" in raw and "input_features" not in raw
+    if openpi:
+        raw = {**{ours: raw[theirs] for theirs, ours in OPENPI_FIELDS.items() if theirs in raw}, **raw}
     try:
         config = Pi05Config.from_json_dict(raw)
     except (TypeError, ValueError) as e:
         raise Pi05CheckpointError(f"{path / 'config.json'}: {e}") from e
     features = raw.get("input_features", {})
     image_keys = tuple(k for k, v in features.items() if isinstance(v, dict) and v.get("type") == "VISUAL")
+    image_keys = OPENPI_IMAGE_KEYS if openpi else image_keys
     if not image_keys:
         raise Pi05CheckpointError(f"{path / 'config.json'} names no VISUAL input_features (the cameras)")
     modes = raw.get("normalization_mapping", {})

@@ -109,6 +109,7 @@ class SmallVLAPolicy(Policy):
         super().__init__()
         self.config = config
         self.action_space = ActionSpace(config.action_space)
+        self.cameras = tuple(config.cameras)
         self.chunk_len = config.chunk_len
         self.action_dim = config.action_dim
         h = config.hidden_dim

@@ -1,6 +1,8 @@
 """SFT from a LeRobotDataset: episode files -> `pde_storage` export (h264) -> read back as SFT
 samples (the chunk-start rows, their action windows) -> `pde learner sft --lerobot-dataset`."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -54,3 +56,20 @@ def test_sft_trains_pi05_on_the_dataset(dataset, tmp_path, capsys):
     assert main(argv) == 0
     assert '"sft_samples": 6.0' in capsys.readouterr().out
     assert isinstance(CheckpointStore.load(tmp_path / "ck" / "policy-000000.pt").policy, Pi05Policy)
+
+
+def test_a_dataset_of_another_layout_version_is_refused_with_what_to_do(dataset):
+    _, root, _ = dataset
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["codebase_version"] = "v3.0"  # what LeRobot >= 0.4 writes: several episodes per file
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(DatasetError) as e:
+        read_lerobot_dataset(root, chunk_len=6, action_space=ActionSpace.EE_DELTA)
+    msg = str(e.value)
+    assert "LeRobotDataset v3.0" in msg and "v2.0 and v2.1 layouts" in msg
+    assert "pde data export-lerobot" in msg and "--revision v2.1" in msg
+    del info["codebase_version"]
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match="with no codebase_version"):
+        read_lerobot_dataset(root, chunk_len=6, action_space=ActionSpace.EE_DELTA)

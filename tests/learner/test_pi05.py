@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from learner.checkpoints import CheckpointStore
 from learner.policies.pi05 import (
@@ -98,8 +99,8 @@ def test_a_mapping_file_picks_state_entries_and_cameras(tmp_path):
     policy.sample(obs, [CANON])
 
 
-def test_openpi_norm_stats_are_read(tmp_path):
-    d = make_tiny_checkpoint(tmp_path / "op")
+def _openpi_norm_stats(d):
+    """LeRobot's statistics file replaced by openpi's ``assets/<id>/norm_stats.json``."""
     (d / STATS_FILE).unlink()
     (d / "assets" / "droid").mkdir(parents=True)
     stats = {
@@ -107,9 +108,46 @@ def test_openpi_norm_stats_are_read(tmp_path):
         "actions": {k: v.tolist() for k, v in action_stats().items()},
     }
     (d / "assets" / "droid" / "norm_stats.json").write_text(json.dumps({"norm_stats": stats}))
+
+
+def test_openpi_norm_stats_are_read(tmp_path):
+    d = make_tiny_checkpoint(tmp_path / "op")
+    _openpi_norm_stats(d)
     assert torch.allclose(
         load_pi05(d).action_scale, torch.tensor((action_stats()["q99"] - action_stats()["q01"]) / 2).float()
     )
+
+
+def test_an_openpi_converted_checkpoint_takes_its_action_horizon_and_image_inputs(tmp_path):
+    """What openpi's convert_jax_model_to_pytorch.py writes: its own config.json (action_dim,
+    action_horizon, variants, precision; no chunk_size, input_features or normalisation modes),
+    weights without LeRobot's ``model.`` prefix in bfloat16, statistics in assets/<id>/."""
+    d = make_tiny_checkpoint(tmp_path / "openpi")
+    lerobot = json.loads((d / "config.json").read_text())
+    weights = load_file(d / "model.safetensors")
+    save_file({k.removeprefix("model."): v.bfloat16() for k, v in weights.items()}, d / "model.safetensors")
+    _openpi_norm_stats(d)
+    openpi = {
+        "action_dim": TINY.max_action_dim,
+        "action_horizon": 3,
+        "paligemma_variant": TINY.paligemma_variant,
+        "action_expert_variant": TINY.action_expert_variant,
+        "precision": "bfloat16",
+    }
+    # The tiny sizes (a real openpi checkpoint is full size: these are LeRobot's defaults there).
+    tiny = ("vision_variant", "vocab_size", "image_resolution", "max_state_dim", "tokenizer_max_length")
+    (d / "config.json").write_text(json.dumps(openpi | {k: lerobot[k] for k in tiny}))
+    policy = load_pi05(d)
+    assert policy.chunk_len == 3 and policy.config.max_action_dim == TINY.max_action_dim
+    assert [k.rsplit(".", 1)[-1] for k in policy.image_keys] == [
+        "base_0_rgb",
+        "left_wrist_0_rgb",
+        "right_wrist_0_rgb",
+    ]
+    assert policy.mapping.cameras == ("external", "wrist", None)
+    name = "action_in_proj.weight"
+    assert torch.equal(policy.model.state_dict()[name], weights[f"model.{name}"].bfloat16().float())
+    assert policy.sample(policy.preprocess(_obs(1)), [CANON]).actions.shape == (1, 3, 7)
 
 
 def test_resize_with_pad_keeps_the_aspect_ratio():
