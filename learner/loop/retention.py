@@ -36,8 +36,8 @@ class CheckpointKeeper:
         self, checkpoints: CheckpointStore, store: CheckpointRetentionStore, retention: Retention
     ) -> None:
         self.checkpoints, self.store, self.retention = checkpoints, store, retention
-        # Versions known to hold no trainer state: each file is looked at once per process, not
-        # at every save (a π0.5 run has hundreds).
+        # Versions known to hold no trainer state: each file is opened once per process, not at
+        # every save.
         self._stateless: set[int] = set()
 
     def save(
@@ -60,37 +60,40 @@ class CheckpointKeeper:
         return path
 
     def prune(self, in_use: Collection[int] = ()) -> PruneReport:
-        versions = self.checkpoints.versions()
+        """Apply the retention to the files there now; what was done is logged even when a step
+        fails (and raises)."""
         protected = {*in_use, *self.store.policy_versions_in_use()}
-        stripped, removed = self.retention.plan(versions, protected)
+        stripped, removed = self.retention.plan(self.checkpoints.versions(), protected)
         report = PruneReport()
-        for version in stripped:
-            if version in self._stateless:
-                continue
-            freed = self.checkpoints.strip_trainer_state(version)
-            self._stateless.add(version)
-            if freed:
-                report.stripped.append(version)
-                report.bytes_freed += freed
-        rows = {row.version: row for row in self.store.checkpoints()}
-        for version in removed:
-            row = rows.get(version)
-            if row is not None and row.pruned_at is None:
-                self.store.mark_checkpoint_pruned(version)
-            report.bytes_freed += self.checkpoints.remove(version)
-            report.removed.append(version)
-        if report.stripped or report.removed:
-            log.info(
-                "checkpoints: trainer state dropped from %s, files removed %s: %s freed "
-                "(keeping trainer state in the newest %s, files of the newest %s, version 0 and "
-                "versions in use %s)",
-                _versions(report.stripped),
-                _versions(report.removed),
-                _size(report.bytes_freed),
-                self.retention.keep_trainer_state or "all",
-                self.retention.keep_versions or "all",
-                sorted(protected) or "none",
-            )
+        try:
+            for version in stripped:
+                if version in self._stateless:
+                    continue
+                freed = self.checkpoints.strip_trainer_state(version)
+                self._stateless.add(version)
+                if freed:
+                    report.stripped.append(version)
+                    report.bytes_freed += freed
+            rows = {row.version: row for row in self.store.checkpoints()} if removed else {}
+            for version in removed:
+                row = rows.get(version)
+                if row is not None and row.pruned_at is None:
+                    self.store.mark_checkpoint_pruned(version)
+                report.bytes_freed += self.checkpoints.remove(version)
+                report.removed.append(version)
+        finally:
+            if report.stripped or report.removed:
+                log.info(
+                    "checkpoints: trainer state dropped from %s, files removed %s: %s freed "
+                    "(keeping trainer state in the newest %s, files of the newest %s, version 0 "
+                    "and versions in use %s)",
+                    _versions(report.stripped),
+                    _versions(report.removed),
+                    _size(report.bytes_freed),
+                    self.retention.keep_trainer_state or "all",
+                    self.retention.keep_versions or "all",
+                    sorted(protected) or "none",
+                )
         return report
 
 
