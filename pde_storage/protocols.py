@@ -11,8 +11,8 @@ Role protocols, grouped by aggregate (``pde_storage.repos``):
 
 Each service's view is the union of the roles it plays: ``LoopStore`` (``pde loop``),
 ``CheckpointRetentionStore`` (``pde loop``'s checkpoints), ``SupervisorStore`` (``pde supervisor``),
-``OperatorStore`` (the operator page). The signatures
-are ``Store``'s own, defaults included (tests/storage/test_protocols.py compares them)."""
+``OperatorStore`` (the operator page). The signatures are ``Store``'s own, defaults included
+(tests/storage/test_protocols.py compares them)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The loop's checkpoints: each PPO version is saved, registered in the store, then older versions
-are pruned by ``learner.checkpoints.Retention`` (settings ``checkpoint_keep_trainer_state`` and
+are pruned by ``learner.checkpoint_files.Retention`` (settings ``checkpoint_keep_trainer_state`` and
 ``checkpoint_keep_versions``).
 
 Never pruned: version 0 (the start), the newest version, the version the actor runs, and any

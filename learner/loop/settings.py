@@ -63,8 +63,8 @@ class LoopSettings(BaseSettings):
     """On a clean stop, how long to wait for a running PPO update to finish and be saved."""
     checkpoint_keep_trainer_state: int = Field(_RETENTION.keep_trainer_state, ge=0)
     """The newest this many checkpoints keep the trainer's (Adam) state, which only resuming needs;
-    older ones are rewritten without it once a newer one is saved (π0.5 'all': ~27 GB less per
-    version). 0: every version keeps it."""
+    older ones are rewritten without it once a newer one is saved (π0.5 'all': about 27 GB less per
+    version, estimated from its parameter count). 0: every version keeps it."""
     checkpoint_keep_versions: int = Field(_RETENTION.keep_versions, ge=0)
     """The newest this many checkpoint files stay; older ones are removed (their rows stay in the
     database, marked pruned). Version 0, the actor's version and those of episodes still running or
