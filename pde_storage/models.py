@@ -118,6 +118,9 @@ class Checkpoint(Base):
     path: Mapped[str] = mapped_column(Text)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Set when the loop's retention removed the file: the row keeps the version's metrics, and
+    # says that ``path`` no longer exists.
+    pruned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class SupervisorCall(Base):

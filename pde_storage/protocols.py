@@ -5,13 +5,14 @@ Role protocols, grouped by aggregate (``pde_storage.repos``):
 
 - tasks: ``TaskReader`` (tasks, prompts, state), ``TaskStateWriter``, ``PromptWriter``;
 - episodes: ``EpisodeReader``, ``EpisodeRecorder`` (the loop's running episodes), ``Labeller``,
-  ``EpisodeCurator`` (discard, restore, notes);
+  ``EpisodeCurator`` (discard, restore, notes), ``PolicyVersionsInUse``;
 - telemetry: ``MetricWriter``, ``MetricReader``, ``CheckpointLog``, ``SupervisorCallLog``;
 - messages: ``IntentSender``, ``IntentConsumer``, ``ServiceStates``.
 
 Each service's view is the union of the roles it plays: ``LoopStore`` (``pde loop``),
-``SupervisorStore`` (``pde supervisor``), ``OperatorStore`` (the operator page). The signatures
-are ``Store``'s own, defaults included (tests/storage/test_protocols.py compares them)."""
+``CheckpointRetentionStore`` (``pde loop``'s checkpoints), ``SupervisorStore`` (``pde supervisor``),
+``OperatorStore`` (the operator page). The signatures are ``Store``'s own, defaults included
+(tests/storage/test_protocols.py compares them)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,11 @@ class EpisodeRecorder(Protocol):
 
 
 @runtime_checkable
+class PolicyVersionsInUse(Protocol):
+    def policy_versions_in_use(self) -> set[int]: ...
+
+
+@runtime_checkable
 class Labeller(Protocol):
     def add_label(
         self,
@@ -140,6 +146,7 @@ class CheckpointLog(Protocol):
     ) -> CheckpointRow: ...
     def latest_checkpoint(self) -> CheckpointRow | None: ...
     def checkpoints(self) -> list[CheckpointRow]: ...
+    def mark_checkpoint_pruned(self, version: int) -> CheckpointRow: ...
 
 
 @runtime_checkable
@@ -200,6 +207,13 @@ class LoopStore(
     and records episodes, labels them in simulation (the simulator's check), logs metrics, takes
     the page's Start/Abort, tells the supervisor when a prompt's rollouts are done, and reports
     its phase. (Its service opens the full ``Store``, which also records the checkpoints.)"""
+
+
+@runtime_checkable
+class CheckpointRetentionStore(CheckpointLog, PolicyVersionsInUse, Protocol):
+    """What ``pde loop``'s checkpoint keeper uses (learner/loop/retention.py): it registers each
+    version, asks which versions episodes in play still use, and marks the versions whose files
+    it removed."""
 
 
 @runtime_checkable

@@ -16,6 +16,8 @@ STAGES: tuple[str, ...] = ("bootstrap", "rl")
 PROMPT_STATUSES: tuple[str, ...] = ("canonical", "candidate", "pool", "rejected")
 PROMPT_SOURCES: tuple[str, ...] = ("canonical", "vlm", "offline", "operator")
 EPISODE_STATUSES: tuple[str, ...] = ("running", "awaiting_label", "labelled", "aborted", "discarded")
+# An episode in play: its policy version is in use (the actor's, or one whose rollout awaits a label).
+IN_PLAY_STATUSES: tuple[str, ...] = ("running", "awaiting_label")
 # Statuses an episode can be discarded from (a running one is aborted first).
 DISCARDABLE_STATUSES: tuple[str, ...] = ("awaiting_label", "labelled", "aborted")
 LABEL_SOURCES: tuple[str, ...] = ("operator", "simulator", "vlm")
@@ -120,6 +122,7 @@ class CheckpointRow:
     path: str
     metrics: dict[str, Any]
     created_at: datetime
+    pruned_at: datetime | None = None  # the file was removed (the loop's retention); None: it is kept
 
 
 @dataclass(frozen=True)

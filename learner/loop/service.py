@@ -58,6 +58,16 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
         choices=["ddp", "fsdp"],
         help="under torchrun: DDP (a replica per GPU) or FSDP (sharded) PPO updates (default ddp)",
     )
+    p.add_argument(
+        "--checkpoint-keep-trainer-state",
+        type=int,
+        help="the newest N checkpoints keep the optimiser state for resuming (default 1; 0: all)",
+    )
+    p.add_argument(
+        "--checkpoint-keep-versions",
+        type=int,
+        help="keep the newest N checkpoint files, plus version 0 and those in use (default 0: all)",
+    )
     add_policy_args(p)
     args = p.parse_args(argv)
     if msg := check_policy_args(args):
@@ -87,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from learner.checkpoints import CheckpointStore
     from learner.device import DeviceUnavailableError, describe_device, resolve_device
     from learner.distributed import torchrun_world_size
+    from learner.loop.retention import CheckpointKeeper
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient, RobotServerError
     from pde_contract.link import LinkKeyError, client_curve_from_env
@@ -177,16 +188,19 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(CheckpointStore.load(loaded.path).policy, ppo, device=device)
     if loaded.trainer_state:
         trainer.load_state_dict(loaded.trainer_state)
+    elif loaded.version > 0:  # the newest file was unreadable and an older one has no Adam state
+        log.warning("resuming from %s without trainer state: Adam restarts from zero", loaded.path)
     actor = Actor(
         loaded.policy.to(actor_device),
         client,
         ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False),
     )
 
+    keeper = CheckpointKeeper(checkpoints, store, settings.checkpoint_retention())
+
     def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
-        path = checkpoints.save(policy, version, metrics, trainer.state_dict())
-        store.add_checkpoint(version, path, metrics)
-        return str(path)
+        # Runs in the training thread before the swap: ``loop.policy_version`` is the actor's.
+        return str(keeper.save(policy, version, metrics, trainer.state_dict(), in_use={loop.policy_version}))
 
     import torch
 

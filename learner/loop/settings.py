@@ -9,12 +9,14 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from learner.checkpoint_files import Retention
 from learner.device import check_device_spec
 from learner.loop.tasks import HEADLINE_TASKS, PAPER_TASKS
 from learner.mixture import AlphaSchedule
 from pde_contract.settings import data_dir_field, database_url_field, robot_cmd_endpoint_field
 
 _ALPHA = AlphaSchedule()  # the one home of the alpha schedule's defaults
+_RETENTION = Retention()  # the one home of the checkpoint retention's defaults
 
 
 class LoopSettings(BaseSettings):
@@ -59,6 +61,14 @@ class LoopSettings(BaseSettings):
     """Pause after a robot error (e.g. e-stop latched) before trying again."""
     final_update_timeout_s: float = 600.0
     """On a clean stop, how long to wait for a running PPO update to finish and be saved."""
+    checkpoint_keep_trainer_state: int = Field(_RETENTION.keep_trainer_state, ge=0)
+    """The newest this many checkpoints keep the trainer's (Adam) state, which only resuming needs;
+    older ones are rewritten without it once a newer one is saved (π0.5 'all': about 27 GB less per
+    version, estimated from its parameter count). 0: every version keeps it."""
+    checkpoint_keep_versions: int = Field(_RETENTION.keep_versions, ge=0)
+    """The newest this many checkpoint files stay; older ones are removed (their rows stay in the
+    database, marked pruned). Version 0, the actor's version and those of episodes still running or
+    awaiting a label always stay. 0: every version stays."""
     torch_threads: int | None = None
     """CPU threads for torch in this process (None: torch's default). 1 keeps inference latency
     steady on a small, busy CPU where OpenMP threads spin against other processes."""
@@ -87,6 +97,9 @@ class LoopSettings(BaseSettings):
     a whole replica and Adam state on every GPU (π0.5 fits an 80 GB GPU so); 'fsdp': PyTorch FSDP
     shards weights, gradients and Adam state over the ranks (π0.5 per transformer block), for GPUs
     that cannot hold a replica. The update is the same (learner/distributed.py)."""
+
+    def checkpoint_retention(self) -> Retention:
+        return Retention(self.checkpoint_keep_trainer_state, self.checkpoint_keep_versions)
 
     def alpha_schedule(self, ema_success: float) -> AlphaSchedule:
         """The alpha schedule with these settings, its EMA at ``ema_success``."""

@@ -19,6 +19,7 @@ from pde_storage.rows import (
     AUTHORITATIVE_SOURCES,
     DISCARDABLE_STATUSES,
     EPISODE_STATUSES,
+    IN_PLAY_STATUSES,
     LABEL_SOURCES,
     STAGES,
     ChunkInfo,
@@ -160,6 +161,13 @@ class EpisodeRepository(Repository):
             if status is not None:
                 q = q.where(Episode.status == status)
             return int(s.scalar(q) or 0)
+
+    def policy_versions_in_use(self) -> set[int]:
+        """Policy versions of the episodes still in play (running, or awaiting their label): the
+        checkpoint files the loop's retention must keep."""
+        with self._read() as s:
+            q = select(Episode.policy_version).where(Episode.status.in_(IN_PLAY_STATUSES)).distinct()
+            return {int(v) for v in s.scalars(q)}
 
     @staticmethod
     def _locked_episode(s: Session, episode_id: int) -> Episode:

@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from pde_storage.errors import ConflictError, InvalidArgumentError
+from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
 from pde_storage.models import Checkpoint, Metric, SupervisorCall
-from pde_storage.repos.base import Repository, as_utc, json_safe, utc_now
+from pde_storage.repos.base import Repository, as_utc, as_utc_opt, json_safe, utc_now
 from pde_storage.rows import CheckpointRow, SupervisorCallRow
 
 
@@ -32,19 +32,35 @@ class TelemetryRepository(Repository):
                 created_at=utc_now(),
             )
             s.add(c)
-        return CheckpointRow(c.version, c.path, c.metrics, as_utc(c.created_at))
+        return self._checkpoint_row(c)
 
     def latest_checkpoint(self) -> CheckpointRow | None:
         with self._read() as s:
             c = s.scalars(select(Checkpoint).order_by(Checkpoint.version.desc()).limit(1)).first()
-            return None if c is None else CheckpointRow(c.version, c.path, c.metrics, as_utc(c.created_at))
+            return None if c is None else self._checkpoint_row(c)
 
     def checkpoints(self) -> list[CheckpointRow]:
+        """Every version, oldest first, the pruned ones too (``pruned_at`` set: no file)."""
         with self._read() as s:
             return [
-                CheckpointRow(c.version, c.path, c.metrics, as_utc(c.created_at))
-                for c in s.scalars(select(Checkpoint).order_by(Checkpoint.version))
+                self._checkpoint_row(c) for c in s.scalars(select(Checkpoint).order_by(Checkpoint.version))
             ]
+
+    def mark_checkpoint_pruned(self, version: int) -> CheckpointRow:
+        """Record that ``version``'s file was removed; its row and metrics stay. Marking twice keeps
+        the first time (a retention pass that died before removing the file marks it again)."""
+        with self._write() as s:
+            c = s.scalars(select(Checkpoint).where(Checkpoint.version == version)).first()
+            if c is None:
+                raise NotFoundError(f"no checkpoint version {version} in the database")
+            if c.pruned_at is None:
+                c.pruned_at = utc_now()
+            s.flush()
+            return self._checkpoint_row(c)
+
+    @staticmethod
+    def _checkpoint_row(c: Checkpoint) -> CheckpointRow:
+        return CheckpointRow(c.version, c.path, c.metrics, as_utc(c.created_at), as_utc_opt(c.pruned_at))
 
     def record_supervisor_call(
         self,

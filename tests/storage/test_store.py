@@ -290,6 +290,38 @@ def test_checkpoints_calls_metrics(store: Store) -> None:
         store.add_metric("alpha/t", float("nan"), 4)
 
 
+def test_pruned_checkpoints_keep_their_row_marked(store: Store) -> None:
+    store.add_checkpoint(0, "/ck/v0.pt", {"sft_loss": 0.5})
+    store.add_checkpoint(1, "/ck/v1.pt", {"pg_loss": 0.1})
+    assert [c.pruned_at for c in store.checkpoints()] == [None, None]
+    first = store.mark_checkpoint_pruned(1)
+    assert first.pruned_at is not None and first.pruned_at.tzinfo is not None
+    assert store.mark_checkpoint_pruned(1).pruned_at == first.pruned_at  # marking again keeps the time
+    [v0, v1] = store.checkpoints()
+    assert v0.pruned_at is None and (v1.version, v1.metrics, v1.pruned_at) == (
+        1,
+        {"pg_loss": 0.1},
+        first.pruned_at,
+    )
+    with pytest.raises(NotFoundError, match="no checkpoint version 7"):
+        store.mark_checkpoint_pruned(7)
+
+
+def test_policy_versions_in_use_are_those_of_episodes_in_play(store: Store) -> None:
+    store.ensure_task(TASK, CANON)
+    pid = store.prompts(TASK, "canonical")[0].id
+    assert store.policy_versions_in_use() == set()
+    labelled = store.create_episode(TASK, pid, policy_version=1, stage="rl")
+    finish_with_videos(store, labelled.id, make_episode_file(labelled.id, TASK, n_chunks=2))
+    store.add_label(labelled.id, True, source="operator")
+    aborted = store.create_episode(TASK, pid, policy_version=2, stage="rl")
+    store.abort_episode(aborted.id, "e-stop")
+    waiting = store.create_episode(TASK, pid, policy_version=3, stage="rl")
+    finish_with_videos(store, waiting.id, make_episode_file(waiting.id, TASK, n_chunks=2))
+    store.create_episode(TASK, pid, policy_version=4, stage="rl")  # running
+    assert store.policy_versions_in_use() == {3, 4}
+
+
 def test_intents_are_consumed_once(store: Store) -> None:
     assert store.take_intent("start_episode") is None
     a = store.add_intent("start_episode", {"by": "operator"})
