@@ -1,26 +1,38 @@
-"""SFT samples from a LeRobotDataset v2.0/v2.1 on disk (what ``pde_storage.lerobot_export`` writes, or
-any dataset with the FR3's 15-entry ``observation.state`` and our action columns).
+"""SFT samples from a LeRobotDataset v2.0/v2.1 on disk: what ``pde_storage.lerobot_export`` writes
+(the FR3's 15-entry ``observation.state``, our action columns), or a lab's own dataset of another
+layout read through a mapping file (``LeRobotMapping``, ``--lerobot-map``).
 
-Each sample is a dataset row's observation (state + every ``observation.images.*`` video frame,
-decoded with PyAV) and the next ``chunk_len`` action rows of its episode (past the end the robot
-holds, as ``learner.sft.action_windows`` does). Rows with ``chunk_row == 0`` only when the dataset
-has that column (ours: the rows whose observation was taken at that instant), else every
-``stride``-th row. Frames are re-encoded as JPEG into ``Observation`` messages, so every policy
-preprocesses them exactly as it does the robot's.
+Each sample is a dataset row's observation (state + camera video frames, decoded with PyAV) and the
+next ``chunk_len`` action rows of its episode (past the end the robot holds, as
+``learner.sft.action_windows`` does). Rows with ``chunk_row == 0`` only when the dataset has that
+column (ours: the rows whose observation was taken at that instant), else every ``stride``-th row.
+Frames are re-encoded as JPEG into ``Observation`` messages, so every policy preprocesses them
+exactly as it does the robot's.
 """
 
 from __future__ import annotations
 
 import json
+import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import av
 import cv2
 import numpy as np
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, CameraFrame, Observation, RobotState
+from pde_contract.messages import (
+    ACTION_DIMS,
+    STATE_VECTOR_NAMES,
+    ActionSpace,
+    CameraFrame,
+    Observation,
+    RobotState,
+)
 from pde_storage.lerobot_export import ACTION_NAMES
 
 IMAGE_PREFIX = "observation.images."
@@ -32,6 +44,255 @@ VERSIONS = ("v2.0", "v2.1")
 
 class DatasetError(ValueError):
     """The dataset cannot feed SFT; the message says what was wrong."""
+
+
+class Columns(BaseModel):
+    """Entries of one dataset feature, in the order given: by LeRobot ``names`` (meta/info.json),
+    by ``index`` (0-based), by ``range`` ([start, stop), Python slice), or the whole feature when none
+    of them is given. ``scale`` multiplies them (e.g. 0.001 for a gripper width in mm); nothing else
+    is converted. In ``[state]`` a ``constant`` may stand instead of a feature: the dataset lacks
+    those entries and the policy sees these fixed values in SFT (the robot reports real ones later)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    feature: str | None = None
+    names: list[str] | None = None
+    index: list[int] | None = None
+    range: tuple[int, int] | None = None
+    scale: float = 1.0
+    constant: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Columns:
+        picks = [k for k in ("names", "index", "range") if getattr(self, k) is not None]
+        if (self.feature is None) == (self.constant is None):
+            raise ValueError("give either `feature` (a dataset feature) or `constant` (fixed values)")
+        if self.constant is not None and (picks or self.scale != 1.0):
+            raise ValueError("`constant` takes no names, index, range or scale")
+        if len(picks) > 1:
+            raise ValueError(f"pick the entries with one of names, index, range; got {picks}")
+        return self
+
+
+class StateMap(BaseModel):
+    """Where each part of our robot state comes from (``STATE_VECTOR_NAMES``). Units: metres for
+    ``ee_position_m`` (TCP in the robot base frame) and ``gripper_width_m`` (finger opening),
+    a unit quaternion x, y, z, w for ``ee_quat_xyzw``, radians for ``joint_positions_rad`` (7)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ee_position_m: Columns
+    ee_quat_xyzw: Columns
+    gripper_width_m: Columns
+    joint_positions_rad: Columns
+
+
+STATE_PARTS: dict[str, int] = {
+    "ee_position_m": 3,
+    "ee_quat_xyzw": 4,
+    "gripper_width_m": 1,
+    "joint_positions_rad": 7,
+}  # StateMap's fields in STATE_VECTOR_NAMES order, with their lengths
+
+
+class ActionMap(BaseModel):
+    """Our action columns, concatenated in order from ``columns``. ``space``: ``ee_delta`` = dx, dy,
+    dz (m), drx, dry, drz (rotation vector, rad, robot base frame; each row applied to the previous
+    commanded target), gripper width (m) — 7 columns; ``joint_abs`` = 7 absolute joint targets (rad),
+    gripper width (m) — 8 columns. The policy's action space must be this one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    space: str
+    columns: list[Columns]
+
+    @field_validator("space")
+    @classmethod
+    def _known_space(cls, v: str) -> str:
+        spaces = [s.value for s in ActionSpace]
+        if v not in spaces:
+            raise ValueError(f"the robot has no action space {v!r}; it acts in one of {spaces}")
+        return v
+
+    @field_validator("columns")
+    @classmethod
+    def _from_features(cls, v: list[Columns]) -> list[Columns]:
+        if any(c.feature is None for c in v):
+            raise ValueError("action columns come from dataset features (`constant` is for state only)")
+        return v
+
+
+class LeRobotMapping(BaseModel):
+    """How a LeRobotDataset of another layout feeds our state, actions and cameras (a TOML or JSON
+    file; example: docs/lerobot_map.example.toml). ``cameras``: our camera name -> the dataset's
+    video feature key (e.g. ``wrist = "observation.images.wrist"``); only these videos are read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: StateMap
+    action: ActionMap
+    cameras: dict[str, str]
+
+
+def load_mapping(path: str | Path) -> LeRobotMapping:
+    """``path`` (.toml or .json) as a checked mapping; DatasetError says what is wrong in it."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise DatasetError(f"cannot read the LeRobot mapping {path}: {e}") from None
+    try:
+        raw = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        return LeRobotMapping.model_validate(raw)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise DatasetError(f"{path}: not valid {path.suffix.lstrip('.') or 'JSON'}: {e}") from None
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
+        )
+        raise DatasetError(
+            f"{path}: {problems} (the schema: learner/lerobot_dataset.py LeRobotMapping, example "
+            "docs/lerobot_map.example.toml)"
+        ) from None
+
+
+def own_layout_mapping(video_keys: Sequence[str], action_space: ActionSpace) -> LeRobotMapping:
+    """What ``pde data export-lerobot`` writes, as a mapping: what is read without one."""
+    state = "observation.state"
+    return LeRobotMapping(
+        state=StateMap(
+            ee_position_m=Columns(feature=state, range=(0, 3)),
+            ee_quat_xyzw=Columns(feature=state, range=(3, 7)),
+            gripper_width_m=Columns(feature=state, range=(7, 8)),
+            joint_positions_rad=Columns(feature=state, range=(8, 15)),
+        ),
+        action=ActionMap(space=action_space.value, columns=[Columns(feature="action")]),
+        cameras={k.removeprefix(IMAGE_PREFIX): k for k in video_keys},
+    )
+
+
+@dataclass(frozen=True)
+class _Take:
+    """Resolved ``Columns``: which entries of which parquet column, times ``scale``."""
+
+    feature: str | None
+    index: np.ndarray
+    scale: float
+    constant: np.ndarray | None
+
+    def read(self, table: dict[str, np.ndarray], n_rows: int) -> np.ndarray:
+        if self.constant is not None:
+            return np.tile(self.constant, (n_rows, 1))
+        assert self.feature is not None
+        cols = table[self.feature][:, self.index]
+        return cols if self.scale == 1.0 else cols * self.scale
+
+
+def _feature_names(ft: dict[str, Any]) -> list[str] | None:
+    """LeRobot writes ``names`` as a list, or (older v2.0 datasets) a one-key dict of one list."""
+    names = ft.get("names")
+    if isinstance(names, dict) and len(names) == 1:
+        names = next(iter(names.values()))
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+def _resolve(cols: Columns, want: int | None, what: str, features: dict[str, Any], root: Path) -> _Take:
+    if cols.constant is not None:
+        if want is not None and len(cols.constant) != want:
+            raise DatasetError(
+                f"mapping {what}: `constant` has {len(cols.constant)} values, {what} has {want}"
+            )
+        return _Take(None, np.zeros(0, dtype=np.int64), 1.0, np.asarray(cols.constant, dtype=np.float64))
+    assert cols.feature is not None
+    vectors = {k: v for k, v in features.items() if v.get("dtype") not in ("video", "image")}
+    ft = vectors.get(cols.feature)
+    if ft is None:
+        listed = ", ".join(f"{k} {list(v.get('shape', []))}" for k, v in vectors.items())
+        raise DatasetError(
+            f"mapping {what}: {root} has no feature {cols.feature!r}; its features: {listed}. "
+            "Name one of these in the mapping file."
+        )
+    shape = [int(s) for s in ft.get("shape", [])]
+    if len(shape) != 1:
+        raise DatasetError(f"mapping {what}: {cols.feature} has shape {shape}; a flat vector is needed")
+    size, names = shape[0], _feature_names(ft)
+    if cols.names is not None:
+        if names is None:
+            raise DatasetError(
+                f"mapping {what}: {cols.feature} has no entry names in meta/info.json; "
+                f"pick its {size} entries by `index` or `range` instead"
+            )
+        missing = [n for n in cols.names if n not in names]
+        if missing:
+            raise DatasetError(f"mapping {what}: {cols.feature} has no entries {missing}; its names: {names}")
+        index = [names.index(n) for n in cols.names]
+    elif cols.index is not None:
+        index = list(cols.index)
+    elif cols.range is not None:
+        index = list(range(*cols.range))
+    else:
+        index = list(range(size))
+    bad = [i for i in index if not 0 <= i < size]
+    if bad or not index:
+        raise DatasetError(
+            f"mapping {what}: {cols.feature} has {size} entries{f' {names}' if names else ''}; "
+            f"the mapping picks {index or 'none'}"
+        )
+    if want is not None and len(index) != want:
+        raise DatasetError(
+            f"mapping {what}: takes {len(index)} entries of {cols.feature} ({index}); {what} has {want}"
+        )
+    return _Take(cols.feature, np.asarray(index, dtype=np.int64), cols.scale, None)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    state: list[_Take]  # in STATE_PARTS order
+    action: list[_Take]
+    videos: dict[str, str]  # our camera -> dataset video key
+
+
+def _plan(
+    mapping: LeRobotMapping,
+    action_space: ActionSpace,
+    features: dict[str, Any],
+    root: Path,
+    cameras: Sequence[str] | None,
+) -> _Plan:
+    """Check ``mapping`` against the dataset and the policy before anything is decoded."""
+    if mapping.action.space != action_space.value:
+        raise DatasetError(
+            f"mapping action.space is {mapping.action.space}; the policy acts in {action_space.value} "
+            f"({ACTION_NAMES[action_space]}). Map the dataset's actions to {action_space.value} or "
+            "start from a policy of that action space."
+        )
+    state = [
+        _resolve(getattr(mapping.state, part), n, f"state.{part}", features, root)
+        for part, n in STATE_PARTS.items()
+    ]
+    action = [
+        _resolve(c, None, f"action.columns[{i}]", features, root)
+        for i, c in enumerate(mapping.action.columns)
+    ]
+    width = sum(len(t.index) for t in action)
+    if width != ACTION_DIMS[action_space]:
+        raise DatasetError(
+            f"mapping action.columns give {width} columns; {action_space.value} has "
+            f"{ACTION_DIMS[action_space]}: {ACTION_NAMES[action_space]}"
+        )
+    videos = sorted(k for k, v in features.items() if v.get("dtype") == "video")
+    for ours, key in mapping.cameras.items():
+        if key not in videos:
+            raise DatasetError(
+                f"mapping cameras.{ours}: {root} has no video feature {key!r}; its videos: {videos}"
+            )
+    lacking = [c for c in cameras or () if c not in mapping.cameras]
+    if lacking:
+        raise DatasetError(
+            f"the policy reads cameras {list(cameras or ())}; the mapping gives {list(mapping.cameras)}. "
+            f"Add {lacking} under [cameras] (our camera = dataset video key)."
+        )
+    return _Plan(state, action, dict(mapping.cameras))
 
 
 @dataclass
@@ -57,8 +318,8 @@ def _frames(path: Path) -> list[np.ndarray]:
         return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
 
 
-def _state(vec: np.ndarray, t: float) -> RobotState:
-    v = np.asarray(vec, dtype=np.float64)
+def _state(v: np.ndarray, t: float) -> RobotState:
+    """``v``: our 15 state entries (STATE_VECTOR_NAMES order)."""
     return RobotState(
         joint_positions_rad=v[8:15],
         joint_velocities_rad_s=np.zeros(7),
@@ -69,9 +330,42 @@ def _state(vec: np.ndarray, t: float) -> RobotState:
     )
 
 
+def _check_own_layout(root: Path, features: dict[str, Any], action_space: ActionSpace) -> None:
+    state_ft, action_ft = features.get("observation.state"), features.get("action")
+    if state_ft is None or list(state_ft.get("shape", [])) != [len(STATE_VECTOR_NAMES)]:
+        raise DatasetError(
+            f"{root}: observation.state must be the FR3's {len(STATE_VECTOR_NAMES)} entries "
+            f"{list(STATE_VECTOR_NAMES)} (as `pde data export-lerobot` writes), got {state_ft}; "
+            "a dataset of another layout is read with a mapping file (--lerobot-map)"
+        )
+    want = ACTION_NAMES[action_space]
+    names = action_ft.get("names") if action_ft else None
+    if names != want:
+        raise DatasetError(
+            f"{root}: the action columns are {names}; the policy acts in {action_space.value} = {want} "
+            "(a dataset of another layout is read with a mapping file, --lerobot-map)"
+        )
+
+
+def _columns(table: dict[str, list[Any]], feature: str, size: int, where: str) -> np.ndarray:
+    cols = np.asarray(table[feature], dtype=np.float64).reshape(len(table[feature]), -1)
+    if cols.shape[1] != size:
+        raise DatasetError(
+            f"{where}: {feature} rows have {cols.shape[1]} entries, meta/info.json says {size}"
+        )
+    return cols
+
+
 def read_lerobot_dataset(
-    root: str | Path, chunk_len: int, action_space: ActionSpace, stride: int = 1
+    root: str | Path,
+    chunk_len: int,
+    action_space: ActionSpace,
+    stride: int = 1,
+    mapping: LeRobotMapping | None = None,
+    cameras: Sequence[str] | None = None,
 ) -> DatasetSamples:
+    """``mapping``: how a dataset of another layout feeds ours (None: our export layout);
+    ``cameras``: the policy's, checked against the mapping's before anything is decoded."""
     root = Path(root)
     info_path = root / "meta" / "info.json"
     if not info_path.is_file():
@@ -86,49 +380,41 @@ def read_lerobot_dataset(
             "that LeRobot converted to v3.0 keeps its v2.1 files under the git tag v2.1: `hf download "
             "REPO --repo-type dataset --revision v2.1 --local-dir DIR`"
         )
-    features = info.get("features", {})
-    state_ft, action_ft = features.get("observation.state"), features.get("action")
-    if state_ft is None or list(state_ft.get("shape", [])) != [len(STATE_VECTOR_NAMES)]:
-        raise DatasetError(
-            f"{root}: observation.state must be the FR3's {len(STATE_VECTOR_NAMES)} entries "
-            f"{list(STATE_VECTOR_NAMES)} (as `pde data export-lerobot` writes), got {state_ft}"
-        )
-    want = ACTION_NAMES[action_space]
-    names = action_ft.get("names") if action_ft else None
-    if names != want:
-        raise DatasetError(
-            f"{root}: the action columns are {names}; the policy acts in {action_space.value} = {want}"
-        )
-    cameras = [k.removeprefix(IMAGE_PREFIX) for k, v in features.items() if v.get("dtype") == "video"]
+    features: dict[str, Any] = info.get("features", {})
+    if mapping is None:
+        _check_own_layout(root, features, action_space)
+        videos = [k for k, v in features.items() if v.get("dtype") == "video"]
+        plan = _plan(own_layout_mapping(videos, action_space), action_space, features, root, None)
+    else:
+        plan = _plan(mapping, action_space, features, root, cameras)
+    read = sorted({t.feature for t in plan.state + plan.action if t.feature is not None})
     tasks = {
         int(r["task_index"]): r["task"]
         for r in map(json.loads, (root / "meta" / "tasks.jsonl").read_text().splitlines())
         if r
     }
     chunks_size = int(info.get("chunks_size", 1000))
-    out = DatasetSamples([], np.zeros((0, chunk_len, len(want))), [], [])
+    out = DatasetSamples([], np.zeros((0, chunk_len, ACTION_DIMS[action_space])), [], [])
     windows: list[np.ndarray] = []
     for ep in range(int(info["total_episodes"])):
         chunk = ep // chunks_size
-        table = pq.read_table(
-            root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
-        ).to_pydict()
-        actions = np.asarray(table["action"], dtype=np.float64)
-        states = np.asarray(table["observation.state"], dtype=np.float64)
+        data_path = root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
+        table = pq.read_table(data_path).to_pydict()
+        n_rows = len(table["timestamp"])
+        cols = {f: _columns(table, f, int(features[f]["shape"][0]), str(data_path)) for f in read}
+        states = np.concatenate([t.read(cols, n_rows) for t in plan.state], axis=1)
+        actions = np.concatenate([t.read(cols, n_rows) for t in plan.action], axis=1)
         frames = {
             cam: _frames(
-                root
-                / info["video_path"].format(
-                    episode_chunk=chunk, video_key=IMAGE_PREFIX + cam, episode_index=ep
-                )
+                root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=ep)
             )
-            for cam in cameras
+            for cam, key in plan.videos.items()
         }
         padded = np.concatenate([actions, np.tile(_hold(actions, action_space), (chunk_len, 1))])
         rows = (
             [i for i, r in enumerate(table["chunk_row"]) if r == 0]
             if "chunk_row" in table
-            else list(range(0, len(actions), stride))
+            else list(range(0, n_rows, stride))
         )
         for i in rows:
             t = float(table["timestamp"][i])

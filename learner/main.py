@@ -66,8 +66,15 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         "--lerobot-dataset",
         default="",
         metavar="DIR",
-        help="train on this LeRobotDataset v2.1 (FR3 state and action columns, e.g. from "
-        "`pde data export-lerobot`) instead of --demos",
+        help="train on this LeRobotDataset v2.0/v2.1 (FR3 state and action columns, e.g. from "
+        "`pde data export-lerobot`, or another layout with --lerobot-map) instead of --demos",
+    )
+    ap.add_argument(
+        "--lerobot-map",
+        default="",
+        metavar="FILE",
+        help="TOML/JSON mapping of a --lerobot-dataset of another layout onto our state, actions and "
+        "cameras (docs/lerobot_map.example.toml)",
     )
     ap.add_argument(
         "--checkpoints", default=settings.checkpoint_dir, help="checkpoint folder (SFT = version 0)"
@@ -172,6 +179,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
             args.lerobot_dataset or None,
             ctx,
             args.distributed,
+            args.lerobot_map or None,
         )
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)

@@ -42,6 +42,7 @@ from pde_contract.messages import ActionSpace
 
 if TYPE_CHECKING:
     from learner.distributed import DistributedContext, DistributedPolicy, Engine
+    from learner.lerobot_dataset import LeRobotMapping
 
 log = logging.getLogger(__name__)
 EPISODE_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")
@@ -129,11 +130,16 @@ def build_dataset(policy: Policy, files: list[Path]) -> SFTDataset:
     return SFTDataset(ObsBatch.cat(obs_batches), np.stack(actions), prompts, tasks)
 
 
-def lerobot_sft_dataset(policy: Policy, root: str | Path) -> SFTDataset:
-    """SFT samples from a LeRobotDataset (learner/lerobot_dataset.py), preprocessed by ``policy``."""
+def lerobot_sft_dataset(
+    policy: Policy, root: str | Path, mapping: LeRobotMapping | None = None
+) -> SFTDataset:
+    """SFT samples from a LeRobotDataset (learner/lerobot_dataset.py), preprocessed by ``policy``;
+    ``mapping``: how a dataset of another layout feeds ours (None: our export layout)."""
     from learner.lerobot_dataset import read_lerobot_dataset
 
-    samples = read_lerobot_dataset(root, policy.chunk_len, policy.action_space)
+    samples = read_lerobot_dataset(
+        root, policy.chunk_len, policy.action_space, mapping=mapping, cameras=policy.cameras
+    )
     return SFTDataset(
         policy.preprocess(samples.observations), samples.actions, samples.prompts, samples.tasks
     )
@@ -288,18 +294,29 @@ def run_sft(
     lerobot_dataset: str | Path | None = None,
     ctx: DistributedContext | None = None,
     engine: Engine = "ddp",
+    lerobot_map: str | Path | None = None,
 ) -> tuple[Path, dict[str, float], bool]:
     """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
     ``policy_factory`` (with ``policy_key``, what the cache key records of it) starts from another
     policy than the small one, e.g. π0.5 from a checkpoint directory; ``vla`` is then unused.
-    ``lerobot_dataset``: train on that LeRobotDataset instead of the episode files in ``demo_dir``.
+    ``lerobot_dataset``: train on that LeRobotDataset instead of the episode files in ``demo_dir``;
+    ``lerobot_map``: the mapping file (TOML/JSON) for a dataset not in our export layout.
     ``ctx``: every rank of a torchrun job calls this (``train_sft`` under ``engine``, DDP or FSDP);
     rank 0 alone checks and writes the cache, the others wait for it at a barrier.
     Returns (path, metrics, cached)."""
+    mapping = None
+    if lerobot_map is not None:
+        if lerobot_dataset is None:
+            raise ValueError("a LeRobot mapping file needs a LeRobotDataset to map (--lerobot-dataset)")
+        from learner.lerobot_dataset import load_mapping
+
+        mapping = load_mapping(lerobot_map)  # its schema errors before any cache lookup
     if lerobot_dataset is not None:
         files = sorted(p for p in Path(lerobot_dataset).rglob("*") if p.is_file())
         if not files:
             raise FileNotFoundError(f"no LeRobotDataset at {lerobot_dataset}")
+        if lerobot_map is not None:
+            files.append(Path(lerobot_map))  # another mapping trains another policy
     else:
         files = select_demo_files(demo_dir, cfg.episodes_per_task, tasks)
     if wordings is not None and lerobot_dataset is None:
@@ -336,7 +353,7 @@ def run_sft(
     data = (
         build_dataset(policy, files)
         if lerobot_dataset is None
-        else lerobot_sft_dataset(policy, lerobot_dataset)
+        else lerobot_sft_dataset(policy, lerobot_dataset, mapping)
     )
     trained, metrics = train_sft(policy, data, cfg, on_step, device, wordings, ctx, engine)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))
