@@ -165,3 +165,8 @@ def test_the_cli_trains_the_small_policy_on_a_mapped_dataset(datasets, tmp_path,
     # Without the mapping the same dataset is refused, pointing at --lerobot-map.
     assert main([*argv[:3], *argv[5:], "--force"]) == 2
     assert "--lerobot-map" in capsys.readouterr().err
+
+
+def test_the_documented_example_is_a_valid_mapping():
+    mapping = load_mapping(Path(__file__).parents[2] / "docs" / "lerobot_map.example.toml")
+    assert mapping.action.space == "ee_delta" and set(mapping.cameras) == {"external", "wrist"}
