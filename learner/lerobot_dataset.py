@@ -282,6 +282,11 @@ def _plan(
         )
     videos = sorted(k for k, v in features.items() if v.get("dtype") == "video")
     for ours, key in mapping.cameras.items():
+        if key in features and features[key].get("dtype") == "image":
+            raise DatasetError(
+                f"mapping cameras.{ours}: {key} is stored as images in the parquet files; SFT reads "
+                f"camera videos (LeRobot's default), this dataset has {videos}"
+            )
         if key not in videos:
             raise DatasetError(
                 f"mapping cameras.{ours}: {root} has no video feature {key!r}; its videos: {videos}"

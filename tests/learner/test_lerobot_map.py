@@ -135,6 +135,16 @@ def test_a_wrong_mapping_fails_at_start_saying_what_exists(datasets):
     assert "Add ['top'] under [cameras]" in msg
     msg = _expect_error(lab, MAPPING, space=ActionSpace.JOINT_ABS)
     assert "mapping action.space is ee_delta; the policy acts in joint_abs" in msg
+    info_path = lab / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["features"]["observation.images.top"] = {"dtype": "image", "shape": [16, 16, 3], "names": None}
+    info["features"]["observation.tcp_position"]["shape"] = [4]  # the parquet rows have 3
+    info_path.write_text(json.dumps(info))
+    ranged = MAPPING.replace('"observation.tcp_position" }', '"observation.tcp_position", range = [0, 3] }')
+    msg = _expect_error(lab, ranged)
+    assert "observation.tcp_position rows have 3 entries, meta/info.json says 4" in msg
+    msg = _expect_error(lab, ranged.replace('"observation.images.hand"', '"observation.images.top"'))
+    assert "observation.images.top is stored as images in the parquet files" in msg
 
 
 def test_a_mapping_outside_the_schema_is_refused_by_name(tmp_path):
