@@ -97,8 +97,8 @@ class LoopSettings(BaseSettings):
     # The policy (the flags of learner/policy_args.py, same names): how a first run without a
     # checkpoint makes version 0. A run that resumes from data_dir/checkpoints uses that policy.
     policy: PolicyKind = DEFAULT_POLICY
-    """small: the checkpoints' policy (`pde learner sft` made version 0); pi05: version 0 is made
-    from the π0.5 checkpoint directory ``init`` when there is no checkpoint yet."""
+    """small (also when empty): the checkpoints' policy (`pde learner sft` made version 0); pi05:
+    version 0 is made from the π0.5 checkpoint directory ``init`` when there is no checkpoint yet."""
     init: str = ""
     """The π0.5 checkpoint directory (docs/pi05.md); policy pi05 only. A checkpoint trained with
     pi05_trainable expert or lora names it for its frozen part: keep it at this path."""
@@ -142,12 +142,17 @@ class LoopSettings(BaseSettings):
     def _known_actor_device(cls, v: str) -> str:
         return check_device_spec(v) if v.strip() else ""
 
+    # compose passes an unset .env variable as "": the default, as for an absent flag
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _empty_policy_is_default(cls, v: object) -> object:
+        return DEFAULT_POLICY if isinstance(v, str) and not v.strip() else v
+
     @field_validator(
         "pi05_trainable", "pi05_lora_rank", "pi05_flow_steps", "bf16", "gradient_checkpointing", mode="before"
     )
     @classmethod
-    def _empty_is_default(cls, v: object) -> object:
-        # compose passes an unset .env variable as "": the option's default, as an absent flag
+    def _empty_option_is_default(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
     @model_validator(mode="after")
