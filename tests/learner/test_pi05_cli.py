@@ -16,6 +16,7 @@ from learner.policies.pi05_options import Pi05Options
 from learner.policy_args import pi05_options
 from learner.synthetic import synthetic_episode
 from pde_contract.episodes import read_episode, write_episode
+from tests.helpers import free_port
 from tests.learner.pi05_tiny import make_tiny_checkpoint
 
 CANON = "put the green container in the bowl"
@@ -109,6 +110,21 @@ def test_the_loop_takes_the_policy_from_its_settings_and_the_flags_override_them
     monkeypatch.setenv("PDE_LOOP_PI05_LORA_RANK", "0")
     with pytest.raises(ValueError, match="lora_rank must be >= 1"):
         _settings()
+
+
+def test_the_loop_makes_version_0_from_the_directory_its_environment_names(tmp_path, monkeypatch, capsys):
+    from learner.loop.service import main as loop_main
+
+    init = make_tiny_checkpoint(tmp_path / "pi05")
+    # As the compose stacks set them; no flags. No robot server answers: version 0 is made first.
+    for k, v in {"POLICY": "pi05", "INIT": str(init), "PI05_FLOW_STEPS": "2", "PI05_TRAINABLE": ""}.items():
+        monkeypatch.setenv(f"PDE_LOOP_{k}", v)
+    argv = ["--database-url", f"sqlite:///{tmp_path}/pde.db", "--data-dir", str(tmp_path / "data")]
+    assert loop_main([*argv, "--robot", f"tcp://127.0.0.1:{free_port()}", "--device", "cpu"]) == 2
+    assert "cannot reach the robot server" in capsys.readouterr().err
+    loaded = CheckpointStore.load(tmp_path / "data" / "checkpoints" / "policy-000000.pt")
+    assert isinstance(loaded.policy, Pi05Policy)
+    assert loaded.policy.options == Pi05Options(flow_steps=2) and loaded.policy.source_dir == str(init)
 
 
 def test_a_base_checkpoint_without_statistics_takes_them_from_the_demos(tmp_path, capsys):
