@@ -1,6 +1,8 @@
 """``--policy small|pi05 --init DIR`` and the π0.5 options, shared by ``pde learner sft|run|eval``.
 
 The defaults live in ``Pi05Options`` (learner/policies/pi05.py); these flags only override them.
+``run`` also takes them as settings of the same names (``PDE_LOOP_POLICY``, ``PDE_LOOP_INIT``, ...;
+learner/loop/settings.py), which the flags override.
 Nothing heavy is imported until a π0.5 policy is asked for.
 """
 
@@ -8,32 +10,40 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
-from learner.policies.pi05_options import TRAINABLE, Pi05Options
+from learner.policies.pi05_options import TRAINABLE, Pi05Options, Trainable
 
 if TYPE_CHECKING:
     import torch
 
     from learner.policies.pi05 import Pi05Policy
 
-POLICIES = ("small", "pi05")
-# argparse destinations of the flags below (not settings of the service that parses them)
-POLICY_DESTS = (
-    "policy",
-    "init",
-    "pi05_trainable",
-    "pi05_lora_rank",
-    "pi05_flow_steps",
-    "bf16",
-    "gradient_checkpointing",
-)
+PolicyKind = Literal["small", "pi05"]
+POLICIES: tuple[PolicyKind, ...] = get_args(PolicyKind)
+DEFAULT_POLICY: PolicyKind = "small"
+
+
+class PolicyChoice(Protocol):
+    """What the flags below give (an ``argparse.Namespace``), or settings with the same names
+    (``learner.loop.settings.LoopSettings``); None: ``Pi05Options``' default."""
+
+    policy: PolicyKind
+    init: str
+    pi05_trainable: Trainable | None
+    pi05_lora_rank: int | None
+    pi05_flow_steps: int | None
+    bf16: bool | None
+    gradient_checkpointing: bool | None
 
 
 def add_policy_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("policy")
     g.add_argument(
-        "--policy", choices=POLICIES, default="small", help="small (the CPU policy) or pi05 (needs --init)"
+        "--policy",
+        choices=POLICIES,
+        default=DEFAULT_POLICY,
+        help=f"small (the CPU policy) or pi05 (needs --init; default {DEFAULT_POLICY})",
     )
     g.add_argument(
         "--init",
@@ -57,16 +67,20 @@ def add_policy_args(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def check_policy_args(args: argparse.Namespace) -> str | None:
-    """A message when the flags do not fit together, else None."""
+def check_policy_args(args: PolicyChoice, env_prefix: str = "") -> str | None:
+    """A message when the flags do not fit together, else None. ``env_prefix``: the settings
+    prefix (``PDE_LOOP_``) where the values may come from the environment too."""
+    policy, init = "--policy", "--init"
+    if env_prefix:
+        policy, init = f"{policy} ({env_prefix}POLICY)", f"{init} ({env_prefix}INIT)"
     if args.policy == "pi05" and not args.init:
-        return "--policy pi05 needs --init DIR (a π0.5 checkpoint directory; see docs/pi05.md)"
+        return f"{policy} pi05 needs {init} DIR (a π0.5 checkpoint directory; see docs/pi05.md)"
     if args.policy == "small" and args.init:
-        return "--init is for --policy pi05; the small policy starts from `pde learner sft`"
+        return f"{init} is for {policy} pi05; the small policy starts from `pde learner sft`"
     return None
 
 
-def pi05_options(args: argparse.Namespace) -> Pi05Options:
+def pi05_options(args: PolicyChoice) -> Pi05Options:
     given: dict[str, Any] = {
         "trainable": args.pi05_trainable,
         "lora_rank": args.pi05_lora_rank,
@@ -79,7 +93,7 @@ def pi05_options(args: argparse.Namespace) -> Pi05Options:
 
 
 def load_init_policy(
-    args: argparse.Namespace, device: torch.device | str = "cpu", stats_from_demos: bool = False
+    args: PolicyChoice, device: torch.device | str = "cpu", stats_from_demos: bool = False
 ) -> Pi05Policy:
     """The π0.5 policy of ``--init DIR`` on ``device``; Pi05CheckpointError says what is missing.
     ``stats_from_demos`` (SFT): a directory without normalisation statistics is accepted."""

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
-from learner.loop.training import BackgroundTrainer
-from learner.policy_args import POLICY_DESTS, add_policy_args, check_policy_args, load_init_policy
+from learner.loop.training import BackgroundTrainer, TrainerLike
+from learner.policy_args import add_policy_args, load_init_policy
 from pde_storage import ConflictError, Store
 
 if TYPE_CHECKING:
@@ -69,13 +69,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
         help="keep the newest N checkpoint files, plus version 0 and those in use (default 0: all)",
     )
     add_policy_args(p)
+    # The policy flags are settings here (PDE_LOOP_POLICY, PDE_LOOP_INIT, ...): they override the
+    # environment, whose default is LoopSettings'; LoopSettings checks that they fit together.
+    p.set_defaults(policy=None, init=None)
     args = p.parse_args(argv)
-    if msg := check_policy_args(args):
-        p.error(msg)
     overrides: dict[str, Any] = {
-        k: v
-        for k, v in vars(args).items()
-        if v is not None and k not in ("tasks", "auto") and k not in POLICY_DESTS
+        k: v for k, v in vars(args).items() if v is not None and k not in ("tasks", "auto")
     }
     if args.tasks:
         overrides["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -86,7 +85,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
+    _, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         settings = LoopSettings(**overrides)
     except ValueError as e:
@@ -129,19 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     store = Store.open(settings.database_url, settings.data_dir / "media")
     checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
     loaded = checkpoints.latest(device)
-    if loaded is None and args.policy == "pi05":
+    if loaded is None and settings.policy == "pi05":
         # A first run from a π0.5 checkpoint directory: it becomes version 0 (no SFT needed first).
         from learner.policies.pi05 import Pi05CheckpointError
 
         try:
-            checkpoints.save(load_init_policy(args), 0, {"init_from_dir": 1.0})
+            checkpoints.save(load_init_policy(settings), 0, {"init_from_dir": 1.0})
         except Pi05CheckpointError as e:
             print(f"pde loop: {e}", file=sys.stderr)
             return 2
         loaded = checkpoints.latest(device)
-    elif loaded is not None and args.policy == "pi05":
+    elif loaded is not None and settings.policy == "pi05":
         log.info(
-            "resuming from %s; --init %s is used only when there is no checkpoint", loaded.path, args.init
+            "resuming from %s; --init %s is used only when there is no checkpoint", loaded.path, settings.init
         )
     if loaded is None:
         print(
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         client,
         actor,
         settings,
-        BackgroundTrainer(trainer if actor_device == device else SnapshotsOn(trainer, actor_device), save),
+        BackgroundTrainer(trainer_for_actor(trainer, device, actor_device), save),
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
         warm_up=warm_up,
@@ -280,6 +279,11 @@ def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
     leave_distributed()
     log.info("rank %d stopped after %d update(s)", ctx.rank, n)
     return 0
+
+
+def trainer_for_actor(trainer: Trainer, device: torch.device, actor_device: torch.device) -> TrainerLike:
+    """The trainer as the loop uses it: its snapshots (the actor's next policy) where the actor runs."""
+    return trainer if actor_device == device else SnapshotsOn(trainer, actor_device)
 
 
 class SnapshotsOn:

@@ -6,13 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.checkpoint_files import Retention
 from learner.device import check_device_spec
 from learner.loop.tasks import HEADLINE_TASKS, PAPER_TASKS
 from learner.mixture import AlphaSchedule
+from learner.policies.pi05_options import Trainable
+from learner.policy_args import DEFAULT_POLICY, PolicyKind, check_policy_args, pi05_options
 from pde_contract.settings import data_dir_field, database_url_field, robot_cmd_endpoint_field
 
 _ALPHA = AlphaSchedule()  # the one home of the alpha schedule's defaults
@@ -92,6 +94,25 @@ class LoopSettings(BaseSettings):
     """Where the actor's policy runs when not on ``device`` (e.g. cuda:1: the trainer keeps cuda:0
     to itself); empty: on ``device``. The trainer's new weights are copied there at each swap."""
 
+    # The policy (the flags of learner/policy_args.py, same names): how a first run without a
+    # checkpoint makes version 0. A run that resumes from data_dir/checkpoints uses that policy.
+    policy: PolicyKind = DEFAULT_POLICY
+    """small (also when empty): the checkpoints' policy (`pde learner sft` made version 0); pi05:
+    version 0 is made from the π0.5 checkpoint directory ``init`` when there is no checkpoint yet."""
+    init: str = ""
+    """The π0.5 checkpoint directory (docs/pi05.md); policy pi05 only. A checkpoint trained with
+    pi05_trainable expert or lora names it for its frozen part: keep it at this path."""
+    pi05_trainable: Trainable | None = None
+    """π0.5: all, no_vision, expert or lora (None or empty: Pi05Options' default)."""
+    pi05_lora_rank: int | None = None
+    """π0.5: the LoRA rank with pi05_trainable lora (None or empty: Pi05Options' default)."""
+    pi05_flow_steps: int | None = None
+    """π0.5: flow-SDE denoising steps (None or empty: Pi05Options' default)."""
+    bf16: bool | None = None
+    """π0.5 under bfloat16 autocast (None or empty: Pi05Options' default)."""
+    gradient_checkpointing: bool | None = None
+    """π0.5: recompute layers in backward (None or empty: Pi05Options' default)."""
+
     distributed: Literal["ddp", "fsdp"] = "ddp"
     """Under ``torchrun --nproc_per_node N``: how the PPO update is spread over the N ranks. 'ddp':
     a whole replica and Adam state on every GPU (π0.5 fits an 80 GB GPU so); 'fsdp': PyTorch FSDP
@@ -120,6 +141,26 @@ class LoopSettings(BaseSettings):
     @classmethod
     def _known_actor_device(cls, v: str) -> str:
         return check_device_spec(v) if v.strip() else ""
+
+    # compose passes an unset .env variable as "": the default, as for an absent flag
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _empty_policy_is_default(cls, v: object) -> object:
+        return DEFAULT_POLICY if isinstance(v, str) and not v.strip() else v
+
+    @field_validator(
+        "pi05_trainable", "pi05_lora_rank", "pi05_flow_steps", "bf16", "gradient_checkpointing", mode="before"
+    )
+    @classmethod
+    def _empty_option_is_default(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @model_validator(mode="after")
+    def _policy_fits(self) -> LoopSettings:
+        if msg := check_policy_args(self, "PDE_LOOP_"):
+            raise ValueError(msg)
+        pi05_options(self)  # Pi05Options refuses a bad value (e.g. lora rank 0) here, not at load
+        return self
 
     @field_validator("tasks")
     @classmethod

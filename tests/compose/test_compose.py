@@ -20,6 +20,9 @@ import psycopg
 import pytest
 import yaml
 
+from learner.loop.settings import LoopSettings
+from learner.policies.pi05_options import Pi05Options
+from learner.policy_args import pi05_options
 from pde.keys import DEFAULT_CLIENTS
 from pde.keys import init as keys_init
 from pde.procs import ProcessGroup
@@ -151,6 +154,44 @@ def test_single_machine_stack(tmp_path: Path) -> None:
     learner_env = config(env_file(tmp_path, LEARNER_DEVICE=""))["services"]["learner"]["environment"]
     assert learner_env["PDE_LEARNER_DEVICE"] == "cuda"
     assert services["postgres"]["healthcheck"]["test"][0] == "CMD-SHELL"
+
+
+def _learner_settings(learner: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> LoopSettings:
+    """The loop's settings as the learner's container environment gives them."""
+    for k in [k for k in os.environ if k.startswith(("PDE_LOOP_", "PDE_LEARNER_"))]:
+        monkeypatch.delenv(k)
+    for k, v in learner["environment"].items():
+        monkeypatch.setenv(k, str(v))
+    return LoopSettings(**{})
+
+
+@needs_compose
+@pytest.mark.parametrize("stack", [SINGLE, WORKSTATION])
+def test_the_learner_runs_the_small_policy_unless_the_env_file_says_pi05(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack: str
+) -> None:
+    learner = config(env_file(tmp_path), stack=stack)["services"]["learner"]
+    # Every PDE_LOOP_* variable the stack sets is one of the loop's settings (a typo would be ignored).
+    loop_vars = {
+        k.removeprefix("PDE_LOOP_").lower() for k in learner["environment"] if k.startswith("PDE_LOOP_")
+    }
+    assert {"policy", "init", "pi05_trainable", "bf16", "gradient_checkpointing"} <= loop_vars
+    assert loop_vars <= set(LoopSettings.model_fields)
+    settings = _learner_settings(learner, monkeypatch)
+    assert (settings.policy, settings.init) == ("small", "")
+    assert pi05_options(settings) == Pi05Options()
+    # The checkpoint directory is mounted read-only whatever the policy (default: ./models/pi05).
+    assert f"{REPO_ROOT / 'models' / 'pi05'}:/models/pi05:ro" in learner["volumes"]
+
+    values = {"LEARNER_POLICY": "pi05", "PI05_DIR": str(tmp_path / "pi05"), "PI05_INIT": "/models/pi05"}
+    values |= {"PI05_TRAINABLE": "expert", "PI05_BF16": "true", "PI05_GRADIENT_CHECKPOINTING": "true"}
+    learner = config(env_file(tmp_path, **values), stack=stack)["services"]["learner"]
+    assert f"{tmp_path / 'pi05'}:/models/pi05:ro" in learner["volumes"]
+    settings = _learner_settings(learner, monkeypatch)
+    assert (settings.policy, settings.init) == ("pi05", "/models/pi05")
+    assert pi05_options(settings) == Pi05Options(trainable="expert", bf16=True, gradient_checkpointing=True)
+    # The stack's command takes the policy from these settings: it names none itself.
+    assert learner["command"] == ["learner", "run"]
 
 
 @needs_compose
