@@ -185,9 +185,12 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
     status("done", step=cfg.steps, cached=cached, checkpoint=str(path))
-    if not lead:
-        return 0
-    print(json.dumps({"checkpoint": str(path), "cached": cached, **metrics}, indent=1))
+    if lead:
+        print(json.dumps({"checkpoint": str(path), "cached": cached, **metrics}, indent=1))
+    if ctx is not None:
+        from learner.distributed import end_distributed
+
+        end_distributed(0)
     return 0
 
 

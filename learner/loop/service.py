@@ -236,13 +236,14 @@ def main(argv: list[str] | None = None) -> int:
         loop.finish_training(settings.final_update_timeout_s)
     finally:
         if stop_followers is not None:
-            from learner.distributed import leave_distributed
-
             stop_followers()
-            leave_distributed()
         client.close()
         store.close()
     log.info("stopped after %d episode(s)", n)
+    if ctx is not None:
+        from learner.distributed import end_distributed
+
+        end_distributed(0)
     return 0
 
 
@@ -264,7 +265,7 @@ def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
     import torch.distributed as dist
 
     from learner.checkpoints import CheckpointStore
-    from learner.distributed import DistributedPolicy, DistributedTrainer, follow_updates, leave_distributed
+    from learner.distributed import DistributedPolicy, DistributedTrainer, end_distributed, follow_updates
 
     dist.barrier()  # rank 0 has a checkpoint (or has failed, and torchrun stops this rank)
     loaded = CheckpointStore(settings.data_dir / "checkpoints").latest(ctx.device)
@@ -276,9 +277,8 @@ def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
     if loaded.trainer_state:  # the same Adam state as rank 0, or the ranks' steps would differ
         trainer.load_state_dict(loaded.trainer_state)
     n = follow_updates(trainer)
-    leave_distributed()
     log.info("rank %d stopped after %d update(s)", ctx.rank, n)
-    return 0
+    end_distributed(0)
 
 
 def trainer_for_actor(trainer: Trainer, device: torch.device, actor_device: torch.device) -> TrainerLike:

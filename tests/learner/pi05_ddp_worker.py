@@ -17,7 +17,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from learner.checkpoints import CheckpointStore
 from learner.distributed import (
@@ -25,6 +24,7 @@ from learner.distributed import (
     DistributedPolicy,
     DistributedTrainer,
     Engine,
+    end_distributed,
     follow_updates,
     init_distributed,
 )
@@ -82,9 +82,7 @@ def main() -> int:
         CheckpointStore(out.parent).path_for(1).rename(out.with_suffix(".ckpt"))
     else:
         assert follow_updates(trainer) == 1
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    end_distributed(0)
 
 
 if __name__ == "__main__":

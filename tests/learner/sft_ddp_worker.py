@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 from typing import Literal, cast
 
-import torch.distributed as dist
-
-from learner.distributed import init_distributed
+from learner.distributed import end_distributed, init_distributed
 from learner.policies.vla import VLAConfig
 from learner.sft import SFTConfig, run_sft
 from tests.helpers import torchrun
@@ -48,8 +46,7 @@ def main() -> int:
     Path(f"{out}.rank{ctx.rank}.json").write_text(
         json.dumps({"path": str(path), "metrics": metrics, "cached": cached})
     )
-    dist.destroy_process_group()
-    return 0
+    end_distributed(0)
 
 
 if __name__ == "__main__":
