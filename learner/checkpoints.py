@@ -107,6 +107,26 @@ class CheckpointStore:
             trainer_state=payload.get("trainer_state"),
         )
 
+    def renumbered(
+        self, loaded: LoadedCheckpoint, newest_known: int, device: torch.device | str = "cpu"
+    ) -> LoadedCheckpoint:
+        """``loaded`` itself when no version above it is known; else (``latest()`` skipped damaged
+        newer files, or the database knows newer versions) a copy of it saved as ``newest_known + 1``.
+        Versions stay unique: the next update would otherwise write the number of a damaged
+        version whose database row and episodes already exist."""
+        if loaded.version >= newest_known:
+            return loaded
+        version = newest_known + 1
+        log.warning(
+            "resuming from version %d although version %d is known (its file is missing or does not "
+            "load); it continues as version %d",
+            loaded.version,
+            newest_known,
+            version,
+        )
+        metrics = {**loaded.metrics, "resumed_from_version": float(loaded.version)}
+        return self.load(self.save(loaded.policy, version, metrics, loaded.trainer_state), device)
+
     def latest(self, device: torch.device | str = "cpu") -> LoadedCheckpoint | None:
         """The newest checkpoint that loads; unreadable ones are skipped with a warning."""
         for version in reversed(self.versions()):

@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    known = [*checkpoints.versions(), *(c.version for c in store.checkpoints())]
+    loaded = checkpoints.renumbered(loaded, max(known), device)
     with contextlib.suppress(ConflictError):
         store.add_checkpoint(loaded.version, loaded.path, {k: float(v) for k, v in loaded.metrics.items()})
     try:

@@ -14,7 +14,7 @@ from learner.policies.vla import SmallVLAPolicy, make_test_policy
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_episode, synthetic_observation
 from learner.trainer import Trainer
-from tests.helpers import subprocess_env
+from tests.helpers import free_port, subprocess_env
 
 
 @pytest.mark.parametrize("head", ["flow", "gaussian"])
@@ -49,6 +49,49 @@ def test_latest_skips_damaged_and_missing(tmp_path):
     assert latest is not None and latest.version == 2
     with pytest.raises(FileNotFoundError, match="sft"):
         store.load(tmp_path / "nope.pt")
+
+
+def test_resuming_below_a_damaged_version_continues_above_it(tmp_path):
+    """A damaged newest file (or a newer version only the database knows) must not make the next
+    update write a version number that already has a row and episodes."""
+    store = CheckpointStore(tmp_path)
+    policy = make_test_policy("flow")
+    store.save(policy, 1, {"loss": 0.5}, {"n_updates": 1})
+    store.path_for(2).write_bytes(b"truncated")
+    loaded = store.latest()
+    assert loaded is not None and loaded.version == 1
+    assert store.renumbered(loaded, 1) is loaded  # nothing newer known: unchanged
+    again = store.renumbered(loaded, max([*store.versions(), 5]))  # the database knows version 5
+    assert again.version == 6 and again.path == store.path_for(6)
+    assert again.metrics == {"loss": 0.5, "resumed_from_version": 1.0}
+    assert again.trainer_state == {"n_updates": 1}
+    for name, value in loaded.policy.state_dict().items():
+        assert torch.equal(again.policy.state_dict()[name], value), name
+    newest = store.latest()
+    assert newest is not None and newest.version == 6
+
+
+def test_the_loop_resumes_below_a_damaged_version_as_a_new_one(tmp_path, capsys):
+    from learner.loop.service import main as loop_main
+    from pde_storage import Store
+
+    data = tmp_path / "data"
+    checkpoints = CheckpointStore(data / "checkpoints")
+    v0 = checkpoints.save(make_test_policy("flow"), 0, {"sft_loss": 1.0})
+    v1 = checkpoints.path_for(1)
+    v1.write_bytes(b"truncated")  # e.g. a disk that filled up
+    url = f"sqlite:///{tmp_path}/pde.db"
+    store = Store.open(url, tmp_path / "media")
+    store.add_checkpoint(0, v0, {"sft_loss": 1.0})
+    store.add_checkpoint(1, v1, {})
+    # No robot server answers: the loop stops after settling its version.
+    argv = ["--database-url", url, "--data-dir", str(data), "--device", "cpu"]
+    assert loop_main([*argv, "--robot", f"tcp://127.0.0.1:{free_port()}"]) == 2
+    assert "cannot reach the robot server" in capsys.readouterr().err
+    row = store.latest_checkpoint()
+    assert row is not None and row.version == 2 and row.metrics["resumed_from_version"] == 0.0
+    assert CheckpointStore.load(row.path).version == 2
+    store.close()
 
 
 _WRITER = textwrap.dedent(
