@@ -8,7 +8,7 @@ from learner.paraphrases import PARAPHRASES
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from learner.sft import SFTConfig, action_windows, run_sft, select_demo_files
 from learner.synthetic import synthetic_observation
-from pde_contract.episodes import ChunkRecord, EpisodeFile, write_episode
+from pde_contract.episodes import ChunkRecord, EpisodeFile
 from pde_contract.messages import ActionSpace
 
 TASKS = {
@@ -38,14 +38,6 @@ def _demo(task, prompt, seed, n_chunks=3, rows=3):
         success=True,
         source="expert",
     )
-
-
-@pytest.fixture
-def demo_dir(tmp_path):
-    for task, prompt in TASKS.items():
-        for seed in range(4):
-            write_episode(tmp_path / "demos" / f"{task}-{seed:03d}.msgpack", _demo(task, prompt, seed))
-    return tmp_path / "demos"
 
 
 def test_every_task_prompt_has_paraphrases():

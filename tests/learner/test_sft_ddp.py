@@ -15,22 +15,12 @@ from learner.main import main
 from learner.policies.pi05 import Pi05Policy, load_pi05
 from learner.policies.vla import SmallVLAPolicy
 from learner.sft import build_dataset, run_sft, select_demo_files, train_sft
-from pde_contract.episodes import write_episode
 from pde_contract.job_status import read_status
 from tests.learner.pi05_tiny import make_tiny_checkpoint
 from tests.learner.sft_ddp_worker import configs, run_ranks
 from tests.learner.test_pi05_cli import _demos
-from tests.learner.test_sft import TASKS, _demo
 
 STEPS = 6
-
-
-@pytest.fixture
-def demo_dir(tmp_path):
-    for task, prompt in TASKS.items():
-        for seed in range(4):
-            write_episode(tmp_path / "demos" / f"{task}-{seed:03d}.msgpack", _demo(task, prompt, seed))
-    return tmp_path / "demos"
 
 
 # batch 5 over 2 ranks: uneven shares (3 + 2 rows), weighted so the average is the whole batch's
