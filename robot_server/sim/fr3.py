@@ -26,6 +26,8 @@ HOME_Q_RAD = np.array([0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 
 SERVO_KP = (4500.0, 4500.0, 3500.0, 3500.0, 2000.0, 2000.0, 2000.0)
 LINK_MASS_KG = (2.397, 2.927, 2.936, 2.245, 2.616, 2.327, 1.817)
 GRIPPER_MAX_WIDTH_M = 0.08
+# Fingers closed below this hold nothing (the real gripper's default, robots/franka/config.py).
+GRIPPER_EMPTY_WIDTH_M = 0.003
 TCP_OFFSET_M = 0.1034  # along the hand's z
 FINGER_BASE_M = 0.0584  # finger joints sit this far along the hand's z
 

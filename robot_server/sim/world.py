@@ -133,6 +133,10 @@ class SimWorld:
         self.finger_geom_ids = frozenset(
             g for g in range(m.ngeom) if m.body(m.geom_bodyid[g]).name.startswith("fr3_finger")
         )
+        # Geoms of the free objects (scene.PROPS), for "does the hand hold an object"
+        self.prop_geom_ids = frozenset(
+            g for g in range(m.ngeom) if m.body(m.geom_bodyid[g]).name in scene.PROPS
+        )
         self.camera_ids = {name: m.camera(name).id for name in CAMERA_NAMES}
         self._critically_damp_servos_at_home()
 

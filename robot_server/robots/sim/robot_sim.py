@@ -86,6 +86,10 @@ class SimRobot(Robot):
             pos, mat = w.tcp_pose()
             width = w.gripper_width_m()
             t = float(w.data.time)
+            # As the real gripper reports it: closed on something (not shut, not wide open).
+            held = fr3.GRIPPER_EMPTY_WIDTH_M < width < fr3.GRIPPER_MAX_WIDTH_M - 0.005 and w.fingers_touch(
+                w.prop_geom_ids
+            )
         return RobotState(
             joint_positions_rad=q,
             joint_velocities_rad_s=dq,
@@ -93,6 +97,7 @@ class SimRobot(Robot):
             ee_quat_xyzw=quat_xyzw_of_mujoco_matrix(mat),
             gripper_width_m=width,
             robot_time_s=t,
+            object_held=held,
         )
 
     @property

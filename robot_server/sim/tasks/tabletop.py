@@ -114,6 +114,16 @@ def destination_reached(world: SimWorld, prop: str, destination: str) -> bool:
     raise ValueError(f"unknown destination {destination!r}")
 
 
+def destination_centre_xy_m(destination: str) -> tuple[float, float] | None:
+    """Where a fixed destination's region is centred on the table (x, y); None for destinations that
+    move with the layout (the bowl) or sit inside a drawer."""
+    if destination == "camera":
+        return (sum(scene.CAMERA_REGION_X_M) / 2, sum(scene.CAMERA_REGION_Y_M) / 2)
+    if destination in ("top_rack", "bottom_rack"):
+        return (sum(scene.RACK_SHELVES[destination.split("_")[0]].x_m) / 2, scene.RACK_Y_M)
+    return None
+
+
 # --- layout ---------------------------------------------------------------------------------------
 
 

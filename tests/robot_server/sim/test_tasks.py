@@ -12,8 +12,9 @@ from robot_server.sim import scene
 from robot_server.sim.expert import MAX_STEP_M, MAX_STEP_RAD
 from robot_server.sim.rollout import run_expert_episode
 from robot_server.sim.tasks import CANONICAL_PROMPTS, TASK_NAMES, load
-from robot_server.sim.tasks.tabletop import LAYOUT_PROPS, body_pos, drawer_opening_m
+from robot_server.sim.tasks.tabletop import LAYOUT_PROPS, body_pos, destination_centre_xy_m, drawer_opening_m
 from robot_server.sim.world import SimWorld
+from supervisor.proposers import RolloutOutcome
 
 PAPER_PROMPTS = [
     "put the green container in the bowl",
@@ -157,3 +158,15 @@ def test_server_setting_reaches_the_world() -> None:
         assert backend.robot.world.config.layout_spread == 0.25  # type: ignore[attr-defined]
     finally:
         backend.close()
+
+
+def test_sim_reports_the_held_object_and_the_stand_in_reads_it(robot: SimRobot) -> None:
+    """object_held comes from finger contact with an object (the gripper neither shut nor wide
+    open): the expert's episode reads as a grasp let go inside the camera region."""
+    task = "put_green_container_in_front_of_camera"
+    ep = run_expert_episode(robot, task, TEST_SEEDS[0])
+    held = [c.observation.state.object_held for c in ep.chunks]
+    assert held[0] is False and any(held) and held[-1] is False
+    o = RolloutOutcome.from_episode(ep, destination_centre_xy_m("camera"))
+    assert ep.success and o.grasped and not o.held_at_end
+    assert o.release_to_goal_m is not None and o.release_to_goal_m < 0.07 and o.failure(0.07) == "none"
