@@ -1,0 +1,257 @@
+"""Statistics of the PDE benchmark (issue 22 item 5), pure functions over the result file's rows.
+
+The unit of replication is the seed (one PPO run from one SFT start), not the episode: per-seed
+success rates spread far more than the binomial (bench/results/pde_vs_noise.json: 50, 39, 17/100),
+so a pooled Wilson interval overstates precision. Gains and the primary contrast get seed-level 95%
+intervals, Student t and a percentile bootstrap over seeds; per-seed Wilson intervals stay beside
+them. Also here: how far proposals are from the SFT training wordings (``overlap``) and the result
+file's ``premise``, ``primary_contrast`` and ``frozen`` blocks (``schema_errors`` checks the file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import REPO_ROOT, success_interval
+
+PRIMARY = ("pde_mixed", "noise")  # pre-registered: pde_mixed gain - noise gain, final checkpoint
+# Files whose hashes the result carries: the premise and every proposer, frozen before any arm runs.
+FROZEN_FILES = ("learner/recipes/paper_regime.json", "supervisor/proposers.py")
+PER_SEED_KEYS = ("seed", "eval_episodes", "success_start", "success_end", "env_episodes")
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+# --- seed-level intervals -----------------------------------------------------------------------
+
+
+def t_cdf(x: float, df: int, steps: int = 4000) -> float:
+    """Student t CDF, Simpson's rule on [0, |x|] (smooth integrand: error far below 1e-9 for |x| < 50)."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    grid = np.linspace(0.0, abs(x), steps + 1)
+    pdf = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
+    weights = np.where(np.arange(steps + 1) % 2, 4.0, 2.0)
+    weights[0] = weights[-1] = 1.0
+    half = float(weights @ pdf) * abs(x) / steps / 3
+    return 0.5 + half if x >= 0 else 0.5 - half
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student t with ``df`` degrees of freedom (bisection on ``t_cdf``)."""
+    if not 0.5 <= p < 1 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_cdf(mid, df) < p else (low, mid)
+    return (low + high) / 2
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Student t interval of the mean over seeds: mean +- t(df = n-1) * sd / sqrt(n)."""
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"a seed-level interval needs at least 2 seeds, got {n}")
+    x = np.asarray(values, dtype=np.float64)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
+    return (float(x.mean()) - half, float(x.mean()) + half)
+
+
+def bootstrap_interval(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap of the mean over seeds (seeds drawn with replacement)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < 2:
+        raise ValueError(f"a seed-level interval needs at least 2 seeds, got {x.size}")
+    means = np.random.default_rng(seed).choice(x, size=(resamples, x.size), replace=True).mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return (float(low), float(high))
+
+
+def _interval_block(values: Sequence[float]) -> dict[str, Any]:
+    t_low, t_high = t_interval(values)
+    b_low, b_high = bootstrap_interval(values)
+    return {
+        "n_seeds": len(values),
+        "mean": float(np.mean(values)),
+        "ci95": [t_low, t_high],
+        "ci95_bootstrap": [b_low, b_high],
+    }
+
+
+# --- arms and the primary contrast --------------------------------------------------------------
+
+
+def _count(rate: float, n: int) -> int:
+    return round(rate * n)
+
+
+def arm_stats(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per-seed Wilson intervals of start and end, and the seed-level interval of the gain."""
+    rows = []
+    for r in per_seed:
+        n = int(r["eval_episodes"])
+        rows.append(
+            {
+                "seed": r["seed"],
+                "start": success_interval(_count(r["success_start"], n), n),
+                "end": success_interval(_count(r["success_end"], n), n),
+                "gain": r["success_end"] - r["success_start"],
+            }
+        )
+    return {"per_seed": rows, "gain": _interval_block([r["gain"] for r in rows])}
+
+
+def _gains(per_seed: Sequence[Mapping[str, Any]]) -> dict[Any, float]:
+    return {r["seed"]: r["success_end"] - r["success_start"] for r in per_seed}
+
+
+def contrast(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """Gain of arm ``a`` minus gain of arm ``b``, over seeds. Paired (per-seed differences: same
+    seed, same SFT start and evaluation scenes) when both arms ran the same seeds; else Welch's t
+    and a bootstrap that resamples each arm's seeds on its own."""
+    ga, gb = _gains(a), _gains(b)
+    if set(ga) == set(gb):
+        diffs = [ga[s] - gb[s] for s in sorted(ga)]
+        return {"paired": True, **_interval_block(diffs)}
+    xa, xb = np.array(list(ga.values())), np.array(list(gb.values()))
+    if xa.size < 2 or xb.size < 2:
+        raise ValueError(f"a contrast needs at least 2 seeds per arm, got {xa.size} and {xb.size}")
+    va, vb = xa.var(ddof=1) / xa.size, xb.var(ddof=1) / xb.size
+    df = (va + vb) ** 2 / (va**2 / (xa.size - 1) + vb**2 / (xb.size - 1)) if va + vb > 0 else 1.0
+    mean = float(xa.mean() - xb.mean())
+    half = t_quantile(0.975, max(1, math.floor(df))) * math.sqrt(va + vb)
+    rng = np.random.default_rng(seed)
+    boot = rng.choice(xa, (BOOTSTRAP_RESAMPLES, xa.size)).mean(axis=1) - rng.choice(
+        xb, (BOOTSTRAP_RESAMPLES, xb.size)
+    ).mean(axis=1)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {
+        "paired": False,
+        "n_seeds": [int(xa.size), int(xb.size)],
+        "mean": mean,
+        "ci95": [mean - half, mean + half],
+        "ci95_bootstrap": [float(low), float(high)],
+    }
+
+
+def primary_contrast(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The pre-registered contrast: ``pde_mixed`` gain - ``noise`` gain at the final checkpoint."""
+    a, b = PRIMARY
+    missing = [arm for arm in PRIMARY if arm not in arms]
+    if missing:
+        raise ValueError(f"the primary contrast needs arms {list(PRIMARY)}; missing {missing}")
+    return {
+        "definition": f"{a} gain - {b} gain (final checkpoint)",
+        **contrast(arms[a]["per_seed"], arms[b]["per_seed"]),
+    }
+
+
+# --- overlap between proposals and the SFT training wordings ------------------------------------
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def word_edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance over words: insertions, deletions and substitutions of whole words."""
+    x, y = words(a), words(b)
+    row = list(range(len(y) + 1))
+    for i, wx in enumerate(x, 1):
+        prev, row[0] = row[0], i
+        for j, wy in enumerate(y, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (wx != wy))
+    return row[-1]
+
+
+def overlap(proposals: Sequence[str], training: Sequence[str]) -> dict[str, Any]:
+    """How close proposals are to the SFT training wordings: exact matches (same words), the share
+    that starts with a training wording's verb (its first word), and each proposal's nearest
+    word-edit distance to any training wording."""
+    if not training:
+        raise ValueError("overlap needs the training wordings (the recipe's 'wordings' of the target)")
+    train_words = {tuple(words(t)) for t in training}
+    verbs = {words(t)[0] for t in training if words(t)}
+    nearest = [min(word_edit_distance(p, t) for t in training) for p in proposals]
+    n = len(proposals)
+    return {
+        "n_proposals": n,
+        "exact_matches": sum(tuple(words(p)) in train_words for p in proposals),
+        "training_verb_share": sum(bool(words(p)) and words(p)[0] in verbs for p in proposals) / max(1, n),
+        "nearest_word_edit": nearest,
+        "nearest_word_edit_median": float(np.median(nearest)) if nearest else None,
+        "within_2_word_edits_share": sum(d <= 2 for d in nearest) / max(1, n),
+    }
+
+
+# --- result-file blocks -------------------------------------------------------------------------
+
+
+def premise_block(
+    canonical_start: Sequence[Mapping[str, Any]], decoy: bool, overlap_by_proposer: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``canonical_start``: one row per SFT seed, {sft_seed, successes, n} (the canonical prompt's
+    sampled success before RL); ``decoy``: is another task trained with the target's canonical
+    prompt; ``overlap_by_proposer``: ``overlap(...)`` of each proposer's proposals."""
+    rows = [
+        {"sft_seed": r["sft_seed"], **success_interval(int(r["successes"]), int(r["n"]))}
+        for r in canonical_start
+    ]
+    return {"canonical_start": rows, "decoy": decoy, "overlap": dict(overlap_by_proposer)}
+
+
+def frozen_block(files: Sequence[str] = FROZEN_FILES, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The commit and the sha256 of the premise and proposer files as run; ``uncommitted`` lists
+    those that differ from the commit (a frozen run has none)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    hashes = {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in files}
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", *files).splitlines()]
+    return {"commit": git("rev-parse", "HEAD").strip(), "sha256": hashes, "uncommitted": dirty}
+
+
+def schema_errors(result: Mapping[str, Any]) -> list[str]:
+    """What the PDE benchmark's result file lacks (empty: it has every required field)."""
+    errors: list[str] = []
+    arms = result.get("arms")
+    if not isinstance(arms, Mapping) or not arms:
+        errors.append("arms: missing or empty")
+        arms = {}
+    for name, arm in arms.items():
+        rows = arm.get("per_seed") if isinstance(arm, Mapping) else None
+        if not isinstance(rows, list) or not rows:
+            errors.append(f"arms.{name}.per_seed: missing or empty")
+            continue
+        for i, row in enumerate(rows):
+            errors += [f"arms.{name}.per_seed[{i}].{k}: missing" for k in PER_SEED_KEYS if k not in row]
+    for block, keys in (
+        ("premise", ("canonical_start", "decoy", "overlap")),
+        ("primary_contrast", ("mean", "ci95")),
+        ("frozen", ("commit", "sha256")),
+    ):
+        value = result.get(block)
+        if not isinstance(value, Mapping):
+            errors.append(f"{block}: missing")
+            continue
+        errors += [f"{block}.{k}: missing" for k in keys if k not in value]
+    ci = (
+        result.get("primary_contrast", {}).get("ci95")
+        if isinstance(result.get("primary_contrast"), Mapping)
+        else None
+    )
+    if ci is not None and not (isinstance(ci, list | tuple) and len(ci) == 2 and ci[0] <= ci[1]):
+        errors.append(f"primary_contrast.ci95: want [low, high], got {ci!r}")
+    return errors

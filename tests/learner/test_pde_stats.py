@@ -1,0 +1,124 @@
+"""The PDE benchmark's statistics (bench/_pde_stats.py): seed-level intervals against hand-computed
+references, the overlap metrics on a hand-computed example, the result file's blocks and schema."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from types import ModuleType
+
+import pytest
+
+from tests.learner.test_premise_recipe import ROOT
+
+
+@pytest.fixture
+def stats(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # the module imports bench/_common.py
+    return importlib.import_module("_pde_stats")
+
+
+def test_t_quantile_matches_the_table(stats: ModuleType) -> None:
+    # two-sided 95% critical values from any t table
+    for df, want in ((1, 12.7062), (2, 4.3027), (5, 2.5706), (7, 2.3646), (15, 2.1314), (30, 2.0423)):
+        assert stats.t_quantile(0.975, df) == pytest.approx(want, abs=1e-4)
+    assert stats.t_cdf(0.0, 4) == 0.5 and stats.t_cdf(-2.7764, 4) == pytest.approx(0.025, abs=1e-5)
+
+
+def test_t_interval_against_a_hand_computed_reference(stats: ModuleType) -> None:
+    # gains of six seeds: mean 1.05 / 6 = 0.175; squared deviations sum to 0.04375, so
+    # sd = sqrt(0.04375 / 5) = 0.0935414, se = sd / sqrt(6) = 0.0381881; t(0.975, 5) = 2.570582,
+    # half-width 0.0981650: [0.0768350, 0.2731650]
+    gains = [0.10, 0.25, 0.05, 0.20, 0.15, 0.30]
+    low, high = stats.t_interval(gains)
+    assert low == pytest.approx(0.0768350, abs=1e-6) and high == pytest.approx(0.2731650, abs=1e-6)
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        stats.t_interval([0.1])
+
+
+def test_bootstrap_interval_is_inside_the_range_and_reproducible(stats: ModuleType) -> None:
+    gains = [0.10, 0.25, 0.05, 0.20, 0.15, 0.30]
+    low, high = stats.bootstrap_interval(gains)
+    assert 0.05 < low < 0.175 < high < 0.30
+    assert (low, high) == stats.bootstrap_interval(gains)
+    assert stats.bootstrap_interval([0.2, 0.2, 0.2]) == (pytest.approx(0.2), pytest.approx(0.2))
+
+
+def _seed(seed: int, start: float, end: float) -> dict[str, float | int]:
+    return {
+        "seed": seed,
+        "eval_episodes": 100,
+        "success_start": start,
+        "success_end": end,
+        "env_episodes": 320,
+    }
+
+
+def test_paired_contrast_is_the_t_interval_of_per_seed_differences(stats: ModuleType) -> None:
+    noise = [_seed(s, 0.15, 0.15 + g) for s, g in enumerate([0.05, 0.00, 0.10, 0.05, 0.00, 0.05])]
+    mixed = [_seed(s, 0.15, 0.15 + g) for s, g in enumerate([0.15, 0.25, 0.15, 0.25, 0.15, 0.35])]
+    arms = {"noise": {"per_seed": noise}, "pde_mixed": {"per_seed": mixed}}
+    c = stats.primary_contrast(arms)
+    # differences 0.10, 0.25, 0.05, 0.20, 0.15, 0.30: the reference above
+    assert c["paired"] and c["mean"] == pytest.approx(0.175)
+    assert c["ci95"] == [pytest.approx(0.0768350, abs=1e-6), pytest.approx(0.2731650, abs=1e-6)]
+    assert c["ci95_bootstrap"][0] > 0
+    unpaired = stats.contrast(mixed, noise[:4])
+    assert not unpaired["paired"] and unpaired["n_seeds"] == [6, 4]
+    assert unpaired["ci95"][0] < unpaired["mean"] < unpaired["ci95"][1]
+    arm = stats.arm_stats(mixed)
+    assert arm["per_seed"][0]["end"]["successes"] == 30 and arm["gain"]["mean"] == pytest.approx(
+        0.2167, abs=1e-4
+    )
+    with pytest.raises(ValueError, match="missing"):
+        stats.primary_contrast({"noise": arms["noise"]})
+
+
+def test_overlap_on_a_hand_computed_example(stats: ModuleType) -> None:
+    training = [
+        "place the green container close to the camera",
+        "carry the small green container close to the camera",
+    ]
+    proposals = [
+        "Place the green container close to the camera.",  # exact (case, punctuation): 0 edits
+        "place the green container in front of the camera",  # close to -> in front of: 2 subs + 1 insert
+        "move the box",  # vs the first: move/place, box/green, 5 deletions = 7 (8 vs the second)
+    ]
+    o = stats.overlap(proposals, training)
+    assert o["exact_matches"] == 1 and o["n_proposals"] == 3
+    assert o["training_verb_share"] == pytest.approx(2 / 3)
+    assert o["nearest_word_edit"] == [0, 3, 7] and o["nearest_word_edit_median"] == 3
+    assert o["within_2_word_edits_share"] == pytest.approx(1 / 3)
+    assert stats.word_edit_distance("a b c", "") == 3 and stats.word_edit_distance("a b", "b a") == 2
+
+
+def test_result_blocks_and_schema(stats: ModuleType) -> None:
+    arms = {
+        "noise": {"per_seed": [_seed(s, 0.15, 0.2) for s in range(3)]},
+        "pde_mixed": {"per_seed": [_seed(s, 0.15, 0.3 + 0.05 * s) for s in range(3)]},
+    }
+    premise = stats.premise_block(
+        [{"sft_seed": 0, "successes": 14, "n": 100}, {"sft_seed": 1, "successes": 11, "n": 100}],
+        decoy=False,
+        overlap_by_proposer={"rule": stats.overlap(["move it"], ["hold the green box up near the lens"])},
+    )
+    assert premise["canonical_start"][0]["rate"] == 0.14 and premise["decoy"] is False
+    frozen = stats.frozen_block()
+    assert len(frozen["commit"]) == 40 and set(frozen["sha256"]) == set(stats.FROZEN_FILES)
+    assert all(len(h) == 64 for h in frozen["sha256"].values())
+    result = {
+        "arms": arms,
+        "premise": premise,
+        "primary_contrast": stats.primary_contrast(arms),
+        "frozen": frozen,
+    }
+    assert stats.schema_errors(result) == []
+    assert math.isclose(result["primary_contrast"]["mean"], 0.15)
+    del result["arms"]["noise"]["per_seed"][1]["env_episodes"]
+    del result["frozen"]
+    result["primary_contrast"]["ci95"] = [0.3, 0.1]
+    assert stats.schema_errors(result) == [
+        "arms.noise.per_seed[1].env_episodes: missing",
+        "frozen: missing",
+        "primary_contrast.ci95: want [low, high], got [0.3, 0.1]",
+    ]
