@@ -65,14 +65,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_server(args: argparse.Namespace, stack: ExitStack) -> str:
+def start_server(
+    stack: ExitStack, image_size: str, spread: float, log_dir: str | Path, wait_s: float = 0.0
+) -> str:
+    """A fast-paced sim robot server on free ports, stopped by ``stack``; returns its command endpoint."""
     cmd_port, obs_port = _free_port(), _free_port()
-    log = open(Path(args.log_dir) / f"server-{cmd_port}.log", "w")  # noqa: SIM115 (closed by the stack)
+    log = open(Path(log_dir) / f"server-{cmd_port}.log", "w")  # noqa: SIM115 (closed by the stack)
     stack.callback(log.close)
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "pde", "robot-server", "--backend", "sim", "--pacing", "fast"),
-            *("--image-size", args.image_size, "--sim-layout-spread", str(args.spread)),
+            *("--image-size", image_size, "--sim-layout-spread", str(spread)),
             *("--cmd-port", str(cmd_port), "--obs-port", str(obs_port)),
         ],
         stdout=log,
@@ -87,30 +90,37 @@ def _start_server(args: argparse.Namespace, stack: ExitStack) -> str:
             proc.kill()
 
     stack.callback(stop)
+    time.sleep(wait_s)  # the server loads MuJoCo
     return f"tcp://127.0.0.1:{cmd_port}"
 
 
-def eval_command(args: argparse.Namespace, endpoint: str, prompt: str) -> list[str]:
+def eval_command(
+    endpoint: str, checkpoint: str, prompt: str, episodes: int, seed: int, max_chunks: int
+) -> list[str]:
     return [
-        sys.executable, "-m", "pde", "learner", "eval", "--checkpoint", args.checkpoint,
+        sys.executable, "-m", "pde", "learner", "eval", "--checkpoint", checkpoint,
         "--cmd-endpoint", endpoint, "--task", TARGET_TASK, "--prompt", TARGET_PROMPT,
-        "--rollout-prompt", prompt, "--episodes", str(args.episodes), "--seed", str(args.seed),
-        "--max-chunks", str(args.max_chunks), "--device", "cpu",
+        "--rollout-prompt", prompt, "--episodes", str(episodes), "--seed", str(seed),
+        "--max-chunks", str(max_chunks), "--device", "cpu",
     ]  # fmt: skip
 
 
-def run_eval(args: argparse.Namespace, endpoint: str, prompt: str) -> dict[str, Any]:
+def run_eval(
+    endpoint: str, checkpoint: str, prompt: str, episodes: int, seed: int, max_chunks: int
+) -> dict[str, Any]:
+    """The target's sampled success under ``prompt`` on scenes ``seed`` .. ``seed + episodes - 1``."""
     t0 = time.monotonic()
-    proc = subprocess.run(eval_command(args, endpoint, prompt), capture_output=True, text=True)
+    cmd = eval_command(endpoint, checkpoint, prompt, episodes, seed, max_chunks)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"eval of {prompt!r} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     wins = sum("success=True" in line for line in proc.stdout.splitlines())
-    episodes = sum(line.startswith("episode ") for line in proc.stdout.splitlines())
-    low, high = wilson_interval(wins, episodes)
+    n = sum(line.startswith("episode ") for line in proc.stdout.splitlines())
+    low, high = wilson_interval(wins, n)
     return {
         "successes": wins,
-        "episodes": episodes,
-        "success_rate": round(wins / max(1, episodes), 4),
+        "episodes": n,
+        "success_rate": round(wins / max(1, n), 4),
         "wilson95": [round(low, 4), round(high, 4)],
         "seconds": round(time.monotonic() - t0, 1),
     }
@@ -193,13 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         out_path.write_text(json.dumps(out, indent=1) + "\n")
 
     with ExitStack() as stack:
-        endpoints = [_start_server(args, stack) for _ in range(max(1, args.parallel))]
+        endpoints = [
+            start_server(stack, args.image_size, args.spread, args.log_dir)
+            for _ in range(max(1, args.parallel))
+        ]
         time.sleep(3.0)  # the servers load MuJoCo
 
         def one(i: int) -> None:
             endpoint = endpoints[i % len(endpoints)]
             for prompt in todo[i :: len(endpoints)]:
-                row = run_eval(args, endpoint, prompt)
+                row = run_eval(endpoint, args.checkpoint, prompt, args.episodes, args.seed, args.max_chunks)
                 per_prompt[prompt] = {**row, "kind": kinds[prompt]}
                 print(f"{row['successes']:3d}/{row['episodes']}  {row['wilson95']}  {prompt}", flush=True)
                 save()

@@ -1,0 +1,48 @@
+"""The premise calibration command (bench/bench_premise_calibrate.py): its table and its verdict."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from types import ModuleType
+
+import pytest
+
+from learner.paraphrases import WordingTable
+from tests.learner.test_premise_recipe import ROOT
+
+
+@pytest.fixture
+def calib(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    return importlib.import_module("bench_premise_calibrate")
+
+
+def test_table_at_changes_only_the_targets_canonical_probability(calib: ModuleType) -> None:
+    recipe = json.loads(calib.RECIPE.read_text())
+    table = calib.table_at(recipe, 0.05)
+    assert table["tasks"][calib.TARGET_TASK]["canonical_prob"] == 0.05
+    assert recipe["tasks"][calib.TARGET_TASK]["canonical_prob"] != 0.05  # the recipe is not touched
+    table["tasks"][calib.TARGET_TASK]["canonical_prob"] = recipe["tasks"][calib.TARGET_TASK]["canonical_prob"]
+    assert table == recipe
+    assert (
+        WordingTable.from_dict(calib.table_at(recipe, 0.05)).for_task(calib.TARGET_TASK).canonical_prob
+        == 0.05
+    )
+
+
+def test_in_band_needs_every_sft_seed_inside(calib: ModuleType) -> None:
+    cells = [
+        {"canonical_prob": 0.07, "sft_seed": 0, "success_rate": 0.12},
+        {"canonical_prob": 0.07, "sft_seed": 1, "success_rate": 0.10},
+        {"canonical_prob": 0.08, "sft_seed": 0, "success_rate": 0.22},
+        {"canonical_prob": 0.08, "sft_seed": 1, "success_rate": 0.15},
+        {"canonical_prob": 0.09, "sft_seed": 0, "success_rate": 0.15},
+    ]
+    assert calib.in_band(cells, [0.07, 0.08, 0.09], [0, 1]) == [0.07]
+
+
+def test_bad_probabilities_are_refused(calib: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        calib.main(["--canonical-probs", "1.5"])
+    assert "--canonical-probs needs values in [0, 1]" in capsys.readouterr().err
