@@ -21,14 +21,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from _common import wilson_interval  # noqa: E402
+
+if TYPE_CHECKING:
+    from supervisor.proposers import PromptProposer
 
 RESULTS = REPO_ROOT / "bench" / "results" / "premise.json"
 TARGET_TASK = "put_green_container_in_front_of_camera"
@@ -36,8 +40,11 @@ TARGET_PROMPT = "put the green container in front of the camera"
 NONSENSE = "xyzzy banana"
 
 
-def proposer_wordings(goal: str, seeds: range, per_seed: int) -> list[str]:
-    """The offline proposer's first ``per_seed`` proposals of each seed, in order, without repeats."""
+def proposer_wordings(
+    goal: str, seeds: range, per_seed: int, make: Callable[[int], PromptProposer] | None = None
+) -> list[str]:
+    """A proposer's first ``per_seed`` proposals of each seed, in order, without repeats; ``make``
+    builds it from a seed (default: the offline paraphrase proposer)."""
     from supervisor.proposers import RandomParaphraseProposer
     from supervisor.vlm.base import CandidateRequest
 
@@ -53,7 +60,8 @@ def proposer_wordings(goal: str, seeds: range, per_seed: int) -> list[str]:
             pool=[],
             failed=[],
         )
-        for text in RandomParaphraseProposer(seed).propose(request).new_prompts:
+        proposer = make(seed) if make is not None else RandomParaphraseProposer(seed)
+        for text in proposer.propose(request).new_prompts:
             if text not in out:
                 out.append(text)
     return out

@@ -22,13 +22,15 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from bench_premise import TARGET_PROMPT, TARGET_TASK, run_eval, start_server  # noqa: E402
+from _pde_stats import overlap  # noqa: E402
+from bench_premise import TARGET_PROMPT, TARGET_TASK, proposer_wordings, run_eval, start_server  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results" / "premise_calibration.json"
 RECIPE = REPO_ROOT / "learner" / "recipes" / "paper_regime.json"
@@ -52,6 +54,34 @@ def in_band(cells: list[dict[str, Any]], probs: list[float], seeds: list[int]) -
     """The p whose every SFT seed has a measured rate inside BAND."""
     rate = {(c["canonical_prob"], c["sft_seed"]): c["success_rate"] for c in cells}
     return [p for p in probs if all((p, s) in rate and BAND[0] <= rate[(p, s)] <= BAND[1] for s in seeds)]
+
+
+def proposer_overlap(training: list[str], seeds: range = range(8), per_seed: int = 5) -> dict[str, Any]:
+    """Overlap with the training wordings of each proposer's first proposals per seed: the rule-based
+    paraphraser, and the sim stand-in once per failure mode it can read (one rollout of that mode)."""
+    from supervisor.proposers import RolloutOutcome, SimStateProposer
+
+    modes = {
+        "none": RolloutOutcome(True, True, False, 0.0),
+        "no_grasp": RolloutOutcome(False, False, False, None),
+        "kept_holding": RolloutOutcome(False, True, True, None),
+        "off_target": RolloutOutcome(False, True, False, 0.3),
+        "near_miss": RolloutOutcome(False, True, False, 0.0),
+    }
+
+    def stand_in_with(outcome: RolloutOutcome) -> Callable[[int], SimStateProposer]:
+        return lambda seed: SimStateProposer(lambda _: [outcome], seed=seed)
+
+    stand_in: list[str] = []
+    for outcome in modes.values():
+        for text in proposer_wordings(TARGET_PROMPT, seeds, per_seed, stand_in_with(outcome)):
+            if text not in stand_in:
+                stand_in.append(text)
+    rule = proposer_wordings(TARGET_PROMPT, seeds, per_seed)
+    return {
+        "rule_paraphrase": {"proposals": rule, **overlap(rule, training)},
+        "sim_stand_in": {"proposals": stand_in, **overlap(stand_in, training)},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             "in_band": in_band(
                 cells, sorted({c["canonical_prob"] for c in cells}), sorted({c["sft_seed"] for c in cells})
             ),
+            "overlap": proposer_overlap(list(recipe["tasks"][TARGET_TASK]["wordings"])),
             "sub_commands": commands,
         }
         out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -46,3 +46,17 @@ def test_bad_probabilities_are_refused(calib: ModuleType, capsys: pytest.Capture
     with pytest.raises(SystemExit):
         calib.main(["--canonical-probs", "1.5"])
     assert "--canonical-probs needs values in [0, 1]" in capsys.readouterr().err
+
+
+def test_no_proposer_re_finds_the_paper_regime_labels(calib: ModuleType) -> None:
+    def training(recipe: str) -> list[str]:
+        table = json.loads((ROOT / "learner" / "recipes" / recipe).read_text())
+        return list(table["tasks"][calib.TARGET_TASK]["wordings"])
+
+    o = calib.proposer_overlap(training("paper_regime.json"), seeds=range(3))
+    for name in ("rule_paraphrase", "sim_stand_in"):
+        assert o[name]["exact_matches"] == 0 and o[name]["training_verb_share"] == 0.0, name
+        assert min(o[name]["nearest_word_edit"]) >= 3, name
+    # on the decoy recipe the rule-based proposer speaks the training wordings' verbs
+    decoy = calib.proposer_overlap(training("language_premise.json"), seeds=range(3))["rule_paraphrase"]
+    assert decoy["training_verb_share"] > 0.4 and min(decoy["nearest_word_edit"]) <= 1
