@@ -211,6 +211,22 @@ def premise_block(
     return {"canonical_start": rows, "decoy": decoy, "overlap": dict(overlap_by_proposer)}
 
 
+def calibration_rows(calibration: Mapping[str, Any], canonical_prob: float) -> list[dict[str, Any]]:
+    """``premise_block``'s ``canonical_start`` rows from bench/results/premise_calibration.json at the
+    recipe's ``canonical_prob`` (one row per SFT seed)."""
+    rows = [
+        {"sft_seed": c["sft_seed"], "successes": c["successes"], "n": c["episodes"]}
+        for c in calibration.get("cells", [])
+        if math.isclose(c["canonical_prob"], canonical_prob)
+    ]
+    if not rows:
+        raise ValueError(
+            f"premise_calibration.json has no cell at canonical_prob {canonical_prob}: run "
+            "bench/bench_premise_calibrate.py with that p first"
+        )
+    return rows
+
+
 def frozen_block(files: Sequence[str] = FROZEN_FILES, root: Path = REPO_ROOT) -> dict[str, Any]:
     """The commit and the sha256 of the premise and proposer files as run; ``uncommitted`` lists
     those that differ from the commit (a frozen run has none)."""

@@ -122,3 +122,18 @@ def test_result_blocks_and_schema(stats: ModuleType) -> None:
         "frozen: missing",
         "primary_contrast.ci95: want [low, high], got [0.3, 0.1]",
     ]
+
+
+def test_calibration_rows_pick_the_recipes_probability(stats: ModuleType) -> None:
+    calibration = {
+        "cells": [
+            {"canonical_prob": 0.07, "sft_seed": 0, "successes": 12, "episodes": 100},
+            {"canonical_prob": 0.08, "sft_seed": 0, "successes": 22, "episodes": 100},
+            {"canonical_prob": 0.08, "sft_seed": 1, "successes": 8, "episodes": 100},
+        ]
+    }
+    rows = stats.calibration_rows(calibration, 0.08)
+    assert rows == [{"sft_seed": 0, "successes": 22, "n": 100}, {"sft_seed": 1, "successes": 8, "n": 100}]
+    assert [r["rate"] for r in stats.premise_block(rows, False, {})["canonical_start"]] == [0.22, 0.08]
+    with pytest.raises(ValueError, match=r"no cell at canonical_prob 0\.1"):
+        stats.calibration_rows(calibration, 0.1)
