@@ -9,7 +9,7 @@ premise tables on 5000..). Each cell is saved as it finishes and skipped when ru
 
     python bench/bench_premise_calibrate.py --canonical-probs 0.07,0.08 --sft-seeds 0,1
 
-A p is "in band" when every SFT seed's rate lies in [0.10, 0.20]; the result file lists them.
+A p is "in band" when it was measured on >= 2 SFT seeds and every one's rate lies in [0.10, 0.20].
 """
 
 from __future__ import annotations
@@ -50,10 +50,12 @@ def table_at(recipe: dict[str, Any], p: float) -> dict[str, Any]:
     return out
 
 
-def in_band(cells: list[dict[str, Any]], probs: list[float], seeds: list[int]) -> list[float]:
-    """The p whose every SFT seed has a measured rate inside BAND."""
-    rate = {(c["canonical_prob"], c["sft_seed"]): c["success_rate"] for c in cells}
-    return [p for p in probs if all((p, s) in rate and BAND[0] <= rate[(p, s)] <= BAND[1] for s in seeds)]
+def in_band(cells: list[dict[str, Any]]) -> list[float]:
+    """The p measured on at least 2 SFT seeds with every seed's rate inside BAND."""
+    rates: dict[float, list[float]] = {}
+    for c in cells:
+        rates.setdefault(c["canonical_prob"], []).append(c["success_rate"])
+    return sorted(p for p, r in rates.items() if len(r) >= 2 and all(BAND[0] <= x <= BAND[1] for x in r))
 
 
 def proposer_overlap(training: list[str], seeds: range = range(8), per_seed: int = 5) -> dict[str, Any]:
@@ -135,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     cells: list[dict[str, Any]] = old.get("cells", []) if old.get("setup") == setup else []
     commands: list[str] = [shlex.join(record)]
+    run_by = shlex.join(
+        ["python", "bench/bench_premise_calibrate.py", *(sys.argv[1:] if argv is None else argv)]
+    )
 
     def save() -> None:
-        # The one command that gives every cell (cells of earlier runs with the same setup are kept).
+        # One command for every cell: it re-runs only cells missing from this file (the p x seed grid
+        # may have holes); each cell's "run_by" is the invocation that measured it.
         all_p = ",".join(f"{p:g}" for p in sorted({c["canonical_prob"] for c in cells}))
         all_s = ",".join(str(s) for s in sorted({c["sft_seed"] for c in cells}))
         command = [
@@ -158,11 +164,9 @@ def main(argv: list[str] | None = None) -> int:
             "setup": setup,
             "band": list(BAND),
             "cells": sorted(cells, key=lambda c: (c["canonical_prob"], c["sft_seed"])),
-            "in_band": in_band(
-                cells, sorted({c["canonical_prob"] for c in cells}), sorted({c["sft_seed"] for c in cells})
-            ),
+            "in_band": in_band(cells),
             "overlap": proposer_overlap(list(recipe["tasks"][TARGET_TASK]["wordings"])),
-            "sub_commands": commands,
+            "sub_commands": commands,  # the demos; each cell has its SFT command
         }
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(result, indent=1) + "\n")
@@ -185,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.monotonic()
                 subprocess.run(sft, check=True, stdout=subprocess.DEVNULL)
                 sft_s = time.monotonic() - t0
-                commands.append(shlex.join(sft))
                 ckpt = ckpts / "policy-000000.pt"
                 row = run_eval(endpoint, str(ckpt), TARGET_PROMPT, args.episodes, args.seed, args.max_chunks)
                 cells.append(
@@ -195,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                         **row,
                         "sft_seconds": round(sft_s, 1),
                         "checkpoint_sha256": _sha256(ckpt),
+                        "sft_command": shlex.join(sft),
+                        "run_by": run_by,
                     }
                 )
                 print(
