@@ -29,7 +29,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from _pde_stats import overlap  # noqa: E402
+from _pde_stats import overlap, t_interval  # noqa: E402
 from bench_premise import TARGET_PROMPT, TARGET_TASK, proposer_wordings, run_eval, start_server  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results" / "premise_calibration.json"
@@ -56,6 +56,26 @@ def in_band(cells: list[dict[str, Any]]) -> list[float]:
     for c in cells:
         rates.setdefault(c["canonical_prob"], []).append(c["success_rate"])
     return sorted(p for p, r in rates.items() if len(r) >= 2 and all(BAND[0] <= x <= BAND[1] for x in r))
+
+
+def per_prob(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per p: each SFT seed's rate, their mean and its Student t 95% interval over SFT seeds (the SFT
+    seed moves the rate more than 100 scenes' binomial noise does)."""
+    rates: dict[float, dict[int, float]] = {}
+    for c in cells:
+        rates.setdefault(c["canonical_prob"], {})[c["sft_seed"]] = c["success_rate"]
+    out: dict[str, dict[str, Any]] = {}
+    for p in sorted(rates):
+        by_seed = [rates[p][s] for s in sorted(rates[p])]
+        row: dict[str, Any] = {
+            "sft_seeds": sorted(rates[p]),
+            "rates": by_seed,
+            "mean": sum(by_seed) / len(by_seed),
+        }
+        if len(by_seed) >= 2:
+            row["ci95_over_sft_seeds"] = [round(x, 4) for x in t_interval(by_seed)]
+        out[f"{p:g}"] = row
+    return out
 
 
 def proposer_overlap(training: list[str], seeds: range = range(8), per_seed: int = 5) -> dict[str, Any]:
@@ -165,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             "band": list(BAND),
             "cells": sorted(cells, key=lambda c: (c["canonical_prob"], c["sft_seed"])),
             "in_band": in_band(cells),
+            "per_canonical_prob": per_prob(cells),
             "overlap": proposer_overlap(list(recipe["tasks"][TARGET_TASK]["wordings"])),
             "sub_commands": commands,  # the demos; each cell has its SFT command
         }

@@ -40,6 +40,10 @@ def test_in_band_needs_every_sft_seed_inside(calib: ModuleType) -> None:
         {"canonical_prob": 0.09, "sft_seed": 0, "success_rate": 0.15},  # one seed is not enough
     ]
     assert calib.in_band(cells) == [0.07]
+    summary = calib.per_prob(cells)
+    assert summary["0.08"]["rates"] == [0.22, 0.15] and summary["0.08"]["mean"] == pytest.approx(0.185)
+    assert summary["0.08"]["ci95_over_sft_seeds"][0] < 0.15 < 0.22 < summary["0.08"]["ci95_over_sft_seeds"][1]
+    assert "ci95_over_sft_seeds" not in summary["0.09"]
 
 
 def test_bad_probabilities_are_refused(calib: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
