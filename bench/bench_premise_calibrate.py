@@ -7,7 +7,7 @@ wording table at that p (32 px, 1000 steps of batch 64) and rolls it out under t
 prompt on scenes ``--seed`` .. (default 7000-7099; the PDE benchmark evaluates on 100000.., the
 premise tables on 5000..). Each cell is saved as it finishes and skipped when run again (resumable):
 
-    python bench/bench_premise_calibrate.py --canonical-probs 0.07,0.08 --sft-seeds 0,1
+    python bench/bench_premise_calibrate.py --canonical-probs 0.07,0.075,0.08 --sft-seeds 0,1,2,3
 
 A p is "in band" when it was measured on >= 2 SFT seeds and every one's rate lies in [0.10, 0.20].
 """
@@ -50,6 +50,12 @@ def table_at(recipe: dict[str, Any], p: float) -> dict[str, Any]:
     return out
 
 
+def wordings_sha256(recipe: dict[str, Any]) -> str:
+    """The recipe's labels without the target's canonical_prob (which each cell sets) or ``about``: a
+    calibration stays valid when the chosen p is written into the recipe."""
+    return hashlib.sha256(json.dumps(table_at(recipe, 0.0)["tasks"], sort_keys=True).encode()).hexdigest()
+
+
 def in_band(cells: list[dict[str, Any]]) -> list[float]:
     """The p measured on at least 2 SFT seeds with every seed's rate inside BAND."""
     rates: dict[float, list[float]] = {}
@@ -70,8 +76,9 @@ def per_prob(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         row: dict[str, Any] = {
             "sft_seeds": sorted(rates[p]),
             "rates": by_seed,
-            "mean": sum(by_seed) / len(by_seed),
+            "mean": round(sum(by_seed) / len(by_seed), 4),
         }
+        row["sft_seeds_in_band"] = [s for s in sorted(rates[p]) if BAND[0] <= rates[p][s] <= BAND[1]]
         if len(by_seed) >= 2:
             row["ci95_over_sft_seeds"] = [round(x, 4) for x in t_interval(by_seed)]
         out[f"{p:g}"] = row
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             if recipe_path.resolve().is_relative_to(REPO_ROOT)
             else recipe_path
         ),
-        "recipe_sha256": _sha256(recipe_path),
+        "wordings_sha256": wordings_sha256(recipe),
         "task": TARGET_TASK,
         "prompt": TARGET_PROMPT,
         "episodes": args.episodes,

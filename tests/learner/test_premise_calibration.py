@@ -29,6 +29,21 @@ def test_table_at_changes_only_the_targets_canonical_probability(calib: ModuleTy
         WordingTable.from_dict(calib.table_at(recipe, 0.05)).for_task(calib.TARGET_TASK).canonical_prob
         == 0.05
     )
+    # the chosen p and the description may change without invalidating measured cells; the labels may not
+    other = calib.table_at(recipe, 0.3) | {"about": "changed"}
+    assert calib.wordings_sha256(other) == calib.wordings_sha256(recipe)
+    other["tasks"][calib.TARGET_TASK]["wordings"] = ["lift the green tub"]
+    assert calib.wordings_sha256(other) != calib.wordings_sha256(recipe)
+
+
+def test_the_committed_calibration_matches_the_recipe(calib: ModuleType) -> None:
+    result = json.loads(calib.RESULTS.read_text())
+    recipe = json.loads(calib.RECIPE.read_text())
+    assert result["setup"]["wordings_sha256"] == calib.wordings_sha256(recipe)
+    assert result["setup"]["scene_seeds"] == [7000, 7099]  # disjoint from evaluation (100000..)
+    p = recipe["tasks"][calib.TARGET_TASK]["canonical_prob"]
+    row = result["per_canonical_prob"][f"{p:g}"]
+    assert len(row["sft_seeds_in_band"]) >= 2, "the recipe's p needs >= 2 SFT seeds inside 10-20%"
 
 
 def test_in_band_needs_every_sft_seed_inside(calib: ModuleType) -> None:
@@ -44,6 +59,7 @@ def test_in_band_needs_every_sft_seed_inside(calib: ModuleType) -> None:
     assert summary["0.08"]["rates"] == [0.22, 0.15] and summary["0.08"]["mean"] == pytest.approx(0.185)
     assert summary["0.08"]["ci95_over_sft_seeds"][0] < 0.15 < 0.22 < summary["0.08"]["ci95_over_sft_seeds"][1]
     assert "ci95_over_sft_seeds" not in summary["0.09"]
+    assert summary["0.07"]["sft_seeds_in_band"] == [0, 1] and summary["0.08"]["sft_seeds_in_band"] == [1]
 
 
 def test_bad_probabilities_are_refused(calib: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
