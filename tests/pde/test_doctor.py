@@ -327,3 +327,22 @@ def test_fci_and_libfranka_against_franky_sim() -> None:
     assert result.status == "fail" and "refused" in result.detail.lower() and "activate FCI" in result.fix
     result = check_libfranka(system, closed)
     assert result.status == "fail" and "refused" in result.detail, result
+
+
+def test_the_doctor_reads_the_robot_servers_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What compose gives the robot server's container (docker-compose.robot.yml) is what the doctor
+    # checks, with no flags: `docker compose ... run --rm robot_server doctor`.
+    monkeypatch.setenv("PDE_ROBOT_FCI_HOST", FCI_HOST)
+    monkeypatch.setenv("PDE_ROBOT_REALSENSE_SERIALS", '{"external": "123456789012", "wrist": "999"}')
+    assert main([], system=ready_robot_pc()) == 1
+    assert "not found: wrist (999)" in capsys.readouterr().out
+    monkeypatch.setenv("PDE_ROBOT_FCI_HOST", "")  # the franka backend's own default, 172.16.0.2
+    monkeypatch.setenv("PDE_ROBOT_REALSENSE_SERIALS", "{}")
+    pc = ready_robot_pc()
+    assert main([], system=pc) == 0 and pc.handshakes == [FCI_HOST]
+    assert "SKIP  cameras       no camera serials configured" in capsys.readouterr().out
+    monkeypatch.setenv("PDE_ROBOT_REALSENSE_SERIALS", "wrist")
+    assert main([], system=ready_robot_pc()) == 2
+    assert "pde doctor: the robot server's settings do not load" in capsys.readouterr().err
