@@ -275,15 +275,15 @@ def _iptables_verdict(out: str, nic: str, ip: ipaddress.IPv4Address) -> bool | N
 FIREWALLS: list[tuple[str, list[str], Callable[[str, str, ipaddress.IPv4Address], bool | None]]] = [
     ("ufw", ["ufw", "status", "verbose"], _ufw_verdict),
     ("nftables", ["nft", "list", "ruleset"], _nft_verdict),
-    ("iptables", ["iptables", "-S", "INPUT"], _iptables_verdict),
+    ("iptables", ["iptables", "-S"], _iptables_verdict),
 ]
 
 
 def check_firewall(system: System, cfg: DoctorConfig) -> CheckResult:
     ip = _fci_address(system, cfg)
-    route = _fci_nic(system, ip) if ip is not None and not ip.is_loopback else None
     if ip is not None and ip.is_loopback:
         return _ok("firewall", "loopback FCI (franky-sim): no firewall in the way")
+    route = _fci_nic(system, ip) if ip is not None else None
     if ip is None or route is None:
         return _skip("firewall", "no FCI NIC to check the firewall for (see fci-nic)")
     read, unreadable = [], []
@@ -306,6 +306,8 @@ def check_firewall(system: System, cfg: DoctorConfig) -> CheckResult:
                 f'"{route.iface}" accept',
             )
         read.append(f"{name}: {'inactive' if lets_in is None else f'lets {route.iface} in'}")
+        if name == "ufw" and lets_in:
+            break  # ufw manages the tables: the rest shows its chains, already judged
     if read:
         return _ok("firewall", "; ".join(read))
     return _skip(

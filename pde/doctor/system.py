@@ -134,9 +134,8 @@ class HostSystem(System):
 
     def rlimit(self, name: RlimitName) -> tuple[int, int]:
         which = {"rtprio": resource.RLIMIT_RTPRIO, "memlock": resource.RLIMIT_MEMLOCK}[name]
-        soft, hard = resource.getrlimit(which)
-        as_int = lambda v: UNLIMITED if v == resource.RLIM_INFINITY else int(v)  # noqa: E731
-        return as_int(soft), as_int(hard)
+        soft, hard = (UNLIMITED if v == resource.RLIM_INFINITY else int(v) for v in resource.getrlimit(which))
+        return soft, hard
 
     def run(self, argv: list[str]) -> CommandOutput | None:
         exe = shutil.which(argv[0])

@@ -166,7 +166,7 @@ def test_fci_nic() -> None:
 
 def _firewall(**outputs: CommandOutput) -> FakeSystem:
     """A ready PC whose only readable firewall tool is each keyword's: ufw, nft or iptables."""
-    argv = {"ufw": "ufw status verbose", "nft": "nft list ruleset", "iptables": "iptables -S INPUT"}
+    argv = {"ufw": "ufw status verbose", "nft": "nft list ruleset", "iptables": "iptables -S"}
     pc = ready_robot_pc()
     pc.commands = {argv[tool]: out for tool, out in outputs.items()}
     return pc
@@ -209,6 +209,15 @@ def test_firewall_nftables_and_iptables() -> None:
     assert check_firewall(_firewall(iptables=CommandOutput(0, rules, "")), CFG).status == "fail"
     rules += "-A INPUT -s 172.16.0.2/32 -j ACCEPT\n"
     assert check_firewall(_firewall(iptables=CommandOutput(0, rules, "")), CFG).status == "pass"
+    # ufw active and open on the NIC: its own chains, as iptables and nft list them, are not judged
+    # again (`iptables -S` shows INPUT's DROP policy and jumps into ufw's chains).
+    ufw_tables = (
+        "-P INPUT DROP\n-A INPUT -j ufw-before-logging-input\n-A ufw-user-input -i enp3s0 -j ACCEPT\n"
+    )
+    pc = _firewall(
+        ufw=ready_robot_pc().commands["ufw status verbose"], iptables=CommandOutput(0, ufw_tables, "")
+    )
+    assert check_firewall(pc, CFG).detail == "ufw: lets enp3s0 in"
 
 
 def test_firewall_unreadable_is_a_skip_that_says_how_to_look() -> None:
