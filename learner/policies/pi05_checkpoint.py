@@ -328,44 +328,73 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
     return Pi05Checkpoint(path, config, image_keys, state, action, mapping, tokenizer_json)
 
 
+# The VLM's token embedding and its tied ``lm_head``: a LeRobot file holds both (``model.`` prefixed);
+# openpi's converter (``safetensors.torch.save_model``, which keeps one name of tied storage) only
+# ``paligemma_with_expert.paligemma.lm_head.weight``, unprefixed. LeRobot fills the embedding from
+# either spelling (``_fix_pytorch_state_dict_keys``).
+EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
+TIED_LM_HEAD_KEY = "paligemma_with_expert.paligemma.lm_head.weight"
+_UNUSED = {k.removeprefix("model.") for k in UNUSED_CHECKPOINT_KEYS}
+
+
 def load_weights(model: Pi05Model, weights: Path) -> None:
-    """LeRobot π0.5 weights into ``model``; every parameter must be covered and nothing unknown left.
-    (LeRobot prints a warning and keeps random weights when loading fails: never here.)"""
+    """LeRobot π0.5 weights (or openpi-converted ones) into ``model``; every parameter must be
+    covered and nothing unknown left. (LeRobot prints a warning and keeps random weights when
+    loading fails: never here.)"""
     try:
         flat = load_file(str(weights))
     except Exception as e:  # safetensors raises its own error types for damaged files
         raise WeightsNotLoadedError(f"{weights} does not load as safetensors: {e}") from e
     sd: dict[str, torch.Tensor] = {}
+    tied_head: torch.Tensor | None = None
     for key, value in flat.items():
-        if key in UNUSED_CHECKPOINT_KEYS or key.removeprefix("model.") in (
-            k.removeprefix("model.") for k in UNUSED_CHECKPOINT_KEYS
-        ):
-            continue
         name = key.removeprefix("model.")
+        if name == TIED_LM_HEAD_KEY:
+            tied_head = value
+        if name in _UNUSED:
+            continue
         # transformers >= 5.2x saves SigLIP without its ``vision_model`` level.
         if ".vision_tower." in name and ".vision_tower.vision_model." not in name:
             name = name.replace(".vision_tower.", ".vision_tower.vision_model.")
         name = name.replace("action_time_mlp_", "time_mlp_")  # openpi's older names, as LeRobot maps them
         sd[name] = value
-    embed = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
-    lm_head = "model.paligemma_with_expert.paligemma.lm_head.weight"
-    if embed not in sd and lm_head in flat:  # tied: LeRobot copies lm_head into the embedding too
-        sd[embed] = flat[lm_head]
+    if EMBED_KEY not in sd and tied_head is not None:
+        sd[EMBED_KEY] = tied_head
     own = model.state_dict()
     missing = sorted(set(own) - set(sd))
     unexpected = sorted(set(sd) - set(own))
     wrong = sorted(k for k in set(own) & set(sd) if own[k].shape != sd[k].shape)
     if missing or unexpected or wrong:
-        detail = "; ".join(
-            f"{what} ({len(keys)}): {keys[:3]}"
-            for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
-            if keys
-        )
-        raise WeightsNotLoadedError(
-            f"{weights} does not fit the π0.5 of config.json: {detail}. Check paligemma_variant / "
-            "action_expert_variant / max_action_dim in config.json against the weights"
-        )
+        raise WeightsNotLoadedError(f"{weights}: {_weights_mismatch(own, sd, missing, unexpected, wrong)}")
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in sd.items()})
+
+
+def _weights_mismatch(
+    own: dict[str, torch.Tensor],
+    sd: dict[str, torch.Tensor],
+    missing: list[str],
+    unexpected: list[str],
+    wrong: list[str],
+) -> str:
+    """What does not fit, and the likely cause: other sizes (the variants in config.json) when shapes
+    differ or whole layers are missing or extra; else a file that lacks (or adds) the named weights."""
+    parts = []
+    if missing:
+        named = [f"{k} (or its tied copy {TIED_LM_HEAD_KEY})" if k == EMBED_KEY else k for k in missing]
+        parts.append(f"lacks {len(missing)} weight(s) the model needs: {named[:3]}")
+    if unexpected:
+        parts.append(f"holds {len(unexpected)} weight(s) π0.5 does not have: {unexpected[:3]}")
+    if wrong:
+        shapes = [f"{k} {tuple(sd[k].shape)}, config.json gives {tuple(own[k].shape)}" for k in wrong[:3]]
+        parts.append(f"{len(wrong)} weight(s) of another shape: {shapes}")
+    other_size = bool(wrong) or any(".layers." in k for k in (*missing, *unexpected))
+    hint = (
+        "the weights are of another size than config.json says: check paligemma_variant / "
+        "action_expert_variant / max_action_dim there against the weights"
+        if other_size
+        else "the file is incomplete or from another model: copy (or convert) model.safetensors again"
+    )
+    return f"{'; '.join(parts)}. {hint}"
 
 
 def write_checkpoint(

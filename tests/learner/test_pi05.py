@@ -20,7 +20,7 @@ from learner.policies.pi05 import (
     resize_with_pad,
     state_prompt,
 )
-from learner.policies.pi05_checkpoint import STATS_FILE, Pi05Mapping
+from learner.policies.pi05_checkpoint import EMBED_KEY, STATS_FILE, TIED_LM_HEAD_KEY, Pi05Mapping
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_episode, synthetic_observation
 from learner.trainer import Trainer
@@ -118,6 +118,33 @@ def test_openpi_norm_stats_are_read(tmp_path):
     )
 
 
+def _as_openpi_converts(weights):
+    """openpi's converter: no ``model.`` prefix, bfloat16, the tied embedding saved only under the
+    VLM's ``lm_head`` name, the expert's (untied) ``lm_head`` kept (safetensors' ``save_model``)."""
+    out = {k.removeprefix("model."): v.bfloat16() for k, v in weights.items()}
+    out[TIED_LM_HEAD_KEY] = out.pop(EMBED_KEY)
+    out["paligemma_with_expert.gemma_expert.lm_head.weight"] = torch.zeros(TINY.vocab_size, 32).bfloat16()
+    return out
+
+
+def test_weights_load_with_either_lm_head_spelling_and_a_missing_key_is_named(tmp_path):
+    d = make_tiny_checkpoint(tmp_path / "w")
+    weights = load_file(d / "model.safetensors")
+    embed = weights[f"model.{EMBED_KEY}"]
+    for key in (TIED_LM_HEAD_KEY, f"model.{TIED_LM_HEAD_KEY}"):  # openpi's, LeRobot's
+        sd = {k: v for k, v in weights.items() if k != f"model.{EMBED_KEY}"} | {key: embed}
+        save_file(sd, d / "model.safetensors")
+        assert torch.equal(load_pi05(d).model.state_dict()[EMBED_KEY], embed)
+    save_file({k: v for k, v in weights.items() if k != f"model.{EMBED_KEY}"}, d / "model.safetensors")
+    with pytest.raises(WeightsNotLoadedError, match=r"embed_tokens.weight \(or its tied copy") as e:
+        load_pi05(d)
+    assert "variant" not in str(e.value)
+    save_file({k: v for k, v in weights.items() if k != "model.action_in_proj.bias"}, d / "model.safetensors")
+    with pytest.raises(WeightsNotLoadedError, match=r"lacks 1 weight.*'action_in_proj.bias'") as e:
+        load_pi05(d)
+    assert "variant" not in str(e.value) and "copy (or convert) model.safetensors again" in str(e.value)
+
+
 def test_an_openpi_converted_checkpoint_takes_its_action_horizon_and_image_inputs(tmp_path):
     """What openpi's convert_jax_model_to_pytorch.py writes: its own config.json (action_dim,
     action_horizon, variants, precision; no chunk_size, input_features or normalisation modes),
@@ -125,7 +152,7 @@ def test_an_openpi_converted_checkpoint_takes_its_action_horizon_and_image_input
     d = make_tiny_checkpoint(tmp_path / "openpi")
     lerobot = json.loads((d / "config.json").read_text())
     weights = load_file(d / "model.safetensors")
-    save_file({k.removeprefix("model."): v.bfloat16() for k, v in weights.items()}, d / "model.safetensors")
+    save_file(_as_openpi_converts(weights), d / "model.safetensors")
     _openpi_norm_stats(d)
     openpi = {
         "action_dim": TINY.max_action_dim,
@@ -279,7 +306,7 @@ def test_missing_pieces_are_refused_with_what_to_do(tmp_path):
     raw = json.loads((d / "config.json").read_text())
     raw["max_action_dim"] = 12  # weights of another width
     (d / "config.json").write_text(json.dumps(raw))
-    with pytest.raises(WeightsNotLoadedError, match="wrong shape"):
+    with pytest.raises(WeightsNotLoadedError, match=r"another shape.*action_expert_variant"):
         load_pi05(d)
     d = make_tiny_checkpoint(tmp_path / "e")
     (d / "pde_pi05.json").write_text(
