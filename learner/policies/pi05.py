@@ -116,6 +116,10 @@ class Pi05Policy(Policy):
         self.register_buffer("state_scale", torch.from_numpy(checkpoint.state.scale))
         self.register_buffer("action_offset", torch.from_numpy(checkpoint.action.offset[: self.action_dim]))
         self.register_buffer("action_scale", torch.from_numpy(checkpoint.action.scale[: self.action_dim]))
+        # LeRobot's use_relative_actions: column i is an offset from the checkpoint's state entry i.
+        self.relative = checkpoint.relative
+        self._relative_index = [self._state_index[i] for i, rel in enumerate(self.relative) if rel]
+        self._relative_columns = [i for i, rel in enumerate(self.relative) if rel]
         width = cfg.vlm_dims.width
         self.value_head = nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1))
         self.lora = nn.ModuleDict()
@@ -206,9 +210,13 @@ class Pi05Policy(Policy):
 
     def set_statistics_from(self, states: np.ndarray, actions: np.ndarray) -> None:
         """QUANTILES statistics from demonstrations: raw FR3 states [N, 15] and action chunks
-        [N, T, D] in action-space units (for a base checkpoint that has none of this robot)."""
-        state = FeatureStats.quantiles_of(np.asarray(states)[:, self._state_index])
-        action = FeatureStats.quantiles_of(np.asarray(actions).reshape(-1, self.action_dim))
+        [N, T, D] in action-space units (for a base checkpoint that has none of this robot); of the
+        offsets from each chunk's state for relative columns (LeRobot's relative action stats)."""
+        states = np.asarray(states)
+        state = FeatureStats.quantiles_of(states[:, self._state_index])
+        offsets = np.array(actions, dtype=np.float64)
+        offsets[..., self._relative_columns] -= states[:, None, self._relative_index]
+        action = FeatureStats.quantiles_of(offsets.reshape(-1, self.action_dim))
         self.stats = {"state": state, "action": action}
         for name, value in (
             ("state_offset", state.offset),
@@ -223,14 +231,28 @@ class Pi05Policy(Policy):
         self._require_statistics()
         return (state[:, self._state_index] - self.state_offset) / self.state_scale
 
-    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """Action-space units [B, T, D] -> the model's normalised columns [B, T, max_action_dim]."""
-        norm = (actions - self.action_offset) / self.action_scale
+    def _state_reference(self, state: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """[B, 1, D]: the raw state entry each relative column is an offset from, 0 elsewhere."""
+        ref = torch.zeros(state.shape[0], 1, self.action_dim, dtype=like.dtype, device=like.device)
+        if self._relative_columns:
+            picked = state[:, self._relative_index].to(like)
+            ref[:, 0, self._relative_columns] = picked
+        return ref
+
+    def normalize_actions(self, actions: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Action-space units [B, T, D] of observations with raw ``state`` [B, 15] -> the model's
+        normalised columns [B, T, max_action_dim] (relative columns first made offsets, as LeRobot's
+        RelativeActionsProcessorStep before its normaliser)."""
+        offsets = actions - self._state_reference(state, actions)
+        norm = (offsets - self.action_offset) / self.action_scale
         return F.pad(norm, (0, self.config.max_action_dim - self.action_dim))
 
-    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
+    def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The model's columns -> action-space units: de-normalised, then the state added back to
+        relative columns (LeRobot's unnormaliser, then its AbsoluteActionsProcessorStep)."""
         self._require_statistics()
-        return actions_norm[..., : self.action_dim] * self.action_scale + self.action_offset
+        actions = actions_norm[..., : self.action_dim] * self.action_scale + self.action_offset
+        return actions + self._state_reference(state, actions)
 
     # --- Policy hooks ----------------------------------------------------------------------------------
 
@@ -308,7 +330,7 @@ class Pi05Policy(Policy):
         only; ``noise`` and ``t`` as ``supervised_noise`` draws them."""
         cond = self.condition(self.encode_observations(obs), prompts)
         prefix = unpack_prefix(cond, self.config)
-        target = self.normalize_actions(actions.to(self.device).float())
+        target = self.normalize_actions(actions.to(self.device).float(), obs.state.to(self.device))
         if noise is None or t is None:
             noise, t = self.supervised_noise(target.shape[0])
         noise, t = noise.to(target.device), t.to(target.device)
@@ -346,6 +368,7 @@ class Pi05Policy(Policy):
             "image_keys": list(self.image_keys),
             "stats": {k: asdict(v) for k, v in self.stats.items()},
             "tokenizer_json": self.tokenizer_json,
+            "relative": list(self.relative),
             "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
         }
 
@@ -359,6 +382,7 @@ class Pi05Policy(Policy):
             action=FeatureStats(**state["stats"]["action"]),
             mapping=Pi05Mapping.from_json_dict(state["mapping"]),
             tokenizer_json=state["tokenizer_json"],
+            relative=tuple(state.get("relative", ())),
         )
         policy = cls(ckpt, Pi05Options(**state["options"]))
         if state["partial"]:

@@ -43,6 +43,11 @@ OPENPI_IMAGE_KEYS = tuple(
     f"observation.images.{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 )
 MAPPING_FILE = "pde_pi05.json"
+PREPROCESSOR_FILE = "policy_preprocessor.json"  # LeRobot's pipeline: its relative-actions step config
+# What the FR3's action columns are, in the names of the state entries an offset would be added to.
+ACTION_COLUMNS: dict[ActionSpace, tuple[str, ...]] = {
+    ActionSpace.JOINT_ABS: (*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m"),
+}
 WEIGHTS_FILE = "model.safetensors"
 STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"  # LeRobot's name
 NORM_MODES = ("QUANTILES", "MEAN_STD")
@@ -196,6 +201,10 @@ class Pi05Checkpoint:
     action: FeatureStats
     mapping: Pi05Mapping
     tokenizer_json: str = field(repr=False)
+    relative: tuple[bool, ...] = ()
+    """LeRobot's ``use_relative_actions``: True for each action column the model gives as an offset
+    from the checkpoint's state entry of the same index (added back before the robot gets it);
+    empty: every column absolute."""
 
     def tokenizer(self) -> Tokenizer:
         return tokenizer_from_json(self.tokenizer_json, self.config.tokenizer_max_length)
@@ -271,6 +280,62 @@ def _mapping_file(directory: Path) -> Pi05Mapping | None:
     return Pi05Mapping.from_json_dict(_read_json(path)) if path.is_file() else None
 
 
+def _relative_columns(raw: dict[str, Any], directory: Path, action_dim: int) -> tuple[bool, ...]:
+    """Which action columns are offsets from the state, as LeRobot 0.6.1's
+    ``RelativeActionsProcessorStep._build_mask`` decides: from the step's config in
+    ``policy_preprocessor.json`` (what LeRobot runs), else ``use_relative_actions``,
+    ``relative_exclude_joints`` (default ``["gripper"]``) and ``action_feature_names`` of config.json.
+    A column is excluded (absolute) when an exclude name equals or occurs in its action name,
+    case-insensitively; without action names or exclude names every column is relative."""
+    enabled = bool(raw.get("use_relative_actions", False))
+    exclude = raw.get("relative_exclude_joints", ["gripper"])
+    names = raw.get("action_feature_names")
+    pre = directory / PREPROCESSOR_FILE
+    if pre.is_file():
+        for step in _read_json(pre).get("steps", []):
+            if isinstance(step, dict) and step.get("registry_name") == "relative_actions_processor":
+                conf = step.get("config", {})
+                enabled = bool(conf.get("enabled", False))
+                exclude, names = conf.get("exclude_joints", []), conf.get("action_names")
+    if not enabled:
+        return ()
+    tokens = [str(n).lower() for n in exclude or [] if n]
+    if not tokens or names is None:
+        return (True,) * action_dim
+    mask = [not any(t in str(n).lower() for t in tokens) for n in list(names)[:action_dim]]
+    return (*mask, *([True] * (action_dim - len(mask))))
+
+
+def _check_relative(relative: tuple[bool, ...], mapping: Pi05Mapping, where: Path) -> None:
+    """A relative column becomes an absolute target once the state entry of its index is added:
+    the FR3 must take absolute targets and that entry must be the same quantity as the column."""
+    if not any(relative):
+        return
+    todo = (
+        "fine-tune the checkpoint on absolute actions (use_relative_actions false), or map the state "
+        f"in {MAPPING_FILE} so that entry i is the quantity of action column i"
+    )
+    columns = ACTION_COLUMNS.get(mapping.action_space)
+    if columns is None:
+        raise Pi05CheckpointError(
+            f"{where}: use_relative_actions (action = offset + state) with the action space "
+            f"{mapping.action_space.value}, whose columns are not state entries the offsets could be "
+            f"added to; relative actions need {[s.value for s in ACTION_COLUMNS]}: set action_space in "
+            f"{MAPPING_FILE}, or {todo}"
+        )
+    wrong = [
+        f"column {i} ({columns[i]}) + state entry {i} "
+        f"({mapping.state_names[i] if i < len(mapping.state_names) else 'none'})"
+        for i, rel in enumerate(relative)
+        if rel and (i >= len(mapping.state_names) or mapping.state_names[i] != columns[i])
+    ]
+    if wrong:
+        raise Pi05CheckpointError(
+            f"{where}: use_relative_actions adds the state entry of each relative column's index "
+            f"(LeRobot's AbsoluteActionsProcessorStep), which here would give {wrong}; {todo}"
+        )
+
+
 def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi05Checkpoint:
     """Read and check a checkpoint directory (not the weights); raises Pi05CheckpointError.
     ``stats_from_demos`` (SFT): a directory without statistics is accepted, its statistics unknown
@@ -314,7 +379,10 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
             FeatureStats.unknown(len(mapping.state_names)),
             FeatureStats.unknown(ACTION_DIMS[mapping.action_space]),
         )
-        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, _find_tokenizer(path).read_text())
+        relative = _relative_columns(raw, path, ACTION_DIMS[mapping.action_space])
+        _check_relative(relative, mapping, path / "config.json")
+        tokenizer = _find_tokenizer(path).read_text()
+        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, tokenizer, relative)
     state = FeatureStats.from_stats(modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)")
     action = FeatureStats.from_stats(modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)")
     if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
@@ -324,8 +392,10 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
         )
     mapping = _mapping_file(path) or Pi05Mapping.default(state.dim, len(image_keys), action.dim)
     mapping.check(state.dim, len(image_keys), action.dim)
+    relative = _relative_columns(raw, path, action.dim)
+    _check_relative(relative, mapping, path / "config.json")
     tokenizer_json = _find_tokenizer(path).read_text()
-    return Pi05Checkpoint(path, config, image_keys, state, action, mapping, tokenizer_json)
+    return Pi05Checkpoint(path, config, image_keys, state, action, mapping, tokenizer_json, relative)
 
 
 # The VLM's token embedding and its tied ``lm_head``: a LeRobot file holds both (``model.`` prefixed);

@@ -74,9 +74,9 @@ def test_state_and_actions_follow_the_checkpoint_statistics(ckpt_dir):
     np.testing.assert_allclose(norm.numpy(), expected, rtol=1e-5, atol=1e-6)
     actions = torch.tensor(np.stack([action_stats()["q01"], action_stats()["q99"]]))[None].float()
     np.testing.assert_allclose(
-        policy.normalize_actions(actions)[0, :, :7].numpy(), [[-1] * 7, [1] * 7], atol=1e-5
+        policy.normalize_actions(actions, obs.state)[0, :, :7].numpy(), [[-1] * 7, [1] * 7], atol=1e-5
     )
-    assert policy.normalize_actions(actions).shape[-1] == TINY.max_action_dim
+    assert policy.normalize_actions(actions, obs.state).shape[-1] == TINY.max_action_dim
     prompt = state_prompt("put_the bowl\n", np.array([-1.5, -1.0, 0.0, 1.0, 1.5]))
     # LeRobot's np.digitize over 256 bins of [-1, 1]: below -1 gives -1, above 1 stays 255
     assert prompt == "Task: put the bowl, State: -1 0 128 255 255;\nAction: "

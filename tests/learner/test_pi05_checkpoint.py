@@ -1,0 +1,110 @@
+"""Checkpoint fidelity against LeRobot 0.6.1 / openpi, with small hand-written directories in their
+layouts and random weights at the tiny size: relative actions, action spaces, cameras by name, the
+prompt without state, constant statistics, the checkpoint's sampling steps."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from learner.checkpoints import CheckpointStore
+from learner.policies.pi05 import Pi05CheckpointError, load_pi05
+from learner.policies.pi05_checkpoint import PREPROCESSOR_FILE, Pi05Mapping
+from learner.synthetic import synthetic_observation
+from pde_contract.messages import ActionSpace
+from tests.learner.pi05_tiny import JOINT_ACTION_NAMES, make_joint_checkpoint, make_tiny_checkpoint
+
+PROMPT = "put the green container in the bowl"
+RELATIVE = {
+    "use_relative_actions": True,
+    "relative_exclude_joints": ["gripper"],
+    "action_feature_names": JOINT_ACTION_NAMES,
+}
+
+
+def _obs(n=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return [synthetic_observation(rng, size_px=24, seq=i) for i in range(n)]
+
+
+def _joints_and_gripper(obs_state: torch.Tensor) -> np.ndarray:
+    return obs_state.numpy()[:, [8, 9, 10, 11, 12, 13, 14, 7]]  # STATE_VECTOR_NAMES indices
+
+
+def test_a_relative_checkpoint_sends_state_plus_offset_for_all_but_the_excluded_gripper(tmp_path):
+    absolute = load_pi05(make_joint_checkpoint(tmp_path / "abs"))
+    relative = load_pi05(make_joint_checkpoint(tmp_path / "rel", RELATIVE))
+    assert absolute.action_space == relative.action_space == ActionSpace.JOINT_ABS
+    assert relative.relative == (True,) * 7 + (False,)
+    obs = relative.preprocess(_obs())
+    torch.manual_seed(1)
+    offsets = absolute.sample(obs, [PROMPT] * 2)
+    torch.manual_seed(1)
+    targets = relative.sample(obs, [PROMPT] * 2)
+    np.testing.assert_array_equal(offsets.chain, targets.chain)  # same weights, same noise
+    state = _joints_and_gripper(obs.state)
+    np.testing.assert_allclose(
+        targets.actions[..., :7], offsets.actions[..., :7] + state[:, None, :7], atol=1e-6
+    )
+    np.testing.assert_allclose(targets.actions[..., 7], offsets.actions[..., 7], atol=1e-7)
+    assert np.abs(state[:, :7]).max() > 0.1  # the error the offsets alone would have made
+    # SFT's targets are the same offsets: absolute demo actions -> the chain's normalised columns.
+    back = relative.normalize_actions(torch.from_numpy(targets.actions).float(), obs.state)
+    np.testing.assert_allclose(back[..., :8].numpy(), targets.chain[:, -1, :, :8], atol=1e-4)
+
+
+def test_relative_columns_follow_lerobots_mask_and_its_preprocessor_json(tmp_path):
+    # No action names: LeRobot's mask makes every column relative, the gripper too.
+    no_names = {"use_relative_actions": True}
+    assert load_pi05(make_joint_checkpoint(tmp_path / "a", no_names)).relative == (True,) * 8
+    # What LeRobot runs is the pipeline's step config: it overrides config.json.
+    d = make_joint_checkpoint(tmp_path / "b")
+    step = {"enabled": True, "exclude_joints": ["JOINT_7", "grip"], "action_names": JOINT_ACTION_NAMES}
+    pipeline = {
+        "name": "policy_preprocessor",
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {}},
+            {"registry_name": "relative_actions_processor", "config": step},
+        ],
+    }
+    (d / PREPROCESSOR_FILE).write_text(json.dumps(pipeline))
+    assert load_pi05(d).relative == (True,) * 6 + (False, False)
+
+
+def test_relative_actions_that_cannot_become_targets_are_refused(tmp_path):
+    d = make_tiny_checkpoint(tmp_path / "ee")
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(raw | RELATIVE))
+    with pytest.raises(Pi05CheckpointError, match=r"ee_delta.*use_relative_actions false"):
+        load_pi05(d)
+    d = make_joint_checkpoint(tmp_path / "order", RELATIVE)
+    names = ["gripper_width_m", *(f"joint_{i}_rad" for i in range(1, 8))]
+    mapping = Pi05Mapping(tuple(names), ("external", "wrist"), ActionSpace.JOINT_ABS)
+    (d / "pde_pi05.json").write_text(json.dumps(mapping.to_json_dict()))
+    with pytest.raises(
+        Pi05CheckpointError, match=r"column 0 \(joint_1_rad\) \+ state entry 0 \(gripper_width_m\)"
+    ):
+        load_pi05(d)
+
+
+def test_a_relative_policy_keeps_its_columns_through_a_policy_checkpoint(tmp_path):
+    policy = load_pi05(make_joint_checkpoint(tmp_path / "rel", RELATIVE))
+    store = CheckpointStore(tmp_path / "ckpts")
+    store.save(policy, 0)
+    assert store.load(store.path_for(0)).policy.relative == policy.relative
+
+
+def test_statistics_from_demos_are_of_the_offsets_for_relative_columns(tmp_path):
+    policy = load_pi05(make_joint_checkpoint(tmp_path / "rel", RELATIVE))
+    obs = policy.preprocess(_obs(3))
+    states = obs.state.numpy()
+    offsets = np.linspace(-0.05, 0.05, 3 * 4 * 8).reshape(3, 4, 8)
+    actions = offsets + np.concatenate([_joints_and_gripper(obs.state)[:, None, :7], np.zeros((3, 1, 1))], -1)
+    policy.set_statistics_from(states, actions)
+    expected = offsets.reshape(-1, 8)
+    np.testing.assert_allclose(
+        policy.stats["action"].offset,
+        (np.quantile(expected, 0.01, 0) + np.quantile(expected, 0.99, 0)) / 2,
+        atol=1e-6,
+    )
