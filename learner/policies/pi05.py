@@ -84,13 +84,22 @@ def resize_with_pad(images: torch.Tensor, size_px: int) -> torch.Tensor:
     return F.pad(out, (left, size_px - rw - left, top, size_px - rh - top), value=0.0)
 
 
+def _clean_task(prompt: str) -> str:
+    return prompt.strip().replace("_", " ").replace("\n", " ")  # LeRobot's and openpi's cleaning
+
+
+def task_prompt(prompt: str) -> str:
+    """openpi's prompt without the state (``discrete_state_input=False``, e.g. ``pi05_libero``): the
+    cleaned task and a newline, openpi's "start of answer" token."""
+    return f"{_clean_task(prompt)}\n"
+
+
 def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
     """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep`` (0.5 on, 0.6.1 included): the normalised
     state in 256 bins of [-1, 1] written after the task, one bin per entry (0.4.x padded the state
     to ``max_state_dim`` first; LeRobot dropped that, as openpi never did it)."""
     bins = np.digitize(state_norm, bins=np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
-    cleaned = prompt.strip().replace("_", " ").replace("\n", " ")
-    return f"Task: {cleaned}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
+    return f"Task: {_clean_task(prompt)}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
 
 
 class Pi05Policy(Policy):
@@ -100,6 +109,7 @@ class Pi05Policy(Policy):
         cfg = checkpoint.config
         self.config, self.options, self.mapping = cfg, options, checkpoint.mapping
         self.image_keys = checkpoint.image_keys
+        self.state_in_prompt = checkpoint.state_in_prompt
         self.source_dir = str(checkpoint.directory)
         self.tokenizer_json = checkpoint.tokenizer_json
         self._tokenizer = tokenizer_from_json(checkpoint.tokenizer_json, cfg.tokenizer_max_length)
@@ -265,9 +275,11 @@ class Pi05Policy(Policy):
         return torch.cat([tokens.flatten(1), self.normalize_state(obs.state)], dim=1)
 
     def tokenize(self, prompts: Sequence[str], states_norm: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        enc = self._tokenizer.encode_batch(
-            [state_prompt(p, s) for p, s in zip(prompts, states_norm, strict=True)]
-        )
+        texts = [
+            state_prompt(p, s) if self.state_in_prompt else task_prompt(p)
+            for p, s in zip(prompts, states_norm, strict=True)
+        ]
+        enc = self._tokenizer.encode_batch(texts)
         ids = torch.tensor([e.ids for e in enc], dtype=torch.long, device=self.device)
         valid = torch.tensor([e.attention_mask for e in enc], dtype=torch.bool, device=self.device)
         return ids, valid
@@ -369,6 +381,7 @@ class Pi05Policy(Policy):
             "stats": {k: asdict(v) for k, v in self.stats.items()},
             "tokenizer_json": self.tokenizer_json,
             "relative": list(self.relative),
+            "state_in_prompt": self.state_in_prompt,
             "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
         }
 
@@ -383,6 +396,7 @@ class Pi05Policy(Policy):
             mapping=Pi05Mapping.from_json_dict(state["mapping"]),
             tokenizer_json=state["tokenizer_json"],
             relative=tuple(state.get("relative", ())),
+            state_in_prompt=state.get("state_in_prompt", True),
         )
         policy = cls(ckpt, Pi05Options(**state["options"]))
         if state["partial"]:

@@ -39,8 +39,9 @@ from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, ActionSpace
 # LeRobot's are absent (else the chunk would silently be LeRobot's default 50, pi05_droid's is 15).
 OPENPI_FIELDS = {"action_horizon": "chunk_size", "action_dim": "max_action_dim"}
 # openpi's models always take these image inputs, in this order (openpi/models/model.py IMAGE_KEYS).
+IMAGE_PREFIX = "observation.images."
 OPENPI_IMAGE_KEYS = tuple(
-    f"observation.images.{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+    f"{IMAGE_PREFIX}{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 )
 MAPPING_FILE = "pde_pi05.json"
 PREPROCESSOR_FILE = "policy_preprocessor.json"  # LeRobot's pipeline: its relative-actions step config
@@ -125,10 +126,10 @@ class Pi05Mapping:
     action_space: ActionSpace = ActionSpace.EE_DELTA
 
     @staticmethod
-    def default(state_dim: int, n_images: int, action_dim: int) -> Pi05Mapping:
+    def default(state_dim: int, image_keys: tuple[str, ...], action_dim: int) -> Pi05Mapping:
         """Ours as they are when the dimensions allow no other reading: the full 15-entry state or
         the 7 joints + gripper (DROID's order); ee_delta for 7 action columns, joint_abs for 8;
-        external then wrist camera, other image inputs absent."""
+        cameras by the image inputs' names (:func:`default_cameras`)."""
         if state_dim == len(STATE_VECTOR_NAMES):
             names: tuple[str, ...] = STATE_VECTOR_NAMES
         elif state_dim == 8:
@@ -144,8 +145,7 @@ class Pi05Mapping:
                 f"the checkpoint acts in {action_dim} dimensions; the FR3 takes "
                 f"{ {s.value: d for s, d in ACTION_DIMS.items()} }: fine-tune a checkpoint for one of them"
             )
-        cams: tuple[str | None, ...] = ("external", "wrist", *([None] * max(0, n_images - 2)))
-        return Pi05Mapping(names, cams[:n_images], spaces[action_dim])
+        return Pi05Mapping(names, default_cameras(image_keys), spaces[action_dim])
 
     def check(self, state_dim: int, n_images: int, action_dim: int) -> None:
         unknown = [n for n in self.state_names if n not in STATE_VECTOR_NAMES]
@@ -174,6 +174,10 @@ class Pi05Mapping:
 
     def to_json_dict(self) -> dict[str, Any]:
         return {**asdict(self), "action_space": self.action_space.value}
+
+    def to_file_dict(self, image_keys: tuple[str, ...]) -> dict[str, Any]:
+        """What ``pde_pi05.json`` holds: cameras by the checkpoint's image input names."""
+        return {**self.to_json_dict(), "cameras": dict(zip(image_keys, self.cameras, strict=True))}
 
     @staticmethod
     def from_json_dict(raw: dict[str, Any]) -> Pi05Mapping:
@@ -205,6 +209,8 @@ class Pi05Checkpoint:
     """LeRobot's ``use_relative_actions``: True for each action column the model gives as an offset
     from the checkpoint's state entry of the same index (added back before the robot gets it);
     empty: every column absolute."""
+    state_in_prompt: bool = True
+    """The prompt holds the discretised state (False: openpi's ``discrete_state_input=False``)."""
 
     def tokenizer(self) -> Tokenizer:
         return tokenizer_from_json(self.tokenizer_json, self.config.tokenizer_max_length)
@@ -275,9 +281,56 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
     )
 
 
-def _mapping_file(directory: Path) -> Pi05Mapping | None:
+def default_cameras(image_keys: tuple[str, ...]) -> tuple[str | None, ...]:
+    """Our camera for each image input, by its name: the first input named ``*wrist*`` gets the
+    wrist camera (openpi's ``left_wrist_0_rgb``, DROID's wrist view), the first other one the external
+    camera (``base_0_rgb``, ``front``, ``exterior_image_1_left``); the rest are absent (masked)."""
+    out: list[str | None] = []
+    for key in image_keys:
+        ours = "wrist" if "wrist" in key.removeprefix(IMAGE_PREFIX).lower() else "external"
+        out.append(None if ours in out else ours)
+    return tuple(out)
+
+
+def _cameras_by_name(raw: Any, image_keys: tuple[str, ...], where: Path) -> tuple[str | None, ...]:
+    """``{"<image input>": "<our camera>" | null}`` -> our camera per image input in the config's
+    order; inputs not named are absent. An input is named as in config.json or without the
+    ``observation.images.`` prefix."""
+    template = json.dumps(dict(zip(image_keys, default_cameras(image_keys), strict=True)))
+    if not isinstance(raw, dict):
+        raise Pi05CheckpointError(
+            f"{where}: cameras must name the checkpoint's image inputs (matched by name, not by "
+            f'order), e.g. "cameras": {template}'
+        )
+    short = {k.removeprefix(IMAGE_PREFIX): k for k in image_keys}
+    unknown = [k for k in raw if k not in image_keys and k not in short]
+    if unknown:
+        raise Pi05CheckpointError(
+            f"{where}: cameras names {unknown}, which are not image inputs of config.json "
+            f'{list(image_keys)}; e.g. "cameras": {template}'
+        )
+    full = {short.get(k, k): v for k, v in raw.items()}
+    return tuple(full.get(k) for k in image_keys)
+
+
+def _mapping_file(directory: Path, image_keys: tuple[str, ...]) -> tuple[Pi05Mapping | None, dict[str, Any]]:
+    """The mapping ``pde_pi05.json`` gives (None without the file) and the file's raw fields."""
     path = directory / MAPPING_FILE
-    return Pi05Mapping.from_json_dict(_read_json(path)) if path.is_file() else None
+    if not path.is_file():
+        return None, {}
+    raw = _read_json(path)
+    cameras = _cameras_by_name(raw.get("cameras"), image_keys, path)
+    return Pi05Mapping.from_json_dict({**raw, "cameras": list(cameras)}), raw
+
+
+def _relative_step(directory: Path) -> dict[str, Any] | None:
+    """The config of LeRobot's relative-actions step in policy_preprocessor.json, if there is one."""
+    pre = directory / PREPROCESSOR_FILE
+    for step in _read_json(pre).get("steps", []) if pre.is_file() else []:
+        if isinstance(step, dict) and step.get("registry_name") == "relative_actions_processor":
+            conf = step.get("config", {})
+            return conf if isinstance(conf, dict) else {}
+    return None
 
 
 def _relative_columns(raw: dict[str, Any], directory: Path, action_dim: int) -> tuple[bool, ...]:
@@ -290,13 +343,10 @@ def _relative_columns(raw: dict[str, Any], directory: Path, action_dim: int) -> 
     enabled = bool(raw.get("use_relative_actions", False))
     exclude = raw.get("relative_exclude_joints", ["gripper"])
     names = raw.get("action_feature_names")
-    pre = directory / PREPROCESSOR_FILE
-    if pre.is_file():
-        for step in _read_json(pre).get("steps", []):
-            if isinstance(step, dict) and step.get("registry_name") == "relative_actions_processor":
-                conf = step.get("config", {})
-                enabled = bool(conf.get("enabled", False))
-                exclude, names = conf.get("exclude_joints", []), conf.get("action_names")
+    step = _relative_step(directory)
+    if step is not None:
+        enabled = bool(step.get("enabled", False))
+        exclude, names = step.get("exclude_joints", []), step.get("action_names")
     if not enabled:
         return ()
     tokens = [str(n).lower() for n in exclude or [] if n]
@@ -336,6 +386,66 @@ def _check_relative(relative: tuple[bool, ...], mapping: Pi05Mapping, where: Pat
         )
 
 
+def _state_in_prompt(config: dict[str, Any], mapping: dict[str, Any], path: Path, openpi: bool) -> bool:
+    """Whether the prompt holds the discretised state (π0.5 as LeRobot and most openpi configs run it)
+    or not (openpi's ``discrete_state_input=False``, e.g. ``pi05_libero``): config.json's
+    ``discrete_state_input`` or pde_pi05.json's ``state_in_prompt``. openpi's converter records it
+    nowhere, so a converted checkpoint must say it."""
+    said = {
+        f"{path / 'config.json'} discrete_state_input": config.get("discrete_state_input"),
+        f"{path / MAPPING_FILE} state_in_prompt": mapping.get("state_in_prompt"),
+    }
+    given = {k: v for k, v in said.items() if v is not None}
+    if any(not isinstance(v, bool) for v in given.values()):
+        raise Pi05CheckpointError(f"{given}: true or false")
+    if len(set(given.values())) > 1:
+        raise Pi05CheckpointError(f"{given} disagree: keep one")
+    if given:
+        return bool(next(iter(given.values())))
+    if openpi:
+        raise Pi05CheckpointError(
+            f"{path / 'config.json'} (openpi's converter) does not record whether the prompt holds the "
+            "state: openpi's pi05_libero does not (discrete_state_input=False), pi05_droid and "
+            f'pi05_base do. Say it in {path / MAPPING_FILE}: "state_in_prompt": false or true'
+        )
+    return True
+
+
+def _action_names(config: dict[str, Any], directory: Path) -> list[str]:
+    """The names of the checkpoint's action columns where LeRobot keeps them (config.json's
+    ``action_feature_names``, the relative-actions step of policy_preprocessor.json); [] if none."""
+    names = config.get("action_feature_names") or (_relative_step(directory) or {}).get("action_names")
+    return [str(n) for n in names or []]
+
+
+def _check_action_meaning(
+    config: dict[str, Any], directory: Path, mapping: dict[str, Any], openpi: bool, dim: int
+) -> None:
+    """Refuse actions the FR3's servers do not take (their spaces: ``ActionSpace``; none takes joint
+    velocities), as far as the checkpoint tells what its actions are: LeRobot's action names, or
+    nothing (openpi's converter), where pde_pi05.json must say the action space."""
+    todo = (
+        "fine-tune it on the lab's demonstrations in one of them: copy the directory without its "
+        "statistics (policy_preprocessor_step_*_normalizer_processor.safetensors, assets/), write "
+        f'{MAPPING_FILE} with "action_space", and run `pde learner sft --policy pi05 --init COPY` '
+        "(the statistics then come from the demos)"
+    )
+    spaces = [s.value for s in ActionSpace]
+    velocity = [n for n in _action_names(config, directory) if "vel" in n.lower()]
+    if velocity:
+        raise Pi05CheckpointError(
+            f"{directory}: the checkpoint acts in velocities ({velocity}); the robot server takes "
+            f"{spaces} (absolute joint targets or end-effector steps), none a velocity: {todo}"
+        )
+    if openpi and "action_space" not in mapping:
+        raise Pi05CheckpointError(
+            f"{directory / 'config.json'} (openpi's converter) does not record what its {dim} action "
+            "columns are; openpi's pi05_droid gives 7 joint velocities and a gripper position, which no "
+            f"robot server here takes ({spaces}). If the checkpoint was trained on one of those, say "
+            f'which in {directory / MAPPING_FILE}: "action_space": ...; else {todo}'
+        )
+
+
 def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi05Checkpoint:
     """Read and check a checkpoint directory (not the weights); raises Pi05CheckpointError.
     ``stats_from_demos`` (SFT): a directory without statistics is accepted, its statistics unknown
@@ -366,6 +476,8 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
     if not image_keys:
         raise Pi05CheckpointError(f"{path / 'config.json'} names no VISUAL input_features (the cameras)")
     modes = raw.get("normalization_mapping", {})
+    given, mapping_raw = _mapping_file(path, image_keys)
+    in_prompt = _state_in_prompt(raw, mapping_raw, path, openpi)
     try:
         state_stats, action_stats, source = _read_stats(path)
     except MissingStatsError:
@@ -373,7 +485,7 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
             raise
         # A base checkpoint (e.g. lerobot/pi05_base) has no statistics of the lab's robot: SFT
         # computes them from the demonstrations (Pi05Policy.set_statistics_from); until then none.
-        mapping = _mapping_file(path) or Pi05Mapping.default(len(STATE_VECTOR_NAMES), len(image_keys), 7)
+        mapping = given or Pi05Mapping.default(len(STATE_VECTOR_NAMES), image_keys, 7)
         mapping.check(len(mapping.state_names), len(image_keys), ACTION_DIMS[mapping.action_space])
         unknown = (
             FeatureStats.unknown(len(mapping.state_names)),
@@ -382,7 +494,7 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
         relative = _relative_columns(raw, path, ACTION_DIMS[mapping.action_space])
         _check_relative(relative, mapping, path / "config.json")
         tokenizer = _find_tokenizer(path).read_text()
-        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, tokenizer, relative)
+        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, tokenizer, relative, in_prompt)
     state = FeatureStats.from_stats(modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)")
     action = FeatureStats.from_stats(modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)")
     if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
@@ -390,12 +502,15 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
             f"{source}: state {state.dim} / action {action.dim} entries exceed the model's "
             f"{config.max_state_dim} / {config.max_action_dim}"
         )
-    mapping = _mapping_file(path) or Pi05Mapping.default(state.dim, len(image_keys), action.dim)
+    _check_action_meaning(raw, path, mapping_raw, openpi, action.dim)
+    mapping = given or Pi05Mapping.default(state.dim, image_keys, action.dim)
     mapping.check(state.dim, len(image_keys), action.dim)
     relative = _relative_columns(raw, path, action.dim)
     _check_relative(relative, mapping, path / "config.json")
     tokenizer_json = _find_tokenizer(path).read_text()
-    return Pi05Checkpoint(path, config, image_keys, state, action, mapping, tokenizer_json, relative)
+    return Pi05Checkpoint(
+        path, config, image_keys, state, action, mapping, tokenizer_json, relative, in_prompt
+    )
 
 
 # The VLM's token embedding and its tied ``lm_head``: a LeRobot file holds both (``model.`` prefixed);
@@ -497,5 +612,5 @@ def write_checkpoint(
     save_numpy(stats, str(path / STATS_FILE))
     (path / "tokenizer.json").write_text(tokenizer_json)
     if mapping is not None:
-        (path / MAPPING_FILE).write_text(json.dumps(mapping.to_json_dict(), indent=1))
+        (path / MAPPING_FILE).write_text(json.dumps(mapping.to_file_dict(image_keys), indent=1))
     return path

@@ -24,6 +24,7 @@ from learner.policies.pi05_checkpoint import EMBED_KEY, STATS_FILE, TIED_LM_HEAD
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_episode, synthetic_observation
 from learner.trainer import Trainer
+from pde_contract.messages import STATE_VECTOR_NAMES
 from tests.learner.pi05_tiny import TINY, action_stats, make_tiny_checkpoint, state_stats
 
 CANON = "put the green container in the bowl"
@@ -164,6 +165,15 @@ def test_an_openpi_converted_checkpoint_takes_its_action_horizon_and_image_input
     # The tiny sizes (a real openpi checkpoint is full size: these are LeRobot's defaults there).
     tiny = ("vision_variant", "vocab_size", "image_resolution", "max_state_dim", "tokenizer_max_length")
     (d / "config.json").write_text(json.dumps(openpi | {k: lerobot[k] for k in tiny}))
+    # The converter records neither what the actions are nor whether the prompt holds the state.
+    with pytest.raises(Pi05CheckpointError, match="state_in_prompt"):
+        load_pi05(d)
+    mapping = {"state_in_prompt": True, "state_names": list(STATE_VECTOR_NAMES), "cameras": {}}
+    (d / "pde_pi05.json").write_text(json.dumps(mapping | {"cameras": {"base_0_rgb": "external"}}))
+    with pytest.raises(Pi05CheckpointError, match="pi05_droid gives 7 joint velocities"):
+        load_pi05(d)
+    cameras = {"base_0_rgb": "external", "left_wrist_0_rgb": "wrist"}
+    (d / "pde_pi05.json").write_text(json.dumps(mapping | {"action_space": "ee_delta", "cameras": cameras}))
     policy = load_pi05(d)
     assert policy.chunk_len == 3 and policy.config.max_action_dim == TINY.max_action_dim
     assert [k.rsplit(".", 1)[-1] for k in policy.image_keys] == [
@@ -310,7 +320,7 @@ def test_missing_pieces_are_refused_with_what_to_do(tmp_path):
         load_pi05(d)
     d = make_tiny_checkpoint(tmp_path / "e")
     (d / "pde_pi05.json").write_text(
-        json.dumps({"state_names": ["ee_x_m"], "cameras": ["external", "wrist"]})
+        json.dumps({"state_names": ["ee_x_m"], "cameras": {"base_0_rgb": "external"}})
     )
     with pytest.raises(Pi05CheckpointError, match="1 state_names for the checkpoint's 15-entry state"):
         load_pi05(d)

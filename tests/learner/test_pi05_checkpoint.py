@@ -9,11 +9,16 @@ import pytest
 import torch
 
 from learner.checkpoints import CheckpointStore
-from learner.policies.pi05 import Pi05CheckpointError, load_pi05
+from learner.policies.pi05 import Pi05CheckpointError, load_pi05, task_prompt
 from learner.policies.pi05_checkpoint import PREPROCESSOR_FILE, Pi05Mapping
 from learner.synthetic import synthetic_observation
-from pde_contract.messages import ActionSpace
-from tests.learner.pi05_tiny import JOINT_ACTION_NAMES, make_joint_checkpoint, make_tiny_checkpoint
+from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace
+from tests.learner.pi05_tiny import (
+    IMAGE_KEYS,
+    JOINT_ACTION_NAMES,
+    make_joint_checkpoint,
+    make_tiny_checkpoint,
+)
 
 PROMPT = "put the green container in the bowl"
 RELATIVE = {
@@ -81,7 +86,7 @@ def test_relative_actions_that_cannot_become_targets_are_refused(tmp_path):
     d = make_joint_checkpoint(tmp_path / "order", RELATIVE)
     names = ["gripper_width_m", *(f"joint_{i}_rad" for i in range(1, 8))]
     mapping = Pi05Mapping(tuple(names), ("external", "wrist"), ActionSpace.JOINT_ABS)
-    (d / "pde_pi05.json").write_text(json.dumps(mapping.to_json_dict()))
+    (d / "pde_pi05.json").write_text(json.dumps(mapping.to_file_dict(IMAGE_KEYS)))
     with pytest.raises(
         Pi05CheckpointError, match=r"column 0 \(joint_1_rad\) \+ state entry 0 \(gripper_width_m\)"
     ):
@@ -108,3 +113,72 @@ def test_statistics_from_demos_are_of_the_offsets_for_relative_columns(tmp_path)
         (np.quantile(expected, 0.01, 0) + np.quantile(expected, 0.99, 0)) / 2,
         atol=1e-6,
     )
+
+
+def _edit_config(d, **fields):
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(raw | fields))
+
+
+def test_velocity_actions_are_refused_with_what_to_do(tmp_path):
+    d = make_joint_checkpoint(tmp_path / "droid")
+    _edit_config(d, action_feature_names=[*(f"joint_{i}_velocity" for i in range(7)), "gripper_position"])
+    with pytest.raises(Pi05CheckpointError, match=r"velocities.*pde learner sft --policy pi05 --init COPY"):
+        load_pi05(d)
+
+
+def test_cameras_are_matched_by_the_image_inputs_names(tmp_path):
+    d = make_tiny_checkpoint(tmp_path / "named")
+    raw = json.loads((d / "config.json").read_text())
+    visual = {"type": "VISUAL", "shape": [3, 16, 16]}
+    features = {"observation.images.wrist_cam": visual, "observation.images.front": visual}
+    _edit_config(
+        d, input_features=features | {"observation.state": raw["input_features"]["observation.state"]}
+    )
+    policy = load_pi05(d)  # no mapping file: by name, the wrist input first
+    assert policy.cameras == ("wrist", "external")
+    obs = _obs(1)
+    wrist_only = load_pi05(d).preprocess(obs).images[0, 0]
+    (d / "pde_pi05.json").write_text(
+        json.dumps({"state_names": list(STATE_VECTOR_NAMES), "cameras": {"wrist_cam": "wrist"}})
+    )
+    mapped = load_pi05(d)
+    assert mapped.mapping.cameras == ("wrist", None) and mapped.cameras == ("wrist",)
+    assert torch.equal(mapped.preprocess(obs).images[0, 0], wrist_only)
+    (d / "pde_pi05.json").write_text(json.dumps({"state_names": [], "cameras": ["wrist", "external"]}))
+    with pytest.raises(
+        Pi05CheckpointError, match=r'by name, not by order.*"observation.images.wrist_cam": "wrist"'
+    ):
+        load_pi05(d)
+    (d / "pde_pi05.json").write_text(json.dumps({"state_names": [], "cameras": {"top": "external"}}))
+    with pytest.raises(Pi05CheckpointError, match=r"\['top'\], which are not image inputs"):
+        load_pi05(d)
+
+
+def test_the_prompt_without_state_comes_from_the_config_or_the_mapping_file(tmp_path):
+    with_state = load_pi05(make_tiny_checkpoint(tmp_path / "s"))
+    d = make_tiny_checkpoint(tmp_path / "libero")
+    _edit_config(d, discrete_state_input=False)
+    policy = load_pi05(d)
+    assert not policy.state_in_prompt and with_state.state_in_prompt
+    obs = policy.preprocess(_obs(2))
+    obs.state[1] = obs.state[0] + 0.5  # another state: the prompt (and so the chunk) must not change
+    ids, _ = policy.tokenize([PROMPT] * 2, policy.normalize_state(obs.state).numpy())
+    assert torch.equal(ids[0], ids[1])
+    assert ids[0].tolist() == policy._tokenizer.encode(task_prompt(PROMPT)).ids
+    ids_s, _ = with_state.tokenize([PROMPT] * 2, with_state.normalize_state(obs.state).numpy())
+    assert not torch.equal(ids_s[0], ids_s[1])
+    _edit_config(d, discrete_state_input=None)
+    (d / "pde_pi05.json").write_text(
+        json.dumps(
+            {
+                "state_in_prompt": False,
+                "state_names": list(STATE_VECTOR_NAMES),
+                "cameras": {"base_0_rgb": "external"},
+            }
+        )
+    )
+    assert not load_pi05(d).state_in_prompt
+    _edit_config(d, discrete_state_input=True)
+    with pytest.raises(Pi05CheckpointError, match="disagree"):
+        load_pi05(d)
