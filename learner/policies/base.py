@@ -161,7 +161,7 @@ class Policy(nn.Module, ABC):
     @abstractmethod
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(chain [B, K+1, T, D] normalised, log_prob [B, T, D] per executed element; NaN when
-        deterministic)."""
+        deterministic, whose K may differ: such chains are for acting, not for PPO)."""
 
     @abstractmethod
     def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:

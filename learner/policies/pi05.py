@@ -119,6 +119,8 @@ class Pi05Policy(Policy):
         self.model = Pi05Model(cfg)
         self.model.set_gradient_checkpointing(options.gradient_checkpointing)
         self.schedule = flow_sde.make_schedule(options.flow_steps, options.noise_level)
+        # Deterministic sampling (evaluation) is LeRobot's: Euler with the checkpoint's step count.
+        self.euler = flow_sde.euler_schedule(cfg.num_inference_steps)
         self.cameras = tuple(c for c in checkpoint.mapping.cameras if c is not None)
         self._state_index = [STATE_VECTOR_NAMES.index(n) for n in checkpoint.mapping.state_names]
         self.stats = {"state": checkpoint.state, "action": checkpoint.action}
@@ -239,7 +241,8 @@ class Pi05Policy(Policy):
     def normalize_state(self, state: torch.Tensor) -> torch.Tensor:
         """Raw FR3 state [B, 15] -> the checkpoint's normalised state [B, S]."""
         self._require_statistics()
-        return (state[:, self._state_index] - self.state_offset) / self.state_scale
+        shift = self.stats["state"].shift
+        return (state[:, self._state_index] - self.state_offset) / self.state_scale - shift
 
     def _state_reference(self, state: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """[B, 1, D]: the raw state entry each relative column is an offset from, 0 elsewhere."""
@@ -254,14 +257,15 @@ class Pi05Policy(Policy):
         normalised columns [B, T, max_action_dim] (relative columns first made offsets, as LeRobot's
         RelativeActionsProcessorStep before its normaliser)."""
         offsets = actions - self._state_reference(state, actions)
-        norm = (offsets - self.action_offset) / self.action_scale
+        norm = (offsets - self.action_offset) / self.action_scale - self.stats["action"].shift
         return F.pad(norm, (0, self.config.max_action_dim - self.action_dim))
 
     def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """The model's columns -> action-space units: de-normalised, then the state added back to
         relative columns (LeRobot's unnormaliser, then its AbsoluteActionsProcessorStep)."""
         self._require_statistics()
-        actions = actions_norm[..., : self.action_dim] * self.action_scale + self.action_offset
+        shift = self.stats["action"].shift
+        actions = (actions_norm[..., : self.action_dim] + shift) * self.action_scale + self.action_offset
         return actions + self._state_reference(state, actions)
 
     # --- Policy hooks ----------------------------------------------------------------------------------
@@ -327,7 +331,8 @@ class Pi05Policy(Policy):
 
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         noise = torch.randn(cond.shape[0], self.chunk_len, self.config.max_action_dim, device=cond.device)
-        chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
+        schedule = self.euler if deterministic else self.schedule
+        chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, schedule, deterministic)
         return chain, log_prob[..., : self.action_dim]
 
     def supervised_loss(

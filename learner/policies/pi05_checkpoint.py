@@ -69,12 +69,22 @@ class WeightsNotLoadedError(Pi05CheckpointError):
 @dataclass(frozen=True)
 class FeatureStats:
     """Normalisation of one feature: ``mode`` QUANTILES maps [q01, q99] to [-1, 1] (π0.5's default),
-    MEAN_STD to zero mean, unit deviation. ``offset`` and ``scale``: x_norm = (x - offset) / scale."""
+    MEAN_STD to zero mean, unit deviation: x_norm = (x - offset) / scale - shift. QUANTILES keeps
+    LeRobot's form, 2 (x - q01) / (q99 - q01) - 1 (offset q01, scale half the range, shift 1), so
+    that a constant entry (q01 == q99) gives -1 at q01 as there, not 0."""
 
     mode: str
     offset: np.ndarray
     scale: np.ndarray
     known: bool = True
+    shift: float = 0.0
+
+    def normalize(self, x: Any) -> Any:
+        """Raw units -> normalised (numpy arrays or tensors, the statistics as tensors alike)."""
+        return (x - self.offset) / self.scale - self.shift
+
+    def denormalize(self, x_norm: Any) -> Any:
+        return (x_norm + self.shift) * self.scale + self.offset
 
     @staticmethod
     def unknown(dim: int) -> FeatureStats:
@@ -88,7 +98,9 @@ class FeatureStats:
         return FeatureStats.from_stats("QUANTILES", {"q01": q01, "q99": q99}, "demonstrations")
 
     @staticmethod
-    def from_stats(mode: str, stats: dict[str, np.ndarray], where: str) -> FeatureStats:
+    def from_stats(mode: str, stats: dict[str, np.ndarray], where: str, openpi: bool = False) -> FeatureStats:
+        """``openpi``: openpi's normaliser, which adds 1e-6 to every range and deviation, where
+        LeRobot's replaces a zero range or deviation by 1e-8."""
         if mode not in NORM_MODES:
             raise Pi05CheckpointError(
                 f"{where}: normalisation mode {mode!r} is not supported; use {NORM_MODES}"
@@ -100,15 +112,13 @@ class FeatureStats:
                 f"{where}: {mode} normalisation needs {list(need)}, the statistics lack {missing} "
                 "(recompute them for the dataset the checkpoint was trained on)"
             )
-        a, b = (np.asarray(stats[k], dtype=np.float64).reshape(-1) for k in need)
+        # float32 as LeRobot holds them; the range is rounded once, as its float32 q99 - q01 is.
+        a, b = (np.asarray(stats[k], dtype=np.float32).reshape(-1) for k in need)
+        spread = b - a if mode == "QUANTILES" else b
+        spread = spread + np.float32(1e-6) if openpi else np.where(spread == 0, np.float32(1e-8), spread)
         if mode == "QUANTILES":
-            offset, scale = (a + b) / 2.0, (b - a) / 2.0
-        else:
-            offset, scale = a, b
-        # LeRobot divides by eps where the range is 0 (a constant dimension): same here.
-        return FeatureStats(
-            mode, offset.astype(np.float32), np.where(scale == 0, 1e-8, scale).astype(np.float32)
-        )
+            return FeatureStats(mode, a, (spread / 2).astype(np.float32), shift=1.0)
+        return FeatureStats(mode, a, spread.astype(np.float32))
 
     @property
     def dim(self) -> int:
@@ -250,7 +260,7 @@ def _find_tokenizer(directory: Path) -> Path:
     )
 
 
-def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Path]:
     """(state stats, action stats, source file) from LeRobot's or openpi's statistics."""
     lerobot = sorted(directory.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
     if lerobot:
@@ -261,8 +271,14 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
             if k.startswith("observation.state.")
         }
         action = {k.removeprefix("action."): v for k, v in flat.items() if k.startswith("action.")}
-        return state, action, str(lerobot[0])
-    openpi = sorted(directory.glob("assets/*/norm_stats.json"))
+        return state, action, lerobot[0]
+    # assets/<asset id>/: the id may have a slash (pi05_libero's "physical-intelligence/libero").
+    openpi = sorted(directory.glob("assets/**/norm_stats.json"))
+    if len(openpi) > 1:
+        raise Pi05CheckpointError(
+            f"{directory} holds several openpi statistics {[str(p) for p in openpi]}: keep the one of "
+            "the dataset the checkpoint was trained on"
+        )
     if openpi:
         raw = _read_json(openpi[0]).get("norm_stats", {})
         if "state" not in raw or "actions" not in raw:
@@ -271,7 +287,7 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
         def arrays(d: dict[str, Any]) -> dict[str, np.ndarray]:
             return {k: np.asarray(v, dtype=np.float64) for k, v in d.items()}
 
-        return arrays(raw["state"]), arrays(raw["actions"]), str(openpi[0])
+        return arrays(raw["state"]), arrays(raw["actions"]), openpi[0]
     raise MissingStatsError(
         f"no normalisation statistics in {directory}: expected LeRobot's "
         "policy_preprocessor_step_*_normalizer_processor.safetensors or openpi's "
@@ -495,8 +511,13 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
         _check_relative(relative, mapping, path / "config.json")
         tokenizer = _find_tokenizer(path).read_text()
         return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, tokenizer, relative, in_prompt)
-    state = FeatureStats.from_stats(modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)")
-    action = FeatureStats.from_stats(modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)")
+    from_openpi = source.suffix == ".json"
+    state = FeatureStats.from_stats(
+        modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)", from_openpi
+    )
+    action = FeatureStats.from_stats(
+        modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)", from_openpi
+    )
     if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
         raise Pi05CheckpointError(
             f"{source}: state {state.dim} / action {action.dim} entries exceed the model's "

@@ -114,9 +114,11 @@ def _openpi_norm_stats(d):
 def test_openpi_norm_stats_are_read(tmp_path):
     d = make_tiny_checkpoint(tmp_path / "op")
     _openpi_norm_stats(d)
-    assert torch.allclose(
-        load_pi05(d).action_scale, torch.tensor((action_stats()["q99"] - action_stats()["q01"]) / 2).float()
-    )
+    # openpi's normaliser: (x - q01) / (q99 - q01 + 1e-6) * 2 - 1
+    q01, q99 = action_stats()["q01"], action_stats()["q99"]
+    stats = load_pi05(d).stats["action"]
+    np.testing.assert_allclose(stats.denormalize(np.ones(7)), q99 + 1e-6, rtol=1e-6)
+    np.testing.assert_allclose(stats.normalize(q01), -1.0)
 
 
 def _as_openpi_converts(weights):

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import save_file as save_numpy
 
 from learner.checkpoints import CheckpointStore
-from learner.policies.pi05 import Pi05CheckpointError, load_pi05, task_prompt
-from learner.policies.pi05_checkpoint import PREPROCESSOR_FILE, Pi05Mapping
+from learner.policies.pi05 import Pi05CheckpointError, Pi05Options, load_pi05, state_prompt, task_prompt
+from learner.policies.pi05_checkpoint import PREPROCESSOR_FILE, STATS_FILE, Pi05Mapping
 from learner.synthetic import synthetic_observation
 from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace
 from tests.learner.pi05_tiny import (
@@ -108,11 +109,9 @@ def test_statistics_from_demos_are_of_the_offsets_for_relative_columns(tmp_path)
     actions = offsets + np.concatenate([_joints_and_gripper(obs.state)[:, None, :7], np.zeros((3, 1, 1))], -1)
     policy.set_statistics_from(states, actions)
     expected = offsets.reshape(-1, 8)
-    np.testing.assert_allclose(
-        policy.stats["action"].offset,
-        (np.quantile(expected, 0.01, 0) + np.quantile(expected, 0.99, 0)) / 2,
-        atol=1e-6,
-    )
+    stats = policy.stats["action"]
+    np.testing.assert_allclose(stats.denormalize(-1.0), np.quantile(expected, 0.01, 0), atol=1e-6)
+    np.testing.assert_allclose(stats.denormalize(1.0), np.quantile(expected, 0.99, 0), atol=1e-6)
 
 
 def _edit_config(d, **fields):
@@ -182,3 +181,55 @@ def test_the_prompt_without_state_comes_from_the_config_or_the_mapping_file(tmp_
     _edit_config(d, discrete_state_input=True)
     with pytest.raises(Pi05CheckpointError, match="disagree"):
         load_pi05(d)
+
+
+def _lerobot_quantiles(x, q01, q99, inverse=False):
+    """LeRobot 0.6.1's NormalizerProcessorStep for QUANTILES, float32 (eps 1e-8 for a zero range)."""
+    q01, q99 = torch.tensor(q01, dtype=torch.float32), torch.tensor(q99, dtype=torch.float32)
+    denom = q99 - q01
+    denom = torch.where(denom == 0, torch.tensor(1e-8, dtype=torch.float32), denom)
+    return (x + 1.0) * denom / 2.0 + q01 if inverse else 2.0 * (x - q01) / denom - 1.0
+
+
+def test_constant_entries_normalise_as_lerobot_does(tmp_path):
+    d = make_joint_checkpoint(tmp_path / "const")
+    q01, q99 = np.array([-2.8] * 7 + [0.04]), np.array([2.8] * 7 + [0.04])  # a gripper never moved
+    act01, act99 = np.array([-0.1] * 7 + [0.0]), np.array([0.1] * 6 + [-0.1, 0.0])
+    stats = {
+        "observation.state.q01": q01,
+        "observation.state.q99": q99,
+        "action.q01": act01,
+        "action.q99": act99,
+    }
+    save_numpy({k: v.astype(np.float32) for k, v in stats.items()}, str(d / STATS_FILE))
+    policy = load_pi05(d)
+    obs = policy.preprocess(_obs(3))
+    obs.state[0, 7], obs.state[1, 7], obs.state[2, 7] = 0.04, 0.05, 0.03  # at, above, below q01
+    raw = obs.state[:, [8, 9, 10, 11, 12, 13, 14, 7]]
+    norm = policy.normalize_state(obs.state)
+    torch.testing.assert_close(norm, _lerobot_quantiles(raw, q01, q99), rtol=0, atol=0)
+    assert float(norm[0, 7]) == -1.0  # the old centring gave 0 (bin 128)
+    bins = [state_prompt(PROMPT, n).split("State: ")[1].split(";")[0].split()[7] for n in norm.numpy()]
+    assert bins == ["0", "255", "-1"]
+    chunk = torch.rand(3, 4, 8) * 2 - 1
+    out = policy.denormalize_actions(chunk, obs.state)
+    torch.testing.assert_close(out, _lerobot_quantiles(chunk, act01, act99, inverse=True), rtol=0, atol=0)
+
+
+def test_deterministic_sampling_takes_the_checkpoints_inference_steps(tmp_path):
+    d = make_tiny_checkpoint(tmp_path / "steps")
+    _edit_config(d, num_inference_steps=7)
+    policy = load_pi05(d, Pi05Options(flow_steps=3))
+    obs = policy.preprocess(_obs(1))
+    torch.manual_seed(4)
+    s = policy.sample(obs, [PROMPT], deterministic=True)
+    assert s.chain.shape[1] == 8 and np.isnan(s.log_prob).all()
+    # LeRobot's Euler: dt = -1/7 from t = 1, x += dt * v(x, t), from the same noise.
+    torch.manual_seed(4)
+    x = torch.randn(1, policy.chunk_len, policy.config.max_action_dim)
+    velocity = policy._velocity_fn(policy.condition(policy.encode_observations(obs), [PROMPT]))
+    with torch.no_grad():
+        for i in range(7):
+            x = x - velocity(x[:, None], torch.tensor([1.0 - i / 7]))[:, 0] / 7
+    np.testing.assert_allclose(s.chain[:, -1], x.numpy(), atol=1e-5)
+    assert policy.sample(obs, [PROMPT]).chain.shape[1] == 4  # the flow-SDE chain keeps flow_steps
