@@ -66,6 +66,10 @@ class LoRA(nn.Module):
         self.B = nn.Parameter(torch.zeros(base.out_features, rank))
         self.scale = alpha / rank
 
+    def delta_weight(self) -> torch.Tensor:
+        """The change to the base layer's weight: merged, the layer computes base + adapter."""
+        return (self.B @ self.A) * self.scale
+
     def hook(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
         x = inputs[0]
         return output + F.linear(F.linear(x, self.A.to(x.dtype)), self.B.to(x.dtype)) * self.scale

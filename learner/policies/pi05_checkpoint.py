@@ -45,10 +45,14 @@ OPENPI_IMAGE_KEYS = tuple(
 )
 MAPPING_FILE = "pde_pi05.json"
 PREPROCESSOR_FILE = "policy_preprocessor.json"  # LeRobot's pipeline: its relative-actions step config
-# What the FR3's action columns are, in the names of the state entries an offset would be added to.
-ACTION_COLUMNS: dict[ActionSpace, tuple[str, ...]] = {
+# The FR3's action columns by name (pde_contract ActionSpace), as exported action_feature_names.
+ACTION_NAMES: dict[ActionSpace, tuple[str, ...]] = {
+    ActionSpace.EE_DELTA: ("dx_m", "dy_m", "dz_m", "drx_rad", "dry_rad", "drz_rad", "gripper_width_m"),
     ActionSpace.JOINT_ABS: (*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m"),
 }
+# Absolute spaces, whose column i is state entry STATE_VECTOR_NAMES-named ACTION_NAMES[i]: a
+# relative checkpoint's offsets can be added to those entries (ee_delta is a step, not a state).
+ACTION_COLUMNS = {ActionSpace.JOINT_ABS: ACTION_NAMES[ActionSpace.JOINT_ABS]}
 WEIGHTS_FILE = "model.safetensors"
 STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"  # LeRobot's name
 NORM_MODES = ("QUANTILES", "MEAN_STD")
@@ -85,6 +89,17 @@ class FeatureStats:
 
     def denormalize(self, x_norm: Any) -> Any:
         return (x_norm + self.shift) * self.scale + self.offset
+
+    def to_stats(self) -> dict[str, np.ndarray]:
+        """Statistics LeRobot's normaliser turns into this normalisation: the range it divides by
+        (openpi's 1e-6 included), a constant entry as q01 == q99 (LeRobot's 1e-8 applies again)."""
+        if self.mode != "QUANTILES":
+            return {"mean": self.offset.copy(), "std": self.scale.copy()}
+        if self.shift == 0.0:  # centred, as policy checkpoints before the LeRobot form held it
+            return {"q01": self.offset - self.scale, "q99": self.offset + self.scale}
+        spread = self.scale * np.float32(2)
+        q99 = np.where(spread == np.float32(1e-8), self.offset, self.offset + spread)
+        return {"q01": self.offset.copy(), "q99": q99.astype(np.float32)}
 
     @staticmethod
     def unknown(dim: int) -> FeatureStats:
