@@ -54,7 +54,8 @@ ACTION_NAMES: dict[ActionSpace, tuple[str, ...]] = {
 # relative checkpoint's offsets can be added to those entries (ee_delta is a step, not a state).
 ACTION_COLUMNS = {ActionSpace.JOINT_ABS: ACTION_NAMES[ActionSpace.JOINT_ABS]}
 WEIGHTS_FILE = "model.safetensors"
-STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"  # LeRobot's name
+# LeRobot 0.5's name (0.6.1's relative-actions step makes it step_3); any step_N is read.
+STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
 NORM_MODES = ("QUANTILES", "MEAN_STD")
 
 
@@ -627,8 +628,8 @@ def write_checkpoint(
     tokenizer_json: str,
     mapping: Pi05Mapping | None = None,
 ) -> Path:
-    """A checkpoint directory in LeRobot's layout (QUANTILES statistics), e.g. random weights at a
-    small size for tests, or a fine-tuned π0.5 to hand back to LeRobot."""
+    """A checkpoint directory in LeRobot's layout as this project reads it (QUANTILES statistics),
+    e.g. random weights at a small size for tests. What LeRobot itself loads: pi05_export.py."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     raw = model.config.to_json_dict()
