@@ -73,7 +73,7 @@ from pde_contract.messages import (
 from robot_server.cameras.base import Camera, CameraError
 from robot_server.executor import ChunkExecutor, ExecutorConfig, ExecutorSnapshot
 from robot_server.robots.base import Robot
-from robot_server.safety import SafetyError
+from robot_server.safety import SafetyError, check_reset_pose
 from robot_server.settings import RobotServerSettings
 
 log = logging.getLogger(__name__)
@@ -539,7 +539,8 @@ class RobotServer:
                 accepted, notes = ex.submit(chunk, ident)
                 msg = ("clipped: " + "; ".join(notes)) if notes else ""
                 return Reply(ok=True, payload=accepted, message=msg)
-            case Reset(task=task, seed=seed):
+            case Reset(task=task, seed=seed, joint_positions_rad=pose):
+                joints = None if pose is None else check_reset_pose(pose, ex.config.limits)
                 snap = ex.snapshot()
                 if snap.estopped:
                     raise SafetyError(
@@ -548,7 +549,7 @@ class RobotServer:
                 if snap.resetting:
                     raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
                 timeout_s = self.settings.reset_timeout_s
-                self._answer_later(ident, rid, "reset", lambda: ex.reset(task, seed, timeout_s))
+                self._answer_later(ident, rid, "reset", lambda: ex.reset(task, seed, timeout_s, joints))
                 return _DEFERRED
             case GripperCommand(width_m=w):
                 ex.gripper(w)

@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
-from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
@@ -29,7 +28,9 @@ SERVICE_NAME = "loop"
 
 
 class RobotLike(Protocol):
-    def reset(self, task: str = "", seed: int | None = None) -> None: ...
+    def reset(
+        self, task: str = "", seed: int | None = None, *, reset_joints_rad: tuple[float, ...] | None = None
+    ) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -142,7 +143,7 @@ class EpisodeLoop:
         loop's N on them (the supervisor judges candidates by it), mark episodes left running by a
         dead process aborted, drop start clicks meant for that process."""
         for task in self.settings.tasks:
-            self.store.ensure_task(task, canonical_prompt(task))
+            self.store.ensure_task(task, self.settings.catalogue.get(task).prompt)
             self.store.set_task_state(task, rollouts_per_prompt=self.settings.rollouts_per_prompt)
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
@@ -211,8 +212,9 @@ class EpisodeLoop:
             "seed": seed,
         }
         self._publish("resetting", **plan_fields)
+        pose = self.settings.catalogue.get(plan.task).reset_joints_rad  # None: the robot's home
         try:
-            self.robot.reset(plan.task, seed)
+            self.robot.reset(plan.task, seed, reset_joints_rad=pose)
         except Exception as e:  # e-stop latched, server down: show it and retry later
             self._robot_error(f"reset failed: {e}", plan_fields)
             return None
@@ -270,7 +272,7 @@ class EpisodeLoop:
                 task=plan.task,
                 canonical_prompt=plan.canonical_prompt,
                 rollout_prompt=plan.prompt,
-                max_chunks=self.settings.max_chunks,
+                max_chunks=self.settings.max_chunks_of(plan.task),
                 should_stop=should_stop,
                 seed=seed,
             )

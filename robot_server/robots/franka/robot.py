@@ -13,6 +13,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -675,8 +676,13 @@ class FrankaRobot(Robot):
                 "Clear the error in Desk (or press the pilot's confirm button), then reset (home) to resume.",
             )
 
-    def home(self, task: str = "", seed: int | None = None) -> None:
+    def home(
+        self, task: str = "", seed: int | None = None, joints_rad: Sequence[float] | None = None
+    ) -> None:
         import franky
+
+        # One home (the configuration's); a task's own reset pose comes with its Reset.
+        goal = self.config.home_joints_rad if joints_rad is None else joints_rad
 
         if self._lost_reason and not self.wait_connected(self.config.connect_timeout_s):
             self._require()
@@ -710,7 +716,7 @@ class FrankaRobot(Robot):
                     self._streamer.reset()
                 self._last_joint_target = None
                 motion = franky.JointMotion(
-                    [float(q) for q in self.config.home_joints_rad],
+                    [float(q) for q in goal],
                     relative_dynamics_factor=self.config.home_dynamics_factor,
                 )
                 self._mode = "joint"
