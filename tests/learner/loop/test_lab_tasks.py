@@ -20,6 +20,7 @@ from robot_server.settings import RobotServerSettings
 from tests.contract.test_tasks import LAB_TASK, tasks_file
 from tests.helpers import free_port
 from tests.learner.loop.doubles import FakeActor
+from tests.learner.loop.test_loop import _settings as loop_settings
 from tests.robot_server.fakes import FakeCamera, FakeRobot
 
 POSE = (0.0, -0.6, 0.0, -2.3, 0.0, 1.7, 0.785)  # LAB_TASK's reset_joints_rad
@@ -28,16 +29,8 @@ POSE = (0.0, -0.6, 0.0, -2.3, 0.0, 1.7, 0.785)  # LAB_TASK's reset_joints_rad
 def test_a_lab_task_runs_through_the_loop_with_its_prompt_length_and_reset_pose(
     store: Store, tmp_path: Path
 ) -> None:
-    settings = LoopSettings(
-        tasks=["stack_cups"],
-        tasks_file=str(tasks_file(tmp_path)),
-        auto_start=True,
-        auto_label=True,
-        rollouts_per_prompt=2,
-        max_episodes=2,
-        max_chunks=30,
-        poll_period_s=0.005,
-    )
+    path = str(tasks_file(tmp_path))
+    settings = loop_settings(tasks=["stack_cups"], tasks_file=path, max_episodes=2, max_chunks=30)
     robot = FakeRobot()
     server_settings = RobotServerSettings(cmd_port=free_port(), obs_port=free_port())
     actor = FakeActor(n_chunks=50)
