@@ -156,12 +156,21 @@ def test_single_machine_stack(tmp_path: Path) -> None:
     assert services["postgres"]["healthcheck"]["test"][0] == "CMD-SHELL"
 
 
+def tasks_file_source(svc: dict[str, Any]) -> str:
+    """The file on this machine that the service's bind mount shows at its PDE_TASKS_FILE."""
+    target = svc["environment"]["PDE_TASKS_FILE"]
+    [source] = [v.split(":")[0] for v in svc["volumes"] if isinstance(v, str) and v.split(":")[1] == target]
+    return str(source)
+
+
 def _learner_settings(learner: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> LoopSettings:
-    """The loop's settings as the learner's container environment gives them."""
+    """The loop's settings as the learner's container environment gives them (the tasks file read
+    at its mount's source on this machine)."""
     for k in [k for k in os.environ if k.startswith(("PDE_LOOP_", "PDE_LEARNER_"))]:
         monkeypatch.delenv(k)
     for k, v in learner["environment"].items():
         monkeypatch.setenv(k, str(v))
+    monkeypatch.setenv("PDE_TASKS_FILE", tasks_file_source(learner))
     return LoopSettings(**{})
 
 
@@ -316,14 +325,16 @@ def start_order(services: dict[str, Any]) -> list[str]:
 
 
 def _service_env(svc: dict[str, Any], data_dir: Path, keys_dir: Path) -> dict[str, str]:
-    """The service's compose environment for a plain process: the data volume and the mounted
-    key folder become the host folders they stand for."""
+    """The service's compose environment for a plain process: the data volume, the mounted key
+    folder and the tasks file become the host folders and file they stand for."""
     env = subprocess_env(**{k: str(v) for k, v in svc["environment"].items()})
     assert env["PDE_DATA_DIR"] == "/data"
     env["PDE_DATA_DIR"] = str(data_dir)
     for k, v in env.items():
         if v.startswith("/keys/"):
             env[k] = str(keys_dir / v.removeprefix("/keys/"))
+    if "PDE_TASKS_FILE" in svc["environment"]:
+        env["PDE_TASKS_FILE"] = tasks_file_source(svc)
     return env
 
 
@@ -435,3 +446,26 @@ def test_two_machine_services_start_over_the_curve_link(
     stacks = [(robot, keys / "robot-pc"), (workstation, keys / "workstation")]
     started = _run_stacks(tmp_path, sft_checkpoints, stacks, while_up=plain_client_refused)
     assert set(started) == {"robot_server"} | ALWAYS[WORKSTATION] - {"postgres"}
+
+
+@needs_compose
+@pytest.mark.parametrize("stack", [SINGLE, WORKSTATION])
+def test_the_tasks_file_reaches_the_learner_supervisor_and_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack: str
+) -> None:
+    readers = ("learner", "supervisor", "operator_ui")
+    services = config(env_file(tmp_path), stack=stack)["services"]
+    example = f"{REPO_ROOT / 'config' / 'tasks.example.toml'}:/etc/pde/tasks.toml:ro"
+    for name in readers:  # default: the committed example, read-only where PDE_TASKS_FILE names it
+        assert example in services[name]["volumes"], name
+        assert services[name]["environment"]["PDE_TASKS_FILE"] == "/etc/pde/tasks.toml", name
+    assert "PDE_TASKS_FILE" not in services.get("robot_server", {}).get("environment", {})  # pose: Reset
+    ours = tmp_path / "tasks.toml"
+    ours.write_text('[tasks.stack_cups]\nprompt = "stack the blue cup on the red cup"\n')
+    services = config(env_file(tmp_path, TASKS_FILE=str(ours)), stack=stack)["services"]
+    for name in readers:
+        assert f"{ours}:/etc/pde/tasks.toml:ro" in services[name]["volumes"], name
+    # The learner's settings, with the file where the container finds it, know the lab's task.
+    learner = config(env_file(tmp_path, TASKS_FILE=str(ours), LOOP_TASKS='["stack_cups"]'), stack=stack)
+    settings = _learner_settings(learner["services"]["learner"], monkeypatch)
+    assert settings.tasks == ["stack_cups"] and settings.catalogue.get("stack_cups").builtin is False
