@@ -96,7 +96,7 @@ def test_an_unknown_task_lists_the_known_ones(tmp_path: Path) -> None:
 
 def test_every_service_reads_the_one_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDE_TASKS_FILE", str(tasks_file(tmp_path)))
-    loop = LoopSettings(tasks=["stack_cups"], max_chunks=30)
+    loop = LoopSettings.model_validate({"tasks": ["stack_cups"], "max_chunks": 30})
     assert loop.catalogue.get("stack_cups").prompt == "stack the blue cup on the red cup"
     assert (loop.max_chunks_of("stack_cups"), loop.max_chunks_of("put_tape_on_top_rack")) == (12, 30)
     assert SupervisorSettings(tasks=["stack_cups"]).tasks_file == str(tmp_path / "tasks.toml")

@@ -69,8 +69,9 @@ def test_a_reset_pose_outside_the_box_is_refused_and_nothing_moves() -> None:
 
 def test_the_loop_refuses_a_lab_task_on_the_sim_backend(tmp_path: Path) -> None:
     path = str(tasks_file(tmp_path, LAB_TASK))
-    lab = LoopSettings(tasks=["stack_cups", "put_tape_on_top_rack"], tasks_file=path)
+    lab = LoopSettings.model_validate({"tasks": ["stack_cups", "put_tape_on_top_rack"], "tasks_file": path})
     msg = sim_cannot_run(lab, "sim")
     assert "['stack_cups']" in msg and "franka backend" in msg and path in msg
     assert sim_cannot_run(lab, "franka") == ""
-    assert sim_cannot_run(LoopSettings(tasks=["put_tape_on_top_rack"], tasks_file=path), "sim") == ""
+    paper = LoopSettings.model_validate({"tasks": ["put_tape_on_top_rack"], "tasks_file": path})
+    assert sim_cannot_run(paper, "sim") == ""
