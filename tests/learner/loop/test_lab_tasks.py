@@ -62,6 +62,10 @@ def test_a_reset_pose_outside_the_box_is_refused_and_nothing_moves() -> None:
         with pytest.raises(RobotServerError, match=r"joint 4 = 0\.0000 rad is outside") as info:
             client.reset("stack_cups", reset_joints_rad=(0.0, -0.6, 0.0, 0.0, 0.0, 1.7, 0.785))
         assert info.value.code is ErrorCode.UNSAFE
+        for bad in ((0.0,) * 6, (*POSE[:6], float("nan"))):
+            with pytest.raises(RobotServerError, match="reset pose must be 7 finite joint positions") as info:
+                client.reset("stack_cups", reset_joints_rad=bad)
+            assert info.value.code is ErrorCode.INVALID_ACTION
         assert robot.homes[1:] == []  # only the server's own home at start
         client.reset("stack_cups", reset_joints_rad=POSE)
     assert robot.home_poses[-1] == POSE
