@@ -81,10 +81,12 @@ def test_home_then_chunks_track_without_stopping(robot: FrankaRobot) -> None:
 
 def test_a_tasks_reset_pose_is_reached_and_the_next_plain_home_returns_home(robot: FrankaRobot) -> None:
     pose = (0.0, -0.6, 0.0, -2.3, 0.0, 1.7, 0.785)  # config/tasks.example.toml's stack task
+    # 0.03 rad: a loaded franky-sim ends a joint move up to ~0.011 rad short (seen once on joint 2);
+    # the two poses differ by 0.13 rad or more on joints 2 and 6, so it still tells them apart.
     robot.home(task="stack_red_cube_on_blue_cube", joints_rad=pose)
-    np.testing.assert_allclose(robot.read_state().joint_positions_rad, pose, atol=0.01)
+    np.testing.assert_allclose(robot.read_state().joint_positions_rad, pose, atol=0.03)
     robot.home()  # one home: the configuration's, whatever the last task's pose was
-    np.testing.assert_allclose(robot.read_state().joint_positions_rad, fr3.DEFAULT_HOME_JOINTS_RAD, atol=0.01)
+    np.testing.assert_allclose(robot.read_state().joint_positions_rad, fr3.DEFAULT_HOME_JOINTS_RAD, atol=0.03)
 
 
 def test_fr3_dynamics_limits_replace_franky_panda_defaults(robot: FrankaRobot) -> None:
