@@ -38,7 +38,7 @@ SINGLE, ROBOT, WORKSTATION = (
 )
 STACKS = (SINGLE, ROBOT, WORKSTATION)
 DOCKER_COMPOSE = shutil.which("docker-compose")
-ROBOT_REQUIRED = ("ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
+ROBOT_REQUIRED = ("ROBOT_BACKEND", "ROBOT_CONFIG")
 REQUIRED = {
     SINGLE: ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", *ROBOT_REQUIRED),
     ROBOT: (*ROBOT_REQUIRED, "ROBOT_LINK_HOST", "LINK_KEYS_DIR"),
@@ -205,7 +205,6 @@ def test_two_machine_stacks(tmp_path: Path) -> None:
     assert renv["PDE_ROBOT_LINK_CLIENTS_DIR"] == "/keys/clients"
     assert f"{tmp_path / 'keys'}:/keys:ro" in robot["volumes"]
     assert robot["network_mode"] == "host" and robot["ulimits"]["rtprio"] == 99
-    assert renv["PDE_ROBOT_RT_PRIORITY"] == "80"
     assert "PDE_DATABASE_URL" not in renv  # the robot PC has no database
     ws = config(env, stack=WORKSTATION)["services"]
     for name in ("learner", "operator_ui"):
@@ -316,15 +315,29 @@ def start_order(services: dict[str, Any]) -> list[str]:
 
 
 def _service_env(svc: dict[str, Any], data_dir: Path, keys_dir: Path) -> dict[str, str]:
-    """The service's compose environment for a plain process: the data volume and the mounted
-    key folder become the host folders they stand for."""
+    """The service's compose environment for a plain process: the data volume, the mounted key
+    folder and the mounted files (the robot configuration) become the host paths they stand for."""
     env = subprocess_env(**{k: str(v) for k, v in svc["environment"].items()})
     assert env["PDE_DATA_DIR"] == "/data"
     env["PDE_DATA_DIR"] = str(data_dir)
+    files = {inside: host for host, inside in _bind_mounts(svc).items() if Path(host).is_file()}
     for k, v in env.items():
         if v.startswith("/keys/"):
             env[k] = str(keys_dir / v.removeprefix("/keys/"))
+        elif v in files:
+            env[k] = files[v]
     return env
+
+
+def _bind_mounts(svc: dict[str, Any], read_only: bool = False) -> dict[str, str]:
+    """host path -> path in the container, of the service's bind mounts (``read_only``: only
+    those mounted ``:ro``)."""
+    out = {}
+    for volume in svc.get("volumes") or []:
+        host, inside, *mode = volume.split(":")
+        if host.startswith("/") and (not read_only or mode == ["ro"]):
+            out[host] = inside
+    return out
 
 
 def _command(svc: dict[str, Any], data_dir: Path) -> list[str]:

@@ -149,6 +149,14 @@ class FrankaRobot(Robot):
         self.network_errors = 0
         self.last_error = ""
 
+    @property
+    def relative_dynamics_factor(self) -> float:
+        """What franky holds for the connected arm (the configured value while not connected)."""
+        robot = self._robot
+        if robot is None:
+            return self.config.relative_dynamics_factor
+        return float(robot.relative_dynamics_factor.velocity)
+
     # --- connection -----------------------------------------------------------------------------
 
     def _build(self) -> franky.Robot:
@@ -187,7 +195,9 @@ class FrankaRobot(Robot):
         if self.config.desk_enabled:
             from robot_server.desk import DeskHelper
 
-            DeskHelper(self.config.host, self.config.desk_user, self.config.desk_password).prepare()
+            DeskHelper(
+                self.config.host, self.config.desk_user, self.config.desk_password.get_secret_value()
+            ).prepare()
         try:
             robot = call_with_deadline(self._build, self.config.connect_timeout_s, "franka-connect")
         except Exception as e:

@@ -224,7 +224,7 @@ def test_realtime_is_enforced_unless_explicitly_ignored(
 def test_config_rejects_bad_values_with_the_value_in_the_message() -> None:
     with pytest.raises(ValueError, match=r"home joint 4 = 0.5 rad is outside"):
         FrankaConfig(home_joints_rad=(0.0, 0.0, 0.0, 0.5, 0.0, 1.5, 0.7))
-    with pytest.raises(ValueError, match=r"DESK_USER and PDE_FRANKA_DESK_PASSWORD"):
+    with pytest.raises(ValueError, match=r"desk_user and desk_password_file"):
         FrankaConfig(desk_user="admin")
     with pytest.raises(ValueError, match=r"relative_dynamics_factor"):
         FrankaConfig(relative_dynamics_factor=1.5)
