@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_flag_beats_environment_beats_file_beats_default(
         "[franka]\nrelative_dynamics_factor = 0.1\n"
     )
     monkeypatch.setenv("PDE_ROBOT_CONTROL_RATE_HZ", "15")
-    flags = {"heartbeat_timeout_s": 0.3}
+    flags: dict[str, Any] = {"heartbeat_timeout_s": 0.3}
     settings = RobotServerSettings(**flags)
     assert settings.workspace_min_m == (0.2, -0.4, 0.03)
     assert settings.control_rate_hz == 15.0

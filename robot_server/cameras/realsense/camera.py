@@ -138,7 +138,7 @@ class RealSenseCamera(Camera):
     def _start(self, device: Any) -> None:
         rs = self.rs
         self._check_usb(device)
-        self._enable_global_time(device)
+        self._configure_sensors(device)
         cfg = rs.config()
         cfg.enable_device(self.config.serial)
         cfg.enable_stream(
@@ -196,7 +196,7 @@ class RealSenseCamera(Camera):
             dropped += 1
         self.settle_frames_dropped += dropped
 
-    def _enable_global_time(self, device: Any) -> None:
+    def _configure_sensors(self, device: Any) -> None:
         rs = self.rs
         for sensor in device.query_sensors():
             if sensor.supports(rs.option.global_time_enabled):

@@ -95,8 +95,8 @@ def explain_connect_error(e: BaseException, host: str, timeout_s: float) -> str:
     if "refused" in text.lower():
         return (
             f"The FR3 at {host} refused the FCI connection ({text}). Unlock the brakes and enable FCI "
-            "in Desk (or set PDE_FRANKA_DESK_USER/PASSWORD to do it on connect), make sure no other "
-            "program holds the FCI connection, and check PDE_FRANKA_HOST."
+            "in Desk (or set [franka] desk_user and desk_password_file to do it on connect), make sure "
+            "no other program holds the FCI connection, and check the FCI address ([franka] host)."
         )
     if kind == "NetworkException":
         return (
