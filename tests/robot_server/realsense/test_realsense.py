@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from robot_server.cameras.base import CameraError
-from robot_server.cameras.realsense import RealSenseCamera
+from robot_server.cameras.realsense import RealSenseCamera, RealSenseConfig
+from robot_server.cameras.realsense.camera import RealSenseStream
 from tests.robot_server.realsense.fake_realsense import FakeRealSense, timestamp_domain
 
 
@@ -157,15 +158,10 @@ def test_usb2_link_is_reported_or_refused(caplog: pytest.LogCaptureFixture) -> N
 
 def test_configured_exposure_and_white_balance_turn_the_auto_modes_off() -> None:
     rs = FakeRealSense("111")
-    cam = RealSenseCamera(
-        name="wrist",
-        serial="111",
-        rs=rs,
-        exposure_us=8000.0,
-        white_balance_k=4600.0,
-        auto_exposure_priority=False,
-    )
-    cam.connect()
+    stream = RealSenseStream(exposure_us=8000.0, white_balance_k=4600.0, auto_exposure_priority=False)
+    RealSenseCamera(
+        config=RealSenseConfig(name="wrist", serial="111", **stream.model_dump()), rs=rs
+    ).connect()
     options = rs.devices["111"].sensors[0].options
     assert options[rs.option.enable_auto_exposure] == 0.0 and options[rs.option.exposure] == 8000.0
     assert options[rs.option.enable_auto_white_balance] == 0.0 and options[rs.option.white_balance] == 4600.0
