@@ -2,10 +2,12 @@
 it read-only where PDE_ROBOT_CONFIG points, sets no variable that would shadow one of its settings,
 and the server started with the stack's environment (as a plain process, as in test_compose.py)
 runs with the file's values: read back from the running server, on the sim backend and on the
-franka backend against franky-sim."""
+franka backend against franky-sim. The franka server also finds a fault latched before its restart
+in the data volume and keeps it until the operator's reset."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from pde.keys import init as keys_init
 from pde.procs import ProcessGroup
 from pde_contract.client import RobotClient
 from pde_contract.link import ClientCurve
-from pde_contract.messages import Status
+from pde_contract.messages import RobotFault, Status
 from robot_server.config_file import ENV_CONFIG_FILE
 from robot_server.settings import RobotServerSettings
 from tests.compose.test_compose import (
@@ -147,8 +149,19 @@ def test_franka_server_of_the_robot_pc_stack_runs_with_the_mounted_file(tmp_path
             f'host = "{sim.host}"\n'
             'realtime = "ignore"  # franky-sim: no PREEMPT_RT kernel here\n'
             "relative_dynamics_factor = 0.1\n"
-            "gripper_homing = false\n",
+            "gripper_homing = false\n"
+            "home_dynamics_factor = 0.6\n"
+            "home_timeout_s = 150.0  # franky-sim falls behind real time on a loaded machine\n",
         )
+        # What a reflex left in the data volume before the server restarted.
+        fault_file = tmp_path / "data" / "robot_fault.json"
+        fault_file.parent.mkdir(parents=True)
+        reflex = {
+            "kind": "reflex",
+            "detail": "FR3 reflex: cartesian_reflex.",
+            "action": "Reset to acknowledge.",
+        }
+        fault_file.write_text(json.dumps(reflex | {"latched_at": "2026-11-26 15:00:00 UTC"}))
         values = {
             "ROBOT_CONFIG": str(robot_toml),
             "ROBOT_BACKEND": "franka",
@@ -170,9 +183,15 @@ def test_franka_server_of_the_robot_pc_stack_runs_with_the_mounted_file(tmp_path
             )
             with RobotClient(f"tcp://127.0.0.1:{port}", name="test", timeout_s=5.0, curve=curve) as client:
                 st = _status(client)
-            # Read from franky's Robot in the server: the value reached the arm's controller.
-            assert st.relative_dynamics_factor == pytest.approx(0.1)
-            assert tuple(st.workspace_min_m) == BOX_MIN_M and tuple(st.workspace_max_m) == BOX_MAX_M
+                # Read from franky's Robot in the server: the value reached the arm's controller.
+                assert st.relative_dynamics_factor == pytest.approx(0.1)
+                assert tuple(st.workspace_min_m) == BOX_MIN_M and tuple(st.workspace_max_m) == BOX_MAX_M
+                assert (
+                    st.fault is RobotFault.REFLEX and "before the robot server restarted" in st.fault_detail
+                )
+                assert st.fault_action == "Reset to acknowledge."
+                client.reset(timeout_s=180.0)  # the operator acknowledges
+                assert client.status().fault is RobotFault.NONE and not fault_file.exists()
         finally:
             procs.stop_all()
 

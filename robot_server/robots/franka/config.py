@@ -4,6 +4,7 @@ overridden by ``PDE_FRANKA_<FIELD>``) and the FR3's own dynamics figures."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -32,6 +33,7 @@ FR3_JOINT_UPPER_RAD = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
 FR3_JOINT_TORQUE_MAX_NM = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)  # what each joint can produce
 FR3_GRIPPER_MAX_WIDTH_M = 0.08
 
+FAULT_STATE_NAME = "robot_fault.json"
 DEFAULT_HOME_JOINTS_RAD = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
 
 
@@ -99,7 +101,8 @@ class FrankaConfig(FileSettings):
     reset_joints_rad: dict[str, Joints7] = Field(default_factory=dict)
     # The payload beyond the Franka Hand (e.g. a wrist camera and its mount), for libfranka's
     # set_load: without it the arm reads the extra weight as an external force and false collision
-    # reflexes follow. 0 kg: no set_load call (the end effector configured in Desk only).
+    # reflexes follow. Sent at every connect (0 kg clears a load set before: the controller keeps
+    # the last one); the hand itself is configured in Desk.
     load_mass_kg: float = Field(default=0.0, ge=0.0, le=3.0)
     load_center_of_mass_m: tuple[float, float, float] = (0.0, 0.0, 0.0)  # in the flange frame
     load_inertia_kg_m2: tuple[float, float, float, float, float, float, float, float, float] = (0.0,) * 9
@@ -129,6 +132,10 @@ class FrankaConfig(FileSettings):
     gripper_empty_width_m: float = Field(
         default=0.003, ge=0.0, description="fingers closed below this hold nothing (object_held false)"
     )
+    # A latched fault (reflex, user stop) is kept here, so it survives a restart of the server
+    # until the operator resets (home). None: <PDE_DATA_DIR>/robot_fault.json where PDE_DATA_DIR is
+    # set (the compose stacks: the data volume), else it is not kept (a warning at connect).
+    fault_state_file: Path | None = None
     # Optional Desk (FR3 System 5+): unlock brakes and enable FCI on connect. Both or neither. The
     # password comes from desk_password_file (a secrets file) or PDE_FRANKA_DESK_PASSWORD.
     desk_user: str = ""
@@ -165,6 +172,13 @@ class FrankaConfig(FileSettings):
         for task, joints in value.items():
             _check_joints(f"reset pose of task {task!r}:", joints)
         return value
+
+    @model_validator(mode="after")
+    def _fault_state_in_the_data_dir(self) -> FrankaConfig:
+        data_dir = os.environ.get("PDE_DATA_DIR", "")
+        if self.fault_state_file is None and data_dir:
+            self.fault_state_file = Path(data_dir) / FAULT_STATE_NAME
+        return self
 
     @model_validator(mode="after")
     def _desk_pair(self) -> FrankaConfig:
