@@ -18,7 +18,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
@@ -32,7 +32,9 @@ ENV_CONFIG_FILE = "PDE_ROBOT_CONFIG"
 SECTIONS = ("robot", "franka")
 EXAMPLE = "config/robot.example.toml"
 
-Source = Literal["default", "file", "environment", "flag"]
+# Where a value came from: "default", "file", "environment", "flag" (or the setting that passed it
+# as an argument, e.g. "[robot] fci_host" for the FR3's host).
+Source = str
 
 
 class ConfigFileError(ValueError):
@@ -131,9 +133,11 @@ class EffectiveSetting:
     source: Source
 
 
-def effective_settings(settings: FileSettings, flags: dict[str, Any] | None = None) -> list[EffectiveSetting]:
+def effective_settings(
+    settings: FileSettings, flags: dict[str, Any] | None = None, flag_source: Source = "flag"
+) -> list[EffectiveSetting]:
     """Every field of ``settings`` with its value and source (``flags``: the init arguments it
-    was built with). Secret values print masked (pydantic's SecretStr)."""
+    was built with, shown as ``flag_source``). Secret values print masked (pydantic's SecretStr)."""
     cls = type(settings)
     flags = flags or {}
     from_env = EnvSettingsSource(cls)()
@@ -141,7 +145,7 @@ def effective_settings(settings: FileSettings, flags: dict[str, Any] | None = No
     out = []
     for name in cls.model_fields:
         source: Source = (
-            "flag"
+            flag_source
             if name in flags
             else "environment"
             if name in from_env

@@ -125,7 +125,7 @@ def serve(argv: list[str]) -> int:
     lines = [f"robot configuration file: {config_file_path() or f'none ({ENV_CONFIG_FILE} is not set)'}"]
     lines += format_settings(effective_settings(settings, flags))
     if franka is not None:
-        lines += format_settings(effective_settings(franka, franka_flags(settings)))
+        lines += format_settings(effective_settings(franka, franka_flags(settings), "[robot] fci_host"))
     if args.print_config:
         print("\n".join(lines), flush=True)
         return 0

@@ -100,10 +100,13 @@ class RobotServerSettings(FileSettings):
             self.capture_threads = "shared" if self.backend == "sim" else "per_camera"
         if self.rt_priority is None:
             self.rt_priority = 0 if self.backend == "sim" else HARDWARE_RT_PRIORITY
-        unknown = sorted(set(self.realsense) - set(self.cameras))
+        # A camera left out of `cameras` (e.g. PDE_ROBOT_CAMERAS='[]' for a dry run) may keep its
+        # serial and settings; a name in neither is a typo.
+        known = set(self.cameras) | set(self.realsense_serials)
+        unknown = sorted(set(self.realsense) - known)
         if unknown:
             raise ValueError(
-                f"realsense settings for unknown camera(s) {unknown}: the cameras are {self.cameras}"
+                f"realsense settings for unknown camera(s) {unknown}: the cameras are {sorted(known)}"
             )
         if self.cmd_port == self.obs_port:
             raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")

@@ -63,14 +63,19 @@ needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compos
 
 
 def env_file(tmp_path: Path, **values: str) -> Path:
-    """.env.example with the required blanks filled and ``values`` applied ('' removes a line)."""
+    """.env.example with the required blanks filled and ``values`` applied ('' removes a line).
+    The robot configuration is a copy of config/robot.example.toml unless ``values`` names one."""
     lines = []
+    robot_toml = tmp_path / "robot.toml"
+    if "ROBOT_CONFIG" not in values and not robot_toml.exists():
+        shutil.copy(REPO_ROOT / "config" / "robot.example.toml", robot_toml)
     filled = {
         "POSTGRES_PASSWORD": "pw-" + "x" * 20,
         "PDE_UI_TOKEN": "tok-" + "y" * 24,
         "ROBOT_LINK_HOST": "0.0.0.0",
         "ROBOT_PC_HOST": "192.0.2.10",
         "LINK_KEYS_DIR": str(tmp_path / "keys"),
+        "ROBOT_CONFIG": str(robot_toml),
     }
     filled.update(values)
     for line in (REPO_ROOT / ".env.example").read_text().splitlines():
@@ -426,15 +431,9 @@ def test_two_machine_services_start_over_the_curve_link(
 ) -> None:
     keys = tmp_path / "keys"
     keys_init(keys, list(DEFAULT_CLIENTS))
-    # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN.
-    # ROBOT_RT_PRIORITY=0: no SCHED_FIFO control thread on a shared CI machine (tests run as root).
-    env = env_file(
-        tmp_path,
-        ROBOT_LINK_HOST="127.0.0.1",
-        ROBOT_PC_HOST="127.0.0.1",
-        ROBOT_RT_PRIORITY="0",
-        **_ports(fresh_db),
-    )
+    # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN. The
+    # robot configuration is the example's (sim backend: normal scheduling, no SCHED_FIFO thread).
+    env = env_file(tmp_path, ROBOT_LINK_HOST="127.0.0.1", ROBOT_PC_HOST="127.0.0.1", **_ports(fresh_db))
     robot = config(env, stack=ROBOT)["services"]
     workstation = config(env, "sim", WORKSTATION)["services"]
     endpoint = workstation["learner"]["environment"]["PDE_ROBOT_CMD_ENDPOINT"]
