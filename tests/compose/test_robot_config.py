@@ -68,7 +68,9 @@ def test_every_robot_server_mounts_the_robot_config_read_only(tmp_path: Path, st
         for name, svc in servers.items():
             env = svc["environment"]
             inside = env[ENV_CONFIG_FILE]
-            assert _bind_mounts(svc, read_only=True).get(str(robot_toml)) == inside, (name, svc["volumes"])
+            mounts = _bind_mounts(svc, read_only=True)
+            assert mounts.get(str(robot_toml)) == inside, (name, svc["volumes"])
+            assert "/run/secrets/pde" in mounts.values()  # where desk_password_file points
             shadowing = {
                 k
                 for k in env
