@@ -158,6 +158,7 @@ class FrankaRobot(Robot):
         self.network_errors = 0
         self.last_error = ""
         self._kernel_probe = kernel_probe
+        self._franky_dynamics_factor = config.relative_dynamics_factor
         self._libfranka_enforces_realtime = True  # decided at connect (_check_realtime)
         self._fault_file = LatchedFaultFile(config.fault_state_file)
         restored = self._fault_file.load()
@@ -168,11 +169,9 @@ class FrankaRobot(Robot):
 
     @property
     def relative_dynamics_factor(self) -> float:
-        """What franky holds for the connected arm (the configured value while not connected)."""
-        robot = self._robot
-        if robot is None:
-            return self.config.relative_dynamics_factor
-        return float(robot.relative_dynamics_factor.velocity)
+        """What franky held for the arm when it connected (the configured value before that). Read
+        once there, not here: Status is asked from the command thread, away from franky's calls."""
+        return self._franky_dynamics_factor
 
     # --- connection -----------------------------------------------------------------------------
 
@@ -300,6 +299,7 @@ class FrankaRobot(Robot):
 
     def _install(self, robot: franky.Robot) -> None:
         with self._franky_lock:
+            self._franky_dynamics_factor = float(robot.relative_dynamics_factor.velocity)
             self._robot = robot
             self._streamer = make_streamer(self.config.streaming, robot)
             self._mode = None
