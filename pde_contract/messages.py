@@ -311,6 +311,12 @@ class Status(Message):
     # What an operator must do before motion resumes ("" when the server recovers by itself).
     fault_action: str = ""
     guiding: bool = False  # SetGuidingMode(enabled=True) is in force
+    # The limits in force (the robot configuration file), for the operator to check against the
+    # cell: the TCP's workspace box in the base frame, and the factor on the FR3's velocity,
+    # acceleration and jerk limits (None: the backend has none, e.g. the sim).
+    workspace_min_m: list[float] = []
+    workspace_max_m: list[float] = []
+    relative_dynamics_factor: float | None = None
 
 
 class HealthInfo(Message):

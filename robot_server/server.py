@@ -161,7 +161,7 @@ class RobotServer:
                 realtime=settings.pacing == "realtime",
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
                 limits=settings.safety_limits(),
-                rt_priority=settings.rt_priority,
+                rt_priority=settings.rt_priority or 0,
             ),
             on_tick=self._publish_from_tick if settings.pacing == "fast" else None,
         )
@@ -626,6 +626,9 @@ class RobotServer:
             fault_detail=snap.fault.detail if snap.fault else "",
             fault_action=snap.fault.action if snap.fault else "",
             guiding=snap.guiding,
+            workspace_min_m=list(self.settings.workspace_min_m),
+            workspace_max_m=list(self.settings.workspace_max_m),
+            relative_dynamics_factor=self.executor.robot.relative_dynamics_factor,
         )
 
     def health(self) -> HealthInfo:

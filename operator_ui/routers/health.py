@@ -35,6 +35,7 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
         "fault_blocking": view.fault_blocking,
         "guiding": view.guiding,
         "estop_reason": view.estop_reason,
+        "limits": view.limits,
     }
     for name, row in store.service_states().items():
         if name.startswith("_"):

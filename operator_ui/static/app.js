@@ -476,6 +476,7 @@ async function refreshHealth() {
   // Shown only when the robot server reports a fault (older servers never do).
   $("#fault-banner").hidden = !rs.fault;
   $("#fault-text").textContent = rs.fault || "";
+  $("#robot-limits").textContent = rs.limits || "";
 }
 
 // --- polling ---------------------------------------------------------------------------------

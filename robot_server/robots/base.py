@@ -85,6 +85,11 @@ class Robot(abc.ABC):
         rad, checked by the server), gripper open. A simulator also re-lays its scene for ``task``
         from ``seed``; on hardware the operator resets the scene."""
 
+    @property
+    def relative_dynamics_factor(self) -> float | None:
+        """The factor on the arm's velocity/acceleration/jerk limits, where the backend has one."""
+        return None
+
     def task_success(self) -> bool | None:
         """The current task's success check, where the backend can judge it (simulator only)."""
         return None

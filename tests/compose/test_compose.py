@@ -38,7 +38,7 @@ SINGLE, ROBOT, WORKSTATION = (
 )
 STACKS = (SINGLE, ROBOT, WORKSTATION)
 DOCKER_COMPOSE = shutil.which("docker-compose")
-ROBOT_REQUIRED = ("ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
+ROBOT_REQUIRED = ("ROBOT_BACKEND", "ROBOT_CONFIG")
 REQUIRED = {
     SINGLE: ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", *ROBOT_REQUIRED),
     ROBOT: (*ROBOT_REQUIRED, "ROBOT_LINK_HOST", "LINK_KEYS_DIR"),
@@ -63,14 +63,19 @@ needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compos
 
 
 def env_file(tmp_path: Path, **values: str) -> Path:
-    """.env.example with the required blanks filled and ``values`` applied ('' removes a line)."""
+    """.env.example with the required blanks filled and ``values`` applied ('' removes a line).
+    The robot configuration is a copy of config/robot.example.toml unless ``values`` names one."""
     lines = []
+    robot_toml = tmp_path / "robot.toml"
+    if "ROBOT_CONFIG" not in values and not robot_toml.exists():
+        shutil.copy(REPO_ROOT / "config" / "robot.example.toml", robot_toml)
     filled = {
         "POSTGRES_PASSWORD": "pw-" + "x" * 20,
         "PDE_UI_TOKEN": "tok-" + "y" * 24,
         "ROBOT_LINK_HOST": "0.0.0.0",
         "ROBOT_PC_HOST": "192.0.2.10",
         "LINK_KEYS_DIR": str(tmp_path / "keys"),
+        "ROBOT_CONFIG": str(robot_toml),
     }
     filled.update(values)
     for line in (REPO_ROOT / ".env.example").read_text().splitlines():
@@ -214,7 +219,6 @@ def test_two_machine_stacks(tmp_path: Path) -> None:
     assert renv["PDE_ROBOT_LINK_CLIENTS_DIR"] == "/keys/clients"
     assert f"{tmp_path / 'keys'}:/keys:ro" in robot["volumes"]
     assert robot["network_mode"] == "host" and robot["ulimits"]["rtprio"] == 99
-    assert renv["PDE_ROBOT_RT_PRIORITY"] == "80"
     assert "PDE_DATABASE_URL" not in renv  # the robot PC has no database
     ws = config(env, stack=WORKSTATION)["services"]
     for name in ("learner", "operator_ui"):
@@ -326,16 +330,31 @@ def start_order(services: dict[str, Any]) -> list[str]:
 
 def _service_env(svc: dict[str, Any], data_dir: Path, keys_dir: Path) -> dict[str, str]:
     """The service's compose environment for a plain process: the data volume, the mounted key
-    folder and the tasks file become the host folders and file they stand for."""
+    folder and the mounted files (the robot configuration, the tasks file) become the host paths
+    they stand for."""
     env = subprocess_env(**{k: str(v) for k, v in svc["environment"].items()})
     assert env["PDE_DATA_DIR"] == "/data"
     env["PDE_DATA_DIR"] = str(data_dir)
+    files = {inside: host for host, inside in _bind_mounts(svc).items() if Path(host).is_file()}
     for k, v in env.items():
         if v.startswith("/keys/"):
             env[k] = str(keys_dir / v.removeprefix("/keys/"))
+        elif v in files:
+            env[k] = files[v]
     if "PDE_TASKS_FILE" in svc["environment"]:
         env["PDE_TASKS_FILE"] = tasks_file_source(svc)
     return env
+
+
+def _bind_mounts(svc: dict[str, Any], read_only: bool = False) -> dict[str, str]:
+    """host path -> path in the container, of the service's bind mounts (``read_only``: only
+    those mounted ``:ro``)."""
+    out = {}
+    for volume in svc.get("volumes") or []:
+        host, inside, *mode = volume.split(":")
+        if host.startswith("/") and (not read_only or mode == ["ro"]):
+            out[host] = inside
+    return out
 
 
 def _command(svc: dict[str, Any], data_dir: Path) -> list[str]:
@@ -424,15 +443,9 @@ def test_two_machine_services_start_over_the_curve_link(
 ) -> None:
     keys = tmp_path / "keys"
     keys_init(keys, list(DEFAULT_CLIENTS))
-    # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN.
-    # ROBOT_RT_PRIORITY=0: no SCHED_FIFO control thread on a shared CI machine (tests run as root).
-    env = env_file(
-        tmp_path,
-        ROBOT_LINK_HOST="127.0.0.1",
-        ROBOT_PC_HOST="127.0.0.1",
-        ROBOT_RT_PRIORITY="0",
-        **_ports(fresh_db),
-    )
+    # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN. The
+    # robot configuration is the example's (sim backend: normal scheduling, no SCHED_FIFO thread).
+    env = env_file(tmp_path, ROBOT_LINK_HOST="127.0.0.1", ROBOT_PC_HOST="127.0.0.1", **_ports(fresh_db))
     robot = config(env, stack=ROBOT)["services"]
     workstation = config(env, "sim", WORKSTATION)["services"]
     endpoint = workstation["learner"]["environment"]["PDE_ROBOT_CMD_ENDPOINT"]

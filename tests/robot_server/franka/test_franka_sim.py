@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import socket
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from robot_server.robots.base import RobotError, RobotNotConnectedError, RobotTa
 from robot_server.robots.franka import FrankaConfig, FrankaRobot
 from robot_server.robots.franka import config as fr3
 from robot_server.robots.franka.fci_sim import FciSim
+from robot_server.robots.franka.realtime import kernel_realtime
 from robot_server.robots.franka.tracking import StateSampler, circle_targets, tracking_report
 from tests.robot_server.franka.conftest import sim_config, unused_loopback
 
@@ -219,9 +219,7 @@ def test_realtime_is_enforced_unless_explicitly_ignored(
     fci_sim: FciSim, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert FrankaConfig().realtime == "enforce"
-    rt_flag = Path("/sys/kernel/realtime")
-    rt_kernel = rt_flag.exists() and rt_flag.read_text().strip() == "1"
-    if not rt_kernel:
+    if not kernel_realtime().realtime:
         with pytest.raises(RobotNotConnectedError, match=r"real-time kernel.*PDE_FRANKA_REALTIME=ignore"):
             FrankaRobot(sim_config(fci_sim.host, realtime="enforce", gripper=False)).connect()
     robot = FrankaRobot(sim_config(fci_sim.host, gripper=False))
@@ -234,7 +232,7 @@ def test_realtime_is_enforced_unless_explicitly_ignored(
 def test_config_rejects_bad_values_with_the_value_in_the_message() -> None:
     with pytest.raises(ValueError, match=r"home joint 4 = 0.5 rad is outside"):
         FrankaConfig(home_joints_rad=(0.0, 0.0, 0.0, 0.5, 0.0, 1.5, 0.7))
-    with pytest.raises(ValueError, match=r"DESK_USER and PDE_FRANKA_DESK_PASSWORD"):
+    with pytest.raises(ValueError, match=r"desk_user and desk_password_file"):
         FrankaConfig(desk_user="admin")
     with pytest.raises(ValueError, match=r"relative_dynamics_factor"):
         FrankaConfig(relative_dynamics_factor=1.5)
