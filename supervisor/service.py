@@ -118,7 +118,10 @@ class SupervisorService:
         embedder: Embedder | None,
         *,
         seed: int | None = None,
+        proposer: PromptProposer | None = None,
     ) -> None:
+        """``proposer``: where candidates come from instead of ``settings.proposer`` (a named
+        proposer of supervisor.proposers.PROPOSERS in a benchmark); None: the settings' choice."""
         self.store = store
         self.settings = settings
         self.vlm = vlm
@@ -132,7 +135,7 @@ class SupervisorService:
         self.catalogue = load_tasks(settings.tasks_file)
         self.dedup = DuplicateFilter(embedder, settings.duplicate_cosine)
         self.offline = RandomParaphraseProposer(seed if seed is not None else random.randrange(1 << 30))
-        self.proposer: PromptProposer = (
+        self.proposer: PromptProposer = proposer or (
             VLMProposer(vlm) if vlm is not None and settings.proposer == "vlm" else self.offline
         )
         self.health = VLMHealth(settings.max_consecutive_failures, settings.cooldown_s)

@@ -92,6 +92,8 @@ class EpisodeLoop:
         self.robot_error = ""
         self.training_error = ""
         self.rl_labels_ready = 0  # labelled RL episodes waiting for the next PPO batch
+        self._scene_seed = 0
+        self._scene_uses = 0  # episodes run on _scene_seed so far (settings.rollouts_per_scene)
 
     @property
     def last_error(self) -> str:
@@ -145,6 +147,9 @@ class EpisodeLoop:
         for task in self.settings.tasks:
             self.store.ensure_task(task, self.settings.catalogue.get(task).prompt)
             self.store.set_task_state(task, rollouts_per_prompt=self.settings.rollouts_per_prompt)
+            if not self.settings.prompt_search and self.store.task_state(task).stage == "bootstrap":
+                log.info("task %s: no prompt search (prompt_search off): RL on the canonical prompt", task)
+                self.store.set_task_state(task, stage="rl")
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
             log.warning("marked interrupted episode(s) %s aborted", aborted)
@@ -194,14 +199,18 @@ class EpisodeLoop:
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
         if plan is None:
             self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
+            # Polled with a throwaway generator: the episodes' draws must not depend on how often
+            # the loop looked while it waited (the run would not be reproducible from its seed).
             self._wait(
                 lambda: (
-                    choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+                    choose_next(
+                        self.store, self.settings.tasks, self.settings.rollouts_per_prompt, random.Random(0)
+                    )
                     is not None
                 )
             )
             return None
-        seed = self.rng.randrange(2**31)
+        seed = self._next_scene_seed()
         plan_fields = {
             "canonical_prompt": plan.canonical_prompt,
             "task": plan.task,
@@ -239,6 +248,14 @@ class EpisodeLoop:
                 )
                 return None
         return self._run_episode(plan, seed, plan_fields)
+
+    def _next_scene_seed(self) -> int:
+        """A fresh scene seed, or the current one again while it has run fewer than
+        ``rollouts_per_scene`` episodes."""
+        if self._scene_uses % self.settings.rollouts_per_scene == 0:
+            self._scene_seed = self.rng.randrange(2**31)
+        self._scene_uses += 1
+        return self._scene_seed
 
     def _robot_uptime_s(self) -> float | None:
         """The robot server's uptime, when the robot reports a status (the real client does)."""
@@ -400,6 +417,10 @@ class EpisodeLoop:
             stale["stale_lag_mean"],
         )
         self.trainer.start(batch, [e.id for e in chosen], self.policy_version + 1, stale)
+        if self.settings.synchronous_updates:
+            self.trainer.join()
+            self._swap_weights()
+            return
         self._publish(
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},

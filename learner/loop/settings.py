@@ -51,6 +51,19 @@ class LoopSettings(BaseSettings):
     """Longest episode, in action chunks, for a task whose entry in the tasks file sets none."""
     max_episodes: int | None = None
     """Stop after this many episodes (None: run until stopped)."""
+    prompt_search: bool = True
+    """False: plain PPO on the canonical prompt. Each task goes straight to the RL stage with an
+    empty pool (no bootstrap episodes, nothing for the supervisor to do): the action-noise baseline
+    of bench/bench_pde.py, and a lab that wants RL without a prompt search."""
+    synchronous_updates: bool = False
+    """True: once a PPO update starts, wait for it and swap its weights in before the next episode
+    (every batch on-policy, the run reproducible: the sim benchmark). False (a lab): the robot keeps
+    collecting while the update trains, and its weights come in between later episodes."""
+    rollouts_per_scene: int = 1
+    """Consecutive episodes that share one scene seed. A real arm cannot re-create a scene, so a
+    lab runs 1 (a fresh scene per episode; PPO's advantage baseline is then the batch's mean).
+    The simulator can lay one scene out k times, which makes PPO's advantages scene-grouped
+    (learner.trainer.advantage_groups)."""
     beta: float = _ALPHA.beta
     """EMA factor of the canonical prompt's success (adaptive alpha)."""
     consolidation_target: float = _ALPHA.consolidation_target
@@ -185,7 +198,7 @@ class LoopSettings(BaseSettings):
         self._catalogue.check(self.tasks)  # UnknownTaskError lists the known tasks
         return self
 
-    @field_validator("rollouts_per_prompt", "batch_size", "max_chunks", "alpha_window")
+    @field_validator("rollouts_per_prompt", "batch_size", "max_chunks", "alpha_window", "rollouts_per_scene")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:

@@ -390,3 +390,65 @@ def test_robot_server_restart_while_waiting_for_start_resets_again(store: Store)
     t.join(10)
     [ep] = store.episodes()
     assert ep.status == "labelled"
+
+
+# --- the settings where a simulated benchmark differs from a lab ------------------------------------
+
+
+def test_without_prompt_search_the_task_goes_straight_to_rl_on_the_canonical_prompt(store: Store) -> None:
+    trainer = FakeTrainer()
+    loop = EpisodeLoop(
+        store,
+        FakeRobot(),
+        FakeActor(),
+        _settings(prompt_search=False, batch_size=3, max_episodes=6),
+        trainer=BackgroundTrainer(trainer, lambda p, v, m: ""),
+    )
+    loop.run()  # no supervisor: it would have nothing to do
+    loop.finish_training(5)
+    eps = store.episodes()
+    assert [(e.stage, e.rollout_prompt) for e in eps] == [("rl", CANON)] * 6
+    assert [p.status for p in store.prompts(TASK)] == ["canonical"]
+    assert [len(b) for b in trainer.batches] == [3, 3]
+
+
+def test_synchronous_updates_swap_each_update_in_before_the_next_episode(rl_store: Store) -> None:
+    actor = FakeActor()
+    loop = EpisodeLoop(
+        rl_store,
+        FakeRobot(),
+        actor,
+        _settings(synchronous_updates=True, batch_size=2, max_episodes=6),
+        trainer=BackgroundTrainer(FakeTrainer(update_time_s=0.2), lambda p, v, m: ""),
+    )
+    loop.run()
+    # Every batch is on-policy: episodes 2k, 2k+1 ran with version k, whatever the update's time.
+    assert [e.policy_version for e in rl_store.episodes()] == [0, 0, 1, 1, 2, 2]
+    assert actor.policies == ["policy-after-update-1", "policy-after-update-2", "policy-after-update-3"]
+
+
+def test_rollouts_per_scene_lays_each_scene_out_k_times(rl_store: Store) -> None:
+    robot = FakeRobot()
+    EpisodeLoop(rl_store, robot, FakeActor(), _settings(rollouts_per_scene=3, max_episodes=7)).run()
+    seeds = [s for _, s in robot.resets]
+    assert seeds[0] == seeds[1] == seeds[2] != seeds[3] == seeds[4] == seeds[5] != seeds[6]
+    assert [e.seed for e in rl_store.episodes()] == seeds
+    # A lab's default: a fresh scene every episode.
+    robot = FakeRobot()
+    EpisodeLoop(rl_store, robot, FakeActor(), _settings(max_episodes=4)).run()
+    assert len({s for _, s in robot.resets}) == 4
+
+
+def test_a_rounds_candidates_are_rolled_out_once_the_supervisor_has_written_its_iteration(
+    store: Store,
+) -> None:
+    loop = EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(max_episodes=2))
+    loop.run()  # the canonical baseline (N = 2)
+    first = store.add_prompt(TASK, "drop the green box into the bowl", iteration=1)
+    from learner.loop.schedule import choose_next
+
+    assert choose_next(store, [TASK], 2, loop.rng) is None  # round 1 is still being written
+    second = store.add_prompt(TASK, "lift the green container into the bowl", iteration=1)
+    store.set_task_state(TASK, iteration=1)  # the supervisor, after the round's last candidate
+    EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(max_episodes=4)).run()
+    assert [e.prompt_id for e in store.episodes()][2:] == [first.id, second.id, first.id, second.id]

@@ -1,0 +1,175 @@
+"""bench/pde_arm.py decides what a lab's loop and supervisor decide.
+
+The same scripted outcomes (a FakeActor whose success is a fixed function of the prompt and the
+scene seed: the robot and the policy are the boundary faked here) go to the benchmark's ``drive``
+(one thread steps the loop, synchronous PPO updates) and to the lab's wiring (``EpisodeLoop.run``
+and ``SupervisorService.run`` in their own threads, PPO in the background). Both must make the same
+decisions: which prompts are admitted, alpha after each label, which prompt and scene each episode
+gets, and which episodes (with which rewards) form each PPO batch. The store is real (SQLite).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import zlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from learner.loop.core import EpisodeLoop
+from learner.loop.tasks import canonical_prompt
+from learner.loop.training import BackgroundTrainer
+from pde_storage import Store
+from supervisor.proposers import ProposerOptions, make_proposer
+from supervisor.service import SupervisorService
+from tests.learner.loop.doubles import FakeActor, FakeRobot, FakeTrainer
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = "put_green_container_in_bowl"
+GOAL = canonical_prompt(TASK)
+SEED = 3
+
+
+def _pde_arm() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("pde_arm", ROOT / "bench" / "pde_arm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pde_arm"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+pde_arm = _pde_arm()
+
+
+def succeeds(prompt: str, scene: int | None) -> bool:
+    """The scripted policy: a fixed coin per (prompt, scene), likelier under some verbs."""
+    coin = zlib.crc32(f"{prompt}|{scene}".encode()) % 100
+    return coin < (60 if prompt.startswith(("place", "set", "move")) else 20)
+
+
+def scripted_actor() -> FakeActor:
+    actor: FakeActor
+    actor = FakeActor(
+        outcomes=lambda i: succeeds(actor.calls[i]["rollout_prompt"], actor.calls[i]["seed"]), n_chunks=1
+    )
+    return actor
+
+
+BENCH = pde_arm.BenchSettings(
+    task=TASK, budget_episodes=40, eval_at=(0, 16, 40), eval_episodes=3, max_chunks=3,
+    rollouts_per_prompt=2, candidates_k=2, iterations_t0=3, eta=0.5, pool_min_m=2, batch_size=4,
+    supervisor_poll_s=0.01,
+)  # fmt: skip
+
+
+def _stores(tmp: Path) -> tuple[Store, Store, dict[str, Any]]:
+    where: dict[str, Any] = {"database_url": f"sqlite:///{tmp}/pde.db", "data_dir": tmp}
+    return (
+        Store.open(where["database_url"], tmp / "media"),
+        Store.open(where["database_url"], tmp / "media"),
+        where,
+    )
+
+
+def decisions(store: Store, trainer: FakeTrainer) -> dict[str, Any]:
+    return {
+        "prompts": [(p.text, p.status, p.iteration) for p in store.prompts(TASK)],
+        "episodes": [(e.stage, e.rollout_prompt, e.seed, e.success) for e in store.episodes(task=TASK)],
+        "alpha": [(step, value) for step, value, _ in store.metrics(f"{TASK}/alpha")],
+        "batches": [[(int(ef.episode_id), reward) for ef, reward in batch] for batch in trainer.batches],
+    }
+
+
+def bench_path(tmp: Path, arm_name: str) -> tuple[dict[str, Any], Any]:
+    arm = pde_arm.parse_arm(arm_name)
+    store, supervisor_store, where = _stores(tmp)
+    trainer = FakeTrainer()
+    evaluated: list[int] = []
+
+    def evaluate(at: int) -> list[bool]:
+        evaluated.append(at)
+        return [succeeds(GOAL, pde_arm.EVAL_SEED_BASE + i) for i in range(BENCH.eval_episodes)]
+
+    record = pde_arm.drive(
+        loop_store=store,
+        supervisor_store=supervisor_store,
+        robot=FakeRobot(),
+        actor=scripted_actor(),
+        trainer=trainer,
+        save=lambda policy, version, metrics: "",
+        settings=pde_arm.loop_settings(arm, BENCH, SEED, poll_period_s=0.002, **where),
+        supervisor=pde_arm.supervisor_settings(BENCH, **where),
+        proposer=make_proposer(arm.proposer, ProposerOptions(seed=SEED)) if arm.prompt_search else None,
+        embedder=None,
+        budget_episodes=BENCH.budget_episodes,
+        eval_at=BENCH.eval_at,
+        evaluate=evaluate,
+    )
+    assert evaluated == [0, 16, 40]
+    return decisions(store, trainer), record
+
+
+def lab_path(tmp: Path, arm_name: str) -> dict[str, Any]:
+    """`pde loop --auto` and `pde supervisor` as a lab runs them: two threads polling one database,
+    PPO in the background while episodes go on."""
+    arm = pde_arm.parse_arm(arm_name)
+    store, supervisor_store, where = _stores(tmp)
+    settings = pde_arm.loop_settings(arm, BENCH, SEED, poll_period_s=0.002, **where).model_copy(
+        update={"synchronous_updates": False, "max_episodes": BENCH.budget_episodes}
+    )
+    trainer = FakeTrainer()
+    loop = EpisodeLoop(
+        store, FakeRobot(), scripted_actor(), settings, BackgroundTrainer(trainer, lambda p, v, m: "")
+    )
+    service = SupervisorService(
+        supervisor_store,
+        pde_arm.supervisor_settings(BENCH, **where),
+        None,
+        None,
+        seed=SEED,
+        proposer=make_proposer(arm.proposer, ProposerOptions(seed=SEED)) if arm.prompt_search else None,
+    )
+    stop = threading.Event()
+    supervisor = threading.Thread(target=service.run, args=(stop,))
+    supervisor.start()
+    try:
+        loop_thread = threading.Thread(target=loop.run)
+        loop_thread.start()
+        loop_thread.join(60)
+        assert not loop_thread.is_alive(), "the lab loop did not finish its episodes"
+        loop.finish_training(10)
+    finally:
+        stop.set()
+        supervisor.join(10)
+    return decisions(store, trainer)
+
+
+@pytest.mark.parametrize("arm_name", ["pde_mixed", "noise"])
+def test_the_benchmark_decides_what_the_lab_loop_decides(tmp_path: Path, arm_name: str) -> None:
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "lab").mkdir()
+    bench, record = bench_path(tmp_path / "bench", arm_name)
+    lab = lab_path(tmp_path / "lab", arm_name)
+    for key in ("prompts", "episodes", "alpha", "batches"):
+        assert bench[key] == lab[key], key
+    episodes = bench["episodes"]
+    assert len(episodes) == BENCH.budget_episodes == record.env_episodes
+    assert len({scene for _, _, scene, _ in episodes}) == len(episodes)  # a fresh scene per episode
+    if arm_name == "noise":
+        assert {(stage, prompt) for stage, prompt, _, _ in episodes} == {("rl", GOAL)}
+        assert len(bench["batches"]) == BENCH.budget_episodes // BENCH.batch_size
+        return
+    # The run exercised the rule: admissions and rejections, RL entered early (M_min) or at T0,
+    # alpha moved, pool prompts in the batches.
+    statuses = [status for _, status, _ in bench["prompts"]]
+    assert "pool" in statuses and "rejected" in statuses
+    assert any(stage == "bootstrap" for stage, *_ in episodes) and episodes[-1][0] == "rl"
+    assert len({round(a, 6) for _, a in bench["alpha"]}) > 2
+    pool = {text for text, status, _ in bench["prompts"] if status == "pool"}
+    assert any(prompt in pool for stage, prompt, _, _ in episodes if stage == "rl")
+    assert [u["update"] for u in record.updates] == list(range(1, len(bench["batches"]) + 1))
