@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
+import math
 import subprocess
 import tempfile
 import threading
@@ -42,8 +42,6 @@ from supervisor.dedup import Embedder
 from supervisor.proposers import PROPOSERS, PromptProposer, ProposerOptions, make_proposer
 from supervisor.service import SupervisorService
 from supervisor.settings import SupervisorSettings
-
-log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EVAL_SEED_BASE = 100_000  # held-out evaluation scenes (bench_learning's): never a demo's seed
@@ -169,13 +167,15 @@ class RecordingTrainer:
     def update(self, batch: Batch) -> dict[str, float]:
         stats = self.trainer.update(batch)
         state = self.store.task_state(self.task)
+        pool_size = len(self.store.prompts(self.task, "pool"))
         canonical = [e for e, _ in batch if e.rollout_prompt == e.canonical_prompt]
         pool = [e for e, _ in batch if e.rollout_prompt != e.canonical_prompt]
         self.updates.append(
             {
                 "update": len(self.updates) + 1,
                 "env_episodes": self.store.count_episodes(),
-                "alpha": state.alpha,
+                "pool_size": pool_size,
+                "alpha": state.alpha if pool_size else 1.0,  # no pool: every draw is canonical
                 "ema_success": state.ema_success,
                 "pool_prompt_share": len(pool) / len(batch),
                 "pool_success": sum(bool(e.success) for e in pool) / len(pool) if pool else None,
@@ -183,7 +183,8 @@ class RecordingTrainer:
                     sum(bool(e.success) for e in canonical) / len(canonical) if canonical else None
                 ),
                 "rollout_success": sum(bool(e.success) for e, _ in batch) / len(batch),
-                **{k: float(v) for k, v in stats.items()},
+                # NaN diagnostics (e.g. explained variance without a value target) as null
+                **{k: float(v) if math.isfinite(float(v)) else None for k, v in stats.items()},
             }
         )
         return stats
@@ -300,11 +301,16 @@ def file_sha256(path: Path) -> str:
 
 def frozen_inputs(sft_checkpoint: Path, bench: BenchSettings) -> dict[str, Any]:
     """Commit and file hashes of what a part ran with (the merge refuses parts that differ)."""
-    commit = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+
+    def git(*argv: str) -> str:
+        run = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *argv], capture_output=True, text=True, check=False
+        )
+        return run.stdout.strip()
+
     return {
-        "commit": commit,
+        "commit": git("rev-parse", "HEAD")
+        + ("+uncommitted" if git("status", "--porcelain", "--untracked-files=no") else ""),
         "sft_checkpoint_sha256": file_sha256(sft_checkpoint),
         "proposers_py_sha256": file_sha256(REPO_ROOT / "supervisor" / "proposers.py"),
         "wordings_sha256": hashlib.sha256("\n".join(bench.wordings).encode()).hexdigest(),
