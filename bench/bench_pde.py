@@ -190,6 +190,7 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
         rollouts_per_scene=args.rollouts_per_scene,
         synchronous_updates=args.synchronous_updates,
         learning_rate=args.lr,
+        init_log_std=args.init_log_std,
         wordings=tuple(w.strip() for w in args.wordings.split("|") if w.strip()),
     )
 
@@ -222,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         help="wait for each PPO update before the next episode (reproducible; a lab does not)",
     )
     ap.add_argument("--lr", type=float, default=d.learning_rate)
+    ap.add_argument(
+        "--init-log-std", type=float, default=d.init_log_std, help="Gaussian head's start log std, all arms"
+    )
     ap.add_argument("--wordings", default="", help="'|'-separated wordings: the oracle arm's pool")
     ap.add_argument("--image-px", type=int, default=128)
     ap.add_argument("--layout-spread", type=float, default=0.2)
@@ -277,7 +281,7 @@ def run_parts(args: argparse.Namespace) -> None:
         for arm, seed in todo:
             cache = args.work_dir / (
                 f"start-{file_sha256(args.sft_checkpoint)[:16]}-seed{seed}-e{bench.eval_episodes}"
-                f"-c{bench.max_chunks}-px{args.image_px}-spread{args.layout_spread}.json"
+                f"-c{bench.max_chunks}-std{bench.init_log_std}-px{args.image_px}-spread{args.layout_spread}.json"
             )
             part = run_arm(arm, seed, args.sft_seed, args.sft_checkpoint, endpoint, bench, embedder, cache)
             part.update(

@@ -108,6 +108,10 @@ class BenchSettings:
     rollouts_per_scene: int = 1
     synchronous_updates: bool = True
     learning_rate: float = 3e-5
+    init_log_std: float | None = -1.0
+    """The Gaussian head's exploration log std at the start, the same for every arm (the earlier
+    benchmark's and bench_learning's recipe); None: the SFT checkpoint's own. The flow head has no
+    such parameter and ignores it."""
     wordings: tuple[str, ...] = ()
     """The scripted proposer's list (the oracle arm)."""
     supervisor_poll_s: float = 0.05
@@ -358,7 +362,11 @@ def run_arm(
         loop_store = Store.open(url, data / "media")
         supervisor_store = Store.open(url, data / "media")
         checkpoints = CheckpointStore(data / "checkpoints")
-        checkpoints.save(CheckpointStore.load(sft_checkpoint).policy, 0, {"sft_seed": float(sft_seed)})
+        start = CheckpointStore.load(sft_checkpoint).policy
+        if bench.init_log_std is not None and start.noise_parameters():
+            with torch.no_grad():
+                start.noise_parameters()[0].fill_(bench.init_log_std)
+        checkpoints.save(start, 0, {"sft_seed": float(sft_seed)})
         loaded = checkpoints.latest("cpu")
         assert loaded is not None
         loop_store.add_checkpoint(0, loaded.path, {})
