@@ -135,17 +135,30 @@ def merge(parts_dir: Path, out: Path, title: str) -> dict[str, Any]:
     parts = [json.loads(f.read_text()) for f in sorted(parts_dir.glob("*-sft*-seed*.json"))]
     if not parts:
         raise SystemExit(f"no finished parts in {parts_dir}: run arms first (see --help)")
-    settings = {json.dumps(p["settings"]["bench"], sort_keys=True) for p in parts}
+    # The oracle's wordings are its own (other arms run without them): compared on their own.
+    settings = {
+        json.dumps({k: v for k, v in p["settings"]["bench"].items() if k != "wordings"}, sort_keys=True)
+        for p in parts
+    }
     if len(settings) > 1:
         raise SystemExit(f"parts in {parts_dir} ran with different settings; merge one setting at a time")
+    wordings = {
+        tuple(p["settings"]["bench"]["wordings"])
+        for p in parts
+        if p["settings"]["arm"]["proposer"] == "scripted"
+    }
+    if len(wordings) > 1:
+        raise SystemExit(f"scripted parts in {parts_dir} were given different --wordings: {sorted(wordings)}")
     frozen: dict[str, Any] = {}
     for p in parts:
         key = f"sft{p['result']['sft_seed']}"
-        if frozen.setdefault(key, p["frozen"]) != p["frozen"]:
+        mine = {k: v for k, v in p["frozen"].items() if k != "commit"}
+        if frozen.setdefault(key, mine) != mine:
             raise SystemExit(
-                f"part {p['arm']} sft{p['result']['sft_seed']} seed{p['result']['seed']} ran on other "
-                f"inputs than its SFT seed's first part ({p['frozen']} vs {frozen[key]}): rerun it"
+                f"part {p['arm']} sft{p['result']['sft_seed']} seed{p['result']['seed']} ran on another SFT "
+                f"checkpoint or other algorithm files than its SFT seed's first part: rerun it"
             )
+    frozen["commits"] = sorted({p["frozen"]["commit"] for p in parts})
     arms: dict[str, Any] = {}
     for p in sorted(parts, key=lambda p: (p["arm"], p["result"]["sft_seed"], p["result"]["seed"])):
         arms.setdefault(p["arm"], {"per_seed": []})["per_seed"].append(p["result"])
@@ -159,7 +172,7 @@ def merge(parts_dir: Path, out: Path, title: str) -> dict[str, Any]:
     where = parts_dir.relative_to(ROOT) if parts_dir.is_relative_to(ROOT) else parts_dir
     result = {
         "arms": arms,
-        "budget": json.loads(settings.pop()),
+        "budget": {**json.loads(settings.pop()), "wordings": list(wordings.pop()) if wordings else []},
         "commands": sorted({p["command"] for p in parts}),
         "frozen": frozen,
         # Joined by the lead from bench/_pde_stats.py and the premise module (issue 22, Tests):
@@ -273,7 +286,7 @@ def run_parts(args: argparse.Namespace) -> None:
     from supervisor.dedup import MiniLMEmbedder
 
     torch.set_num_threads(1)
-    frozen = frozen_inputs(args.sft_checkpoint, bench)
+    frozen = frozen_inputs(args.sft_checkpoint)
     embedder = MiniLMEmbedder(torch_threads=1)  # as `pde supervisor` screens candidates
     args.parts_dir.mkdir(parents=True, exist_ok=True)
     group, endpoint = start_server(args.work_dir / "logs", args.image_px, args.layout_spread)

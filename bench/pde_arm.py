@@ -303,8 +303,27 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def frozen_inputs(sft_checkpoint: Path, bench: BenchSettings) -> dict[str, Any]:
-    """Commit and file hashes of what a part ran with (the merge refuses parts that differ)."""
+# The files that make the algorithm and its proposers: a part's hashes of them must match every
+# other part's for the merge (a commit may differ: committing finished parts moves HEAD).
+ALGORITHM_FILES = (
+    "learner/loop/core.py",
+    "learner/loop/schedule.py",
+    "learner/loop/settings.py",
+    "learner/loop/training.py",
+    "learner/mixture.py",
+    "learner/ppo.py",
+    "learner/rewards.py",
+    "learner/trainer.py",
+    "supervisor/pool.py",
+    "supervisor/service.py",
+    "supervisor/proposers.py",
+    "bench/pde_arm.py",
+)
+
+
+def frozen_inputs(sft_checkpoint: Path) -> dict[str, Any]:
+    """What a part ran with: the SFT checkpoint's and the algorithm files' hashes (compared by the
+    merge) and the commit (for the record)."""
 
     def git(*argv: str) -> str:
         run = subprocess.run(
@@ -313,11 +332,10 @@ def frozen_inputs(sft_checkpoint: Path, bench: BenchSettings) -> dict[str, Any]:
         return run.stdout.strip()
 
     return {
+        "sft_checkpoint_sha256": file_sha256(sft_checkpoint),
+        "files_sha256": {f: file_sha256(REPO_ROOT / f) for f in ALGORITHM_FILES},
         "commit": git("rev-parse", "HEAD")
         + ("+uncommitted" if git("status", "--porcelain", "--untracked-files=no") else ""),
-        "sft_checkpoint_sha256": file_sha256(sft_checkpoint),
-        "proposers_py_sha256": file_sha256(REPO_ROOT / "supervisor" / "proposers.py"),
-        "wordings_sha256": hashlib.sha256("\n".join(bench.wordings).encode()).hexdigest(),
     }
 
 

@@ -226,3 +226,58 @@ def test_a_tiny_benchmark_runs_the_real_loop_resumes_and_merges(
     out.unlink()
     assert bench_pde.main(argv) == 0
     assert part_file.stat().st_mtime_ns == before and out.is_file()
+
+
+def _part(arm: str, seed: int, proposer: str = "", **bench: Any) -> dict[str, Any]:
+    evaluations = [
+        {"env_episodes": at, "successes": k, "n": 10, "rate": k / 10} for at, k in ((0, 1), (320, 3))
+    ]
+    settings = {"budget_episodes": 320, "batch_size": 32, "wordings": [], **bench}
+    return {
+        "arm": arm,
+        "command": f"python bench/bench_pde.py --arms {arm} --seeds {seed}",
+        "settings": {"arm": {"proposer": proposer}, "bench": settings},
+        "frozen": {
+            "sft_checkpoint_sha256": "a",
+            "files_sha256": {"learner/loop/core.py": "b"},
+            "commit": f"c{seed}",
+        },
+        "result": {
+            "seed": seed,
+            "sft_seed": 0,
+            "eval_episodes": 10,
+            "success_start": 0.1,
+            "success_end": 0.3,
+            "env_episodes": 320,
+            "evaluations": evaluations,
+        },
+        "episodes": [],
+    }
+
+
+def test_the_merge_joins_parts_of_one_setting_and_refuses_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench_pde = _bench_pde(monkeypatch)
+    parts = tmp_path / "parts"
+    parts.mkdir()
+
+    def write(name: str, part: dict[str, Any]) -> None:
+        (parts / name).write_text(json.dumps(part))
+
+    write("noise-sft0-seed0.json", _part("noise", 0))
+    oracle = _part("oracle", 1, "scripted", wordings=["place it", "set it"])
+    write("oracle-sft0-seed1.json", oracle)
+    merged = bench_pde.merge(parts, tmp_path / "out.json", "t")
+    assert set(merged["arms"]) == {"noise", "oracle"}
+    assert merged["budget"]["wordings"] == ["place it", "set it"]  # the oracle's, not a mismatch
+    assert merged["frozen"]["commits"] == ["c0", "c1"]  # committed parts move HEAD: recorded, not compared
+    assert merged["premise"] is None and merged["primary_contrast"] is None  # joined by bench/_pde_stats.py
+    write("noise-sft0-seed2.json", _part("noise", 2, batch_size=64))
+    with pytest.raises(SystemExit, match="different settings"):
+        bench_pde.merge(parts, tmp_path / "out.json", "t")
+    other = _part("noise", 2)
+    other["frozen"]["files_sha256"] = {"learner/loop/core.py": "changed"}
+    write("noise-sft0-seed2.json", other)
+    with pytest.raises(SystemExit, match="algorithm files"):
+        bench_pde.merge(parts, tmp_path / "out.json", "t")
