@@ -10,7 +10,9 @@ prompt search), ``pde_mixed`` (search, then the alpha mixture with the mixed rat
 ``pde_canonical`` (the original-only ratio), ``pde_rollout`` (the rollout-prompt ratio), ``oracle``
 (the pool offered from ``--wordings``, e.g. the SFT's training wordings: an upper bound). A PDE arm
 takes another named proposer as ``pde_mixed@<name>`` (supervisor.proposers.PROPOSERS; the
-rule-based paraphraser is ``paraphrase``, the default). Not an arm yet: ``relabel``.
+rule-based paraphraser is ``paraphrase``, the default). ``relabel``: the search's successful
+rollouts relabelled with the canonical prompt join the first PPO batch, then plain PPO on the
+canonical prompt (LoopSettings.relabel_search_successes, alpha_min 1).
 
 Every (arm, SFT seed, seed) writes ``<parts-dir>/<arm>-sft<k>-seed<s>.json`` with its summary, its
 updates (alpha, pool share and success per PPO update) and every episode's outcome (arm, seed,

@@ -55,6 +55,7 @@ class Arm:
     ratio_variant: RatioVariant
     prompt_search: bool
     proposer: str = ""  # a name in supervisor.proposers.PROPOSERS; "" without a prompt search
+    relabel: bool = False  # the search's successes relabelled, then the canonical prompt only
 
 
 ARM_KINDS: dict[str, Arm] = {
@@ -65,6 +66,8 @@ ARM_KINDS: dict[str, Arm] = {
     # The paper's original-only ratio and its rollout-prompt ratio (ablations).
     "pde_canonical": Arm("canonical", prompt_search=True, proposer="paraphrase"),
     "pde_rollout": Arm("rollout", prompt_search=True, proposer="paraphrase"),
+    # The search's successful rollouts relabelled with the canonical prompt, then plain PPO.
+    "relabel": Arm("plain", prompt_search=True, proposer="paraphrase", relabel=True),
     # The pool offered from a fixed list (the SFT's training wordings): an upper bound.
     "oracle": Arm("mixed", prompt_search=True, proposer="scripted"),
 }
@@ -83,7 +86,7 @@ def parse_arm(name: str) -> Arm:
         raise ValueError(f"arm {kind!r} runs no prompt search: it takes no @proposer")
     if proposer not in PROPOSERS:
         raise ValueError(f"arm {name!r}: unknown proposer {proposer!r}; proposers: {', '.join(PROPOSERS)}")
-    return Arm(arm.ratio_variant, arm.prompt_search, proposer)
+    return Arm(arm.ratio_variant, arm.prompt_search, proposer, arm.relabel)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ class BenchSettings:
 
 def loop_settings(arm: Arm, bench: BenchSettings, seed: int, **where: Any) -> LoopSettings:
     """The loop's settings for one (arm, seed); ``where``: database_url, data_dir, endpoint."""
+    if arm.relabel:  # alpha pinned at 1: every RL episode uses the canonical prompt
+        where = {"relabel_search_successes": True, "alpha_min": 1.0, **where}
     return LoopSettings(
         tasks=[bench.task],
         auto_start=True,

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import msgspec
+
 from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
@@ -47,6 +49,18 @@ class ActorLike(Protocol):
         seed: int | None = None,
     ) -> EpisodeFile: ...
     def set_policy(self, policy: Any) -> None: ...
+
+
+def relabelled(episode: EpisodeFile, prompt: str) -> EpisodeFile:
+    """``episode`` as if rolled out under ``prompt``: its behaviour log-probs are dropped, so PPO
+    re-evaluates them under ``prompt`` at the update's start (learner.trainer)."""
+    chunks = [
+        msgspec.structs.replace(c, trace=msgspec.structs.replace(c.trace, log_prob_elements=None))
+        if c.trace is not None
+        else c
+        for c in episode.chunks
+    ]
+    return msgspec.structs.replace(episode, rollout_prompt=prompt, chunks=chunks)
 
 
 class LoopStopped(Exception):
@@ -401,13 +415,16 @@ class EpisodeLoop:
             return
         chosen = ready[: self.settings.batch_size]
         batch = [(self.store.load_episode_file(e.id), reward_from_label(e.success)) for e in chosen]
+        relabelled = self._relabelled_search_successes(chosen)
+        batch += [(f, reward_from_label(True)) for _, f in relabelled]
+        rows = chosen + [row for row, _ in relabelled]
         self.trained_through = chosen[-1].id
         self.rl_labels_ready = len(ready) - len(chosen)
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
         # previous update ran are older.
         versions = [
-            episode_policy_version(f, row.policy_version) for (f, _), row in zip(batch, chosen, strict=True)
+            episode_policy_version(f, row.policy_version) for (f, _), row in zip(batch, rows, strict=True)
         ]
         stale = staleness_stats(versions, self.policy_version)
         log.info(
@@ -425,6 +442,30 @@ class EpisodeLoop:
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
+
+    def _relabelled_search_successes(self, chosen: list[EpisodeRow]) -> list[tuple[EpisodeRow, EpisodeFile]]:
+        """``relabel_search_successes``: for each task whose first RL episode is in this batch
+        (its first PPO update, also after a restart), its successful bootstrap rollouts of
+        candidate prompts, relabelled with the canonical prompt."""
+        if not self.settings.relabel_search_successes:
+            return []
+        out: list[tuple[EpisodeRow, EpisodeFile]] = []
+        chosen_ids = {e.id for e in chosen}
+        for task in sorted({e.task for e in chosen}):
+            first_rl = self.store.episodes(task=task, stage="rl", status="labelled", limit=1)
+            if not first_rl or first_rl[0].id not in chosen_ids:
+                continue
+            canon = self.store.prompts(task, "canonical")[0]
+            successes = [
+                e
+                for e in self.store.episodes(task=task, stage="bootstrap", status="labelled", success=True)
+                if e.prompt_id != canon.id
+            ]
+            out += [(e, relabelled(self.store.load_episode_file(e.id), canon.text)) for e in successes]
+            log.info(
+                "task %s: %d search successes relabelled with the canonical prompt", task, len(successes)
+            )
+        return out
 
     def _init_rl_alpha(self) -> None:
         """When a task has just entered RL (the supervisor sets the stage), start the EMA:

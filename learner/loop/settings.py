@@ -59,6 +59,12 @@ class LoopSettings(BaseSettings):
     """True: once a PPO update starts, wait for it and swap its weights in before the next episode
     (every batch on-policy, the run reproducible: the sim benchmark). False (a lab): the robot keeps
     collecting while the update trains, and its weights come in between later episodes."""
+    relabel_search_successes: bool = False
+    """True: a task's first PPO batch also trains on its successful bootstrap rollouts of candidate
+    prompts, relabelled with the canonical prompt as if rolled out under it (their behaviour
+    log-probs are re-evaluated under the canonical prompt at the update's start, so their first
+    ratio is 1). With alpha_min = 1 and ratio_variant 'plain' this is the relabel baseline: the
+    search's successes as data, then plain PPO on the canonical prompt."""
     rollouts_per_scene: int = 1
     """Consecutive episodes that share one scene seed. A real arm cannot re-create a scene, so a
     lab runs 1 (a fresh scene per episode; PPO's advantage baseline is then the batch's mean).

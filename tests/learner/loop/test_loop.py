@@ -452,3 +452,37 @@ def test_a_rounds_candidates_are_rolled_out_once_the_supervisor_has_written_its_
     store.set_task_state(TASK, iteration=1)  # the supervisor, after the round's last candidate
     EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(max_episodes=4)).run()
     assert [e.prompt_id for e in store.episodes()][2:] == [first.id, second.id, first.id, second.id]
+
+
+def test_relabel_trains_the_first_batch_on_the_searchs_successes_under_the_canonical_prompt(
+    store: Store,
+) -> None:
+    wins = {1, 3, 4}  # episode indices: a canonical success, then candidate a and b successes
+    actor = FakeActor(outcomes=lambda i: i in wins)
+    EpisodeLoop(store, FakeRobot(), actor, _settings(max_episodes=2)).run()  # canonical baseline
+    for text in ("drop the green box into the bowl", "set the green container into the bowl"):
+        store.add_prompt(TASK, text)
+    EpisodeLoop(store, FakeRobot(), actor, _settings(max_episodes=4)).run()  # a, b, a, b
+    search = store.episodes()
+    relabel_ids = [e.id for e in search if e.success and e.rollout_prompt != CANON]
+    assert len(relabel_ids) == 2  # the canonical baseline's success is no search success
+    store.set_task_state(TASK, stage="rl")  # what the supervisor does (pool or not: alpha is 1)
+    trainer = FakeTrainer()
+    settings = _settings(
+        relabel_search_successes=True, alpha_min=1.0, ratio_variant="plain", batch_size=2, max_episodes=4
+    )
+    loop = EpisodeLoop(
+        store, FakeRobot(), actor, settings, trainer=BackgroundTrainer(trainer, lambda p, v, m: "")
+    )
+    loop.run()
+    loop.finish_training(5)
+    rl = [e for e in store.episodes() if e.stage == "rl"]
+    assert [e.rollout_prompt for e in rl] == [CANON] * 4  # alpha pinned at 1
+    first, second = trainer.batches
+    assert [int(f.episode_id) for f, _ in first] == [e.id for e in rl[:2]] + relabel_ids
+    assert [r for _, r in first][2:] == [1.0, 1.0]
+    assert all(f.rollout_prompt == CANON for f, _ in first[2:])  # relabelled with the canonical prompt
+    assert all(
+        c.trace is not None and c.trace.log_prob_elements is None for f, _ in first[2:] for c in f.chunks
+    )
+    assert [int(f.episode_id) for f, _ in second] == [e.id for e in rl[2:]]  # once, in the first update
