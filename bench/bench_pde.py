@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", action="store_true", help="only merge the finished parts")
     ap.add_argument("--redraw", action="store_true", help="only redraw the PNG and print the table")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args.command = "python bench/bench_pde.py " + " ".join(sys.argv[1:] if argv is None else argv)
     title = f"{args.task}: canonical-prompt sampled success"
     if args.redraw:

@@ -99,7 +99,7 @@ class ScriptedProposer(PromptProposer):
     """The next wordings of a fixed list not tried yet, K at a time, blind to rollouts: e.g. the
     SFT's training wordings as an oracle pool in a benchmark (an upper bound, not a VLM result)."""
 
-    source = "scripted"
+    source = "offline"  # no VLM involved (the store keeps a prompt's source: pde_storage PROMPT_SOURCES)
 
     def __init__(self, wordings: tuple[str, ...]) -> None:
         if not wordings:
@@ -122,7 +122,8 @@ class ProposerOptions:
     wordings: tuple[str, ...] = ()  # the scripted proposer's list
 
 
-# Proposers by name, for a supervisor run without a VLM endpoint (benchmarks): one line each.
+# Proposers by name, for a supervisor run without a VLM endpoint (benchmarks): one line each. A
+# proposer's ``source`` is stored with its prompts and must be one of pde_storage.rows.PROMPT_SOURCES.
 PROPOSERS: dict[str, Callable[[ProposerOptions], PromptProposer]] = {
     "paraphrase": lambda o: RandomParaphraseProposer(o.seed),
     "scripted": lambda o: ScriptedProposer(o.wordings),

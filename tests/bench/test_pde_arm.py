@@ -25,8 +25,9 @@ from learner.loop.core import EpisodeLoop
 from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer
 from pde_storage import Store
-from supervisor.proposers import ProposerOptions, make_proposer
+from supervisor.proposers import PromptProposer, ProposerOptions, make_proposer
 from supervisor.service import SupervisorService
+from supervisor.vlm.base import CandidateRequest, CandidateResult
 from tests.learner.loop.doubles import FakeActor, FakeRobot, FakeTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,3 +282,34 @@ def test_the_merge_joins_parts_of_one_setting_and_refuses_others(
     write("noise-sft0-seed2.json", other)
     with pytest.raises(SystemExit, match="algorithm files"):
         bench_pde.merge(parts, tmp_path / "out.json", "t")
+
+
+class UnstorableProposer(PromptProposer):
+    """A proposer whose prompts the store refuses (a source it does not keep): every poll fails."""
+
+    source = "nowhere"
+
+    def propose(self, request: CandidateRequest) -> CandidateResult:
+        return CandidateResult(["place the green container in the bowl"], {}, "", self.source)
+
+
+def test_a_supervisor_that_keeps_failing_stops_the_benchmark_with_the_reason(tmp_path: Path) -> None:
+    store, supervisor_store, where = _stores(tmp_path)
+    with pytest.raises(RuntimeError, match="supervisor failed"):
+        pde_arm.drive(
+            loop_store=store,
+            supervisor_store=supervisor_store,
+            robot=FakeRobot(),
+            actor=scripted_actor(),
+            trainer=FakeTrainer(),
+            save=lambda policy, version, metrics: "",
+            settings=pde_arm.loop_settings(
+                pde_arm.parse_arm("pde_mixed"), BENCH, SEED, poll_period_s=0.002, **where
+            ),
+            supervisor=pde_arm.supervisor_settings(BENCH, **where),
+            proposer=UnstorableProposer(),
+            embedder=None,
+            budget_episodes=BENCH.budget_episodes,
+            eval_at=(),
+            evaluate=lambda at: [],
+        )

@@ -70,4 +70,12 @@ def test_proposers_are_made_by_name_and_an_unknown_name_lists_the_known_ones() -
     goal = "put the green container in the bowl"
     tried = [PromptEvidence(wordings[0], 0.0, 10)]
     out = scripted.propose(CandidateRequest("t", goal, None, "unknown", 2, 5, [], tried))
-    assert out.new_prompts == list(wordings[1:]) and out.source == "scripted"  # the untried ones, in order
+    assert out.new_prompts == list(wordings[1:])  # the untried ones, in order
+
+
+def test_every_named_proposer_has_a_source_the_store_keeps() -> None:
+    from pde_storage.rows import PROMPT_SOURCES
+    from supervisor.proposers import PROPOSERS, ProposerOptions
+
+    for name, factory in PROPOSERS.items():
+        assert factory(ProposerOptions(wordings=("place it in the bowl",))).source in PROMPT_SOURCES, name
