@@ -33,7 +33,6 @@ from typing import Any
 
 from learner.loop.core import EpisodeLoop, LoopStopped, RobotLike
 from learner.loop.settings import LoopSettings
-from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, SaveCheckpoint, TrainerLike
 from learner.ppo import RatioVariant
 from learner.rewards import Batch
@@ -393,7 +392,6 @@ def run_arm(
     from pde_contract.client import RobotClient
 
     arm = parse_arm(arm_name)
-    goal = canonical_prompt(bench.task)
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"pde-{arm_name}-s{seed}-") as tmp:
         data = Path(tmp)
@@ -402,6 +400,8 @@ def run_arm(
             arm, bench, seed, database_url=url, data_dir=data, robot_cmd_endpoint=endpoint
         )
         sup = supervisor_settings(bench, database_url=url, data_dir=data)
+        entry = settings.catalogue.get(bench.task)  # the task as the loop runs it (tasks file)
+        goal = entry.prompt
         loop_store = Store.open(url, data / "media")
         supervisor_store = Store.open(url, data / "media")
         checkpoints = CheckpointStore(data / "checkpoints")
@@ -441,13 +441,13 @@ def run_arm(
                 torch.manual_seed(EVAL_TORCH_SEED + seed)
                 for i in range(bench.eval_episodes):
                     scene = EVAL_SEED_BASE + i
-                    client.reset(task=bench.task, seed=scene)
+                    client.reset(task=bench.task, seed=scene, reset_joints_rad=entry.reset_joints_rad)
                     ep = actor.run_episode(
                         episode_id=f"eval-{at}-{i}",
                         task=bench.task,
                         canonical_prompt=goal,
                         rollout_prompt=goal,
-                        max_chunks=bench.max_chunks,
+                        max_chunks=settings.max_chunks_of(bench.task),
                         seed=scene,
                     )
                     outcomes.append(bool(ep.success))
