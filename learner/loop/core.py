@@ -209,8 +209,7 @@ class EpisodeLoop:
             self._publish("paused", detail="paused on the page: resume there to go on")
             self._wait(lambda: not self._paused())
         self._swap_weights()
-        self._init_rl_alpha()
-        plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+        plan = self._choose()
         if plan is None:
             self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
             # Polled with a throwaway generator: the episodes' draws must not depend on how often
@@ -270,6 +269,19 @@ class EpisodeLoop:
             self._scene_seed = self.rng.randrange(2**31)
         self._scene_uses += 1
         return self._scene_seed
+
+    def _choose(self) -> Plan | None:
+        """The next plan, with every task that is in RL having its alpha started. The supervisor
+        moves a task to RL from its own thread, possibly between starting the alphas and choosing:
+        the plan would then sample the prompt from the row's unstarted alpha (canonical only), so
+        that choice is taken back (the generator too) and made again once the alpha is started."""
+        while True:
+            self._init_rl_alpha()
+            rng_state = self.rng.getstate()
+            plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+            if plan is None or plan.stage != "rl" or self.store.task_state(plan.task).ema_success is not None:
+                return plan
+            self.rng.setstate(rng_state)
 
     def _robot_uptime_s(self) -> float | None:
         """The robot server's uptime, when the robot reports a status (the real client does)."""
