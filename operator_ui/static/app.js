@@ -193,8 +193,20 @@ async function showResetGuide(task) {
     ? `<video muted preload="auto" src="${g.reference_video}"></video><figcaption>start scene of episode #${g.reference_episode_id}</figcaption>` : "";
 }
 
+// Why Start cannot be pressed now ("" when it can); the server refuses the same cases.
+let startInFlight = false;
+function startBlocker() {
+  if (!connected) return "no connection to the page's server";
+  if (current.phase !== "awaiting_start") return "";  // the phase says what the loop does
+  if ($("#estop").classList.contains("latched")) return "E-STOP latched: release it first";
+  if (paused) return "run paused: press “resume run” first";
+  if (startInFlight) return "waiting for the loop to take the start…";
+  return null;
+}
 function updateButtons() {
-  $("#start").disabled = !connected || current.phase !== "awaiting_start";
+  const blocker = startBlocker();
+  $("#start").disabled = blocker !== null;
+  $("#start-why").textContent = blocker || "";
   $("#abort").disabled = !connected || current.phase !== "running";
   const canLabel = connected && awaiting !== null && pending === null;
   $("#discard-awaiting").disabled = !canLabel;
@@ -251,8 +263,10 @@ async function refreshProgress() {
     ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused ? '<span class="badge paused">PAUSED</span>' : ""}
     ${r.auto_label ? '<span class="badge">auto-label</span>' : ""}`;
   $("#pause").textContent = r.paused ? "resume run" : "pause run";
+  updateButtons();
 }
-$("#pause").onclick = () => act(() => post("/api/run/pause", { paused: !paused }), paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
+$("#pause").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: !paused }); paused = r.paused; updateButtons(); return r; },
+  paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
 
 // Releasing the e-stop lets the loop move the arm (reset, homing): a second click within 5 s confirms.
 let releaseArmed = null;
@@ -268,7 +282,30 @@ function releaseClicked() {
 }
 function disarmRelease() { clearTimeout(releaseArmed); releaseArmed = null; $("#release").textContent = "release e-stop"; $("#release").classList.remove("confirm"); }
 
-function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
+// The start is an intent the loop takes (or refuses) a moment later: the toast reports what the loop
+// did with this very intent (its state's `last_start`), never "started" before it has.
+const START_ANSWER_MS = 15000;
+async function startEpisode() {
+  if (startBlocker() !== null) return;
+  startInFlight = true; updateButtons();
+  try {
+    const r = await post("/api/loop/start");
+    toast("start sent: waiting for the loop…");
+    const deadline = performance.now() + START_ANSWER_MS;
+    for (;;) {
+      const s = await api("/api/state");
+      const last = s.loop && s.loop.last_start;
+      if (last && last.intent_id === r.intent_id) {
+        toast(last.refused ? "NOT STARTED — " + operatorText(last.refused) : `episode #${last.episode_id} started`);
+        break;
+      }
+      if (!s.loop || !s.loop.alive) { toast("NOT STARTED — the episode loop stopped before it took the start: start `pde learner run` (compose service learner)"); break; }
+      if (performance.now() > deadline) { toast(`NOT STARTED yet — the loop has not taken the start in ${START_ANSWER_MS / 1000} s (it is ${s.loop.phase}); it still may`); break; }
+      await new Promise((ok) => setTimeout(ok, 200));
+    }
+  } catch (e) { toast(e.message); if (e.status === 401 || e.status === 403) checkToken(); }
+  finally { startInFlight = false; refreshAll(); }
+}
 // A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
 // Undo button takes it back. Leaving the page sends it at once.
 let undoMs = 3000;  // UISettings.label_undo_s, from /api/state
@@ -473,6 +510,7 @@ async function refreshHealth() {
   $("#robot-info").classList.toggle("error", rs.estopped === true);
   $("#estop-banner").hidden = rs.estopped !== true;
   $("#estop-reason").textContent = rs.estop_reason || "";
+  updateButtons();
   // Shown only when the robot server reports a fault (older servers never do).
   $("#fault-banner").hidden = !rs.fault;
   $("#fault-text").textContent = rs.fault || "";

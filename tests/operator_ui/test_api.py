@@ -90,6 +90,10 @@ def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> No
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 409 and "'running'" in r.text
     store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "prompt": CANON})
+    store.set_service_state(intents.RUN_CONTROL, {"paused": True})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 409 and "resume run" in r.text
+    store.set_service_state(intents.RUN_CONTROL, {"paused": False})
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 200 and r.json()["task"] == TASK
     r = client.post("/api/loop/start", headers=AUTH)
