@@ -233,9 +233,10 @@ function operatorText(err) {
 let lastNeed = "";
 function updateCues(loop) {
   const need = awaiting ? `label #${awaiting.id}` : current.phase === "awaiting_start" ? "reset the scene, press Start" : "";
-  const state = !connected ? "lost" : $("#estop").classList.contains("latched") ? "estop" : need ? "need" : current.phase === "running" ? "run" : "idle";
-  document.title = (need ? `(!) ${need} — ` : state === "lost" ? "(connection lost) " : state === "estop" ? "(E-STOP) " : "") + "PDE operator";
-  const colour = { lost: "#777777", estop: "#dd0000", need: "#ffb700", run: "#1f7a3a", idle: "#2456d6" }[state];
+  const state = !connected ? "lost" : $("#estop").classList.contains("latched") ? "estop" : need ? "need" : problems.length ? "down" : current.phase === "running" ? "run" : "idle";
+  const downTitle = state === "down" ? `(!) ${problems.map((p) => p.title.toLowerCase()).join(", ")} ` : "";
+  document.title = (need ? `(!) ${need} — ` : state === "down" ? downTitle : state === "lost" ? "(connection lost) " : state === "estop" ? "(E-STOP) " : "") + "PDE operator";
+  const colour = { lost: "#777777", estop: "#dd0000", down: "#b3261e", need: "#ffb700", run: "#1f7a3a", idle: "#2456d6" }[state];
   const icon = $("#favicon");
   icon.dataset.state = state;
   icon.href = "data:image/svg+xml," + encodeURIComponent(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="7" fill="${colour}"/></svg>`);
@@ -500,13 +501,21 @@ function plot(title, series, yMin, yMax, xLabel, key = title) {
 }
 
 // --- health ----------------------------------------------------------------------------------
+let problems = [];  // /api/health's services that are down, with what to do
 async function refreshHealth() {
   const h = await api("/api/health");
   $("#health").innerHTML = Object.entries(h.services).map(([name, s]) =>
     `<span class="pill ${s.ok ? "ok" : "down"}" data-service="${esc(name)}" title="${esc(s.detail)}">${esc(name)}${s.ok ? "" : " ✕"}</span>`).join("");
   const rs = h.services.robot_server || {};
   $("#estop").classList.toggle("latched", rs.estopped === true);
-  $("#robot-info").textContent = rs.estopped ? "E-STOP LATCHED" : rs.detail || "";
+  // One banner for every service that is down, each with the command that starts it (the pill's
+  // tooltip keeps the technical detail).
+  problems = h.problems || [];
+  const down = $("#service-banner");
+  down.hidden = !problems.length;
+  down.innerHTML = problems.map((p) => `<div data-service="${esc(p.service)}">${esc(p.title)}: <span class="what">${esc(p.what)}</span> — ${esc(p.action).replace(/`([^`]+)`/g, "<code>$1</code>")}</div>`).join("");
+  const robotDown = problems.some((p) => p.service === "robot_server");
+  $("#robot-info").textContent = rs.estopped ? "E-STOP LATCHED" : robotDown ? "robot server down: see the banner" : rs.detail || "";
   $("#robot-info").classList.toggle("error", rs.estopped === true);
   $("#estop-banner").hidden = rs.estopped !== true;
   $("#estop-reason").textContent = rs.estop_reason || "";
@@ -521,7 +530,7 @@ const every = (ms, fn) => { const run = () => fn().catch(() => {}).finally(() =>
 function refreshAll() { refreshState().catch(() => {}); refreshHistory().catch(() => {}); if (detailId !== null) showDetail(detailId).catch(() => {}); }
 every(300, refreshState);
 every(1500, refreshHistory);
-every(1500, refreshHealth);
+every(1000, refreshHealth);  // a dead service is on the banner within robot_down_s + 1 s
 every(4000, refreshPools);
 every(2000, refreshProgress);
 adoptHashToken();
