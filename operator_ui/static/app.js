@@ -360,17 +360,28 @@ $("#release").onclick = releaseClicked;
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
 document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
-// Shortcuts: unmodified keys only (Ctrl+F is the browser's find), and never while the focus is in a
-// field or a video (Space there plays/pauses, text there is text).
+// E-STOP from the keyboard whatever has the focus: Escape everywhere, Space everywhere but where it
+// types a space (a text field). Caught first (capture) and not passed on, so no video, checkbox or
+// select plays, ticks or opens instead; a held key sends one e-stop.
+const TEXT_ENTRY = "textarea, [contenteditable], input:not([type=checkbox]):not([type=radio]):not([type=range]):not([type=button])";
+window.addEventListener("keydown", (ev) => {
+  if (ev.ctrlKey || ev.altKey || ev.metaKey) return;
+  const inText = ev.target instanceof Element && ev.target.closest(TEXT_ENTRY);
+  if (ev.key !== "Escape" && !(ev.code === "Space" && !ev.shiftKey && !inText)) return;
+  ev.preventDefault(); ev.stopPropagation();
+  if (!ev.repeat) estop();
+}, true);
+// The other shortcuts: unmodified keys only (Ctrl+F is the browser's find; Caps Lock is no
+// modifier), and never while the focus is in a field or a video (text there is text).
 const KEY_IGNORING = "input, textarea, select, video, audio, [contenteditable]";
 document.addEventListener("keydown", (ev) => {
   if (ev.ctrlKey || ev.altKey || ev.metaKey || ev.shiftKey || ev.repeat) return;
   if (ev.target instanceof Element && ev.target.closest(KEY_IGNORING)) return;
-  if (ev.code === "Space") { ev.preventDefault(); estop(); }
-  else if (ev.key === "Enter") { ev.preventDefault(); startEpisode(); }
-  else if (ev.key === "s" && awaiting) labelAwaiting(true, awaiting.id);
-  else if (ev.key === "f" && awaiting) labelAwaiting(false, awaiting.id);
-  else if (ev.key === "u") undoPending();
+  const key = ev.key.length === 1 ? ev.key.toLowerCase() : ev.key;
+  if (key === "Enter") { ev.preventDefault(); startEpisode(); }
+  else if (key === "s" && awaiting) labelAwaiting(true, awaiting.id);
+  else if (key === "f" && awaiting) labelAwaiting(false, awaiting.id);
+  else if (key === "u") undoPending();
 });
 
 // --- history and detail -----------------------------------------------------------------------
