@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from operator_ui.app import create_app
+    from operator_ui.http_limits import bounded_h11
 
     print(f"pde ui: open http://{settings.host}:{settings.port}/#token={token}", file=sys.stderr, flush=True)
     # Open video downloads must not hold a shutdown for long.
@@ -47,5 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=2,
+        timeout_keep_alive=settings.keep_alive_s,
+        http=bounded_h11(
+            settings.request_read_timeout_s,
+            settings.max_request_bytes,
+            settings.max_connections,
+            settings.max_connections_per_client,
+        ),
     )
     return 0
