@@ -146,10 +146,12 @@ class Actor:
                 if e.code is not ErrorCode.TIMEOUT or time.monotonic() > deadline:
                     raise
                 if silent_s >= cfg.server_silent_s:
+                    log.error("chunk %d: no status reply for %.1f s: %s", seq, silent_s, e)
+                    # Shown on the page: what the operator does, not the client's link-key hints.
                     raise RobotServerError(
                         ErrorCode.TIMEOUT,
                         f"the robot server has not answered for {silent_s:.1f} s during chunk {seq}: "
-                        f"is `pde robot-server` running? ({e})",
+                        "is `pde robot-server` running?",
                     ) from e
                 log.warning("chunk %d: status poll timed out, polling again: %s", seq, e)
                 continue

@@ -16,24 +16,24 @@ from pde_storage.protocols import OperatorStore
 router = APIRouter(tags=["health"])
 Problems = list[dict[str, str]]  # problem()'s lines
 
-# service -> (what the operator calls it, the command that starts it, its compose service in
+# service -> (what the operator calls it, how to start it: the command, its compose service in
 # docker-compose.yml). Keys are the health entries: the robot link, and the service-state rows.
 START = {
-    "robot_server": ("robot server", "pde robot-server", "robot_server"),
-    "loop": ("episode loop (learner)", "pde learner run", "learner"),
-    "supervisor": ("supervisor", "pde supervisor", "supervisor"),
-    "database": ("database", "PostgreSQL (or the SQLite file's disk)", "postgres"),
+    "robot_server": ("robot server", "`pde robot-server`", "robot_server"),
+    "loop": ("episode loop (learner)", "`pde learner run`", "learner"),
+    "supervisor": ("supervisor", "`pde supervisor`", "supervisor"),
+    "database": ("database", "PostgreSQL, or free the disk of the SQLite file", "postgres"),
 }
 
 
 def problem(service: str, what: str) -> dict[str, str]:
     """One banner line: which service, what is wrong, and how to start it again."""
-    name, command, compose = START[service]
+    name, start, compose = START[service]
     return {
         "service": service,
         "title": f"{name.upper()} DOWN",
         "what": what,
-        "action": f"start it: `{command}` (in compose: `docker compose up -d {compose}`)",
+        "action": f"start it: {start} (in compose: `docker compose up -d {compose}`)",
     }
 
 
