@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from pde_storage import Store
 from tests.helpers import free_port
-from tests.operator_ui.browser import sim_robot_server, ui_process, ui_server
+from tests.operator_ui.browser import SHOTS, sim_robot_server, ui_process, ui_server
 from tests.operator_ui.conftest import TOKEN
 
 pytestmark = [pytest.mark.browser]
@@ -65,6 +65,8 @@ def test_dead_loop_and_supervisor_get_banners_with_the_command(page: Page, tmp_p
             expect(sup).to_contain_text("pde supervisor")
             expect(sup).to_contain_text("docker compose up -d supervisor")
             expect(page.locator("#favicon")).to_have_attribute("data-state", "down")
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "operator_supervisor_down.png"))
             alive.clear()  # the loop dies too
             loop = page.locator('#service-banner [data-service="loop"]')
             expect(loop).to_contain_text("pde learner run", timeout=15_000)
