@@ -12,6 +12,7 @@ costs more than its socket."""
 from __future__ import annotations
 
 import asyncio
+import resource
 from typing import Any
 
 import h11
@@ -39,7 +40,10 @@ def bounded_h11(
             host = self.client[0] if self.client else None
             from_host = sum(1 for c in self.connections if _host(c) == host)
             if len(self.connections) > max_connections or from_host > max_connections_per_client:
-                transport.abort()  # closed at once: no request is read from it
+                # Closed at once, no request read; out of the count now, not when asyncio reports
+                # the loss (a burst of accepts would otherwise count the refused ones too).
+                self.connections.discard(self)
+                transport.abort()
                 return
             self._arm()
 
@@ -74,3 +78,21 @@ def bounded_h11(
             super().connection_lost(exc)
 
     return BoundedH11Protocol
+
+
+def raise_file_limit() -> int:
+    """Lift this process's soft limit on open files to its hard limit; returns the new soft limit.
+    asyncio accepts a whole burst of queued connections before any is closed again, and each
+    holds a file meanwhile: at the common 1024 a burst of idle sockets makes accept() fail (and
+    log a traceback per try) until the burst is gone, and the page answers nobody."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return max(soft, target)
+
+
+def accept_backlog(max_connections: int) -> int:
+    """The listen backlog: also the most connections one accept burst opens at once, so the files
+    a burst can hold stay near the connection cap (uvicorn's default is 2048)."""
+    return 2 * max_connections
