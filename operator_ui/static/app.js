@@ -223,8 +223,12 @@ const OPERATOR_HINTS = [
   [/no observation|not publishing|timed? ?out|no reply/i, "The robot server does not answer: check that `pde robot-server` runs and the robot is powered."],
   [/PPO update .* failed/i, "Training failed; episodes go on with the current policy. Tell whoever runs the learner."],
 ];
+// The robot client's hints about link keys are for whoever set the keys up (they are in the
+// services' logs), not for the operator.
+const LINK_KEY_HINT = / \((?:a server )?with link keys[^)]*\)/g;
 function operatorText(err) {
   if (!err) return "";
+  err = err.replace(LINK_KEY_HINT, "");
   const hint = OPERATOR_HINTS.find(([re]) => re.test(err));
   return hint ? `${hint[1]} (${err.replace(/call release_estop\(\)/g, "release it on the page")})` : err;
 }

@@ -18,6 +18,12 @@ from tests.operator_ui.browser import SHOTS, sim_robot_server, ui_process, ui_se
 from tests.operator_ui.conftest import TOKEN
 
 pytestmark = [pytest.mark.browser]
+# As the loop publishes a failed reset (the robot client's text, with its hint about link keys).
+RESET_ERROR = (
+    "reset failed: no reply to Reset from tcp://127.0.0.1:5556 within 2.0 s: is `pde robot-server` "
+    "running and reachable (a server with link keys never answers a client without: set "
+    "PDE_ROBOT_LINK_SERVER_KEY and PDE_ROBOT_LINK_CLIENT_KEY)?"
+)
 
 
 def test_dead_robot_server_gets_a_banner_with_the_command(page: Page, tmp_path: Path) -> None:
@@ -51,7 +57,7 @@ def test_dead_loop_and_supervisor_get_banners_with_the_command(page: Page, tmp_p
 
     def loop_heartbeat() -> None:
         while alive.is_set():
-            store.set_service_state("loop", {"phase": "waiting_for_supervisor"})
+            store.set_service_state("loop", {"phase": "waiting_for_supervisor", "last_error": RESET_ERROR})
             time.sleep(0.2)
 
     beat = threading.Thread(target=loop_heartbeat, daemon=True)
@@ -64,6 +70,8 @@ def test_dead_loop_and_supervisor_get_banners_with_the_command(page: Page, tmp_p
             expect(sup).to_contain_text("the loop waits for its candidate prompts", timeout=15_000)
             expect(sup).to_contain_text("pde supervisor")
             expect(sup).to_contain_text("docker compose up -d supervisor")
+            expect(page.locator("#last-error")).to_contain_text("check that `pde robot-server` runs")
+            expect(page.locator("#last-error")).not_to_contain_text("PDE_ROBOT_LINK")
             expect(page.locator("#favicon")).to_have_attribute("data-state", "down")
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / "operator_supervisor_down.png"))
