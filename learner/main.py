@@ -22,15 +22,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
 from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
 from pde_contract.job_status import JobStatus, Phase, write_status
-from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT
+from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT, tasks_file_field
+from pde_contract.tasks import load_tasks
 
 
 class LearnerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PDE_LEARNER_")
+    model_config = SettingsConfigDict(env_prefix="PDE_LEARNER_", populate_by_name=True)
 
     checkpoint_dir: str = "data/checkpoints"
     demo_dir: str = "data/demos"
     cmd_endpoint: str = DEFAULT_ROBOT_CMD_ENDPOINT
+    tasks_file: str = tasks_file_field()
+    """PDE_TASKS_FILE: `sft` trains each demo's task under its canonical prompt there."""
     device: str = "auto"
     """Where the policy runs: auto (CUDA if torch sees a GPU, else CPU), cpu, cuda or cuda:N."""
 
@@ -144,6 +147,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         seed=args.seed,
     )
     tasks = [t for t in args.tasks.split(",") if t] or None
+    try:
+        catalogue = load_tasks(settings.tasks_file)
+        if tasks is not None:
+            catalogue.check(tasks)  # lists the known tasks
+    except ValueError as e:
+        print(f"pde learner sft: {e}", file=sys.stderr)
+        return 2
 
     def status(phase: Phase, **fields: Any) -> None:
         if args.status_file and lead:
@@ -181,6 +191,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
             ctx,
             args.distributed,
             args.lerobot_map or None,
+            catalogue,
         )
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from supervisor.dedup import normalise
 from supervisor.vlm.base import VLM, CandidateRequest, CandidateResult
@@ -91,3 +93,47 @@ class RandomParaphraseProposer(PromptProposer):
             analysis="offline rule-based paraphrases (random-paraphrase ablation; no VLM involved)",
             source=self.source,
         )
+
+
+class ScriptedProposer(PromptProposer):
+    """The next wordings of a fixed list not tried yet, K at a time, blind to rollouts: e.g. the
+    SFT's training wordings as an oracle pool in a benchmark (an upper bound, not a VLM result)."""
+
+    source = "offline"  # no VLM involved (the store keeps a prompt's source: pde_storage PROMPT_SOURCES)
+
+    def __init__(self, wordings: tuple[str, ...]) -> None:
+        if not wordings:
+            raise ValueError("a scripted proposer needs wordings to offer; none were given")
+        self.wordings = wordings
+
+    def propose(self, request: CandidateRequest) -> CandidateResult:
+        known = {normalise(request.goal)} | {normalise(p.text) for p in (*request.pool, *request.failed)}
+        fresh = [w for w in self.wordings if normalise(w) not in known]
+        return CandidateResult(
+            new_prompts=fresh[: request.n_new], summaries={}, analysis="scripted wordings", source=self.source
+        )
+
+
+@dataclass(frozen=True)
+class ProposerOptions:
+    """What a named proposer may be built from (add a field when a new proposer needs one)."""
+
+    seed: int = 0
+    wordings: tuple[str, ...] = ()  # the scripted proposer's list
+
+
+# Proposers by name, for a supervisor run without a VLM endpoint (benchmarks): one line each. A
+# proposer's ``source`` is stored with its prompts and must be one of pde_storage.rows.PROMPT_SOURCES.
+PROPOSERS: dict[str, Callable[[ProposerOptions], PromptProposer]] = {
+    "paraphrase": lambda o: RandomParaphraseProposer(o.seed),
+    "scripted": lambda o: ScriptedProposer(o.wordings),
+}
+
+
+def make_proposer(name: str, options: ProposerOptions) -> PromptProposer:
+    """The proposer registered as ``name``; a ValueError lists the names there are."""
+    try:
+        factory = PROPOSERS[name]
+    except KeyError:
+        raise ValueError(f"unknown proposer {name!r}; choose one of {', '.join(PROPOSERS)}") from None
+    return factory(options)

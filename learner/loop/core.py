@@ -13,9 +13,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import msgspec
+
 from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
-from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
@@ -29,7 +30,9 @@ SERVICE_NAME = "loop"
 
 
 class RobotLike(Protocol):
-    def reset(self, task: str = "", seed: int | None = None) -> None: ...
+    def reset(
+        self, task: str = "", seed: int | None = None, *, reset_joints_rad: tuple[float, ...] | None = None
+    ) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -46,6 +49,18 @@ class ActorLike(Protocol):
         seed: int | None = None,
     ) -> EpisodeFile: ...
     def set_policy(self, policy: Any) -> None: ...
+
+
+def relabelled(episode: EpisodeFile, prompt: str) -> EpisodeFile:
+    """``episode`` as if rolled out under ``prompt``: its behaviour log-probs are dropped, so PPO
+    re-evaluates them under ``prompt`` at the update's start (learner.trainer)."""
+    chunks = [
+        msgspec.structs.replace(c, trace=msgspec.structs.replace(c.trace, log_prob_elements=None))
+        if c.trace is not None
+        else c
+        for c in episode.chunks
+    ]
+    return msgspec.structs.replace(episode, rollout_prompt=prompt, chunks=chunks)
 
 
 class LoopStopped(Exception):
@@ -94,6 +109,8 @@ class EpisodeLoop:
         # What the loop did with the last Start from the page: {"intent_id", "episode_id"} or
         # {"intent_id", "refused"}; published with every state, so the page reports the truth.
         self.last_start: dict[str, Any] | None = None
+        self._scene_seed = 0
+        self._scene_uses = 0  # episodes run on _scene_seed so far (settings.rollouts_per_scene)
 
     @property
     def last_error(self) -> str:
@@ -146,8 +163,11 @@ class EpisodeLoop:
         loop's N on them (the supervisor judges candidates by it), mark episodes left running by a
         dead process aborted, drop start clicks meant for that process."""
         for task in self.settings.tasks:
-            self.store.ensure_task(task, canonical_prompt(task))
+            self.store.ensure_task(task, self.settings.catalogue.get(task).prompt)
             self.store.set_task_state(task, rollouts_per_prompt=self.settings.rollouts_per_prompt)
+            if not self.settings.prompt_search and self.store.task_state(task).stage == "bootstrap":
+                log.info("task %s: no prompt search (prompt_search off): RL on the canonical prompt", task)
+                self.store.set_task_state(task, stage="rl")
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
             log.warning("marked interrupted episode(s) %s aborted", aborted)
@@ -197,14 +217,18 @@ class EpisodeLoop:
         plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
         if plan is None:
             self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
+            # Polled with a throwaway generator: the episodes' draws must not depend on how often
+            # the loop looked while it waited (the run would not be reproducible from its seed).
             self._wait(
                 lambda: (
-                    choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+                    choose_next(
+                        self.store, self.settings.tasks, self.settings.rollouts_per_prompt, random.Random(0)
+                    )
                     is not None
                 )
             )
             return None
-        seed = self.rng.randrange(2**31)
+        seed = self._next_scene_seed()
         plan_fields = {
             "canonical_prompt": plan.canonical_prompt,
             "task": plan.task,
@@ -215,8 +239,9 @@ class EpisodeLoop:
             "seed": seed,
         }
         self._publish("resetting", **plan_fields)
+        pose = self.settings.catalogue.get(plan.task).reset_joints_rad  # None: the robot's home
         try:
-            self.robot.reset(plan.task, seed)
+            self.robot.reset(plan.task, seed, reset_joints_rad=pose)
         except Exception as e:  # e-stop latched, server down: show it and retry later
             self._robot_error(f"reset failed: {e}", plan_fields)
             return None
@@ -240,6 +265,14 @@ class EpisodeLoop:
                 return None
             start_intent_id = intent.id
         return self._run_episode(plan, seed, plan_fields, start_intent_id)
+
+    def _next_scene_seed(self) -> int:
+        """A fresh scene seed, or the current one again while it has run fewer than
+        ``rollouts_per_scene`` episodes."""
+        if self._scene_uses % self.settings.rollouts_per_scene == 0:
+            self._scene_seed = self.rng.randrange(2**31)
+        self._scene_uses += 1
+        return self._scene_seed
 
     def _robot_uptime_s(self) -> float | None:
         """The robot server's uptime, when the robot reports a status (the real client does)."""
@@ -297,7 +330,7 @@ class EpisodeLoop:
                 task=plan.task,
                 canonical_prompt=plan.canonical_prompt,
                 rollout_prompt=plan.prompt,
-                max_chunks=self.settings.max_chunks,
+                max_chunks=self.settings.max_chunks_of(plan.task),
                 should_stop=should_stop,
                 seed=seed,
             )
@@ -409,13 +442,16 @@ class EpisodeLoop:
             return
         chosen = ready[: self.settings.batch_size]
         batch = [(self.store.load_episode_file(e.id), reward_from_label(e.success)) for e in chosen]
+        relabelled = self._relabelled_search_successes(chosen)
+        batch += [(f, reward_from_label(True)) for _, f in relabelled]
+        rows = chosen + [row for row, _ in relabelled]
         self.trained_through = chosen[-1].id
         self.rl_labels_ready = len(ready) - len(chosen)
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
         # previous update ran are older.
         versions = [
-            episode_policy_version(f, row.policy_version) for (f, _), row in zip(batch, chosen, strict=True)
+            episode_policy_version(f, row.policy_version) for (f, _), row in zip(batch, rows, strict=True)
         ]
         stale = staleness_stats(versions, self.policy_version)
         log.info(
@@ -425,10 +461,38 @@ class EpisodeLoop:
             stale["stale_lag_mean"],
         )
         self.trainer.start(batch, [e.id for e in chosen], self.policy_version + 1, stale)
+        if self.settings.synchronous_updates:
+            self.trainer.join()
+            self._swap_weights()
+            return
         self._publish(
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
+
+    def _relabelled_search_successes(self, chosen: list[EpisodeRow]) -> list[tuple[EpisodeRow, EpisodeFile]]:
+        """``relabel_search_successes``: for each task whose first RL episode is in this batch
+        (its first PPO update, also after a restart), its successful bootstrap rollouts of
+        candidate prompts, relabelled with the canonical prompt."""
+        if not self.settings.relabel_search_successes:
+            return []
+        out: list[tuple[EpisodeRow, EpisodeFile]] = []
+        chosen_ids = {e.id for e in chosen}
+        for task in sorted({e.task for e in chosen}):
+            first_rl = self.store.episodes(task=task, stage="rl", status="labelled", limit=1)
+            if not first_rl or first_rl[0].id not in chosen_ids:
+                continue
+            canon = self.store.prompts(task, "canonical")[0]
+            successes = [
+                e
+                for e in self.store.episodes(task=task, stage="bootstrap", status="labelled", success=True)
+                if e.prompt_id != canon.id
+            ]
+            out += [(e, relabelled(self.store.load_episode_file(e.id), canon.text)) for e in successes]
+            log.info(
+                "task %s: %d search successes relabelled with the canonical prompt", task, len(successes)
+            )
+        return out
 
     def _init_rl_alpha(self) -> None:
         """When a task has just entered RL (the supervisor sets the stage), start the EMA:

@@ -57,6 +57,7 @@ def _robot_entry(robot: RobotLink, settings: UISettings) -> tuple[dict[str, Any]
         "fault_blocking": view.fault_blocking,
         "guiding": view.guiding,
         "estop_reason": view.estop_reason,
+        "limits": view.limits,
     }
     # A fault has its own banner (with the robot server's own advice); silence is this one.
     what = (

@@ -188,7 +188,7 @@ async function showResetGuide(task) {
   if (task === guideTask) return;
   const g = await api(`/api/tasks/${encodeURIComponent(task)}/reset-guide`);
   guideTask = task;
-  $("#reset-steps").textContent = g.instructions || `No written steps for ${task} yet (write them to ${g.instructions_file}).`;
+  $("#reset-steps").textContent = g.instructions || `No written steps for ${task} yet (reset_instructions of [tasks.${task}] in ${g.instructions_file || "a tasks file named by PDE_TASKS_FILE"}).`;
   $("#reset-ref").innerHTML = g.reference_video
     ? `<video muted preload="auto" src="${g.reference_video}"></video><figcaption>start scene of episode #${g.reference_episode_id}</figcaption>` : "";
 }
@@ -538,6 +538,7 @@ async function refreshHealth() {
   // Shown only when the robot server reports a fault (older servers never do).
   $("#fault-banner").hidden = !rs.fault;
   $("#fault-text").textContent = rs.fault || "";
+  $("#robot-limits").textContent = rs.limits || "";
 }
 
 // --- polling ---------------------------------------------------------------------------------

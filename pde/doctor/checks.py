@@ -185,7 +185,12 @@ def _fci_nic(system: System, ip: ipaddress.IPv4Address) -> Route | None:
 def check_fci_nic(system: System, cfg: DoctorConfig) -> CheckResult:
     ip = _fci_address(system, cfg)
     if ip is None:
-        return _fail("fci-nic", f"FCI host {cfg.fci_host!r} does not resolve", "set FR3_HOST to its IP")
+        return _fail(
+            "fci-nic",
+            f"FCI host {cfg.fci_host!r} does not resolve",
+            "set fci_host under [robot] in the robot configuration file (config/robot.toml) "
+            "to its IP",
+        )
     if ip.is_loopback:
         return _ok("fci-nic", f"{ip} is loopback: a franky-sim, not the arm")
     routes = parse_routes(system.read_text("/proc/net/route") or "")
@@ -381,10 +386,16 @@ def _usb_realsense(system: System) -> list[tuple[str, str]]:
 
 def check_cameras(system: System, cfg: DoctorConfig) -> CheckResult:
     if not cfg.camera_serials:
-        return _skip("cameras", "no camera serials configured", "set REALSENSE_SERIALS (or pass --camera)")
+        return _skip(
+            "cameras",
+            "no camera serials configured",
+            "list them under [robot.realsense_serials] in the robot configuration file "
+            "(or pass --camera)",
+        )
     fix_missing = (
         "plug it in (one USB 3 controller per camera), install Intel's udev rules "
-        "(docs/lab-setup.md §2), and check the serial in REALSENSE_SERIALS (rs-enumerate-devices -s)"
+        "(docs/lab-setup.md §2), and check the serial in [robot.realsense_serials] of the robot "
+        "configuration file (rs-enumerate-devices -s)"
     )
     fix_usb2 = "move it to a USB 3 port (5000M or more in `lsusb -t`) with a short USB 3 cable"
     cameras = system.realsense_cameras()

@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None, system: System | None = None) -> int:
         type=_camera,
         action="append",
         metavar="NAME=SERIAL",
-        help="a RealSense to look for (default: PDE_ROBOT_REALSENSE_SERIALS); repeat per camera",
+        help=(
+            "a RealSense to look for (default: the robot configuration's [robot.realsense_serials]); "
+            "repeat per camera"
+        ),
     )
     ap.add_argument(
         "--no-connect",

@@ -4,15 +4,18 @@ a clear 4xx and change nothing."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from operator_ui.app import create_app
+from operator_ui.robot_link import RobotLink
 from operator_ui.settings import UISettings, check_exposure
 from pde_storage import Store, intents
-from tests.helpers import pde_command, subprocess_env
-from tests.operator_ui.conftest import AUTH
+from tests.helpers import free_port, pde_command, subprocess_env
+from tests.operator_ui.conftest import AUTH, TOKEN
 from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
@@ -226,3 +229,25 @@ def test_health_lists_each_down_service_with_the_command_that_starts_it(
     assert "supervisor" not in problems()
     store.set_service_state("supervisor", {"phase": "stopped"})
     assert "`pde supervisor`" in problems()["supervisor"]["action"]
+
+
+def test_the_reset_guide_shows_the_tasks_reset_instructions(
+    client: TestClient, store: Store, tmp_path: Path
+) -> None:
+    _episode(store)
+    none = client.get(f"/api/tasks/{TASK}/reset-guide").json()  # no tasks file: no steps, say where
+    assert (none["instructions"], none["instructions_file"]) == ("", "")
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text(
+        f'[tasks.{TASK}]\nreset_instructions = """\nBowl on the left mark.\nContainer right.\n"""\n'
+    )
+    settings = UISettings.model_validate(
+        {"data_dir": tmp_path, "database_url": store.url, "tasks_file": str(tasks)}
+    )
+    link = RobotLink(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3)
+    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link)) as c:
+        guide = c.get(f"/api/tasks/{TASK}/reset-guide").json()
+        assert c.get("/api/tasks/no_such_task/reset-guide").status_code == 404
+    link.close()
+    assert guide["instructions"] == "Bowl on the left mark.\nContainer right."
+    assert guide["instructions_file"] == str(tasks)
