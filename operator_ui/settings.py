@@ -63,6 +63,17 @@ class UISettings(BaseSettings):
     """A label waits this long on the page (Undo) before it is sent and the loop moves on."""
     service_stale_s: float = 10.0
     """A service whose last heartbeat is older than this is shown as down."""
+    request_read_timeout_s: float = 5.0
+    """A request's headers and body must arrive within this of its first byte (or of the
+    connection's opening), else the connection is closed (operator_ui/http_limits.py)."""
+    keep_alive_s: int = 5
+    """An idle keep-alive connection is closed after this (uvicorn's timeout_keep_alive)."""
+    max_request_bytes: int = 1_048_576
+    """Most bytes one request may send (headers and body); more closes the connection unread."""
+    max_connections: int = 256
+    """Open connections in all; one more is closed as soon as it is accepted."""
+    max_connections_per_client: int = 64
+    """Open connections from one address (a browser opens about 6 per page)."""
     tasks_file: str = tasks_file_field()
     """PDE_TASKS_FILE: the reset guide shows each task's reset_instructions from it."""
 

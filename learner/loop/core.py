@@ -106,6 +106,9 @@ class EpisodeLoop:
         self.robot_error = ""
         self.training_error = ""
         self.rl_labels_ready = 0  # labelled RL episodes waiting for the next PPO batch
+        # What the loop did with the last Start from the page: {"intent_id", "episode_id"} or
+        # {"intent_id", "refused"}; published with every state, so the page reports the truth.
+        self.last_start: dict[str, Any] | None = None
         self._scene_seed = 0
         self._scene_uses = 0  # episodes run on _scene_seed so far (settings.rollouts_per_scene)
 
@@ -124,6 +127,7 @@ class EpisodeLoop:
             "auto_start": self.settings.auto_start,
             "auto_label": self.settings.auto_label,
             "last_error": self.last_error,
+            "last_start": self.last_start,
             "batch_size": self.settings.batch_size,
             "labels_until_update": max(0, self.settings.batch_size - self.rl_labels_ready)
             if self.trainer is not None
@@ -246,21 +250,20 @@ class EpisodeLoop:
                 self.warm_up(plan)
             except Exception as e:  # only a speed-up: the episode itself will report real errors
                 log.warning("warm-up before the episode failed: %s", e)
+        start_intent_id = None
         if not self.settings.auto_start:
+            status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
             uptime_at_reset_s = self._robot_uptime_s()
             self._publish("awaiting_start", **plan_fields)
-            self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
-            uptime_s = self._robot_uptime_s()
-            if uptime_at_reset_s is not None and (uptime_s is None or uptime_s < uptime_at_reset_s):
-                # The robot server restarted (or is gone) while the operator reset the scene: its
-                # reset and observations are gone too. Reset again and ask for Start again.
-                self._robot_error(
-                    "the robot server restarted while waiting for Start: the scene is reset again; "
-                    "check it and press Start",
-                    plan_fields,
-                )
+            intent = self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
+            refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
+            if refusal:
+                # The page waits for this answer to its Start (never "episode started" on a refusal).
+                self.last_start = {"intent_id": intent.id, "refused": refusal}
+                self._robot_error(refusal, plan_fields)
                 return None
-        return self._run_episode(plan, seed, plan_fields)
+            start_intent_id = intent.id
+        return self._run_episode(plan, seed, plan_fields, start_intent_id)
 
     def _next_scene_seed(self) -> int:
         """A fresh scene seed, or the current one again while it has run fewer than
@@ -293,8 +296,32 @@ class EpisodeLoop:
         except Exception:  # unreachable: treated as restarted
             return None
 
-    def _run_episode(self, plan: Plan, seed: int, plan_fields: dict[str, Any]) -> EpisodeRow | None:
+    @staticmethod
+    def _start_refusal(status: Callable[[], Any], uptime_at_reset_s: float | None) -> str:
+        """Why a Start must not run the episode now ("" when it may)."""
+        try:
+            st = status()
+        except Exception as e:
+            return (
+                f"Start refused: the robot server does not answer ({e}); the scene is reset again "
+                "once it is back: check it and press Start"
+            )
+        if uptime_at_reset_s is not None and float(st.uptime_s) < uptime_at_reset_s:
+            # Its reset and observations are gone with it: reset again and ask for Start again.
+            return (
+                "Start refused: the robot server restarted while waiting for Start; the scene is "
+                "reset again: check it and press Start"
+            )
+        if st.estopped:
+            return "Start refused: e-stop latched: release it on the page, then press Start"
+        return ""
+
+    def _run_episode(
+        self, plan: Plan, seed: int, plan_fields: dict[str, Any], start_intent_id: int | None = None
+    ) -> EpisodeRow | None:
         ep = self.store.create_episode(plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=seed)
+        if start_intent_id is not None:
+            self.last_start = {"intent_id": start_intent_id, "episode_id": ep.id}
         self.episodes_run += 1
         self._publish("running", episode_id=ep.id, **plan_fields)
         abort_requested: list[str] = []

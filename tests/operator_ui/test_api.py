@@ -93,6 +93,10 @@ def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> No
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 409 and "'running'" in r.text
     store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "prompt": CANON})
+    store.set_service_state(intents.RUN_CONTROL, {"paused": True})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 409 and "resume run" in r.text
+    store.set_service_state(intents.RUN_CONTROL, {"paused": False})
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 200 and r.json()["task"] == TASK
     r = client.post("/api/loop/start", headers=AUTH)
@@ -205,6 +209,26 @@ def test_discard_restore_note_and_history_paging_filters(client: TestClient, sto
     r = client.post(f"/api/episodes/{ids[2]}/restore", headers=AUTH)
     assert r.json()["status"] == "awaiting_label" and r.json()["discarded_at"] is None
     assert client.post(f"/api/episodes/{ids[2]}/restore", headers=AUTH).status_code == 409
+
+
+def test_health_lists_each_down_service_with_the_command_that_starts_it(
+    client: TestClient, store: Store
+) -> None:
+    def problems() -> dict[str, dict[str, str]]:
+        return {p["service"]: p for p in client.get("/api/health").json()["problems"]}
+
+    down = problems()  # no robot server at the link's endpoint, no loop ever ran
+    assert sorted(down) == ["loop", "robot_server"]
+    assert "`pde robot-server`" in down["robot_server"]["action"]
+    assert "docker compose up -d learner" in down["loop"]["action"]
+    assert "PDE_ROBOT_LINK" not in str(down)
+    store.set_service_state("loop", {"phase": "waiting_for_supervisor"})
+    down = problems()
+    assert "loop" not in down and "waits for its candidate prompts" in down["supervisor"]["what"]
+    store.set_service_state("supervisor", {"phase": "running"})
+    assert "supervisor" not in problems()
+    store.set_service_state("supervisor", {"phase": "stopped"})
+    assert "`pde supervisor`" in problems()["supervisor"]["action"]
 
 
 def test_the_reset_guide_shows_the_tasks_reset_instructions(

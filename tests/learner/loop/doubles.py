@@ -33,6 +33,26 @@ class FakeRobot:
         self.stops += 1
 
 
+class FakeRestartingRobot(FakeRobot):
+    """Reports a robot-server uptime and e-stop (a status); ``restart()`` starts it from zero, as a
+    restarted server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started_at = time.monotonic()
+        self.estopped = False
+
+    def restart(self) -> None:
+        self.started_at = time.monotonic()
+
+    def status(self) -> Any:
+        class _Status:
+            uptime_s = time.monotonic() - self.started_at
+            estopped = self.estopped
+
+        return _Status()
+
+
 class FakeActor:
     def __init__(
         self,

@@ -13,7 +13,7 @@ from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer
 from pde_storage import Store, intents
-from tests.learner.loop.doubles import FakeActor, FakeRobot, FakeTrainer
+from tests.learner.loop.doubles import FakeActor, FakeRestartingRobot, FakeRobot, FakeTrainer
 
 TASK = "put_green_container_in_bowl"
 CANON = "put the green container in the bowl"
@@ -351,23 +351,6 @@ def test_the_alpha_schedule_has_one_home() -> None:
     assert s.alpha == 0.5  # 0.2 / 0.4
 
 
-class FakeRestartingRobot(FakeRobot):
-    """Reports a robot-server uptime; ``restart()`` starts it from zero, as a restarted server."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.started_at = time.monotonic()
-
-    def restart(self) -> None:
-        self.started_at = time.monotonic()
-
-    def status(self) -> Any:
-        class _Status:
-            uptime_s = time.monotonic() - self.started_at
-
-        return _Status()
-
-
 def _wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
@@ -382,14 +365,37 @@ def test_robot_server_restart_while_waiting_for_start_resets_again(store: Store)
     t = _run_in_thread(loop)
     _wait_for(lambda: _phase(store) == "awaiting_start")
     robot.restart()
-    store.add_intent(intents.START_EPISODE)
+    refused = store.add_intent(intents.START_EPISODE)
     _wait_for(lambda: len(robot.resets) == 2)  # reset again, no episode started on the old reset
     assert store.episodes() == []
+    # The page reads what became of its Start from the loop's state: refused, and why.
+    last = store.service_states()["loop"].state["last_start"]
+    assert last["intent_id"] == refused.id and "restarted" in last["refused"]
     _wait_for(lambda: _phase(store) == "awaiting_start")
-    store.add_intent(intents.START_EPISODE)
+    started = store.add_intent(intents.START_EPISODE)
     t.join(10)
     [ep] = store.episodes()
     assert ep.status == "labelled"
+    last = store.service_states()["loop"].state["last_start"]
+    assert last == {"intent_id": started.id, "episode_id": ep.id}
+
+
+def test_start_while_the_estop_is_latched_is_refused_not_run(store: Store) -> None:
+    robot = FakeRestartingRobot()
+    loop = EpisodeLoop(store, robot, FakeActor(), _settings(auto_start=False, max_episodes=1))
+    t = _run_in_thread(loop)
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    robot.estopped = True  # latched after the reset, before the operator's Start
+    refused = store.add_intent(intents.START_EPISODE)
+    _wait_for(lambda: store.service_states()["loop"].state.get("last_start") is not None)
+    last = store.service_states()["loop"].state["last_start"]
+    assert last["intent_id"] == refused.id and "e-stop latched" in last["refused"]
+    assert store.episodes() == []
+    robot.estopped = False
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    store.add_intent(intents.START_EPISODE)
+    t.join(10)
+    assert [e.status for e in store.episodes()] == ["labelled"]
 
 
 # --- the settings where a simulated benchmark differs from a lab ------------------------------------
