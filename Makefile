@@ -4,20 +4,23 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Re-install when the dependency list changes.
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/system-deps.sh 2>/dev/null | sha1sum | cut -c1-12)
+# Every pip install takes the versions CI tests from here (the images use the same file).
+CONSTRAINTS := docker/constraints.txt
+# Re-install when the dependency list or a pinned version changes.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/system-deps.sh $(CONSTRAINTS) 2>/dev/null | sha1sum | cut -c1-12)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint bench clean system-deps
+.PHONY: install demo test lint bench clean system-deps constraints
 
 $(STAMP):
 	bash scripts/system-deps.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# CPU build of torch first, pinned: an unpinned torch pulls GBs of CUDA packages.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[all,dev]'
+	# CPU build of torch first (the version pinned in $(CONSTRAINTS)): an unpinned torch pulls GBs
+	# of CUDA packages.
+	$(BIN)/pip install -q -c $(CONSTRAINTS) torch
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[all,dev]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -41,6 +44,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@set -e; for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
 	@echo "results in bench/results/"
+
+# Re-pin $(CONSTRAINTS) to what .venv holds (after a requirement change: drop the pins that conflict,
+# `make install`, then this; run the tests and commit the file). torch loses its build tag (+cpu) so
+# the GPU image's CUDA build matches it too.
+constraints: $(STAMP)
+	{ grep '^#' $(CONSTRAINTS); $(BIN)/pip freeze --exclude-editable \
+	    | sed -E 's/^torch==([0-9.]+)\+.*/torch==\1/'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

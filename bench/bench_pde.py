@@ -1,281 +1,57 @@
-"""PDE against action-noise PPO (a benchmark, not a timed test): same SFT start, same RL core, same
-environment-episode budget per arm and seed (bootstrap episodes counted).
+"""PDE against action-noise PPO (a benchmark, not a timed test), run by the code a lab runs: each
+(arm, seed) drives the real episode loop and supervisor (bench/pde_arm.py) from the same SFT
+start, with the same environment-episode budget (the prompt search's bootstrap counted).
 
-    .venv/bin/python bench/bench_pde.py --sft-checkpoint CKPT   -> bench/results/pde_vs_noise.json + .png
+    python bench/bench_pde.py --sft-checkpoint CKPT --sft-seed 0 --arms noise --seeds 0
+    python bench/bench_pde.py --merge       -> bench/results/pde_vs_noise.json + .png
 
-Arms (``--arms``):
-- ``noise``: canonical-prompt PPO; exploration is the policy's action noise only.
-- ``pde_paraphrase``: prompt search with the offline rule-based paraphrase proposer (the supervisor's
-  RandomParaphraseProposer), then PPO on the alpha mixture with the mixed (geometric-mean) ratio.
-- ``pde_rollout_ratio``: the same with the rollout-prompt ratio (the paper's ablation).
-- ``pde_scripted``: the same as pde_paraphrase, but the proposer offers wordings from a list given
-  with ``--scripted-wordings`` (e.g. the SFT recipe's training wordings) and sees rollouts only as
-  labels: an upper bound on what a proposer can find, not a VLM result.
+Arms (``--arms``; bench/pde_arm.py ARM_KINDS): ``noise`` (plain PPO on the canonical prompt, no
+prompt search), ``pde_mixed`` (search, then the alpha mixture with the mixed ratio),
+``pde_canonical`` (the original-only ratio), ``pde_rollout`` (the rollout-prompt ratio), ``oracle``
+(the pool offered from ``--wordings``, e.g. the SFT's training wordings: an upper bound). A PDE arm
+takes another named proposer as ``pde_mixed@<name>`` (supervisor.proposers.PROPOSERS; the
+rule-based paraphraser is ``paraphrase``, the default). ``relabel``: the search's successful
+rollouts relabelled with the canonical prompt join the first PPO batch, then plain PPO on the
+canonical prompt (LoopSettings.relabel_search_successes, alpha_min 1).
 
-Each (arm, seed) runs in this process against one `pde robot-server --backend sim --pacing fast`
-and writes ``<work-dir>/<arm>-seed<seed>.json``; a finished part is skipped when the command is run
-again (resumable), and every run merges all parts into ``--out``. Run arms or seeds as parallel
-processes on a machine with more cores (``--arms noise --seeds 0``, ...), then once with ``--merge``.
+Every (arm, SFT seed, seed) writes ``<parts-dir>/<arm>-sft<k>-seed<s>.json`` with its summary, its
+updates (alpha, pool share and success per PPO update) and every episode's outcome (arm, seed,
+sft_seed, scene, prompt, success); a finished part is skipped when the command runs again, so the
+benchmark can be completed in parts, in parallel processes or on other machines, then merged.
 
-Evaluation: canonical-prompt sampled success on ``--eval-episodes`` fixed held-out scenes (the same
-scenes for every arm, seed and evaluation point), Wilson 95% intervals per seed and pooled.
+Evaluation: the canonical prompt's sampled success on ``--eval-episodes`` fixed held-out scenes
+(the same for every arm, seed and point) at ``--eval-at`` environment episodes, not counted in the
+budget; Wilson 95% intervals per seed and pooled (seed-level intervals: bench/_pde_stats.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import random
+import logging
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _common import success_interval  # noqa: E402
-from bench_learning import EVAL_SEED_BASE, TRAIN_SEED_BASE, start_server  # noqa: E402
+from bench_learning import start_server  # noqa: E402
+from pde_arm import BenchSettings, file_sha256, frozen_inputs, parse_arm, run_arm  # noqa: E402
 
-from learner.actor import Actor, ActorSettings  # noqa: E402
-from learner.checkpoints import CheckpointStore  # noqa: E402
-from learner.mixture import AlphaSchedule, sample_prompt  # noqa: E402
-from learner.policies.base import Policy  # noqa: E402
-from learner.ppo import PPOConfig, RatioVariant  # noqa: E402
-from learner.rewards import reward_from_label  # noqa: E402
-from learner.trainer import Trainer  # noqa: E402
-from pde_contract.client import RobotClient  # noqa: E402
-from pde_contract.episodes import EpisodeFile  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Arm:
-    ratio_variant: RatioVariant
-    proposer: str  # "" (no prompt search), "paraphrase" or "scripted"
-
-
-ARMS: dict[str, Arm] = {
-    "noise": Arm("plain", ""),
-    "pde_paraphrase": Arm("mixed", "paraphrase"),
-    "pde_rollout_ratio": Arm("rollout", "paraphrase"),
-    "pde_scripted": Arm("mixed", "scripted"),
-}
-
-
-class ScriptedProposer:
-    """Offers the next unseen wordings of a fixed list, K at a time (upper bound, not a VLM)."""
-
-    def __init__(self, wordings: list[str]) -> None:
-        self.wordings = list(wordings)
-
-    def propose(self, known: set[str], k: int) -> list[str]:
-        return [w for w in self.wordings if w not in known][:k]
-
-
-def propose(
-    arm: Arm, args: argparse.Namespace, goal: str, known: set[str], iteration: int, seed: int
-) -> list[str]:
-    """K new candidate wordings for one search iteration."""
-    if arm.proposer == "scripted":
-        return ScriptedProposer(args.scripted_wordings.split("|")).propose(known, args.k_candidates)
-    from supervisor.proposers import RandomParaphraseProposer
-    from supervisor.vlm.base import CandidateRequest, PromptEvidence
-
-    proposer = RandomParaphraseProposer(seed=seed * 1000 + iteration)
-    request = CandidateRequest(
-        task=args.task,
-        goal=goal,
-        canonical_ema_success=None,
-        canonical_trend="unknown",
-        iteration=iteration,
-        n_new=args.k_candidates,
-        pool=[],
-        failed=[PromptEvidence(text=t, success_rate=None) for t in sorted(known - {goal})],
-    )
-    return proposer.propose(request).new_prompts
-
-
-class Runner:
-    """One (arm, seed): bootstrap prompt search (PDE arms), then PPO iterations on the mixture."""
-
-    def __init__(
-        self, policy: Policy, endpoint: str, args: argparse.Namespace, arm_name: str, seed: int
-    ) -> None:
-        self.args, self.arm_name, self.arm, self.seed = args, arm_name, ARMS[arm_name], seed
-        from learner.loop.tasks import canonical_prompt
-
-        self.goal = canonical_prompt(args.task)
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        self.policy = copy.deepcopy(policy)
-        if args.init_log_std is not None and self.policy.noise_parameters():
-            with torch.no_grad():
-                self.policy.noise_parameters()[0].fill_(args.init_log_std)
-        self.trainer = Trainer(
-            self.policy,
-            PPOConfig(
-                ratio_variant=self.arm.ratio_variant,
-                learning_rate=args.lr,
-                noise_learning_rate=0.0,
-                update_epochs=args.epochs,
-                target_kl=args.target_kl or None,
-                seed=seed,
-            ),
-        )
-        self.client = RobotClient(cmd_endpoint=endpoint, name=f"pde-{arm_name}-{seed}", timeout_s=10.0)
-        info = self.client.connect()
-        self.actor = Actor(
-            self.policy, self.client, ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0)
-        )
-        self.rng = np.random.default_rng(seed)
-        self.prompt_rng = random.Random(seed)
-        self.env_episodes = 0
-        self.n_tag = 0
-        self.canonical_outcomes: list[bool] = []  # the alpha window's input, oldest first
-
-    def close(self) -> None:
-        self.client.close()
-
-    def rollout(self, prompt: str, scene: int) -> EpisodeFile:
-        self.n_tag += 1
-        self.env_episodes += 1
-        return self.actor.run_episode(
-            episode_id=f"{self.arm_name}-s{self.seed}-{self.n_tag}",
-            task=self.args.task,
-            canonical_prompt=self.goal,
-            rollout_prompt=prompt,
-            max_chunks=self.args.max_chunks,
-            seed=scene,
-        )
-
-    def scenes(self, n: int) -> list[int]:
-        return [int(s) for s in TRAIN_SEED_BASE + self.rng.integers(0, 1_000_000, n)]
-
-    def evaluate(self) -> dict[str, float]:
-        """Canonical-prompt sampled success on the fixed held-out scenes (not counted in the budget)."""
-        wins = 0
-        for i in range(self.args.eval_episodes):
-            self.n_tag += 1
-            ep = self.actor.run_episode(
-                episode_id=f"eval-{self.arm_name}-s{self.seed}-{self.n_tag}",
-                task=self.args.task,
-                canonical_prompt=self.goal,
-                rollout_prompt=self.goal,
-                max_chunks=self.args.max_chunks,
-                seed=EVAL_SEED_BASE + i,
-            )
-            wins += bool(ep.success)
-        return success_interval(wins, self.args.eval_episodes)
-
-    def start_evaluation(self) -> dict[str, float]:
-        """The SFT policy's evaluation, shared by every arm of this seed (same policy, same scenes,
-        same sampling seed): run once, cached in the work dir."""
-        a = self.args
-        path = Path(a.work_dir_path) / f"start-seed{self.seed}-eval{a.eval_episodes}.json"
-        if path.is_file():
-            cached = json.loads(path.read_text())
-            if cached.get("sft_checkpoint") == a.sft_checkpoint:
-                return dict(cached["evaluation"])
-        torch.manual_seed(self.seed)
-        result = self.evaluate()
-        path.write_text(json.dumps({"sft_checkpoint": a.sft_checkpoint, "evaluation": result}))
-        return result
-
-    def search(self, log: dict[str, Any]) -> tuple[list[str], float]:
-        """Prompt-posterior stage (policy frozen): canonical baseline, then T0 x K candidates of N
-        rollouts each; a candidate with a success (s > eta = 0) joins the pool."""
-        a = self.args
-        canon = [self.rollout(self.goal, s) for s in self.scenes(a.n_per_prompt)]
-        self.canonical_outcomes = [bool(e.success) for e in canon]
-        canon_rate = float(np.mean(self.canonical_outcomes))
-        known, pool, tried = {self.goal}, [], []
-        for it in range(a.t0):
-            for text in propose(self.arm, a, self.goal, known, it, self.seed):
-                known.add(text)
-                eps = [self.rollout(text, s) for s in self.scenes(a.n_per_prompt)]
-                wins = sum(bool(e.success) for e in eps)
-                tried.append({"prompt": text, "successes": wins, "n": len(eps)})
-                if wins > 0:
-                    pool.append(text)
-        log.update(bootstrap_canonical_success=canon_rate, candidates=tried, pool=pool)
-        print(f"[{self.arm_name} s{self.seed}] search: canonical {canon_rate:.2f}, pool {pool}", flush=True)
-        return pool, canon_rate
-
-    def run(self) -> dict[str, Any]:
-        a = self.args
-        t0 = time.perf_counter()
-        log: dict[str, Any] = {"seed": self.seed, "eval_episodes": a.eval_episodes}
-        evals = [{"after_updates": 0, "env_episodes": 0, **self.start_evaluation()}]
-        print(f"[{self.arm_name} s{self.seed}] eval start {evals[0]['rate']:.2f}", flush=True)
-        pool: list[str] = []
-        alpha = AlphaSchedule()
-        if self.arm.proposer:
-            pool, canon_rate = self.search(log)
-            # The EMA starts from the bootstrap's canonical success (said here, and recorded).
-            alpha.ema_success = canon_rate
-        iterations, g = [], a.group_size
-        while self.env_episodes + a.episodes_per_iteration <= a.budget_episodes:
-            batch = []
-            for scene in self.scenes(a.episodes_per_iteration // g):
-                for _ in range(g):
-                    prompt = (
-                        sample_prompt(self.goal, pool, alpha.alpha, self.prompt_rng) if pool else self.goal
-                    )
-                    batch.append(self.rollout(prompt, scene))
-            canon = [bool(e.success) for e in batch if e.rollout_prompt == self.goal]
-            self.canonical_outcomes += canon
-            stats = self.trainer.update([(e, reward_from_label(e.success)) for e in batch])
-            self.actor.set_policy(self.trainer.policy_snapshot())
-            row = {
-                "alpha": alpha.alpha if pool else 1.0,  # no pool: every rollout is canonical
-                "pool_prompt_share": float(np.mean([e.rollout_prompt != self.goal for e in batch])),
-                "rollout_success": float(np.mean([bool(e.success) for e in batch])),
-                "canonical_rollouts": len(canon),
-                "env_episodes": self.env_episodes,
-                **{k: float(v) for k, v in stats.items()},
-            }
-            if pool:  # alpha follows the canonical prompt's success over its last `window` episodes
-                alpha.update_from_window(self.canonical_outcomes)
-            iterations.append(row)
-            n_up = len(iterations)
-            print(
-                f"[{self.arm_name} s{self.seed}] update {n_up}: rollout {row['rollout_success']:.2f} "
-                f"alpha {row['alpha'] if pool else 1.0:.2f} pool share {row['pool_prompt_share']:.2f} "
-                f"approx_kl {row['approx_kl']:.4f}",
-                flush=True,
-            )
-            if a.eval_every and n_up % a.eval_every == 0:
-                evals.append({"after_updates": n_up, "env_episodes": self.env_episodes, **self.evaluate()})
-        if evals[-1]["after_updates"] != len(iterations):
-            evals.append(
-                {"after_updates": len(iterations), "env_episodes": self.env_episodes, **self.evaluate()}
-            )
-        log.update(
-            success_start=evals[0]["rate"],
-            success_end=evals[-1]["rate"],
-            env_episodes=self.env_episodes,
-            evaluations=evals,
-            iterations=iterations,
-            wall_s=time.perf_counter() - t0,
-        )
-        print(
-            f"[{self.arm_name} s{self.seed}] eval {log['success_start']:.2f} -> {log['success_end']:.2f}",
-            flush=True,
-        )
-        return log
+PARTS_DIR = "bench/results/pde/parts"
 
 
 ARM_COLORS_BGR = {
     "noise": (60, 60, 200),
-    "pde_paraphrase": (60, 150, 60),
-    "pde_rollout_ratio": (200, 120, 40),
-    "pde_scripted": (150, 60, 150),
+    "pde_mixed": (60, 150, 60),
+    "pde_canonical": (40, 160, 200),
+    "pde_rollout": (200, 120, 40),
+    "oracle": (150, 60, 150),
 }
 
 
@@ -335,13 +111,13 @@ def markdown_table(arms: dict[str, Any]) -> str:
         return f"{k}/{n} = {iv['rate']:.2f} [{iv['wilson95_low']:.2f}, {iv['wilson95_high']:.2f}]"
 
     lines = [
-        "| arm | per seed, start → end (successes/100) | pooled start | pooled end | gain |",
+        "| arm | per SFT seed k and seed s, start → end (successes) | pooled start | pooled end | gain |",
         "|---|---|---|---|---|",
     ]
     for name, a in arms.items():
         rows = a["per_seed"]
         per_seed = ", ".join(
-            f"s{r['seed']} {round(r['success_start'] * r['eval_episodes'])}→"
+            f"k{r.get('sft_seed', 0)}s{r['seed']} {round(r['success_start'] * r['eval_episodes'])}→"
             f"{round(r['success_end'] * r['eval_episodes'])}"
             for r in rows
         )
@@ -352,17 +128,43 @@ def markdown_table(arms: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def merge(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """All finished parts -> the result file (+ a curve of evaluations per arm)."""
+def part_name(arm: str, sft_seed: int, seed: int) -> str:
+    return f"{arm}-sft{sft_seed}-seed{seed}.json"
+
+
+def merge(parts_dir: Path, out: Path, title: str) -> dict[str, Any]:
+    """All finished parts -> the result file (+ a curve of evaluations per arm). Parts must share
+    their settings and frozen inputs (commit, SFT checkpoint and proposer hashes per SFT seed)."""
+    parts = [json.loads(f.read_text()) for f in sorted(parts_dir.glob("*-sft*-seed*.json"))]
+    if not parts:
+        raise SystemExit(f"no finished parts in {parts_dir}: run arms first (see --help)")
+    # The oracle's wordings are its own (other arms run without them): compared on their own.
+    settings = {
+        json.dumps({k: v for k, v in p["settings"]["bench"].items() if k != "wordings"}, sort_keys=True)
+        for p in parts
+    }
+    if len(settings) > 1:
+        raise SystemExit(f"parts in {parts_dir} ran with different settings; merge one setting at a time")
+    wordings = {
+        tuple(p["settings"]["bench"]["wordings"])
+        for p in parts
+        if p["settings"]["arm"]["proposer"] == "scripted"
+    }
+    if len(wordings) > 1:
+        raise SystemExit(f"scripted parts in {parts_dir} were given different --wordings: {sorted(wordings)}")
+    frozen: dict[str, Any] = {}
+    for p in parts:
+        key = f"sft{p['result']['sft_seed']}"
+        mine = {k: v for k, v in p["frozen"].items() if k != "commit"}
+        if frozen.setdefault(key, mine) != mine:
+            raise SystemExit(
+                f"part {p['arm']} sft{p['result']['sft_seed']} seed{p['result']['seed']} ran on another SFT "
+                f"checkpoint or other algorithm files than its SFT seed's first part: rerun it"
+            )
+    frozen["commits"] = sorted({p["frozen"]["commit"] for p in parts})
     arms: dict[str, Any] = {}
-    commands: list[str] = []
-    budget: dict[str, Any] = {}
-    parts = [f for arm in ARMS for f in sorted(work.glob(f"{arm}-seed*.json"))]
-    for part in parts:  # the cached start evaluations (start-seed*.json) are not parts
-        p = json.loads(part.read_text())
+    for p in sorted(parts, key=lambda p: (p["arm"], p["result"]["sft_seed"], p["result"]["seed"])):
         arms.setdefault(p["arm"], {"per_seed": []})["per_seed"].append(p["result"])
-        commands.append(p["command"])
-        budget = p["budget"]
     for a in arms.values():
         rows = a["per_seed"]
         n = sum(r["eval_episodes"] for r in rows)
@@ -370,109 +172,147 @@ def merge(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             k = round(sum(r[f"success_{when}"] * r["eval_episodes"] for r in rows))
             a[f"success_{when}_pooled"] = success_interval(k, n)
         a["gain_pooled"] = a["success_end_pooled"]["rate"] - a["success_start_pooled"]["rate"]
-    result = {"arms": arms, "budget": budget, "commands": sorted(set(commands))}
-    out = ROOT / args.out
+    where = parts_dir.relative_to(ROOT) if parts_dir.is_relative_to(ROOT) else parts_dir
+    result = {
+        "arms": arms,
+        "budget": {**json.loads(settings.pop()), "wordings": list(wordings.pop()) if wordings else []},
+        "commands": sorted({p["command"] for p in parts}),
+        "frozen": frozen,
+        # Joined by the lead from bench/_pde_stats.py and the premise module (issue 22, Tests):
+        "premise": None,
+        "primary_contrast": None,
+        "episodes": f"per-episode outcomes: in the parts ({where})",
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    if arms:
-        plot_arms(arms, f"{args.task}: canonical-prompt sampled success", out.with_suffix(".png"))
-        print(markdown_table(arms))
+    plot_arms(arms, title, out.with_suffix(".png"))
+    print(markdown_table(arms))
     return result
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sft-checkpoint", help="the SFT start (e.g. the language-premise recipe's)")
-    ap.add_argument("--task", default="put_green_container_in_front_of_camera")
-    ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--budget-episodes", type=int, default=320, help="environment episodes per arm and seed")
-    ap.add_argument("--episodes-per-iteration", type=int, default=32)
-    ap.add_argument("--group-size", type=int, default=8, help="rollouts per training scene")
-    ap.add_argument("--n-per-prompt", type=int, default=8, help="N: search rollouts per prompt")
-    ap.add_argument("--k-candidates", type=int, default=4, help="K: candidates per search iteration")
-    ap.add_argument("--t0", type=int, default=2, help="T0: search iterations")
-    ap.add_argument("--scripted-wordings", default="", help="'|'-separated wordings for pde_scripted")
-    ap.add_argument("--eval-episodes", type=int, default=100)
-    ap.add_argument(
-        "--eval-every", type=int, default=0, help="evaluate every this many updates (0: start/end)"
+def bench_settings(args: argparse.Namespace) -> BenchSettings:
+    return BenchSettings(
+        task=args.task,
+        budget_episodes=args.budget_episodes,
+        eval_at=tuple(int(e) for e in args.eval_at.split(",")),
+        eval_episodes=args.eval_episodes,
+        max_chunks=args.max_chunks,
+        rollouts_per_prompt=args.n_per_prompt,
+        candidates_k=args.k_candidates,
+        iterations_t0=args.t0,
+        eta=args.eta,
+        pool_min_m=args.m_min,
+        batch_size=args.batch_size,
+        rollouts_per_scene=args.rollouts_per_scene,
+        synchronous_updates=args.synchronous_updates,
+        learning_rate=args.lr,
+        init_log_std=args.init_log_std,
+        wordings=tuple(w.strip() for w in args.wordings.split("|") if w.strip()),
     )
-    ap.add_argument("--max-chunks", type=int, default=20)
-    ap.add_argument("--lr", type=float, default=PPOConfig.learning_rate)
-    ap.add_argument("--epochs", type=int, default=4)
-    ap.add_argument("--target-kl", type=float, default=0.05)
-    ap.add_argument("--init-log-std", type=float, default=-1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = BenchSettings()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sft-checkpoint", type=Path, help="the SFT start (one SFT seed per command)")
+    ap.add_argument("--sft-seed", type=int, default=0, help="which SFT seed --sft-checkpoint is")
+    ap.add_argument("--task", default=d.task)
+    ap.add_argument("--arms", default="noise,pde_mixed,pde_canonical,oracle")
+    ap.add_argument("--seeds", default="0,1,2,3,4,5")
+    ap.add_argument("--budget-episodes", type=int, default=d.budget_episodes, help="per arm and seed")
+    ap.add_argument("--eval-at", default=",".join(map(str, d.eval_at)), help="environment episodes")
+    ap.add_argument("--eval-episodes", type=int, default=d.eval_episodes)
+    ap.add_argument("--max-chunks", type=int, default=d.max_chunks)
+    ap.add_argument("--n-per-prompt", type=int, default=d.rollouts_per_prompt, help="N (the loop's)")
+    ap.add_argument("--k-candidates", type=int, default=d.candidates_k, help="K (the supervisor's)")
+    ap.add_argument("--t0", type=int, default=d.iterations_t0, help="T0 search iterations")
+    ap.add_argument("--eta", type=float, default=d.eta, help="pool admission: success >= eta")
+    ap.add_argument("--m-min", type=int, default=d.pool_min_m, help="enter RL with this many pool prompts")
+    ap.add_argument("--batch-size", type=int, default=d.batch_size, help="RL episodes per PPO update")
+    ap.add_argument(
+        "--rollouts-per-scene", type=int, default=d.rollouts_per_scene, help="1: a lab's fresh scene each"
+    )
+    ap.add_argument(
+        "--synchronous-updates",
+        action=argparse.BooleanOptionalAction,
+        default=d.synchronous_updates,
+        help="wait for each PPO update before the next episode (reproducible; a lab does not)",
+    )
+    ap.add_argument("--lr", type=float, default=d.learning_rate)
+    ap.add_argument(
+        "--init-log-std", type=float, default=d.init_log_std, help="Gaussian head's start log std, all arms"
+    )
+    ap.add_argument("--wordings", default="", help="'|'-separated wordings: the oracle arm's pool")
     ap.add_argument("--image-px", type=int, default=128)
     ap.add_argument("--layout-spread", type=float, default=0.2)
-    ap.add_argument("--work-dir", default="data/bench_pde")
-    ap.add_argument("--out", default="bench/results/pde_vs_noise.json")
+    ap.add_argument("--work-dir", type=Path, default=ROOT / "data" / "bench_pde", help="logs, start cache")
+    ap.add_argument("--parts-dir", type=Path, default=ROOT / PARTS_DIR)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/pde_vs_noise.json")
     ap.add_argument("--merge", action="store_true", help="only merge the finished parts")
-    ap.add_argument(
-        "--redraw", action="store_true", help="only redraw the PNG and print the table from --out"
-    )
-    args = ap.parse_args()
+    ap.add_argument("--redraw", action="store_true", help="only redraw the PNG and print the table")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args.command = "python bench/bench_pde.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    title = f"{args.task}: canonical-prompt sampled success"
     if args.redraw:
-        arms = json.loads((ROOT / args.out).read_text())["arms"]
-        png = (ROOT / args.out).with_suffix(".png")
-        plot_arms(arms, f"{args.task}: canonical-prompt sampled success", png)
+        arms = json.loads(args.out.read_text())["arms"]
+        plot_arms(arms, title, args.out.with_suffix(".png"))
         print(markdown_table(arms))
         return 0
-    if not args.merge and not args.sft_checkpoint:
-        raise SystemExit("--sft-checkpoint CKPT is needed to run arms (see scripts/premise.sh)")
-    work = ROOT / args.work_dir
-    work.mkdir(parents=True, exist_ok=True)
-    args.work_dir_path = str(work)
     if not args.merge:
-        torch.set_num_threads(1)
-        todo = [
-            (arm, int(s))
-            for arm in args.arms.split(",")
-            for s in args.seeds.split(",")
-            if not (work / f"{arm}-seed{s}.json").is_file()
-        ]
-        unknown = [a for a, _ in todo if a not in ARMS]
-        if unknown:
-            raise SystemExit(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
-        if any(ARMS[a].proposer == "scripted" for a, _ in todo) and not args.scripted_wordings:
-            raise SystemExit("pde_scripted needs --scripted-wordings 'w1|w2|...'")
-        if todo:
-            sft = CheckpointStore.load(Path(args.sft_checkpoint)).policy
-            group, endpoint = start_server(work / "logs", args.image_px, args.layout_spread)
-            try:
-                for arm, seed in todo:
-                    runner = Runner(sft, endpoint, args, arm, seed)
-                    try:
-                        result = runner.run()
-                    finally:
-                        runner.close()
-                    budget = {
-                        k: getattr(args, k)
-                        for k in (
-                            "budget_episodes", "episodes_per_iteration", "group_size", "n_per_prompt",
-                            "k_candidates", "t0", "eval_episodes", "max_chunks", "lr", "epochs",
-                            "target_kl", "init_log_std", "sft_checkpoint",
-                        )
-                    }  # fmt: skip
-                    part = {
-                        "arm": arm,
-                        "command": "python bench/bench_pde.py " + " ".join(sys.argv[1:]),
-                        "budget": budget,
-                        "result": result,
-                    }
-                    (work / f"{arm}-seed{seed}.json").write_text(json.dumps(part, indent=1))
-                    merge(args, work)
-            finally:
-                group.stop_all()
-    result = merge(args, work)
-    print(
-        json.dumps(
-            {
-                k: {kk: v[kk] for kk in ("success_start_pooled", "success_end_pooled")}
-                for k, v in result["arms"].items()
-            }
-        )
-    )
+        run_parts(args)
+    merge(args.parts_dir, args.out, title)
     return 0
+
+
+def run_parts(args: argparse.Namespace) -> None:
+    if not args.sft_checkpoint or not args.sft_checkpoint.is_file():
+        raise SystemExit("--sft-checkpoint CKPT (a file) is needed to run arms (see scripts/premise.sh)")
+    try:
+        bench = bench_settings(args)
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+        for a in arms:
+            if parse_arm(a).proposer == "scripted" and not bench.wordings:
+                raise ValueError(f"arm {a!r} offers a scripted pool: give it --wordings 'w1|w2|...'")
+    except ValueError as e:
+        raise SystemExit(f"bench_pde: {e}") from None
+    todo = [
+        (a, int(s))
+        for a in arms
+        for s in args.seeds.split(",")
+        if not (args.parts_dir / part_name(a, args.sft_seed, int(s))).is_file()
+    ]
+    if not todo:
+        print("every part is finished; merging", flush=True)
+        return
+    import torch
+
+    from supervisor.dedup import MiniLMEmbedder
+
+    torch.set_num_threads(1)
+    frozen = frozen_inputs(args.sft_checkpoint)
+    embedder = MiniLMEmbedder(torch_threads=1)  # as `pde supervisor` screens candidates
+    args.parts_dir.mkdir(parents=True, exist_ok=True)
+    group, endpoint = start_server(args.work_dir / "logs", args.image_px, args.layout_spread)
+    try:
+        for arm, seed in todo:
+            cache = args.work_dir / (
+                f"start-{file_sha256(args.sft_checkpoint)[:16]}-seed{seed}-e{bench.eval_episodes}"
+                f"-c{bench.max_chunks}-std{bench.init_log_std}-px{args.image_px}-spread{args.layout_spread}.json"
+            )
+            part = run_arm(arm, seed, args.sft_seed, args.sft_checkpoint, endpoint, bench, embedder, cache)
+            part.update(
+                arm=arm,
+                command=args.command,
+                frozen=frozen,
+                sim={"image_px": args.image_px, "layout_spread": args.layout_spread},
+            )
+            path = args.parts_dir / part_name(arm, args.sft_seed, seed)
+            path.write_text(json.dumps(part, indent=1))
+            r = part["result"]
+            print(f"[{arm} sft{args.sft_seed} s{seed}] {r['success_start']:.2f} -> {r['success_end']:.2f}")
+    finally:
+        group.stop_all()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import write_result  # bench/ is on sys.path when run as a script
 
-from learner.policies import flow_sde
 from learner.policies.pi05 import Pi05Options, Pi05Policy
 from learner.policies.pi05_checkpoint import FeatureStats, Pi05Checkpoint, Pi05Mapping
 from learner.policies.pi05_model import TINY_CONFIG, Pi05Config
@@ -201,10 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         "build_s": round(build_s, 1),
     }
     result["chunk_latency_sde"] = chunk_latency_ms(policy, args.latency_runs, False, device)
-    # LeRobot's inference: 10 deterministic Euler steps (the schedule's noise is unused there)
-    policy.schedule = flow_sde.make_schedule(10, options.noise_level)
+    # LeRobot's inference: deterministic Euler with the config's num_inference_steps (10)
     result["chunk_latency_deterministic_10_steps"] = chunk_latency_ms(policy, args.latency_runs, True, device)
-    policy.schedule = flow_sde.make_schedule(args.flow_steps, options.noise_level)
     print(result, flush=True)
 
     t0 = time.perf_counter()

@@ -48,6 +48,12 @@ class ActorSettings(BaseSettings):
     """Longest wait for a fresh observation."""
     chunk_timeout_s: float = 30.0
     """Longest wait for a submitted chunk to finish executing."""
+    server_silent_s: float = 2.0
+    """No reply to any status poll for this long while a chunk runs: the robot server is taken for
+    dead and the episode ends, instead of waiting out chunk_timeout_s (replies late by less are
+    waited out; one later than this means a server stalled past its own 200 ms watchdog)."""
+    stop_check_period_s: float = 0.1
+    """While a chunk runs, ``should_stop`` (SIGTERM, the page's abort) is asked this often."""
     poll_period_s: float = 0.005
     """Status polling period while a chunk executes."""
     reset_before_episode: bool = True
@@ -119,22 +125,41 @@ class Actor:
                 log.warning("skipping observation %d: %s", obs.seq, e)
                 obs = self._fresh_observation(obs.seq)
 
-    def _wait_chunk_done(self, seq: int) -> None:
-        deadline = time.monotonic() + self.settings.chunk_timeout_s
+    def _wait_chunk_done(self, seq: int, should_stop: Callable[[], bool]) -> bool:
+        """Wait until chunk ``seq`` has run; False when ``should_stop()`` said stop first."""
+        cfg = self.settings
+        deadline = time.monotonic() + cfg.chunk_timeout_s
+        last_reply_s = time.monotonic()
+        next_stop_check_s = last_reply_s + cfg.stop_check_period_s  # asked just before the chunk
         while True:
+            if time.monotonic() >= next_stop_check_s:
+                next_stop_check_s = time.monotonic() + cfg.stop_check_period_s
+                if should_stop():
+                    return False
             try:
                 status = self.client.status()
             except RobotServerError as e:
                 # A status reply late on a loaded machine is no reason to drop the episode: the
-                # heartbeat runs on its own thread and the server's watchdog guards the arm.
+                # heartbeat runs on its own thread and the server's watchdog guards the arm. A
+                # server silent for server_silent_s is gone, though: no need to wait the chunk out.
+                silent_s = time.monotonic() - last_reply_s
                 if e.code is not ErrorCode.TIMEOUT or time.monotonic() > deadline:
                     raise
+                if silent_s >= cfg.server_silent_s:
+                    log.error("chunk %d: no status reply for %.1f s: %s", seq, silent_s, e)
+                    # Shown on the page: what the operator does, not the client's link-key hints.
+                    raise RobotServerError(
+                        ErrorCode.TIMEOUT,
+                        f"the robot server has not answered for {silent_s:.1f} s during chunk {seq}: "
+                        "is `pde robot-server` running?",
+                    ) from e
                 log.warning("chunk %d: status poll timed out, polling again: %s", seq, e)
                 continue
+            last_reply_s = time.monotonic()
             if status.estopped:
                 raise RuntimeError(f"e-stop latched during the episode: {status.estop_reason}")
             if status.executing_chunk_seq != seq or status.steps_remaining == 0:
-                return
+                return True
             if time.monotonic() > deadline:
                 raise TimeoutError(f"chunk {seq} still executing after {self.settings.chunk_timeout_s} s")
             time.sleep(self.settings.poll_period_s)
@@ -191,7 +216,9 @@ class Actor:
                         sent_time_s=chunk.sent_time_s,
                     )
                 )
-                self._wait_chunk_done(chunk.seq)
+                if not self._wait_chunk_done(chunk.seq, should_stop):
+                    self.client.stop()
+                    break
                 last_seq = obs.seq
                 obs = self._fresh_observation(last_seq, after_chunk_seq=chunk.seq)
                 success = obs.task_success

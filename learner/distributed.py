@@ -360,8 +360,8 @@ class DistributedPolicy(Policy):
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return self.inner.sample_chain(cond, deterministic)
 
-    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
-        return self.inner.denormalize_actions(actions_norm)
+    def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        return self.inner.denormalize_actions(actions_norm, state)
 
     def checkpoint_state(self) -> dict[str, Any]:
         return self.inner.checkpoint_state()

@@ -1,8 +1,9 @@
-"""``pde learner [run|sft|eval] ...``
+"""``pde learner [run|sft|eval|export-policy] ...``
 
 - ``run`` (default): the PDE episode loop service (learner/loop/service.py, the loop team's).
 - ``sft``: train and cache the SFT checkpoint (version 0) from demonstration episode files.
 - ``eval``: roll out a checkpoint on the robot server under a prompt and report the success rate.
+- ``export-policy``: write a π0.5 policy checkpoint as a LeRobot 0.6.1 checkpoint directory.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
 from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
 from pde_contract.job_status import JobStatus, Phase, write_status
-from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT
+from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT, tasks_file_field
+from pde_contract.tasks import load_tasks
 
 
 class LearnerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PDE_LEARNER_")
+    model_config = SettingsConfigDict(env_prefix="PDE_LEARNER_", populate_by_name=True)
 
     checkpoint_dir: str = "data/checkpoints"
     demo_dir: str = "data/demos"
     cmd_endpoint: str = DEFAULT_ROBOT_CMD_ENDPOINT
+    tasks_file: str = tasks_file_field()
+    """PDE_TASKS_FILE: `sft` trains each demo's task under its canonical prompt there."""
     device: str = "auto"
     """Where the policy runs: auto (CUDA if torch sees a GPU, else CPU), cpu, cuda or cuda:N."""
 
@@ -143,6 +147,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         seed=args.seed,
     )
     tasks = [t for t in args.tasks.split(",") if t] or None
+    try:
+        catalogue = load_tasks(settings.tasks_file)
+        if tasks is not None:
+            catalogue.check(tasks)  # lists the known tasks
+    except ValueError as e:
+        print(f"pde learner sft: {e}", file=sys.stderr)
+        return 2
 
     def status(phase: Phase, **fields: Any) -> None:
         if args.status_file and lead:
@@ -180,6 +191,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
             ctx,
             args.distributed,
             args.lerobot_map or None,
+            catalogue,
         )
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)
@@ -280,6 +292,46 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     return 0
 
 
+def _export_policy(argv: list[str], settings: LearnerSettings) -> int:
+    ap = argparse.ArgumentParser(
+        prog="pde learner export-policy", description="a π0.5 policy checkpoint as a LeRobot checkpoint"
+    )
+    ap.add_argument("--format", choices=["lerobot"], required=True, help="LeRobot 0.6.1's π0.5 layout")
+    ap.add_argument(
+        "--checkpoint", default="", help="policy checkpoint file (default: latest in --checkpoints)"
+    )
+    ap.add_argument("--checkpoints", default=settings.checkpoint_dir)
+    ap.add_argument("--out", required=True, help="directory to write (created; files in it are replaced)")
+    args = ap.parse_args(argv)
+    from learner.checkpoints import CheckpointStore
+    from learner.policies.pi05 import Pi05CheckpointError, Pi05Policy
+    from learner.policies.pi05_export import export_lerobot
+
+    store = CheckpointStore(args.checkpoints)
+    try:
+        loaded = store.load(args.checkpoint) if args.checkpoint else store.latest()
+    except (Pi05CheckpointError, FileNotFoundError) as e:  # no file; a partial one whose DIR is gone
+        print(f"pde learner export-policy: {e}", file=sys.stderr)
+        return 2
+    if loaded is None:
+        print(f"pde learner export-policy: no checkpoint in {args.checkpoints}", file=sys.stderr)
+        return 2
+    if not isinstance(loaded.policy, Pi05Policy):
+        print(
+            f"pde learner export-policy: {loaded.path} holds a {type(loaded.policy).__name__}; only π0.5 "
+            "policies have a LeRobot form",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        out = export_lerobot(loaded.policy, args.out)
+    except Pi05CheckpointError as e:
+        print(f"pde learner export-policy: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"version": loaded.version, "checkpoint": str(loaded.path), "out": str(out)}))
+    return 0
+
+
 def _run(argv: list[str]) -> int:
     try:
         service = importlib.import_module("learner.loop.service")
@@ -311,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         return _sft(argv[1:], settings)
     if argv and argv[0] == "eval":
         return _eval(argv[1:], settings)
+    if argv and argv[0] == "export-policy":
+        return _export_policy(argv[1:], settings)
     if argv and argv[0] == "run":
         argv = argv[1:]
     return _run(argv)

@@ -39,6 +39,7 @@ from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from pde_contract.episodes import EpisodeFile, read_episode
 from pde_contract.messages import ActionSpace
+from pde_contract.tasks import TaskCatalogue, UnknownTaskError
 
 if TYPE_CHECKING:
     from learner.distributed import DistributedContext, DistributedPolicy, Engine
@@ -115,7 +116,29 @@ def action_windows(episode: EpisodeFile, chunk_len: int) -> list[np.ndarray]:
     return [padded[s : s + chunk_len] for s in starts]
 
 
-def build_dataset(policy: Policy, files: list[Path]) -> SFTDataset:
+def catalogue_prompts(files: list[Path], catalogue: TaskCatalogue) -> dict[str, str]:
+    """The canonical prompt the catalogue (the built-in ten and the tasks file) gives each task
+    whose demos name another one, e.g. demos recorded before the lab worded its task anew: SFT
+    trains the prompt the loop will use. A demo of a task the catalogue lacks stops SFT."""
+    changed: dict[str, str] = {}
+    for path in files:
+        ep = read_episode(path)
+        try:
+            prompt = catalogue.get(ep.task).prompt
+        except UnknownTaskError as e:
+            raise UnknownTaskError(f"demo {path}: {e}") from None
+        if prompt != ep.canonical_prompt:
+            changed[ep.task] = prompt
+    for task, prompt in changed.items():
+        log.warning(
+            "demos of %s recorded another canonical prompt: SFT trains %r (the tasks file's)", task, prompt
+        )
+    return changed
+
+
+def build_dataset(policy: Policy, files: list[Path], prompt_of: dict[str, str] | None = None) -> SFTDataset:
+    """``prompt_of``: task -> the canonical prompt to train instead of the one a demo recorded."""
+    prompt_of = prompt_of or {}
     obs_batches, actions, prompts, tasks = [], [], [], []
     for path in files:
         ep = read_episode(path)
@@ -125,7 +148,7 @@ def build_dataset(policy: Policy, files: list[Path]) -> SFTDataset:
             )
         obs_batches.append(policy.preprocess([c.observation for c in ep.chunks]))
         actions += action_windows(ep, policy.chunk_len)
-        prompts += [ep.canonical_prompt] * len(ep.chunks)
+        prompts += [prompt_of.get(ep.task, ep.canonical_prompt)] * len(ep.chunks)
         tasks += [ep.task] * len(ep.chunks)
     return SFTDataset(ObsBatch.cat(obs_batches), np.stack(actions), prompts, tasks)
 
@@ -264,9 +287,11 @@ def cache_key(
     cfg: SFTConfig,
     wordings: WordingTable | None = None,
     policy_key: dict[str, Any] | None = None,
+    prompt_of: dict[str, str] | None = None,
 ) -> str:
-    """Demo files, network and training settings, the wording table and another policy's
-    description (each only when given: keys made without them stay what they were)."""
+    """Demo files, network and training settings, the wording table, another policy's description
+    and the prompts the tasks file changes (each only when given: keys made without them stay what
+    they were)."""
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
@@ -276,6 +301,8 @@ def cache_key(
         h.update(json.dumps({"wordings": wordings.as_dict()}, sort_keys=True).encode())
     if policy_key is not None:
         h.update(json.dumps({"policy": policy_key}, sort_keys=True, default=str).encode())
+    if prompt_of:
+        h.update(json.dumps({"prompts": prompt_of}, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -295,12 +322,15 @@ def run_sft(
     ctx: DistributedContext | None = None,
     engine: Engine = "ddp",
     lerobot_map: str | Path | None = None,
+    catalogue: TaskCatalogue | None = None,
 ) -> tuple[Path, dict[str, float], bool]:
     """Train (or reuse) the SFT checkpoint as version 0 in ``checkpoint_dir``.
     ``policy_factory`` (with ``policy_key``, what the cache key records of it) starts from another
     policy than the small one, e.g. π0.5 from a checkpoint directory; ``vla`` is then unused.
     ``lerobot_dataset``: train on that LeRobotDataset instead of the episode files in ``demo_dir``;
     ``lerobot_map``: the mapping file (TOML/JSON) for a dataset not in our export layout.
+    ``catalogue``: the known tasks (pde_contract.tasks.load_tasks): every demo's task must be one,
+    and trains its canonical prompt there (None: the prompts the demos recorded).
     ``ctx``: every rank of a torchrun job calls this (``train_sft`` under ``engine``, DDP or FSDP);
     rank 0 alone checks and writes the cache, the others wait for it at a barrier.
     Returns (path, metrics, cached)."""
@@ -327,7 +357,10 @@ def run_sft(
                 f"the wording table names tasks with no demos under {demo_dir}: {missing} "
                 f"(demos hold {sorted(found)})"
             )
-    key = cache_key(files, vla, cfg, wordings, policy_key)
+    prompt_of = (
+        catalogue_prompts(files, catalogue) if catalogue is not None and lerobot_dataset is None else {}
+    )
+    key = cache_key(files, vla, cfg, wordings, policy_key, prompt_of)
     store = CheckpointStore(checkpoint_dir)
     path = store.path_for(0)
     hit: dict[str, float] | None = None
@@ -351,7 +384,7 @@ def run_sft(
     vla = replace(vla, extra={"sft_demo_files": len(files), "sft_wording": wording})
     policy = SmallVLAPolicy(vla) if policy_factory is None else policy_factory()
     data = (
-        build_dataset(policy, files)
+        build_dataset(policy, files, prompt_of)
         if lerobot_dataset is None
         else lerobot_sft_dataset(policy, lerobot_dataset, mapping)
     )

@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from operator_ui.app import create_app
+    from operator_ui.http_limits import accept_backlog, bounded_h11, raise_file_limit
 
     print(f"pde ui: open http://{settings.host}:{settings.port}/#token={token}", file=sys.stderr, flush=True)
+    raise_file_limit()
     # Open video downloads must not hold a shutdown for long.
     uvicorn.run(
         create_app(settings, token, robot_keys=robot_keys),
@@ -47,5 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=2,
+        timeout_keep_alive=settings.keep_alive_s,
+        backlog=accept_backlog(settings.max_connections),
+        http=bounded_h11(
+            settings.request_read_timeout_s,
+            settings.max_request_bytes,
+            settings.max_connections,
+            settings.max_connections_per_client,
+        ),
     )
     return 0

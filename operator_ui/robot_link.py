@@ -53,6 +53,7 @@ class LiveView:
     guiding: bool = False
     last_error: str = ""
     estop_reason: str = ""
+    limits: str = ""  # the workspace box and dynamics factor in force (limits_text)
 
     @staticmethod
     def from_observation(obs: Observation, received_monotonic_s: float, old: LiveView) -> LiveView:
@@ -74,6 +75,7 @@ class LiveView:
             guiding=old.guiding,
             last_error=old.last_error,
             estop_reason=old.estop_reason,
+            limits=old.limits,
         )
 
 
@@ -90,6 +92,17 @@ def fault_text(st: Status) -> str:
         return ""
     text = f"{st.fault.value}: {st.fault_detail}" if st.fault_detail else st.fault.value
     return f"{text} — {st.fault_action}" if st.fault_action else text
+
+
+def limits_text(st: Status) -> str:
+    """The limits the operator checks against the cell: "" from a server that does not say."""
+    if len(st.workspace_min_m) != 3 or len(st.workspace_max_m) != 3:
+        return ""
+    bounds = zip("xyz", st.workspace_min_m, st.workspace_max_m, strict=True)
+    box = " ".join(f"{axis} {lo:.3f}…{hi:.3f}" for axis, lo, hi in bounds)
+    factor = st.relative_dynamics_factor
+    factor_text = "" if factor is None else f" · dynamics factor {factor:g}"
+    return f"box {box} m{factor_text}"
 
 
 def fault_blocks_motion(st: Status) -> bool:
@@ -170,6 +183,7 @@ class RobotLink:
                 guiding=st.guiding,
                 last_error=st.last_error,
                 estop_reason=st.estop_reason,
+                limits=limits_text(st),
             )
 
     def view(self) -> LiveView:

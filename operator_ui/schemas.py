@@ -35,8 +35,8 @@ class EStopOut(BaseModel):
 
 
 class ResetGuideOut(BaseModel):
-    instructions: str  # the lab's steps for this task; "" when its file does not exist
-    instructions_file: str  # where to write them
+    instructions: str  # the lab's steps for this task (tasks file: reset_instructions); "" if none
+    instructions_file: str  # where to write them: the tasks file (PDE_TASKS_FILE); "" when none is set
     reference_episode_id: int | None  # the last ended episode of the task
     reference_video: str | None  # its video; the page shows its first frame (the start scene)
 

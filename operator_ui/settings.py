@@ -6,9 +6,16 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+from pydantic import PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pde_contract.settings import data_dir_field, database_url_field, robot_cmd_endpoint_field
+from pde_contract.settings import (
+    data_dir_field,
+    database_url_field,
+    robot_cmd_endpoint_field,
+    tasks_file_field,
+)
+from pde_contract.tasks import TaskCatalogue, load_tasks
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Values people leave in .env files; never accepted as a token on a reachable port.
@@ -56,6 +63,30 @@ class UISettings(BaseSettings):
     """A label waits this long on the page (Undo) before it is sent and the loop moves on."""
     service_stale_s: float = 10.0
     """A service whose last heartbeat is older than this is shown as down."""
+    request_read_timeout_s: float = 5.0
+    """A request's headers and body must arrive within this of its first byte (or of the
+    connection's opening), else the connection is closed (operator_ui/http_limits.py)."""
+    keep_alive_s: int = 5
+    """An idle keep-alive connection is closed after this (uvicorn's timeout_keep_alive)."""
+    max_request_bytes: int = 1_048_576
+    """Most bytes one request may send (headers and body); more closes the connection unread."""
+    max_connections: int = 256
+    """Open connections in all; one more is closed as soon as it is accepted."""
+    max_connections_per_client: int = 64
+    """Open connections from one address (a browser opens about 6 per page)."""
+    tasks_file: str = tasks_file_field()
+    """PDE_TASKS_FILE: the reset guide shows each task's reset_instructions from it."""
+
+    _catalogue: TaskCatalogue = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _read_tasks(self) -> UISettings:
+        self._catalogue = load_tasks(self.tasks_file)  # read once: TasksFileError names the bad field
+        return self
+
+    @property
+    def catalogue(self) -> TaskCatalogue:
+        return self._catalogue
 
     @property
     def media_dir(self) -> Path:

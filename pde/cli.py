@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("pde.demo", "the whole loop on one machine in simulation"),
     "keys": ("pde.keys", "CURVE key pairs for the authenticated robot link"),
     "health": ("pde.health", "exit 0 when a service is healthy (compose healthchecks)"),
+    "doctor": ("pde.doctor.main", "robot PC checks: RT kernel and limits, FCI NIC, firewall, cameras"),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Sequence
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -219,8 +220,17 @@ class RobotClient:
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
         return self._payload(SubmitChunk(chunk=chunk), ChunkAccepted)
 
-    def reset(self, task: str = "", seed: int | None = None, timeout_s: float = 60.0) -> None:
-        self._payload(Reset(task=task, seed=seed), Ack, timeout_s)
+    def reset(
+        self,
+        task: str = "",
+        seed: int | None = None,
+        timeout_s: float = 60.0,
+        *,
+        reset_joints_rad: Sequence[float] | None = None,
+    ) -> None:
+        """Home (or ``reset_joints_rad``, the task's own reset pose) and, in sim, lay out ``task``."""
+        joints = None if reset_joints_rad is None else [float(q) for q in reset_joints_rad]
+        self._payload(Reset(task=task, seed=seed, joint_positions_rad=joints), Ack, timeout_s)
 
     def gripper(self, width_m: float) -> None:
         self._payload(GripperCommand(width_m=width_m), Ack)

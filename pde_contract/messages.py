@@ -18,7 +18,9 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
-PROTOCOL_VERSION = 2  # 2: observations in one frame (topic prefix + msgpack), was two
+# 2: observations in one frame (topic prefix + msgpack), was two. 3: Reset carries a task's reset
+# pose (a protocol 2 server would ignore it and move home instead).
+PROTOCOL_VERSION = 3
 OBS_TOPIC = b"obs"
 # Commands larger than this are refused before decoding with a TOO_LARGE reply (a 64x8 float64
 # chunk is ~4 KiB). RobotClient refuses to send them at all.
@@ -192,11 +194,14 @@ class SubmitChunk(Message):
 
 
 class Reset(Message):
-    """Move to home. In sim, also re-lay the scene for ``task`` from ``seed``; on hardware the
-    operator resets the scene and ``task``/``seed`` are recorded only."""
+    """Move to home, or to ``joint_positions_rad`` (a task's own reset pose from the tasks file,
+    q1..q7 rad; the server refuses one outside its joint limits or workspace box with UNSAFE). In
+    sim, also re-lay the scene for ``task`` from ``seed``; on hardware the operator resets the
+    scene and ``task``/``seed`` are recorded only."""
 
     task: str = ""
     seed: NonNegInt | None = None
+    joint_positions_rad: list[float] | None = None
 
 
 class GripperCommand(Message):
@@ -306,6 +311,12 @@ class Status(Message):
     # What an operator must do before motion resumes ("" when the server recovers by itself).
     fault_action: str = ""
     guiding: bool = False  # SetGuidingMode(enabled=True) is in force
+    # The limits in force (the robot configuration file), for the operator to check against the
+    # cell: the TCP's workspace box in the base frame, and the factor on the FR3's velocity,
+    # acceleration and jerk limits (None: the backend has none, e.g. the sim).
+    workspace_min_m: list[float] = []
+    workspace_max_m: list[float] = []
+    relative_dynamics_factor: float | None = None
 
 
 class HealthInfo(Message):

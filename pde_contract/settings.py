@@ -1,5 +1,5 @@
-"""Settings that several services share, declared once: the database, the data folder and the
-robot server's command endpoint. A service's settings class takes each through one of these
+"""Settings that several services share, declared once: the database, the data folder, the
+robot server's command endpoint and the tasks file. A service's settings class takes each through one of these
 fields, which reads the service's own variable first (``PDE_LOOP_DATABASE_URL``) and then the
 shared one (``PDE_DATABASE_URL``, as docker-compose.yml sets it)."""
 
@@ -47,4 +47,16 @@ def data_dir_field(prefix: str) -> Any:
 def robot_cmd_endpoint_field(prefix: str) -> Any:
     return _shared(
         prefix, "robot_cmd_endpoint", DEFAULT_ROBOT_CMD_ENDPOINT, "the robot server's ROUTER socket"
+    )
+
+
+def tasks_file_field() -> Any:
+    """``PDE_TASKS_FILE``: the lab's tasks file (TOML, pde_contract/tasks.py); empty: the paper's
+    ten only. One variable for every service (no per-service override): the loop, the supervisor,
+    the page and SFT must agree on each task's prompt."""
+    # The class needs populate_by_name=True to take the field by its name as an argument.
+    return Field(
+        "",
+        validation_alias="PDE_TASKS_FILE",
+        description="the lab's tasks file (TOML; example config/tasks.example.toml); empty: the paper's ten",
     )

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from robot_server.cameras.base import Camera
+from robot_server.cameras.realsense.camera import RealSenseStream
 from robot_server.robots.base import Robot
+from robot_server.robots.franka.config import FrankaConfig
 from robot_server.settings import RobotServerSettings
 
 
@@ -24,11 +27,12 @@ class Backend:
     close: Callable[[], None] = field(default=lambda: None)
 
 
-def build_backend(settings: RobotServerSettings) -> Backend:
+def build_backend(settings: RobotServerSettings, franka: FrankaConfig | None = None) -> Backend:
+    """``franka``: the FR3's settings (default: ``franka_config(settings)``)."""
     if settings.backend == "sim":
         return _build_sim(settings)
     if settings.backend == "franka":
-        return _build_franka(settings)
+        return _build_franka(settings, franka or franka_config(settings))
     raise BackendUnavailableError(f"unknown backend {settings.backend!r}: use 'sim' or 'franka'")
 
 
@@ -62,20 +66,29 @@ def _build_sim(settings: RobotServerSettings) -> Backend:
     return Backend(robot=robot, cameras=cameras, close=world.close)
 
 
-def _build_franka(settings: RobotServerSettings) -> Backend:
+def franka_config(settings: RobotServerSettings) -> FrankaConfig:
+    """The FR3's settings: the file's [franka] section and PDE_FRANKA_* variables; the server's
+    fci_host (PDE_ROBOT_FCI_HOST), if set, overrides the host as a flag would."""
+    return FrankaConfig(**franka_flags(settings))
+
+
+def franka_flags(settings: RobotServerSettings) -> dict[str, Any]:
+    return {"host": settings.fci_host} if settings.fci_host else {}
+
+
+def _build_franka(settings: RobotServerSettings, franka: FrankaConfig) -> Backend:
     try:
         from robot_server.robots.franka import FrankaRobot
     except ImportError as e:
         raise BackendUnavailableError(
             f"the franka backend cannot be imported ({e}): install franky-control==2.0.0 (the robot extra)"
         ) from e
-    # The arm's own settings (FCI host, dynamics factors, ...) come from PDE_FRANKA_* variables.
-    robot: Robot = FrankaRobot(host=settings.fci_host) if settings.fci_host else FrankaRobot()
+    robot: Robot = FrankaRobot(franka)
     missing = [n for n in settings.cameras if n not in settings.realsense_serials]
     if missing:
         raise BackendUnavailableError(
-            f"no RealSense serial for camera(s) {missing}: set PDE_ROBOT_REALSENSE_SERIALS, e.g. "
-            '\'{"external": "123456789012", "wrist": "234567890123"}\''
+            f"no RealSense serial for camera(s) {missing}: set them in the robot configuration file's "
+            '[robot.realsense_serials] table (e.g. external = "123456789012"), or PDE_ROBOT_REALSENSE_SERIALS'
         )
     try:
         from robot_server.cameras.realsense import RealSenseCamera
@@ -84,6 +97,11 @@ def _build_franka(settings: RobotServerSettings) -> Backend:
             f"the RealSense cameras cannot be imported ({e}): install pyrealsense2 and libusb-1.0-0"
         ) from e
     cameras: list[Camera] = [
-        RealSenseCamera(name=n, serial=settings.realsense_serials[n]) for n in settings.cameras
+        RealSenseCamera(
+            name=n,
+            serial=settings.realsense_serials[n],
+            **settings.realsense.get(n, RealSenseStream()).model_dump(),
+        )
+        for n in settings.cameras
     ]
     return Backend(robot=robot, cameras=cameras)

@@ -1,5 +1,5 @@
 """Optional Desk helper (FR3 System 5+): take control, unlock the brakes and enable FCI before the
-backend connects. Used only when Desk credentials are configured (PDE_FRANKA_DESK_USER/PASSWORD);
+backend connects. Used only when Desk credentials are configured ([franka] desk_user and desk_password_file);
 otherwise the operator does this in the Desk web page.
 """
 
@@ -28,7 +28,9 @@ class DeskHelper:
         make_desk: Callable[[str, str, str], Any] | None = None,
     ) -> None:
         if not user or not password:
-            raise ValueError("DeskHelper needs both a Desk user and password (PDE_FRANKA_DESK_USER/PASSWORD)")
+            raise ValueError(
+                "DeskHelper needs both a Desk user and password ([franka] desk_user, desk_password_file)"
+            )
         self.host = host
         self.user = user
         self._password = password
@@ -57,6 +59,6 @@ class DeskHelper:
                 f"Desk at https://{self.host} could not prepare the arm ({type(e).__name__}: {e}). Check "
                 "the Desk user/password, release control in any open Desk page, and that the external "
                 "activation device (the 'enabling' button) is released; or unlock the brakes and enable "
-                "FCI by hand in Desk and unset PDE_FRANKA_DESK_USER/PASSWORD."
+                "FCI by hand in Desk and remove desk_user/desk_password_file from the robot configuration."
             ) from e
         logger.info("Desk at %s: brakes unlocked, FCI enabled", self.host)

@@ -90,6 +90,7 @@ class _Running:
 class _ResetRequest:
     task: str
     seed: int | None
+    joints_rad: tuple[float, ...] | None  # the task's reset pose (checked); None: the robot's home
     done: threading.Event = field(default_factory=threading.Event)
     error: str = ""
 
@@ -299,8 +300,11 @@ class ChunkExecutor:
             assert self._held is not None
             self._held = replace(self._held, gripper_width_m=width, gripper_hold=False)
 
-    def reset(self, task: str, seed: int | None, timeout_s: float) -> None:
-        """Blocking: the control thread drops any chunk and moves home (re-laying a sim scene)."""
+    def reset(
+        self, task: str, seed: int | None, timeout_s: float, joints_rad: tuple[float, ...] | None = None
+    ) -> None:
+        """Blocking: the control thread drops any chunk and moves home, or to ``joints_rad`` (a
+        task's reset pose, already checked by safety.check_reset_pose), re-laying a sim scene."""
         with self._lock:
             if self._estopped:
                 raise SafetyError(ErrorCode.ESTOPPED, "e-stop is latched: call release_estop() before reset")
@@ -311,7 +315,7 @@ class ChunkExecutor:
                     ErrorCode.BUSY, "guiding mode is on: send SetGuidingMode(enabled=False) before reset"
                 )
             self._drop_chunk()
-            req = self._reset = _ResetRequest(task, seed)
+            req = self._reset = _ResetRequest(task, seed, joints_rad)
         self._wake.set()
         if not req.done.wait(timeout_s):
             raise SafetyError(ErrorCode.BACKEND_ERROR, f"reset did not finish within {timeout_s} s")
@@ -481,7 +485,7 @@ class ChunkExecutor:
 
     def _do_reset(self, req: _ResetRequest) -> None:
         try:
-            self.robot.home(task=req.task, seed=req.seed)
+            self.robot.home(task=req.task, seed=req.seed, joints_rad=req.joints_rad)
             state = self.robot.read_state()
             success = self.robot.task_success()
         except Exception as e:

@@ -6,13 +6,16 @@
     pde robot-server watch --cmd tcp://127.0.0.1:5556 --save-dir /tmp/frames
     pde robot-server guide --cmd tcp://127.0.0.1:5556
 
-Every option is also an environment variable ``PDE_ROBOT_<OPTION>`` (flags win).
+Every option is also an environment variable ``PDE_ROBOT_<OPTION>`` (flags win), and a key of
+the robot configuration file (``--config``/``PDE_ROBOT_CONFIG``; environment variables win):
+``pde robot-server --print-config`` shows each effective value and where it came from.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -21,6 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+
+from robot_server.config_file import (
+    ENV_CONFIG_FILE,
+    EXAMPLE,
+    ConfigFileError,
+    config_file_path,
+    effective_settings,
+    format_settings,
+)
 
 if TYPE_CHECKING:
     from robot_server.settings import RobotServerSettings
@@ -31,6 +43,16 @@ log = logging.getLogger("robot_server")
 def _server_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pde robot-server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        help=f"the robot configuration file (TOML; {EXAMPLE} lists every key); default: ${ENV_CONFIG_FILE}",
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print every effective setting and its source (default, file, environment, flag), then exit",
     )
     p.add_argument("--backend", choices=["sim", "franka"], help="sim (MuJoCo) or franka (FR3 over FCI)")
     p.add_argument("--host", help="interface to bind (default 127.0.0.1)")
@@ -49,6 +71,11 @@ def _server_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--camera-fps", type=float, help="observation rate in realtime pacing (default 30)")
     p.add_argument("--heartbeat-timeout-s", type=float, help="watchdog timeout (default 0.2; 0 disables)")
+    p.add_argument(
+        "--rt-priority",
+        type=int,
+        help="SCHED_FIFO priority of the control thread, 0..49 (0: normal; default: franka 40, sim 0)",
+    )
     p.add_argument("--image-size", help="sim camera size WIDTHxHEIGHT (default 224x224)")
     p.add_argument(
         "--sim-layout-spread",
@@ -63,7 +90,8 @@ def _server_parser() -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out = {k: v for k, v in vars(args).items() if v is not None and k not in ("image_size", "log_level")}
+    not_settings = ("image_size", "log_level", "config", "print_config")
+    out = {k: v for k, v in vars(args).items() if v is not None and k not in not_settings}
     if args.image_size:
         try:
             w, h = (int(x) for x in args.image_size.lower().split("x"))
@@ -78,17 +106,33 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def serve(argv: list[str]) -> int:
     args = _server_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from robot_server.backends import BackendUnavailableError, build_backend
+    from robot_server.backends import BackendUnavailableError, build_backend, franka_config, franka_flags
+    from robot_server.robots.franka.config import FrankaConfig
     from robot_server.server import RobotServer
     from robot_server.settings import RobotServerSettings
 
+    if args.config is not None:  # the settings sources read the file's name from here
+        os.environ[ENV_CONFIG_FILE] = str(args.config)
+    flags = _overrides(args)
+    franka: FrankaConfig | None = None
     try:
-        settings = RobotServerSettings(**_overrides(args))
-    except ValidationError as e:
+        settings = RobotServerSettings(**flags)
+        if settings.backend == "franka":
+            franka = franka_config(settings)
+    except (ValidationError, ConfigFileError) as e:
         print(f"pde robot-server: invalid settings:\n{e}", file=sys.stderr)
         return 2
+    lines = [f"robot configuration file: {config_file_path() or f'none ({ENV_CONFIG_FILE} is not set)'}"]
+    lines += format_settings(effective_settings(settings, flags))
+    if franka is not None:
+        lines += format_settings(effective_settings(franka, franka_flags(settings), "[robot] fci_host"))
+    if args.print_config:
+        print("\n".join(lines), flush=True)
+        return 0
+    for line in lines:
+        log.info("%s", line)
     try:
-        backend = build_backend(settings)
+        backend = build_backend(settings, franka)
     except BackendUnavailableError as e:
         print(f"pde robot-server: {e}", file=sys.stderr)
         return 2

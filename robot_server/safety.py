@@ -267,6 +267,35 @@ def check_gripper_width(width_m: float, limits: SafetyLimits) -> float:
     return float(width_m)
 
 
+def check_reset_pose(joints_rad: list[float], limits: SafetyLimits) -> tuple[float, ...]:
+    """A task's reset pose (q1..q7, rad) as the arm may move to it: inside the joint limits less
+    their margin, the TCP inside the workspace box. Refused whole (UNSAFE), never clipped: a
+    clipped reset pose would be another pose than the one the lab wrote down."""
+    q = np.asarray(joints_rad, dtype=float)
+    if q.shape != (7,) or not np.all(np.isfinite(q)):
+        raise SafetyError(
+            ErrorCode.INVALID_ACTION, f"reset pose must be 7 finite joint positions (rad), got {joints_rad}"
+        )
+    outside = np.flatnonzero((q < limits.joint_min_rad) | (q > limits.joint_max_rad))
+    if outside.size:
+        j = int(outside[0])
+        raise SafetyError(
+            ErrorCode.UNSAFE,
+            f"reset pose joint {j + 1} = {q[j]:.4f} rad is outside [{limits.joint_min_rad[j]:.4f}, "
+            f"{limits.joint_max_rad[j]:.4f}] rad (the FR3 limits less {limits.joint_margin_rad} rad): "
+            "nothing moved; fix reset_joints_rad in the tasks file",
+        )
+    tcp = fr3_tcp_position_m(q)
+    if _box_distance_m(tcp, limits.workspace_min_m, limits.workspace_max_m) > 0.0:
+        raise SafetyError(
+            ErrorCode.UNSAFE,
+            f"reset pose puts the TCP at {np.round(tcp, 3).tolist()} m, outside the workspace box "
+            f"{list(limits.workspace_min_m)}..{list(limits.workspace_max_m)} m: nothing moved; fix "
+            "reset_joints_rad in the tasks file (or the box, PDE_ROBOT_WORKSPACE_MIN_M/_MAX_M)",
+        )
+    return tuple(float(v) for v in q)
+
+
 def _plan_ee_unclipped(
     actions: np.ndarray, start: PlanStart, limits: SafetyLimits
 ) -> list[RobotTarget] | None:

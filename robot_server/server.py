@@ -73,7 +73,7 @@ from pde_contract.messages import (
 from robot_server.cameras.base import Camera, CameraError
 from robot_server.executor import ChunkExecutor, ExecutorConfig, ExecutorSnapshot
 from robot_server.robots.base import Robot
-from robot_server.safety import SafetyError
+from robot_server.safety import SafetyError, check_reset_pose
 from robot_server.settings import RobotServerSettings
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class RobotServer:
                 realtime=settings.pacing == "realtime",
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
                 limits=settings.safety_limits(),
-                rt_priority=settings.rt_priority,
+                rt_priority=settings.rt_priority or 0,
             ),
             on_tick=self._publish_from_tick if settings.pacing == "fast" else None,
         )
@@ -539,7 +539,8 @@ class RobotServer:
                 accepted, notes = ex.submit(chunk, ident)
                 msg = ("clipped: " + "; ".join(notes)) if notes else ""
                 return Reply(ok=True, payload=accepted, message=msg)
-            case Reset(task=task, seed=seed):
+            case Reset(task=task, seed=seed, joint_positions_rad=pose):
+                joints = None if pose is None else check_reset_pose(pose, ex.config.limits)
                 snap = ex.snapshot()
                 if snap.estopped:
                     raise SafetyError(
@@ -548,7 +549,7 @@ class RobotServer:
                 if snap.resetting:
                     raise SafetyError(ErrorCode.BUSY, "a reset is already in progress")
                 timeout_s = self.settings.reset_timeout_s
-                self._answer_later(ident, rid, "reset", lambda: ex.reset(task, seed, timeout_s))
+                self._answer_later(ident, rid, "reset", lambda: ex.reset(task, seed, timeout_s, joints))
                 return _DEFERRED
             case GripperCommand(width_m=w):
                 ex.gripper(w)
@@ -625,6 +626,9 @@ class RobotServer:
             fault_detail=snap.fault.detail if snap.fault else "",
             fault_action=snap.fault.action if snap.fault else "",
             guiding=snap.guiding,
+            workspace_min_m=list(self.settings.workspace_min_m),
+            workspace_max_m=list(self.settings.workspace_max_m),
+            relative_dynamics_factor=self.executor.robot.relative_dynamics_factor,
         )
 
     def health(self) -> HealthInfo:

@@ -1,4 +1,5 @@
-"""Settings of ``pde robot-server``: environment variables ``PDE_ROBOT_<FIELD>`` (e.g.
+"""Settings of ``pde robot-server``: the ``[robot]`` section of the robot configuration file
+(robot_server/config_file.py), overridden by environment variables ``PDE_ROBOT_<FIELD>`` (e.g.
 ``PDE_ROBOT_CONTROL_RATE_HZ=15``), overridden by command-line flags."""
 
 from __future__ import annotations
@@ -7,16 +8,26 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from pde_contract.link import ENV_CLIENTS_DIR, ENV_SERVER_SECRET_KEY, ServerCurve, is_loopback
+from robot_server.cameras.realsense.camera import RealSenseStream
+from robot_server.config_file import FileSettings
 from robot_server.safety import ClipPolicy, SafetyLimits
 
 _LIMITS = SafetyLimits()  # the one home of the safety defaults
 
 
-class RobotServerSettings(BaseSettings):
+# The control thread's SCHED_FIFO priority on hardware. Below 50, where the kernel's threaded IRQ
+# handlers run (PREEMPT_RT): above them a busy tick would delay the NIC interrupts that carry
+# libfranka's 1 kHz state packets. libfranka's own control thread runs at 99 either way.
+HARDWARE_RT_PRIORITY = 40
+MAX_RT_PRIORITY = 49
+
+
+class RobotServerSettings(FileSettings):
     model_config = SettingsConfigDict(env_prefix="PDE_ROBOT_", extra="ignore")
+    config_section = "robot"
 
     backend: Literal["sim", "franka"] = "sim"
     server_name: str = "pde-robot-server"
@@ -41,8 +52,9 @@ class RobotServerSettings(BaseSettings):
     # backend (sim: shared, franka: per_camera).
     capture_threads: Literal["", "per_camera", "shared"] = ""
     camera_fps: float = Field(default=30.0, gt=0, le=120)
-    # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing only.
-    rt_priority: int = Field(default=0, ge=0, le=99)
+    # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing
+    # only. None: by backend (sim: 0, franka: HARDWARE_RT_PRIORITY). At most MAX_RT_PRIORITY.
+    rt_priority: int | None = Field(default=None, ge=0, le=MAX_RT_PRIORITY)
     heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
     # The command thread not turning for this long (one request stuck) drops the chunk and holds
     # the arm; Health then reports it. Far above any request's handling time (< 10 ms).
@@ -53,12 +65,14 @@ class RobotServerSettings(BaseSettings):
     # Sim backend
     image_width: int = Field(default=224, ge=16)
     image_height: int = Field(default=224, ge=16)
-    cameras: list[str] = ["external", "wrist"]
+    cameras: list[str] = Field(default_factory=lambda: ["external", "wrist"])
     # Scatter of task resets: 1 = the whole layout box, any yaw; less for a narrow start (benchmarks)
     sim_layout_spread: float = Field(default=1.0, ge=0.0, le=1.0)
     # Franka backend: the arm's own settings are PDE_FRANKA_*; this overrides PDE_FRANKA_HOST if set
     fci_host: str = ""
-    realsense_serials: dict[str, str] = {}  # camera name -> serial number
+    realsense_serials: dict[str, str] = Field(default_factory=dict)  # camera name -> serial number
+    # camera name -> resolution, fps, exposure, white balance (a camera not named: the defaults)
+    realsense: dict[str, RealSenseStream] = Field(default_factory=dict)
 
     # Safety (see robot_server/safety.py for the clip policy). The defaults live in SafetyLimits.
     clip_policy: ClipPolicy = _LIMITS.clip_policy
@@ -84,6 +98,16 @@ class RobotServerSettings(BaseSettings):
     def _ports_differ(self) -> RobotServerSettings:
         if not self.capture_threads:
             self.capture_threads = "shared" if self.backend == "sim" else "per_camera"
+        if self.rt_priority is None:
+            self.rt_priority = 0 if self.backend == "sim" else HARDWARE_RT_PRIORITY
+        # A camera left out of `cameras` (e.g. PDE_ROBOT_CAMERAS='[]' for a dry run) may keep its
+        # serial and settings; a name in neither is a typo.
+        known = set(self.cameras) | set(self.realsense_serials)
+        unknown = sorted(set(self.realsense) - known)
+        if unknown:
+            raise ValueError(
+                f"realsense settings for unknown camera(s) {unknown}: the cameras are {sorted(known)}"
+            )
         if self.cmd_port == self.obs_port:
             raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")
         self.safety_limits()  # validates the box and ranges, naming the bad value

@@ -124,13 +124,15 @@ def summary_prompt(req: SummaryRequest, frames_per_rollout: int) -> Rendered:
 
 
 def success_prompt(req: SuccessRequest, frames_per_rollout: int) -> Rendered:
+    criterion = f"SUCCESS means: {req.success_description}\n" if req.success_description else ""
     parts: list[Part] = [
-        f'TASK: "{req.goal}"\nInstruction given to the robot: "{req.rollout_prompt}".\n'
+        f'TASK: "{req.goal}"\n{criterion}Instruction given to the robot: "{req.rollout_prompt}".\n'
         "Frames of one rollout follow; the last frame is the final state."
     ]
     parts.extend(req.rollout.jpegs)
     parts.append(
-        "Did this rollout accomplish the TASK (judge the final state, not the wording)? Your answer is "
+        f"Did this rollout accomplish the TASK{' as SUCCESS defines it' if criterion else ''} (judge the "
+        "final state, not the wording)? Your answer is "
         "a proposal shown to a human operator. Reply with only this JSON object:\n"
         '{"success": true or false, "reason": "<one line citing what you see>"}'
     )

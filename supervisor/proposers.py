@@ -237,7 +237,7 @@ class SimStateProposer(PromptProposer):
     rewords the goal to stress that step, with verbs and names from its own tables (independent of
     the SFT labels). Prompts already in the pool lend their verb to half the new ones. No VLM runs."""
 
-    source = "sim-stand-in"
+    source = "offline"  # no VLM involved (a prompt's stored source: pde_storage PROMPT_SOURCES)
 
     def __init__(
         self,
@@ -299,3 +299,59 @@ class SimStateProposer(PromptProposer):
             analysis=f"sim stand-in (no VLM): commonest failure {mode}; canonical prompt: {goal_line}",
             source=self.source,
         )
+
+
+class ScriptedProposer(PromptProposer):
+    """The next wordings of a fixed list not tried yet, K at a time, blind to rollouts: e.g. the
+    SFT's training wordings as an oracle pool in a benchmark (an upper bound, not a VLM result)."""
+
+    source = "offline"  # no VLM involved (the store keeps a prompt's source: pde_storage PROMPT_SOURCES)
+
+    def __init__(self, wordings: tuple[str, ...]) -> None:
+        if not wordings:
+            raise ValueError("a scripted proposer needs wordings to offer; none were given")
+        self.wordings = wordings
+
+    def propose(self, request: CandidateRequest) -> CandidateResult:
+        known = {normalise(request.goal)} | {normalise(p.text) for p in (*request.pool, *request.failed)}
+        fresh = [w for w in self.wordings if normalise(w) not in known]
+        return CandidateResult(
+            new_prompts=fresh[: request.n_new], summaries={}, analysis="scripted wordings", source=self.source
+        )
+
+
+@dataclass(frozen=True)
+class ProposerOptions:
+    """What a named proposer may be built from (add a field when a new proposer needs one)."""
+
+    seed: int = 0
+    wordings: tuple[str, ...] = ()  # the scripted proposer's list
+    # the sim stand-in's view of the rollouts (e.g. an OutcomeLog fed with each finished episode)
+    outcomes: Callable[[str], Sequence[RolloutOutcome]] | None = None
+
+
+# Proposers by name, for a supervisor run without a VLM endpoint (benchmarks): one line each. A
+# proposer's ``source`` is stored with its prompts and must be one of pde_storage.rows.PROMPT_SOURCES.
+PROPOSERS: dict[str, Callable[[ProposerOptions], PromptProposer]] = {
+    "paraphrase": lambda o: RandomParaphraseProposer(o.seed),
+    "scripted": lambda o: ScriptedProposer(o.wordings),
+    "standin": lambda o: SimStateProposer(_outcomes_of(o), o.seed),
+}
+
+
+def _outcomes_of(options: ProposerOptions) -> Callable[[str], Sequence[RolloutOutcome]]:
+    if options.outcomes is None:
+        raise ValueError(
+            "the sim stand-in proposer reads rollout outcomes: pass "
+            "ProposerOptions(outcomes=OutcomeLog(...)) and add each finished episode to it"
+        )
+    return options.outcomes
+
+
+def make_proposer(name: str, options: ProposerOptions) -> PromptProposer:
+    """The proposer registered as ``name``; a ValueError lists the names there are."""
+    try:
+        factory = PROPOSERS[name]
+    except KeyError:
+        raise ValueError(f"unknown proposer {name!r}; choose one of {', '.join(PROPOSERS)}") from None
+    return factory(options)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pde_contract.episodes import read_episode
+from pde_contract.tasks import load_tasks
 from pde_storage import EpisodeRow
 from pde_storage.heartbeat import Heartbeat
 from pde_storage.intents import PROMPT_ROLLOUTS_DONE
@@ -117,7 +118,10 @@ class SupervisorService:
         embedder: Embedder | None,
         *,
         seed: int | None = None,
+        proposer: PromptProposer | None = None,
     ) -> None:
+        """``proposer``: where candidates come from instead of ``settings.proposer`` (a named
+        proposer of supervisor.proposers.PROPOSERS in a benchmark); None: the settings' choice."""
         self.store = store
         self.settings = settings
         self.vlm = vlm
@@ -127,9 +131,11 @@ class SupervisorService:
             eta=settings.eta,
             pool_min_m=settings.pool_min_m,
         )
+        # The success description each proposal judges against (tasks file, PDE_TASKS_FILE).
+        self.catalogue = load_tasks(settings.tasks_file)
         self.dedup = DuplicateFilter(embedder, settings.duplicate_cosine)
         self.offline = RandomParaphraseProposer(seed if seed is not None else random.randrange(1 << 30))
-        self.proposer: PromptProposer = (
+        self.proposer: PromptProposer = proposer or (
             VLMProposer(vlm) if vlm is not None and settings.proposer == "vlm" else self.offline
         )
         self.health = VLMHealth(settings.max_consecutive_failures, settings.cooldown_s)
@@ -391,7 +397,9 @@ class SupervisorService:
             key = ("success", e.id)
             if e.vlm_proposal is not None or not e.file_path or key in self._inflight or key in self._gave_up:
                 continue
-            req = (e.task, e.canonical_prompt, e.rollout_prompt, e.file_path)
+            spec = self.catalogue.tasks.get(e.task)  # a task of an earlier tasks file: no description
+            described = spec.success_description if spec else ""
+            req = (e.task, e.canonical_prompt, e.rollout_prompt, e.file_path, described)
             assert self.vlm is not None
             self._submit(_Job("success", e.id, e.task, e), _build_and_judge, self.vlm, req, self.settings)
             room -= 1
@@ -551,11 +559,11 @@ def _build_and_summarize(vlm: VLM, req: tuple[Any, ...], s: SupervisorSettings) 
 
 
 def _build_and_judge(vlm: VLM, req: tuple[Any, ...], s: SupervisorSettings) -> SuccessResult:
-    task, goal, prompt, path = req
+    task, goal, prompt, path, described = req
     frames = _frames(path, None, s)
     if frames is None:
         raise VLMError(f"no readable frames in {path}", retryable=False)
-    return vlm.judge_success(SuccessRequest(task, goal, prompt, frames))
+    return vlm.judge_success(SuccessRequest(task, goal, prompt, frames, described))
 
 
 # --- small helpers -------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pde_contract.settings import data_dir_field, database_url_field
+from pde_contract.settings import data_dir_field, database_url_field, tasks_file_field
+from pde_contract.tasks import load_tasks
 
 _PLACEHOLDER_KEYS = frozenset({"changeme", "change-me", "your-key-here", "sk-...", "xxx"})
 
@@ -73,7 +74,10 @@ class SupervisorSettings(BaseSettings):
     # The shared PDE_DATABASE_URL / PDE_DATA_DIR of the compose file are read too.
     database_url: str = database_url_field("PDE_SUPERVISOR_")
     data_dir: Path = data_dir_field("PDE_SUPERVISOR_")
-    tasks: list[str] = Field(default_factory=list, description="tasks to supervise; empty = all known")
+    tasks_file: str = tasks_file_field()
+    tasks: list[str] = Field(
+        default_factory=list, description="tasks to supervise (known ones); empty = all in the database"
+    )
     proposer: Literal["vlm", "offline"] = Field(default="vlm", description="offline = rule-based paraphrases")
     fallback: Literal["offline", "canonical"] = Field(
         default="offline", description="VLM keeps failing: paraphrase offline, or canonical only"
@@ -98,6 +102,9 @@ class SupervisorSettings(BaseSettings):
                 f"PDE_SUPERVISOR_API_KEY is a placeholder ({key!r}): set a real key, or any non-empty "
                 "value for a local vLLM server"
             )
+        known = load_tasks(self.tasks_file)  # TasksFileError names the bad field
+        if self.tasks:
+            known.check(self.tasks)  # UnknownTaskError lists the known tasks
         if self.frames_per_rollout > self.max_images_per_request:
             raise ValueError(
                 f"frames_per_rollout={self.frames_per_rollout} exceeds max_images_per_request="

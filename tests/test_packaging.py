@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +31,70 @@ def test_the_learner_extra_asks_for_a_torch_with_fsdp2_in_public():
 
 
 def test_the_pinned_torch_satisfies_the_learner_extra():
-    pinned = (ROOT / "Makefile").read_text() + (ROOT / "docker" / "Dockerfile.gpu").read_text()
-    versions = re.findall(r"torch==([0-9.]+)", pinned)
+    pinned = (ROOT / "docker" / "constraints.txt").read_text()
+    versions = re.findall(r"^torch==([0-9.]+)$", pinned, re.MULTILINE)
     assert versions
     assert all(v in _learner_torch() for v in versions)
+
+
+CONSTRAINTS = ROOT / "docker" / "constraints.txt"
+
+
+def _pins() -> dict[str, str]:
+    """docker/constraints.txt as {canonical name: version}."""
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"{line!r}: constraints pin exact versions"
+            pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
+def test_the_constraints_satisfy_every_requirement_of_pyproject():
+    # A pin that pyproject.toml's own bounds refuse would make `make install` and the image builds
+    # fail to resolve: re-pin with `make constraints`.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        requirements += extra
+    pins = _pins()
+    checked = 0
+    for req in map(Requirement, requirements):
+        version = pins.get(canonicalize_name(req.name))
+        if version is not None:
+            assert req.specifier.contains(version, prereleases=True), f"{req} refuses the pinned {version}"
+            checked += 1
+    assert checked > 20
+    # torch without a build tag: the CPU build (+cpu) and PyPI's CUDA build both match it.
+    assert "+" not in pins["torch"] and pins["torch"] in _learner_torch()
+
+
+def test_venv_and_images_install_with_the_constraints():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "CONSTRAINTS := docker/constraints.txt" in makefile
+    installs = [
+        line
+        for line in makefile.splitlines()
+        if "pip install" in line and not line.startswith("#") and "--upgrade pip" not in line
+    ]
+    assert installs and all("-c $(CONSTRAINTS)" in line for line in installs)
+    for dockerfile in ("Dockerfile", "Dockerfile.gpu"):
+        text = (ROOT / "docker" / dockerfile).read_text()
+        assert "COPY docker/constraints.txt" in text and "ARG TORCH_INDEX_URL" in text
+        installs = [line for line in text.splitlines() if "pip install" in line and not line.startswith("#")]
+        assert installs and all("-c constraints.txt" in line for line in installs), dockerfile
+        assert "download.pytorch.org" not in "".join(installs), "the torch index is a build argument"
+
+
+def test_secrets_and_caches_stay_out_of_git_and_the_build_context():
+    for path in ("keys/robot-pc/server.key_secret", "hf-cache/hub/x", ".env", ".env.local", "data/x"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+        assert ignored.returncode == 0, f"{path} is not in .gitignore"
+    assert (
+        subprocess.run(["git", "check-ignore", "-q", ".env.example"], cwd=ROOT, check=False).returncode == 1
+    )
+    dockerignore = (ROOT / ".dockerignore").read_text().split()
+    for entry in ("keys", "*.key_secret", "hf-cache", ".env", "data", ".venv", ".git"):
+        assert entry in dockerignore, f"{entry} is not in .dockerignore"

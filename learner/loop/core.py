@@ -13,9 +13,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import msgspec
+
 from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
-from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
@@ -29,7 +30,9 @@ SERVICE_NAME = "loop"
 
 
 class RobotLike(Protocol):
-    def reset(self, task: str = "", seed: int | None = None) -> None: ...
+    def reset(
+        self, task: str = "", seed: int | None = None, *, reset_joints_rad: tuple[float, ...] | None = None
+    ) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -46,6 +49,18 @@ class ActorLike(Protocol):
         seed: int | None = None,
     ) -> EpisodeFile: ...
     def set_policy(self, policy: Any) -> None: ...
+
+
+def relabelled(episode: EpisodeFile, prompt: str) -> EpisodeFile:
+    """``episode`` as if rolled out under ``prompt``: its behaviour log-probs are dropped, so PPO
+    re-evaluates them under ``prompt`` at the update's start (learner.trainer)."""
+    chunks = [
+        msgspec.structs.replace(c, trace=msgspec.structs.replace(c.trace, log_prob_elements=None))
+        if c.trace is not None
+        else c
+        for c in episode.chunks
+    ]
+    return msgspec.structs.replace(episode, rollout_prompt=prompt, chunks=chunks)
 
 
 class LoopStopped(Exception):
@@ -91,6 +106,11 @@ class EpisodeLoop:
         self.robot_error = ""
         self.training_error = ""
         self.rl_labels_ready = 0  # labelled RL episodes waiting for the next PPO batch
+        # What the loop did with the last Start from the page: {"intent_id", "episode_id"} or
+        # {"intent_id", "refused"}; published with every state, so the page reports the truth.
+        self.last_start: dict[str, Any] | None = None
+        self._scene_seed = 0
+        self._scene_uses = 0  # episodes run on _scene_seed so far (settings.rollouts_per_scene)
 
     @property
     def last_error(self) -> str:
@@ -107,6 +127,7 @@ class EpisodeLoop:
             "auto_start": self.settings.auto_start,
             "auto_label": self.settings.auto_label,
             "last_error": self.last_error,
+            "last_start": self.last_start,
             "batch_size": self.settings.batch_size,
             "labels_until_update": max(0, self.settings.batch_size - self.rl_labels_ready)
             if self.trainer is not None
@@ -142,8 +163,11 @@ class EpisodeLoop:
         loop's N on them (the supervisor judges candidates by it), mark episodes left running by a
         dead process aborted, drop start clicks meant for that process."""
         for task in self.settings.tasks:
-            self.store.ensure_task(task, canonical_prompt(task))
+            self.store.ensure_task(task, self.settings.catalogue.get(task).prompt)
             self.store.set_task_state(task, rollouts_per_prompt=self.settings.rollouts_per_prompt)
+            if not self.settings.prompt_search and self.store.task_state(task).stage == "bootstrap":
+                log.info("task %s: no prompt search (prompt_search off): RL on the canonical prompt", task)
+                self.store.set_task_state(task, stage="rl")
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
             log.warning("marked interrupted episode(s) %s aborted", aborted)
@@ -189,18 +213,21 @@ class EpisodeLoop:
             self._publish("paused", detail="paused on the page: resume there to go on")
             self._wait(lambda: not self._paused())
         self._swap_weights()
-        self._init_rl_alpha()
-        plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+        plan = self._choose()
         if plan is None:
             self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
+            # Polled with a throwaway generator: the episodes' draws must not depend on how often
+            # the loop looked while it waited (the run would not be reproducible from its seed).
             self._wait(
                 lambda: (
-                    choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+                    choose_next(
+                        self.store, self.settings.tasks, self.settings.rollouts_per_prompt, random.Random(0)
+                    )
                     is not None
                 )
             )
             return None
-        seed = self.rng.randrange(2**31)
+        seed = self._next_scene_seed()
         plan_fields = {
             "canonical_prompt": plan.canonical_prompt,
             "task": plan.task,
@@ -211,8 +238,9 @@ class EpisodeLoop:
             "seed": seed,
         }
         self._publish("resetting", **plan_fields)
+        pose = self.settings.catalogue.get(plan.task).reset_joints_rad  # None: the robot's home
         try:
-            self.robot.reset(plan.task, seed)
+            self.robot.reset(plan.task, seed, reset_joints_rad=pose)
         except Exception as e:  # e-stop latched, server down: show it and retry later
             self._robot_error(f"reset failed: {e}", plan_fields)
             return None
@@ -222,21 +250,41 @@ class EpisodeLoop:
                 self.warm_up(plan)
             except Exception as e:  # only a speed-up: the episode itself will report real errors
                 log.warning("warm-up before the episode failed: %s", e)
+        start_intent_id = None
         if not self.settings.auto_start:
+            status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
             uptime_at_reset_s = self._robot_uptime_s()
             self._publish("awaiting_start", **plan_fields)
-            self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
-            uptime_s = self._robot_uptime_s()
-            if uptime_at_reset_s is not None and (uptime_s is None or uptime_s < uptime_at_reset_s):
-                # The robot server restarted (or is gone) while the operator reset the scene: its
-                # reset and observations are gone too. Reset again and ask for Start again.
-                self._robot_error(
-                    "the robot server restarted while waiting for Start: the scene is reset again; "
-                    "check it and press Start",
-                    plan_fields,
-                )
+            intent = self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
+            refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
+            if refusal:
+                # The page waits for this answer to its Start (never "episode started" on a refusal).
+                self.last_start = {"intent_id": intent.id, "refused": refusal}
+                self._robot_error(refusal, plan_fields)
                 return None
-        return self._run_episode(plan, seed, plan_fields)
+            start_intent_id = intent.id
+        return self._run_episode(plan, seed, plan_fields, start_intent_id)
+
+    def _next_scene_seed(self) -> int:
+        """A fresh scene seed, or the current one again while it has run fewer than
+        ``rollouts_per_scene`` episodes."""
+        if self._scene_uses % self.settings.rollouts_per_scene == 0:
+            self._scene_seed = self.rng.randrange(2**31)
+        self._scene_uses += 1
+        return self._scene_seed
+
+    def _choose(self) -> Plan | None:
+        """The next plan, with every task that is in RL having its alpha started. The supervisor
+        moves a task to RL from its own thread, possibly between starting the alphas and choosing:
+        the plan would then sample the prompt from the row's unstarted alpha (canonical only), so
+        that choice is taken back (the generator too) and made again once the alpha is started."""
+        while True:
+            self._init_rl_alpha()
+            rng_state = self.rng.getstate()
+            plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
+            if plan is None or plan.stage != "rl" or self.store.task_state(plan.task).ema_success is not None:
+                return plan
+            self.rng.setstate(rng_state)
 
     def _robot_uptime_s(self) -> float | None:
         """The robot server's uptime, when the robot reports a status (the real client does)."""
@@ -248,8 +296,32 @@ class EpisodeLoop:
         except Exception:  # unreachable: treated as restarted
             return None
 
-    def _run_episode(self, plan: Plan, seed: int, plan_fields: dict[str, Any]) -> EpisodeRow | None:
+    @staticmethod
+    def _start_refusal(status: Callable[[], Any], uptime_at_reset_s: float | None) -> str:
+        """Why a Start must not run the episode now ("" when it may)."""
+        try:
+            st = status()
+        except Exception as e:
+            return (
+                f"Start refused: the robot server does not answer ({e}); the scene is reset again "
+                "once it is back: check it and press Start"
+            )
+        if uptime_at_reset_s is not None and float(st.uptime_s) < uptime_at_reset_s:
+            # Its reset and observations are gone with it: reset again and ask for Start again.
+            return (
+                "Start refused: the robot server restarted while waiting for Start; the scene is "
+                "reset again: check it and press Start"
+            )
+        if st.estopped:
+            return "Start refused: e-stop latched: release it on the page, then press Start"
+        return ""
+
+    def _run_episode(
+        self, plan: Plan, seed: int, plan_fields: dict[str, Any], start_intent_id: int | None = None
+    ) -> EpisodeRow | None:
         ep = self.store.create_episode(plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=seed)
+        if start_intent_id is not None:
+            self.last_start = {"intent_id": start_intent_id, "episode_id": ep.id}
         self.episodes_run += 1
         self._publish("running", episode_id=ep.id, **plan_fields)
         abort_requested: list[str] = []
@@ -270,7 +342,7 @@ class EpisodeLoop:
                 task=plan.task,
                 canonical_prompt=plan.canonical_prompt,
                 rollout_prompt=plan.prompt,
-                max_chunks=self.settings.max_chunks,
+                max_chunks=self.settings.max_chunks_of(plan.task),
                 should_stop=should_stop,
                 seed=seed,
             )
@@ -382,13 +454,16 @@ class EpisodeLoop:
             return
         chosen = ready[: self.settings.batch_size]
         batch = [(self.store.load_episode_file(e.id), reward_from_label(e.success)) for e in chosen]
+        relabelled = self._relabelled_search_successes(chosen)
+        batch += [(f, reward_from_label(True)) for _, f in relabelled]
+        rows = chosen + [row for row, _ in relabelled]
         self.trained_through = chosen[-1].id
         self.rl_labels_ready = len(ready) - len(chosen)
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
         # previous update ran are older.
         versions = [
-            episode_policy_version(f, row.policy_version) for (f, _), row in zip(batch, chosen, strict=True)
+            episode_policy_version(f, row.policy_version) for (f, _), row in zip(batch, rows, strict=True)
         ]
         stale = staleness_stats(versions, self.policy_version)
         log.info(
@@ -398,10 +473,38 @@ class EpisodeLoop:
             stale["stale_lag_mean"],
         )
         self.trainer.start(batch, [e.id for e in chosen], self.policy_version + 1, stale)
+        if self.settings.synchronous_updates:
+            self.trainer.join()
+            self._swap_weights()
+            return
         self._publish(
             self._state.get("phase", "running"),
             **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
         )
+
+    def _relabelled_search_successes(self, chosen: list[EpisodeRow]) -> list[tuple[EpisodeRow, EpisodeFile]]:
+        """``relabel_search_successes``: for each task whose first RL episode is in this batch
+        (its first PPO update, also after a restart), its successful bootstrap rollouts of
+        candidate prompts, relabelled with the canonical prompt."""
+        if not self.settings.relabel_search_successes:
+            return []
+        out: list[tuple[EpisodeRow, EpisodeFile]] = []
+        chosen_ids = {e.id for e in chosen}
+        for task in sorted({e.task for e in chosen}):
+            first_rl = self.store.episodes(task=task, stage="rl", status="labelled", limit=1)
+            if not first_rl or first_rl[0].id not in chosen_ids:
+                continue
+            canon = self.store.prompts(task, "canonical")[0]
+            successes = [
+                e
+                for e in self.store.episodes(task=task, stage="bootstrap", status="labelled", success=True)
+                if e.prompt_id != canon.id
+            ]
+            out += [(e, relabelled(self.store.load_episode_file(e.id), canon.text)) for e in successes]
+            log.info(
+                "task %s: %d search successes relabelled with the canonical prompt", task, len(successes)
+            )
+        return out
 
     def _init_rl_alpha(self) -> None:
         """When a task has just entered RL (the supervisor sets the stage), start the EMA:

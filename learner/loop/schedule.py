@@ -25,7 +25,7 @@ class Plan:
     why: str  # shown on the operator page
 
 
-def _bootstrap_plan(task: str, prompts: list[PromptRow], n_per_prompt: int) -> Plan | None:
+def _bootstrap_plan(task: str, prompts: list[PromptRow], n_per_prompt: int, iteration: int) -> Plan | None:
     canon = next(p for p in prompts if p.status == "canonical")
     if canon.n_finished < n_per_prompt:
         return Plan(
@@ -36,7 +36,14 @@ def _bootstrap_plan(task: str, prompts: list[PromptRow], n_per_prompt: int) -> P
             "bootstrap",
             f"canonical baseline {canon.n_finished + 1}/{n_per_prompt}",
         )
-    todo = [p for p in prompts if p.status == "candidate" and p.n_finished < n_per_prompt]
+    # A round's candidates count once the supervisor has written the round's iteration on the
+    # task (after all of them): which candidate gets which episode, and so which scene, does not
+    # depend on when the loop looked while the supervisor was still adding them.
+    todo = [
+        p
+        for p in prompts
+        if p.status == "candidate" and p.n_finished < n_per_prompt and p.iteration <= iteration
+    ]
     if not todo:
         return None
     p = min(todo, key=lambda q: (q.n_finished, q.id))
@@ -66,7 +73,7 @@ def choose_next(store: TaskReader, tasks: list[str], n_per_prompt: int, rng: ran
         plan = (
             _rl_plan(task, prompts, state.alpha, rng)
             if state.stage == "rl"
-            else _bootstrap_plan(task, prompts, n_per_prompt)
+            else _bootstrap_plan(task, prompts, n_per_prompt, state.iteration)
         )
         if plan is not None:
             options.append((sum(p.n_finished for p in prompts), order, plan))

@@ -166,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
             f"pde loop: cannot reach the robot server at {settings.robot_cmd_endpoint}: {e}", file=sys.stderr
         )
         return 2
+    if msg := sim_cannot_run(settings, info.backend):
+        print(f"pde loop: {msg}", file=sys.stderr)
+        client.close()
+        store.close()
+        return 2
     if mismatch := loaded.policy.robot_mismatch(info):
         print(f"pde loop: {mismatch}", file=sys.stderr)
         client.close()
@@ -247,6 +252,19 @@ def main(argv: list[str] | None = None) -> int:
 
         end_distributed(0)
     return 0
+
+
+def sim_cannot_run(settings: LoopSettings, backend: str) -> str:
+    """Why the robot server's backend cannot run the loop's tasks ("" when it can): the simulator
+    lays out only the paper's ten scenes."""
+    lab = [t for t in settings.tasks if not settings.catalogue.get(t).builtin]
+    if backend != "sim" or not lab:
+        return ""
+    return (
+        f"the robot server runs the sim backend, which has only the paper's ten built-in tasks; "
+        f"{lab} come from the tasks file {settings.tasks_file} and need the franka backend "
+        "(or leave them out of PDE_LOOP_TASKS)"
+    )
 
 
 def ppo_config(settings: LoopSettings) -> PPOConfig:

@@ -6,16 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.checkpoint_files import Retention
 from learner.device import check_device_spec
-from learner.loop.tasks import HEADLINE_TASKS, PAPER_TASKS
 from learner.mixture import AlphaSchedule
 from learner.policies.pi05_options import Trainable
 from learner.policy_args import DEFAULT_POLICY, PolicyKind, check_policy_args, pi05_options
-from pde_contract.settings import data_dir_field, database_url_field, robot_cmd_endpoint_field
+from pde_contract.settings import (
+    data_dir_field,
+    database_url_field,
+    robot_cmd_endpoint_field,
+    tasks_file_field,
+)
+from pde_contract.tasks import HEADLINE_TASKS, TaskCatalogue, load_tasks
 
 _ALPHA = AlphaSchedule()  # the one home of the alpha schedule's defaults
 _RETENTION = Retention()  # the one home of the checkpoint retention's defaults
@@ -29,8 +34,10 @@ class LoopSettings(BaseSettings):
     data_dir: Path = data_dir_field("PDE_LOOP_")
     """Episode files and videos go to <data_dir>/media, checkpoints to <data_dir>/checkpoints."""
     robot_cmd_endpoint: str = robot_cmd_endpoint_field("PDE_LOOP_")
+    tasks_file: str = tasks_file_field()
+    """PDE_TASKS_FILE: the lab's own tasks (pde_contract/tasks.py); empty: the paper's ten only."""
     tasks: list[str] = list(HEADLINE_TASKS)
-    """Tasks to train (snake_case names of the paper's list)."""
+    """Tasks to train: names of the paper's ten or of the tasks file."""
     auto_start: bool = False
     """Start each episode without waiting for the operator's "scene reset — start" (simulation)."""
     auto_label: bool = False
@@ -41,9 +48,28 @@ class LoopSettings(BaseSettings):
     batch_size: int = 64
     """Labelled RL-stage rollouts per PPO update."""
     max_chunks: int = 30
-    """Longest episode, in action chunks."""
+    """Longest episode, in action chunks, for a task whose entry in the tasks file sets none."""
     max_episodes: int | None = None
     """Stop after this many episodes (None: run until stopped)."""
+    prompt_search: bool = True
+    """False: plain PPO on the canonical prompt. Each task goes straight to the RL stage with an
+    empty pool (no bootstrap episodes, nothing for the supervisor to do): the action-noise baseline
+    of bench/bench_pde.py, and a lab that wants RL without a prompt search."""
+    synchronous_updates: bool = False
+    """True: once a PPO update starts, wait for it and swap its weights in before the next episode
+    (every batch on-policy, the run reproducible: the sim benchmark). False (a lab): the robot keeps
+    collecting while the update trains, and its weights come in between later episodes."""
+    relabel_search_successes: bool = False
+    """True: a task's first PPO batch also trains on its successful bootstrap rollouts of candidate
+    prompts, relabelled with the canonical prompt as if rolled out under it (their behaviour
+    log-probs are re-evaluated under the canonical prompt at the update's start, so their first
+    ratio is 1). With alpha_min = 1 and ratio_variant 'plain' this is the relabel baseline: the
+    search's successes as data, then plain PPO on the canonical prompt."""
+    rollouts_per_scene: int = 1
+    """Consecutive episodes that share one scene seed. A real arm cannot re-create a scene, so a
+    lab runs 1 (a fresh scene per episode; PPO's advantage baseline is then the batch's mean).
+    The simulator can lay one scene out k times, which makes PPO's advantages scene-grouped
+    (learner.trainer.advantage_groups)."""
     beta: float = _ALPHA.beta
     """EMA factor of the canonical prompt's success (adaptive alpha)."""
     consolidation_target: float = _ALPHA.consolidation_target
@@ -119,6 +145,16 @@ class LoopSettings(BaseSettings):
     shards weights, gradients and Adam state over the ranks (π0.5 per transformer block), for GPUs
     that cannot hold a replica. The update is the same (learner/distributed.py)."""
 
+    _catalogue: TaskCatalogue = PrivateAttr()
+
+    @property
+    def catalogue(self) -> TaskCatalogue:
+        """The known tasks (the paper's ten and the tasks file's), read once at validation."""
+        return self._catalogue
+
+    def max_chunks_of(self, task: str) -> int:
+        return self._catalogue.get(task).max_chunks or self.max_chunks
+
     def checkpoint_retention(self) -> Retention:
         return Retention(self.checkpoint_keep_trainer_state, self.checkpoint_keep_versions)
 
@@ -162,17 +198,13 @@ class LoopSettings(BaseSettings):
         pi05_options(self)  # Pi05Options refuses a bad value (e.g. lora rank 0) here, not at load
         return self
 
-    @field_validator("tasks")
-    @classmethod
-    def _known_tasks(cls, v: list[str]) -> list[str]:
-        bad = [t for t in v if t not in PAPER_TASKS]
-        if bad or not v:
-            raise ValueError(
-                f"unknown task(s) {bad or '(none given)'}; valid tasks: {', '.join(PAPER_TASKS)}"
-            )
-        return v
+    @model_validator(mode="after")
+    def _known_tasks(self) -> LoopSettings:
+        self._catalogue = load_tasks(self.tasks_file)  # TasksFileError names the bad field
+        self._catalogue.check(self.tasks)  # UnknownTaskError lists the known tasks
+        return self
 
-    @field_validator("rollouts_per_prompt", "batch_size", "max_chunks", "alpha_window")
+    @field_validator("rollouts_per_prompt", "batch_size", "max_chunks", "alpha_window", "rollouts_per_scene")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:

@@ -161,11 +161,12 @@ class Policy(nn.Module, ABC):
     @abstractmethod
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(chain [B, K+1, T, D] normalised, log_prob [B, T, D] per executed element; NaN when
-        deterministic)."""
+        deterministic, whose K may differ: such chains are for acting, not for PPO)."""
 
     @abstractmethod
-    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
-        """Normalised chunk [B, T, D] -> action-space units."""
+    def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Normalised chunk [B, T, D] -> action-space units. ``state``: the raw state [B, S] of the
+        observations the chunk was sampled for (a policy acting in offsets from it adds it back)."""
 
     @abstractmethod
     def checkpoint_state(self) -> dict[str, Any]:
@@ -221,7 +222,7 @@ class Policy(nn.Module, ABC):
         obs = obs.to(self.device)
         cond = self.condition(self.encode_observations(obs), prompts)
         chain, log_prob = self.sample_chain(cond, deterministic)
-        actions = self.denormalize_actions(chain[:, -1])
+        actions = self.denormalize_actions(chain[:, -1], obs.state)
         return ChunkSample(
             actions=actions.cpu().numpy().astype(np.float64),
             log_prob=log_prob.flatten(1).sum(1).cpu().numpy().astype(np.float64),

@@ -57,6 +57,15 @@ def make_schedule(num_steps: int, noise_level: float) -> FlowSDESchedule:
     return FlowSDESchedule(times=times.float(), sigmas=sigmas.float(), dt=dt)
 
 
+def euler_schedule(num_steps: int) -> FlowSDESchedule:
+    """The plain Euler ODE's steps from t = 1 to 0 (deterministic sampling only: no noise, so no
+    likelihood); the times are ``make_schedule``'s."""
+    if num_steps < 1:
+        raise ValueError(f"Euler sampling needs at least 1 step, got {num_steps}")
+    times = torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64).float()
+    return FlowSDESchedule(times=times, sigmas=torch.zeros(num_steps), dt=1.0 / num_steps)
+
+
 def transition_mean(
     x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, sigma: torch.Tensor, dt: float
 ) -> torch.Tensor:

@@ -66,6 +66,10 @@ class LoRA(nn.Module):
         self.B = nn.Parameter(torch.zeros(base.out_features, rank))
         self.scale = alpha / rank
 
+    def delta_weight(self) -> torch.Tensor:
+        """The change to the base layer's weight: merged, the layer computes base + adapter."""
+        return (self.B @ self.A) * self.scale
+
     def hook(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
         x = inputs[0]
         return output + F.linear(F.linear(x, self.A.to(x.dtype)), self.B.to(x.dtype)) * self.scale
@@ -84,13 +88,22 @@ def resize_with_pad(images: torch.Tensor, size_px: int) -> torch.Tensor:
     return F.pad(out, (left, size_px - rw - left, top, size_px - rh - top), value=0.0)
 
 
+def _clean_task(prompt: str) -> str:
+    return prompt.strip().replace("_", " ").replace("\n", " ")  # LeRobot's and openpi's cleaning
+
+
+def task_prompt(prompt: str) -> str:
+    """openpi's prompt without the state (``discrete_state_input=False``, e.g. ``pi05_libero``): the
+    cleaned task and a newline, openpi's "start of answer" token."""
+    return f"{_clean_task(prompt)}\n"
+
+
 def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
     """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep`` (0.5 on, 0.6.1 included): the normalised
     state in 256 bins of [-1, 1] written after the task, one bin per entry (0.4.x padded the state
     to ``max_state_dim`` first; LeRobot dropped that, as openpi never did it)."""
     bins = np.digitize(state_norm, bins=np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
-    cleaned = prompt.strip().replace("_", " ").replace("\n", " ")
-    return f"Task: {cleaned}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
+    return f"Task: {_clean_task(prompt)}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
 
 
 class Pi05Policy(Policy):
@@ -100,6 +113,7 @@ class Pi05Policy(Policy):
         cfg = checkpoint.config
         self.config, self.options, self.mapping = cfg, options, checkpoint.mapping
         self.image_keys = checkpoint.image_keys
+        self.state_in_prompt = checkpoint.state_in_prompt
         self.source_dir = str(checkpoint.directory)
         self.tokenizer_json = checkpoint.tokenizer_json
         self._tokenizer = tokenizer_from_json(checkpoint.tokenizer_json, cfg.tokenizer_max_length)
@@ -109,6 +123,8 @@ class Pi05Policy(Policy):
         self.model = Pi05Model(cfg)
         self.model.set_gradient_checkpointing(options.gradient_checkpointing)
         self.schedule = flow_sde.make_schedule(options.flow_steps, options.noise_level)
+        # Deterministic sampling (evaluation) is LeRobot's: Euler with the checkpoint's step count.
+        self.euler = flow_sde.euler_schedule(cfg.num_inference_steps)
         self.cameras = tuple(c for c in checkpoint.mapping.cameras if c is not None)
         self._state_index = [STATE_VECTOR_NAMES.index(n) for n in checkpoint.mapping.state_names]
         self.stats = {"state": checkpoint.state, "action": checkpoint.action}
@@ -116,6 +132,10 @@ class Pi05Policy(Policy):
         self.register_buffer("state_scale", torch.from_numpy(checkpoint.state.scale))
         self.register_buffer("action_offset", torch.from_numpy(checkpoint.action.offset[: self.action_dim]))
         self.register_buffer("action_scale", torch.from_numpy(checkpoint.action.scale[: self.action_dim]))
+        # LeRobot's use_relative_actions: column i is an offset from the checkpoint's state entry i.
+        self.relative = checkpoint.relative
+        self._relative_index = [self._state_index[i] for i, rel in enumerate(self.relative) if rel]
+        self._relative_columns = [i for i, rel in enumerate(self.relative) if rel]
         width = cfg.vlm_dims.width
         self.value_head = nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1))
         self.lora = nn.ModuleDict()
@@ -206,9 +226,13 @@ class Pi05Policy(Policy):
 
     def set_statistics_from(self, states: np.ndarray, actions: np.ndarray) -> None:
         """QUANTILES statistics from demonstrations: raw FR3 states [N, 15] and action chunks
-        [N, T, D] in action-space units (for a base checkpoint that has none of this robot)."""
-        state = FeatureStats.quantiles_of(np.asarray(states)[:, self._state_index])
-        action = FeatureStats.quantiles_of(np.asarray(actions).reshape(-1, self.action_dim))
+        [N, T, D] in action-space units (for a base checkpoint that has none of this robot); of the
+        offsets from each chunk's state for relative columns (LeRobot's relative action stats)."""
+        states = np.asarray(states)
+        state = FeatureStats.quantiles_of(states[:, self._state_index])
+        offsets = np.array(actions, dtype=np.float64)
+        offsets[..., self._relative_columns] -= states[:, None, self._relative_index]
+        action = FeatureStats.quantiles_of(offsets.reshape(-1, self.action_dim))
         self.stats = {"state": state, "action": action}
         for name, value in (
             ("state_offset", state.offset),
@@ -221,16 +245,32 @@ class Pi05Policy(Policy):
     def normalize_state(self, state: torch.Tensor) -> torch.Tensor:
         """Raw FR3 state [B, 15] -> the checkpoint's normalised state [B, S]."""
         self._require_statistics()
-        return (state[:, self._state_index] - self.state_offset) / self.state_scale
+        shift = self.stats["state"].shift
+        return (state[:, self._state_index] - self.state_offset) / self.state_scale - shift
 
-    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """Action-space units [B, T, D] -> the model's normalised columns [B, T, max_action_dim]."""
-        norm = (actions - self.action_offset) / self.action_scale
+    def _state_reference(self, state: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """[B, 1, D]: the raw state entry each relative column is an offset from, 0 elsewhere."""
+        ref = torch.zeros(state.shape[0], 1, self.action_dim, dtype=like.dtype, device=like.device)
+        if self._relative_columns:
+            picked = state[:, self._relative_index].to(like)
+            ref[:, 0, self._relative_columns] = picked
+        return ref
+
+    def normalize_actions(self, actions: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Action-space units [B, T, D] of observations with raw ``state`` [B, 15] -> the model's
+        normalised columns [B, T, max_action_dim] (relative columns first made offsets, as LeRobot's
+        RelativeActionsProcessorStep before its normaliser)."""
+        offsets = actions - self._state_reference(state, actions)
+        norm = (offsets - self.action_offset) / self.action_scale - self.stats["action"].shift
         return F.pad(norm, (0, self.config.max_action_dim - self.action_dim))
 
-    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
+    def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The model's columns -> action-space units: de-normalised, then the state added back to
+        relative columns (LeRobot's unnormaliser, then its AbsoluteActionsProcessorStep)."""
         self._require_statistics()
-        return actions_norm[..., : self.action_dim] * self.action_scale + self.action_offset
+        shift = self.stats["action"].shift
+        actions = (actions_norm[..., : self.action_dim] + shift) * self.action_scale + self.action_offset
+        return actions + self._state_reference(state, actions)
 
     # --- Policy hooks ----------------------------------------------------------------------------------
 
@@ -243,9 +283,11 @@ class Pi05Policy(Policy):
         return torch.cat([tokens.flatten(1), self.normalize_state(obs.state)], dim=1)
 
     def tokenize(self, prompts: Sequence[str], states_norm: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        enc = self._tokenizer.encode_batch(
-            [state_prompt(p, s) for p, s in zip(prompts, states_norm, strict=True)]
-        )
+        texts = [
+            state_prompt(p, s) if self.state_in_prompt else task_prompt(p)
+            for p, s in zip(prompts, states_norm, strict=True)
+        ]
+        enc = self._tokenizer.encode_batch(texts)
         ids = torch.tensor([e.ids for e in enc], dtype=torch.long, device=self.device)
         valid = torch.tensor([e.attention_mask for e in enc], dtype=torch.bool, device=self.device)
         return ids, valid
@@ -293,7 +335,8 @@ class Pi05Policy(Policy):
 
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         noise = torch.randn(cond.shape[0], self.chunk_len, self.config.max_action_dim, device=cond.device)
-        chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
+        schedule = self.euler if deterministic else self.schedule
+        chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, schedule, deterministic)
         return chain, log_prob[..., : self.action_dim]
 
     def supervised_loss(
@@ -308,7 +351,7 @@ class Pi05Policy(Policy):
         only; ``noise`` and ``t`` as ``supervised_noise`` draws them."""
         cond = self.condition(self.encode_observations(obs), prompts)
         prefix = unpack_prefix(cond, self.config)
-        target = self.normalize_actions(actions.to(self.device).float())
+        target = self.normalize_actions(actions.to(self.device).float(), obs.state.to(self.device))
         if noise is None or t is None:
             noise, t = self.supervised_noise(target.shape[0])
         noise, t = noise.to(target.device), t.to(target.device)
@@ -346,6 +389,8 @@ class Pi05Policy(Policy):
             "image_keys": list(self.image_keys),
             "stats": {k: asdict(v) for k, v in self.stats.items()},
             "tokenizer_json": self.tokenizer_json,
+            "relative": list(self.relative),
+            "state_in_prompt": self.state_in_prompt,
             "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
         }
 
@@ -359,6 +404,8 @@ class Pi05Policy(Policy):
             action=FeatureStats(**state["stats"]["action"]),
             mapping=Pi05Mapping.from_json_dict(state["mapping"]),
             tokenizer_json=state["tokenizer_json"],
+            relative=tuple(state.get("relative", ())),
+            state_in_prompt=state.get("state_in_prompt", True),
         )
         policy = cls(ckpt, Pi05Options(**state["options"]))
         if state["partial"]:

@@ -39,12 +39,23 @@ from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, ActionSpace
 # LeRobot's are absent (else the chunk would silently be LeRobot's default 50, pi05_droid's is 15).
 OPENPI_FIELDS = {"action_horizon": "chunk_size", "action_dim": "max_action_dim"}
 # openpi's models always take these image inputs, in this order (openpi/models/model.py IMAGE_KEYS).
+IMAGE_PREFIX = "observation.images."
 OPENPI_IMAGE_KEYS = tuple(
-    f"observation.images.{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+    f"{IMAGE_PREFIX}{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 )
 MAPPING_FILE = "pde_pi05.json"
+PREPROCESSOR_FILE = "policy_preprocessor.json"  # LeRobot's pipeline: its relative-actions step config
+# The FR3's action columns by name (pde_contract ActionSpace), as exported action_feature_names.
+ACTION_NAMES: dict[ActionSpace, tuple[str, ...]] = {
+    ActionSpace.EE_DELTA: ("dx_m", "dy_m", "dz_m", "drx_rad", "dry_rad", "drz_rad", "gripper_width_m"),
+    ActionSpace.JOINT_ABS: (*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m"),
+}
+# Absolute spaces, whose column i is state entry STATE_VECTOR_NAMES-named ACTION_NAMES[i]: a
+# relative checkpoint's offsets can be added to those entries (ee_delta is a step, not a state).
+ACTION_COLUMNS = {ActionSpace.JOINT_ABS: ACTION_NAMES[ActionSpace.JOINT_ABS]}
 WEIGHTS_FILE = "model.safetensors"
-STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"  # LeRobot's name
+# LeRobot 0.5's name (0.6.1's relative-actions step makes it step_3); any step_N is read.
+STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
 NORM_MODES = ("QUANTILES", "MEAN_STD")
 
 
@@ -63,12 +74,33 @@ class WeightsNotLoadedError(Pi05CheckpointError):
 @dataclass(frozen=True)
 class FeatureStats:
     """Normalisation of one feature: ``mode`` QUANTILES maps [q01, q99] to [-1, 1] (π0.5's default),
-    MEAN_STD to zero mean, unit deviation. ``offset`` and ``scale``: x_norm = (x - offset) / scale."""
+    MEAN_STD to zero mean, unit deviation: x_norm = (x - offset) / scale - shift. QUANTILES keeps
+    LeRobot's form, 2 (x - q01) / (q99 - q01) - 1 (offset q01, scale half the range, shift 1), so
+    that a constant entry (q01 == q99) gives -1 at q01 as there, not 0."""
 
     mode: str
     offset: np.ndarray
     scale: np.ndarray
     known: bool = True
+    shift: float = 0.0
+
+    def normalize(self, x: Any) -> Any:
+        """Raw units -> normalised (numpy arrays or tensors, the statistics as tensors alike)."""
+        return (x - self.offset) / self.scale - self.shift
+
+    def denormalize(self, x_norm: Any) -> Any:
+        return (x_norm + self.shift) * self.scale + self.offset
+
+    def to_stats(self) -> dict[str, np.ndarray]:
+        """Statistics LeRobot's normaliser turns into this normalisation: the range it divides by
+        (openpi's 1e-6 included), a constant entry as q01 == q99 (LeRobot's 1e-8 applies again)."""
+        if self.mode != "QUANTILES":
+            return {"mean": self.offset.copy(), "std": self.scale.copy()}
+        if self.shift == 0.0:  # centred, as policy checkpoints before the LeRobot form held it
+            return {"q01": self.offset - self.scale, "q99": self.offset + self.scale}
+        spread = self.scale * np.float32(2)
+        q99 = np.where(spread == np.float32(1e-8), self.offset, self.offset + spread)
+        return {"q01": self.offset.copy(), "q99": q99.astype(np.float32)}
 
     @staticmethod
     def unknown(dim: int) -> FeatureStats:
@@ -82,7 +114,9 @@ class FeatureStats:
         return FeatureStats.from_stats("QUANTILES", {"q01": q01, "q99": q99}, "demonstrations")
 
     @staticmethod
-    def from_stats(mode: str, stats: dict[str, np.ndarray], where: str) -> FeatureStats:
+    def from_stats(mode: str, stats: dict[str, np.ndarray], where: str, openpi: bool = False) -> FeatureStats:
+        """``openpi``: openpi's normaliser, which adds 1e-6 to every range and deviation, where
+        LeRobot's replaces a zero range or deviation by 1e-8."""
         if mode not in NORM_MODES:
             raise Pi05CheckpointError(
                 f"{where}: normalisation mode {mode!r} is not supported; use {NORM_MODES}"
@@ -94,15 +128,13 @@ class FeatureStats:
                 f"{where}: {mode} normalisation needs {list(need)}, the statistics lack {missing} "
                 "(recompute them for the dataset the checkpoint was trained on)"
             )
-        a, b = (np.asarray(stats[k], dtype=np.float64).reshape(-1) for k in need)
+        # float32 as LeRobot holds them; the range is rounded once, as its float32 q99 - q01 is.
+        a, b = (np.asarray(stats[k], dtype=np.float32).reshape(-1) for k in need)
+        spread = b - a if mode == "QUANTILES" else b
+        spread = spread + np.float32(1e-6) if openpi else np.where(spread == 0, np.float32(1e-8), spread)
         if mode == "QUANTILES":
-            offset, scale = (a + b) / 2.0, (b - a) / 2.0
-        else:
-            offset, scale = a, b
-        # LeRobot divides by eps where the range is 0 (a constant dimension): same here.
-        return FeatureStats(
-            mode, offset.astype(np.float32), np.where(scale == 0, 1e-8, scale).astype(np.float32)
-        )
+            return FeatureStats(mode, a, (spread / 2).astype(np.float32), shift=1.0)
+        return FeatureStats(mode, a, spread.astype(np.float32))
 
     @property
     def dim(self) -> int:
@@ -120,10 +152,10 @@ class Pi05Mapping:
     action_space: ActionSpace = ActionSpace.EE_DELTA
 
     @staticmethod
-    def default(state_dim: int, n_images: int, action_dim: int) -> Pi05Mapping:
+    def default(state_dim: int, image_keys: tuple[str, ...], action_dim: int) -> Pi05Mapping:
         """Ours as they are when the dimensions allow no other reading: the full 15-entry state or
         the 7 joints + gripper (DROID's order); ee_delta for 7 action columns, joint_abs for 8;
-        external then wrist camera, other image inputs absent."""
+        cameras by the image inputs' names (:func:`default_cameras`)."""
         if state_dim == len(STATE_VECTOR_NAMES):
             names: tuple[str, ...] = STATE_VECTOR_NAMES
         elif state_dim == 8:
@@ -139,8 +171,7 @@ class Pi05Mapping:
                 f"the checkpoint acts in {action_dim} dimensions; the FR3 takes "
                 f"{ {s.value: d for s, d in ACTION_DIMS.items()} }: fine-tune a checkpoint for one of them"
             )
-        cams: tuple[str | None, ...] = ("external", "wrist", *([None] * max(0, n_images - 2)))
-        return Pi05Mapping(names, cams[:n_images], spaces[action_dim])
+        return Pi05Mapping(names, default_cameras(image_keys), spaces[action_dim])
 
     def check(self, state_dim: int, n_images: int, action_dim: int) -> None:
         unknown = [n for n in self.state_names if n not in STATE_VECTOR_NAMES]
@@ -170,6 +201,10 @@ class Pi05Mapping:
     def to_json_dict(self) -> dict[str, Any]:
         return {**asdict(self), "action_space": self.action_space.value}
 
+    def to_file_dict(self, image_keys: tuple[str, ...]) -> dict[str, Any]:
+        """What ``pde_pi05.json`` holds: cameras by the checkpoint's image input names."""
+        return {**self.to_json_dict(), "cameras": dict(zip(image_keys, self.cameras, strict=True))}
+
     @staticmethod
     def from_json_dict(raw: dict[str, Any]) -> Pi05Mapping:
         try:
@@ -196,6 +231,12 @@ class Pi05Checkpoint:
     action: FeatureStats
     mapping: Pi05Mapping
     tokenizer_json: str = field(repr=False)
+    relative: tuple[bool, ...] = ()
+    """LeRobot's ``use_relative_actions``: True for each action column the model gives as an offset
+    from the checkpoint's state entry of the same index (added back before the robot gets it);
+    empty: every column absolute."""
+    state_in_prompt: bool = True
+    """The prompt holds the discretised state (False: openpi's ``discrete_state_input=False``)."""
 
     def tokenizer(self) -> Tokenizer:
         return tokenizer_from_json(self.tokenizer_json, self.config.tokenizer_max_length)
@@ -235,7 +276,7 @@ def _find_tokenizer(directory: Path) -> Path:
     )
 
 
-def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Path]:
     """(state stats, action stats, source file) from LeRobot's or openpi's statistics."""
     lerobot = sorted(directory.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
     if lerobot:
@@ -246,8 +287,14 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
             if k.startswith("observation.state.")
         }
         action = {k.removeprefix("action."): v for k, v in flat.items() if k.startswith("action.")}
-        return state, action, str(lerobot[0])
-    openpi = sorted(directory.glob("assets/*/norm_stats.json"))
+        return state, action, lerobot[0]
+    # assets/<asset id>/: the id may have a slash (pi05_libero's "physical-intelligence/libero").
+    openpi = sorted(directory.glob("assets/**/norm_stats.json"))
+    if len(openpi) > 1:
+        raise Pi05CheckpointError(
+            f"{directory} holds several openpi statistics {[str(p) for p in openpi]}: keep the one of "
+            "the dataset the checkpoint was trained on"
+        )
     if openpi:
         raw = _read_json(openpi[0]).get("norm_stats", {})
         if "state" not in raw or "actions" not in raw:
@@ -256,7 +303,7 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
         def arrays(d: dict[str, Any]) -> dict[str, np.ndarray]:
             return {k: np.asarray(v, dtype=np.float64) for k, v in d.items()}
 
-        return arrays(raw["state"]), arrays(raw["actions"]), str(openpi[0])
+        return arrays(raw["state"]), arrays(raw["actions"]), openpi[0]
     raise MissingStatsError(
         f"no normalisation statistics in {directory}: expected LeRobot's "
         "policy_preprocessor_step_*_normalizer_processor.safetensors or openpi's "
@@ -266,9 +313,169 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
     )
 
 
-def _mapping_file(directory: Path) -> Pi05Mapping | None:
+def default_cameras(image_keys: tuple[str, ...]) -> tuple[str | None, ...]:
+    """Our camera for each image input, by its name: the first input named ``*wrist*`` gets the
+    wrist camera (openpi's ``left_wrist_0_rgb``, DROID's wrist view), the first other one the external
+    camera (``base_0_rgb``, ``front``, ``exterior_image_1_left``); the rest are absent (masked)."""
+    out: list[str | None] = []
+    for key in image_keys:
+        ours = "wrist" if "wrist" in key.removeprefix(IMAGE_PREFIX).lower() else "external"
+        out.append(None if ours in out else ours)
+    return tuple(out)
+
+
+def _cameras_by_name(raw: Any, image_keys: tuple[str, ...], where: Path) -> tuple[str | None, ...]:
+    """``{"<image input>": "<our camera>" | null}`` -> our camera per image input in the config's
+    order; inputs not named are absent. An input is named as in config.json or without the
+    ``observation.images.`` prefix."""
+    template = json.dumps(dict(zip(image_keys, default_cameras(image_keys), strict=True)))
+    if not isinstance(raw, dict):
+        raise Pi05CheckpointError(
+            f"{where}: cameras must name the checkpoint's image inputs (matched by name, not by "
+            f'order), e.g. "cameras": {template}'
+        )
+    short = {k.removeprefix(IMAGE_PREFIX): k for k in image_keys}
+    unknown = [k for k in raw if k not in image_keys and k not in short]
+    if unknown:
+        raise Pi05CheckpointError(
+            f"{where}: cameras names {unknown}, which are not image inputs of config.json "
+            f'{list(image_keys)}; e.g. "cameras": {template}'
+        )
+    full = {short.get(k, k): v for k, v in raw.items()}
+    return tuple(full.get(k) for k in image_keys)
+
+
+def _mapping_file(directory: Path, image_keys: tuple[str, ...]) -> tuple[Pi05Mapping | None, dict[str, Any]]:
+    """The mapping ``pde_pi05.json`` gives (None without the file) and the file's raw fields."""
     path = directory / MAPPING_FILE
-    return Pi05Mapping.from_json_dict(_read_json(path)) if path.is_file() else None
+    if not path.is_file():
+        return None, {}
+    raw = _read_json(path)
+    cameras = _cameras_by_name(raw.get("cameras"), image_keys, path)
+    return Pi05Mapping.from_json_dict({**raw, "cameras": list(cameras)}), raw
+
+
+def _relative_step(directory: Path) -> dict[str, Any] | None:
+    """The config of LeRobot's relative-actions step in policy_preprocessor.json, if there is one."""
+    pre = directory / PREPROCESSOR_FILE
+    for step in _read_json(pre).get("steps", []) if pre.is_file() else []:
+        if isinstance(step, dict) and step.get("registry_name") == "relative_actions_processor":
+            conf = step.get("config", {})
+            return conf if isinstance(conf, dict) else {}
+    return None
+
+
+def _relative_columns(raw: dict[str, Any], directory: Path, action_dim: int) -> tuple[bool, ...]:
+    """Which action columns are offsets from the state, as LeRobot 0.6.1's
+    ``RelativeActionsProcessorStep._build_mask`` decides: from the step's config in
+    ``policy_preprocessor.json`` (what LeRobot runs), else ``use_relative_actions``,
+    ``relative_exclude_joints`` (default ``["gripper"]``) and ``action_feature_names`` of config.json.
+    A column is excluded (absolute) when an exclude name equals or occurs in its action name,
+    case-insensitively; without action names or exclude names every column is relative."""
+    enabled = bool(raw.get("use_relative_actions", False))
+    exclude = raw.get("relative_exclude_joints", ["gripper"])
+    names = raw.get("action_feature_names")
+    step = _relative_step(directory)
+    if step is not None:
+        enabled = bool(step.get("enabled", False))
+        exclude, names = step.get("exclude_joints", []), step.get("action_names")
+    if not enabled:
+        return ()
+    tokens = [str(n).lower() for n in exclude or [] if n]
+    if not tokens or names is None:
+        return (True,) * action_dim
+    mask = [not any(t in str(n).lower() for t in tokens) for n in list(names)[:action_dim]]
+    return (*mask, *([True] * (action_dim - len(mask))))
+
+
+def _check_relative(relative: tuple[bool, ...], mapping: Pi05Mapping, where: Path) -> None:
+    """A relative column becomes an absolute target once the state entry of its index is added:
+    the FR3 must take absolute targets and that entry must be the same quantity as the column."""
+    if not any(relative):
+        return
+    todo = (
+        "fine-tune the checkpoint on absolute actions (use_relative_actions false), or map the state "
+        f"in {MAPPING_FILE} so that entry i is the quantity of action column i"
+    )
+    columns = ACTION_COLUMNS.get(mapping.action_space)
+    if columns is None:
+        raise Pi05CheckpointError(
+            f"{where}: use_relative_actions (action = offset + state) with the action space "
+            f"{mapping.action_space.value}, whose columns are not state entries the offsets could be "
+            f"added to; relative actions need {[s.value for s in ACTION_COLUMNS]}: set action_space in "
+            f"{MAPPING_FILE}, or {todo}"
+        )
+    wrong = [
+        f"column {i} ({columns[i]}) + state entry {i} "
+        f"({mapping.state_names[i] if i < len(mapping.state_names) else 'none'})"
+        for i, rel in enumerate(relative)
+        if rel and (i >= len(mapping.state_names) or mapping.state_names[i] != columns[i])
+    ]
+    if wrong:
+        raise Pi05CheckpointError(
+            f"{where}: use_relative_actions adds the state entry of each relative column's index "
+            f"(LeRobot's AbsoluteActionsProcessorStep), which here would give {wrong}; {todo}"
+        )
+
+
+def _state_in_prompt(config: dict[str, Any], mapping: dict[str, Any], path: Path, openpi: bool) -> bool:
+    """Whether the prompt holds the discretised state (π0.5 as LeRobot and most openpi configs run it)
+    or not (openpi's ``discrete_state_input=False``, e.g. ``pi05_libero``): config.json's
+    ``discrete_state_input`` or pde_pi05.json's ``state_in_prompt``. openpi's converter records it
+    nowhere, so a converted checkpoint must say it."""
+    said = {
+        f"{path / 'config.json'} discrete_state_input": config.get("discrete_state_input"),
+        f"{path / MAPPING_FILE} state_in_prompt": mapping.get("state_in_prompt"),
+    }
+    given = {k: v for k, v in said.items() if v is not None}
+    if any(not isinstance(v, bool) for v in given.values()):
+        raise Pi05CheckpointError(f"{given}: true or false")
+    if len(set(given.values())) > 1:
+        raise Pi05CheckpointError(f"{given} disagree: keep one")
+    if given:
+        return bool(next(iter(given.values())))
+    if openpi:
+        raise Pi05CheckpointError(
+            f"{path / 'config.json'} (openpi's converter) does not record whether the prompt holds the "
+            "state: openpi's pi05_libero does not (discrete_state_input=False), pi05_droid and "
+            f'pi05_base do. Say it in {path / MAPPING_FILE}: "state_in_prompt": false or true'
+        )
+    return True
+
+
+def _action_names(config: dict[str, Any], directory: Path) -> list[str]:
+    """The names of the checkpoint's action columns where LeRobot keeps them (config.json's
+    ``action_feature_names``, the relative-actions step of policy_preprocessor.json); [] if none."""
+    names = config.get("action_feature_names") or (_relative_step(directory) or {}).get("action_names")
+    return [str(n) for n in names or []]
+
+
+def _check_action_meaning(
+    config: dict[str, Any], directory: Path, mapping: dict[str, Any], openpi: bool, dim: int
+) -> None:
+    """Refuse actions the FR3's servers do not take (their spaces: ``ActionSpace``; none takes joint
+    velocities), as far as the checkpoint tells what its actions are: LeRobot's action names, or
+    nothing (openpi's converter), where pde_pi05.json must say the action space."""
+    todo = (
+        "fine-tune it on the lab's demonstrations in one of them: copy the directory without its "
+        "statistics (policy_preprocessor_step_*_normalizer_processor.safetensors, assets/), write "
+        f'{MAPPING_FILE} with "action_space", and run `pde learner sft --policy pi05 --init COPY` '
+        "(the statistics then come from the demos)"
+    )
+    spaces = [s.value for s in ActionSpace]
+    velocity = [n for n in _action_names(config, directory) if "vel" in n.lower()]
+    if velocity:
+        raise Pi05CheckpointError(
+            f"{directory}: the checkpoint acts in velocities ({velocity}); the robot server takes "
+            f"{spaces} (absolute joint targets or end-effector steps), none a velocity: {todo}"
+        )
+    if openpi and "action_space" not in mapping:
+        raise Pi05CheckpointError(
+            f"{directory / 'config.json'} (openpi's converter) does not record what its {dim} action "
+            "columns are; openpi's pi05_droid gives 7 joint velocities and a gripper position, which no "
+            f"robot server here takes ({spaces}). If the checkpoint was trained on one of those, say "
+            f'which in {directory / MAPPING_FILE}: "action_space": ...; else {todo}'
+        )
 
 
 def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi05Checkpoint:
@@ -301,6 +508,8 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
     if not image_keys:
         raise Pi05CheckpointError(f"{path / 'config.json'} names no VISUAL input_features (the cameras)")
     modes = raw.get("normalization_mapping", {})
+    given, mapping_raw = _mapping_file(path, image_keys)
+    in_prompt = _state_in_prompt(raw, mapping_raw, path, openpi)
     try:
         state_stats, action_stats, source = _read_stats(path)
     except MissingStatsError:
@@ -308,64 +517,106 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
             raise
         # A base checkpoint (e.g. lerobot/pi05_base) has no statistics of the lab's robot: SFT
         # computes them from the demonstrations (Pi05Policy.set_statistics_from); until then none.
-        mapping = _mapping_file(path) or Pi05Mapping.default(len(STATE_VECTOR_NAMES), len(image_keys), 7)
+        mapping = given or Pi05Mapping.default(len(STATE_VECTOR_NAMES), image_keys, 7)
         mapping.check(len(mapping.state_names), len(image_keys), ACTION_DIMS[mapping.action_space])
         unknown = (
             FeatureStats.unknown(len(mapping.state_names)),
             FeatureStats.unknown(ACTION_DIMS[mapping.action_space]),
         )
-        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, _find_tokenizer(path).read_text())
-    state = FeatureStats.from_stats(modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)")
-    action = FeatureStats.from_stats(modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)")
+        relative = _relative_columns(raw, path, ACTION_DIMS[mapping.action_space])
+        _check_relative(relative, mapping, path / "config.json")
+        tokenizer = _find_tokenizer(path).read_text()
+        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, tokenizer, relative, in_prompt)
+    from_openpi = source.suffix == ".json"
+    state = FeatureStats.from_stats(
+        modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)", from_openpi
+    )
+    action = FeatureStats.from_stats(
+        modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)", from_openpi
+    )
     if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
         raise Pi05CheckpointError(
             f"{source}: state {state.dim} / action {action.dim} entries exceed the model's "
             f"{config.max_state_dim} / {config.max_action_dim}"
         )
-    mapping = _mapping_file(path) or Pi05Mapping.default(state.dim, len(image_keys), action.dim)
+    _check_action_meaning(raw, path, mapping_raw, openpi, action.dim)
+    mapping = given or Pi05Mapping.default(state.dim, image_keys, action.dim)
     mapping.check(state.dim, len(image_keys), action.dim)
+    relative = _relative_columns(raw, path, action.dim)
+    _check_relative(relative, mapping, path / "config.json")
     tokenizer_json = _find_tokenizer(path).read_text()
-    return Pi05Checkpoint(path, config, image_keys, state, action, mapping, tokenizer_json)
+    return Pi05Checkpoint(
+        path, config, image_keys, state, action, mapping, tokenizer_json, relative, in_prompt
+    )
+
+
+# The VLM's token embedding and its tied ``lm_head``: a LeRobot file holds both (``model.`` prefixed);
+# openpi's converter (``safetensors.torch.save_model``, which keeps one name of tied storage) only
+# ``paligemma_with_expert.paligemma.lm_head.weight``, unprefixed. LeRobot fills the embedding from
+# either spelling (``_fix_pytorch_state_dict_keys``).
+EMBED_KEY = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
+TIED_LM_HEAD_KEY = "paligemma_with_expert.paligemma.lm_head.weight"
+_UNUSED = {k.removeprefix("model.") for k in UNUSED_CHECKPOINT_KEYS}
 
 
 def load_weights(model: Pi05Model, weights: Path) -> None:
-    """LeRobot π0.5 weights into ``model``; every parameter must be covered and nothing unknown left.
-    (LeRobot prints a warning and keeps random weights when loading fails: never here.)"""
+    """LeRobot π0.5 weights (or openpi-converted ones) into ``model``; every parameter must be
+    covered and nothing unknown left. (LeRobot prints a warning and keeps random weights when
+    loading fails: never here.)"""
     try:
         flat = load_file(str(weights))
     except Exception as e:  # safetensors raises its own error types for damaged files
         raise WeightsNotLoadedError(f"{weights} does not load as safetensors: {e}") from e
     sd: dict[str, torch.Tensor] = {}
+    tied_head: torch.Tensor | None = None
     for key, value in flat.items():
-        if key in UNUSED_CHECKPOINT_KEYS or key.removeprefix("model.") in (
-            k.removeprefix("model.") for k in UNUSED_CHECKPOINT_KEYS
-        ):
-            continue
         name = key.removeprefix("model.")
+        if name == TIED_LM_HEAD_KEY:
+            tied_head = value
+        if name in _UNUSED:
+            continue
         # transformers >= 5.2x saves SigLIP without its ``vision_model`` level.
         if ".vision_tower." in name and ".vision_tower.vision_model." not in name:
             name = name.replace(".vision_tower.", ".vision_tower.vision_model.")
         name = name.replace("action_time_mlp_", "time_mlp_")  # openpi's older names, as LeRobot maps them
         sd[name] = value
-    embed = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
-    lm_head = "model.paligemma_with_expert.paligemma.lm_head.weight"
-    if embed not in sd and lm_head in flat:  # tied: LeRobot copies lm_head into the embedding too
-        sd[embed] = flat[lm_head]
+    if EMBED_KEY not in sd and tied_head is not None:
+        sd[EMBED_KEY] = tied_head
     own = model.state_dict()
     missing = sorted(set(own) - set(sd))
     unexpected = sorted(set(sd) - set(own))
     wrong = sorted(k for k in set(own) & set(sd) if own[k].shape != sd[k].shape)
     if missing or unexpected or wrong:
-        detail = "; ".join(
-            f"{what} ({len(keys)}): {keys[:3]}"
-            for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
-            if keys
-        )
-        raise WeightsNotLoadedError(
-            f"{weights} does not fit the π0.5 of config.json: {detail}. Check paligemma_variant / "
-            "action_expert_variant / max_action_dim in config.json against the weights"
-        )
+        raise WeightsNotLoadedError(f"{weights}: {_weights_mismatch(own, sd, missing, unexpected, wrong)}")
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in sd.items()})
+
+
+def _weights_mismatch(
+    own: dict[str, torch.Tensor],
+    sd: dict[str, torch.Tensor],
+    missing: list[str],
+    unexpected: list[str],
+    wrong: list[str],
+) -> str:
+    """What does not fit, and the likely cause: other sizes (the variants in config.json) when shapes
+    differ or whole layers are missing or extra; else a file that lacks (or adds) the named weights."""
+    parts = []
+    if missing:
+        named = [f"{k} (or its tied copy {TIED_LM_HEAD_KEY})" if k == EMBED_KEY else k for k in missing]
+        parts.append(f"lacks {len(missing)} weight(s) the model needs: {named[:3]}")
+    if unexpected:
+        parts.append(f"holds {len(unexpected)} weight(s) π0.5 does not have: {unexpected[:3]}")
+    if wrong:
+        shapes = [f"{k} {tuple(sd[k].shape)}, config.json gives {tuple(own[k].shape)}" for k in wrong[:3]]
+        parts.append(f"{len(wrong)} weight(s) of another shape: {shapes}")
+    other_size = bool(wrong) or any(".layers." in k for k in (*missing, *unexpected))
+    hint = (
+        "the weights are of another size than config.json says: check paligemma_variant / "
+        "action_expert_variant / max_action_dim there against the weights"
+        if other_size
+        else "the file is incomplete or from another model: copy (or convert) model.safetensors again"
+    )
+    return f"{'; '.join(parts)}. {hint}"
 
 
 def write_checkpoint(
@@ -377,8 +628,8 @@ def write_checkpoint(
     tokenizer_json: str,
     mapping: Pi05Mapping | None = None,
 ) -> Path:
-    """A checkpoint directory in LeRobot's layout (QUANTILES statistics), e.g. random weights at a
-    small size for tests, or a fine-tuned π0.5 to hand back to LeRobot."""
+    """A checkpoint directory in LeRobot's layout as this project reads it (QUANTILES statistics),
+    e.g. random weights at a small size for tests. What LeRobot itself loads: pi05_export.py."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     raw = model.config.to_json_dict()
@@ -398,5 +649,5 @@ def write_checkpoint(
     save_numpy(stats, str(path / STATS_FILE))
     (path / "tokenizer.json").write_text(tokenizer_json)
     if mapping is not None:
-        (path / MAPPING_FILE).write_text(json.dumps(mapping.to_json_dict(), indent=1))
+        (path / MAPPING_FILE).write_text(json.dumps(mapping.to_file_dict(image_keys), indent=1))
     return path

@@ -15,7 +15,8 @@ class Pi05Options:
     """Ours, not the checkpoint's: how the policy samples and trains."""
 
     flow_steps: int = 5
-    """Denoising steps of the flow-SDE chain (LeRobot samples with 10 ODE steps; PPO needs few)."""
+    """Denoising steps of the flow-SDE chain (PPO needs few); deterministic sampling uses the
+    checkpoint's ``num_inference_steps`` (LeRobot's 10 Euler steps)."""
     noise_level: float = 0.5
     """Flow-SDE noise level a (learner/policies/flow_sde.py)."""
     bf16: bool = False

@@ -153,7 +153,7 @@ class SmallVLAPolicy(Policy):
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return (actions - self.action_mean) / self.action_std
 
-    def denormalize_actions(self, actions_norm: torch.Tensor) -> torch.Tensor:
+    def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         clip = self.config.action_clip_std
         return actions_norm.clamp(-clip, clip) * self.action_std + self.action_mean
 

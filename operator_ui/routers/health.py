@@ -1,4 +1,5 @@
-"""Health of the page and of each service it knows about."""
+"""Health of the page and of each service it knows about, and the one list of what is wrong with
+them, each with the one thing to do (the page shows it as a banner)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,32 @@ from typing import Any
 from fastapi import APIRouter
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
-from operator_ui.robot_link import observation_age_s
+from operator_ui.robot_link import RobotLink, observation_age_s
+from operator_ui.settings import UISettings
+from pde_storage.protocols import OperatorStore
 
 router = APIRouter(tags=["health"])
+Problems = list[dict[str, str]]  # problem()'s lines
+
+# service -> (what the operator calls it, how to start it: the command, its compose service in
+# docker-compose.yml). Keys are the health entries: the robot link, and the service-state rows.
+START = {
+    "robot_server": ("robot server", "`pde robot-server`", "robot_server"),
+    "loop": ("episode loop (learner)", "`pde learner run`", "learner"),
+    "supervisor": ("supervisor", "`pde supervisor`", "supervisor"),
+    "database": ("database", "PostgreSQL, or free the disk of the SQLite file", "postgres"),
+}
+
+
+def problem(service: str, what: str) -> dict[str, str]:
+    """One banner line: which service, what is wrong, and how to start it again."""
+    name, start, compose = START[service]
+    return {
+        "service": service,
+        "title": f"{name.upper()} DOWN",
+        "what": what,
+        "action": f"start it: {start} (in compose: `docker compose up -d {compose}`)",
+    }
 
 
 @router.get("/healthz")
@@ -19,14 +43,12 @@ def healthz(store: StoreDep) -> dict[str, Any]:
     return {"ok": True}
 
 
-@router.get("/api/health")
-def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str, Any]:
-    now = datetime.now(UTC)
-    services: dict[str, Any] = {"database": {"ok": True, "detail": store.dialect}}
+def _robot_entry(robot: RobotLink, settings: UISettings) -> tuple[dict[str, Any], Problems]:
     view = robot.view()
     age = observation_age_s(view)
-    services["robot_server"] = {
-        "ok": age is not None and age < settings.robot_down_s and not view.fault_blocking,
+    silent = age is None or age >= settings.robot_down_s
+    entry = {
+        "ok": not silent and not view.fault_blocking,
         "detail": view.fault
         or (f"last observation {age:.1f} s ago" if age is not None else "no observation yet")
         + (f" ({robot.error})" if robot.error else ""),
@@ -35,18 +57,65 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
         "fault_blocking": view.fault_blocking,
         "guiding": view.guiding,
         "estop_reason": view.estop_reason,
+        "limits": view.limits,
     }
-    for name, row in store.service_states().items():
-        if name.startswith("_"):
-            continue
+    # A fault has its own banner (with the robot server's own advice); silence is this one.
+    what = (
+        "no observation since this page started"
+        if age is None
+        else f"no observation for {age:.0f} s: no live view, and the loop cannot run episodes"
+    )
+    return entry, [problem("robot_server", what)] if silent else []
+
+
+def _service_entries(
+    store: OperatorStore, settings: UISettings
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    now = datetime.now(UTC)
+    rows = {n: r for n, r in store.service_states().items() if not n.startswith("_")}
+    entries: dict[str, Any] = {}
+    problems = []
+    for name, row in rows.items():
         age_s = (now - row.updated_at).total_seconds()
         stopped = row.state.get("phase") == "stopped"
-        services[name] = {
-            "ok": age_s <= settings.service_stale_s and not stopped,
+        ok = age_s <= settings.service_stale_s and not stopped
+        entries[name] = {
+            "ok": ok,
             "detail": f"{row.state.get('phase', '')} · last heard {age_s:.0f} s ago",
             "state": row.state,
         }
-    return {"services": services}
+        if not ok and name in START:
+            problems.append(
+                problem(name, "stopped" if stopped else f"not running: last heard {age_s:.0f} s ago")
+            )
+    loop = entries.get("loop")
+    if loop is None:
+        problems.append(problem("loop", "not running: it never wrote its state to this database"))
+    elif (
+        loop["ok"]
+        and loop["state"].get("phase") == "waiting_for_supervisor"
+        and not entries.get("supervisor", {}).get("ok")
+    ):
+        problems = [p for p in problems if p["service"] != "supervisor"]
+        problems.append(problem("supervisor", "not running, and the loop waits for its candidate prompts"))
+    return entries, problems
+
+
+@router.get("/api/health")
+def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str, Any]:
+    robot_entry, problems = _robot_entry(robot, settings)
+    services: dict[str, Any] = {
+        "database": {"ok": True, "detail": store.dialect},
+        "robot_server": robot_entry,
+    }
+    try:
+        entries, more = _service_entries(store, settings)
+    except Exception as e:  # the page's server is up but its database is not: say that, not a 500
+        services["database"] = {"ok": False, "detail": f"{type(e).__name__}: {e}"}
+        more = [problem("database", f"the page cannot read it ({type(e).__name__})")]
+        entries = {}
+    services.update(entries)
+    return {"services": services, "problems": problems + more}
 
 
 @router.get("/api/token/check", dependencies=[TokenDep])

@@ -7,8 +7,9 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from operator_ui.deps import SettingsDep, StoreDep, TokenDep
+from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from pde_storage import intents
+from pde_storage.protocols import ServiceStates
 
 router = APIRouter(prefix="/api/loop", tags=["loop"])
 
@@ -21,9 +22,17 @@ def loop_state(store: StoreDep, stale_s: float) -> tuple[dict[str, Any], float |
     return row.state, age, age <= stale_s and row.state.get("phase") != "stopped"
 
 
+def is_paused(store: ServiceStates) -> bool:
+    row = store.service_states().get(intents.RUN_CONTROL)
+    return bool(row and row.state.get("paused"))
+
+
 @router.post("/start", dependencies=[TokenDep])
-def start_episode(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
-    """Only while the loop waits for it: a click at another time must not start a later episode."""
+def start_episode(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, Any]:
+    """Only while the loop waits for it, the run is not paused and the E-STOP is not latched: a
+    click at another time must not start a later episode, nor one the robot aborts at once. The
+    answer says the intent was queued; what the loop did with it comes back in its state
+    (``last_start``), which the page waits for."""
     state, _, alive = loop_state(store, settings.service_stale_s)
     if not alive:
         raise HTTPException(
@@ -32,6 +41,14 @@ def start_episode(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
     if state.get("phase") != "awaiting_start":
         raise HTTPException(
             409, f"the loop is not waiting for a start (it is {state.get('phase')!r}); nothing was changed"
+        )
+    if is_paused(store):
+        raise HTTPException(409, "the run is paused: press 'resume run' first; nothing was changed")
+    if robot.view().estopped:
+        raise HTTPException(
+            409,
+            "the E-STOP is latched: when the area is clear, press 'release e-stop', then Start; "
+            "nothing was changed",
         )
     if store.pending_intents(intents.START_EPISODE):
         raise HTTPException(409, "a start is already pending; nothing was changed")

@@ -70,10 +70,11 @@ def admit_prompt(prompt_id: int, store: StoreDep) -> dict[str, Any]:
 
 @router.get("/tasks/{task}/reset-guide")
 def reset_guide(task: str, store: StoreDep, settings: SettingsDep) -> ResetGuideOut:
-    """How to reset the scene for ``task``: the lab's written steps (``<data dir>/reset/<task>.txt``,
-    optional) and the start scene of the task's last ended episode (the first frame of its video)."""
+    """How to reset the scene for ``task``: the lab's written steps (``reset_instructions`` of its
+    entry in the tasks file, optional) and the start scene of the task's last ended episode (the
+    first frame of its video)."""
     store.task_state(task)  # 404 for an unknown task
-    path = settings.data_dir / "reset" / f"{task}.txt"
+    spec = settings.catalogue.tasks.get(task)  # None: a task of an earlier tasks file
     ended = [
         e
         for e in store.episodes(task=task, status=("awaiting_label", "labelled"), newest_first=True, limit=1)
@@ -84,8 +85,8 @@ def reset_guide(task: str, store: StoreDep, settings: SettingsDep) -> ResetGuide
         None if ref is None else ("external" if "external" in ref.video_paths else sorted(ref.video_paths)[0])
     )
     return ResetGuideOut(
-        instructions=path.read_text(encoding="utf-8").strip() if path.is_file() else "",
-        instructions_file=str(path),
+        instructions=spec.reset_instructions if spec else "",
+        instructions_file=settings.tasks_file,
         reference_episode_id=ref.id if ref else None,
         reference_video=f"/api/episodes/{ref.id}/video/{cam}" if ref and cam else None,
     )

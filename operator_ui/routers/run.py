@@ -9,18 +9,12 @@ from statistics import median
 from fastapi import APIRouter
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
-from operator_ui.routers.loop import loop_state
+from operator_ui.routers.loop import is_paused, loop_state
 from operator_ui.schemas import PauseIn, RunProgressOut
 from pde_storage import intents
-from pde_storage.protocols import ServiceStates
 
 router = APIRouter(prefix="/api/run", tags=["run"])
 RECENT_EPISODES = 10  # time per episode: median over this many recent ended episodes
-
-
-def is_paused(store: ServiceStates) -> bool:
-    row = store.service_states().get(intents.RUN_CONTROL)
-    return bool(row and row.state.get("paused"))
 
 
 @router.get("")

@@ -188,13 +188,25 @@ async function showResetGuide(task) {
   if (task === guideTask) return;
   const g = await api(`/api/tasks/${encodeURIComponent(task)}/reset-guide`);
   guideTask = task;
-  $("#reset-steps").textContent = g.instructions || `No written steps for ${task} yet (write them to ${g.instructions_file}).`;
+  $("#reset-steps").textContent = g.instructions || `No written steps for ${task} yet (reset_instructions of [tasks.${task}] in ${g.instructions_file || "a tasks file named by PDE_TASKS_FILE"}).`;
   $("#reset-ref").innerHTML = g.reference_video
     ? `<video muted preload="auto" src="${g.reference_video}"></video><figcaption>start scene of episode #${g.reference_episode_id}</figcaption>` : "";
 }
 
+// Why Start cannot be pressed now ("" when it can); the server refuses the same cases.
+let startInFlight = false;
+function startBlocker() {
+  if (!connected) return "no connection to the page's server";
+  if (current.phase !== "awaiting_start") return "";  // the phase says what the loop does
+  if ($("#estop").classList.contains("latched")) return "E-STOP latched: release it first";
+  if (paused) return "run paused: press “resume run” first";
+  if (startInFlight) return "waiting for the loop to take the start…";
+  return null;
+}
 function updateButtons() {
-  $("#start").disabled = !connected || current.phase !== "awaiting_start";
+  const blocker = startBlocker();
+  $("#start").disabled = blocker !== null;
+  $("#start-why").textContent = blocker || "";
   $("#abort").disabled = !connected || current.phase !== "running";
   const canLabel = connected && awaiting !== null && pending === null;
   $("#discard-awaiting").disabled = !canLabel;
@@ -211,8 +223,12 @@ const OPERATOR_HINTS = [
   [/no observation|not publishing|timed? ?out|no reply/i, "The robot server does not answer: check that `pde robot-server` runs and the robot is powered."],
   [/PPO update .* failed/i, "Training failed; episodes go on with the current policy. Tell whoever runs the learner."],
 ];
+// The robot client's hints about link keys are for whoever set the keys up (they are in the
+// services' logs), not for the operator.
+const LINK_KEY_HINT = / \((?:a server )?with link keys[^)]*\)/g;
 function operatorText(err) {
   if (!err) return "";
+  err = err.replace(LINK_KEY_HINT, "");
   const hint = OPERATOR_HINTS.find(([re]) => re.test(err));
   return hint ? `${hint[1]} (${err.replace(/call release_estop\(\)/g, "release it on the page")})` : err;
 }
@@ -221,9 +237,10 @@ function operatorText(err) {
 let lastNeed = "";
 function updateCues(loop) {
   const need = awaiting ? `label #${awaiting.id}` : current.phase === "awaiting_start" ? "reset the scene, press Start" : "";
-  const state = !connected ? "lost" : $("#estop").classList.contains("latched") ? "estop" : need ? "need" : current.phase === "running" ? "run" : "idle";
-  document.title = (need ? `(!) ${need} — ` : state === "lost" ? "(connection lost) " : state === "estop" ? "(E-STOP) " : "") + "PDE operator";
-  const colour = { lost: "#777777", estop: "#dd0000", need: "#ffb700", run: "#1f7a3a", idle: "#2456d6" }[state];
+  const state = !connected ? "lost" : $("#estop").classList.contains("latched") ? "estop" : need ? "need" : problems.length ? "down" : current.phase === "running" ? "run" : "idle";
+  const downTitle = state === "down" ? `(!) ${problems.map((p) => p.title.toLowerCase()).join(", ")} ` : "";
+  document.title = (need ? `(!) ${need} — ` : state === "down" ? downTitle : state === "lost" ? "(connection lost) " : state === "estop" ? "(E-STOP) " : "") + "PDE operator";
+  const colour = { lost: "#777777", estop: "#dd0000", down: "#b3261e", need: "#ffb700", run: "#1f7a3a", idle: "#2456d6" }[state];
   const icon = $("#favicon");
   icon.dataset.state = state;
   icon.href = "data:image/svg+xml," + encodeURIComponent(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="7" fill="${colour}"/></svg>`);
@@ -251,8 +268,10 @@ async function refreshProgress() {
     ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused ? '<span class="badge paused">PAUSED</span>' : ""}
     ${r.auto_label ? '<span class="badge">auto-label</span>' : ""}`;
   $("#pause").textContent = r.paused ? "resume run" : "pause run";
+  updateButtons();
 }
-$("#pause").onclick = () => act(() => post("/api/run/pause", { paused: !paused }), paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
+$("#pause").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: !paused }); paused = r.paused; updateButtons(); return r; },
+  paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
 
 // Releasing the e-stop lets the loop move the arm (reset, homing): a second click within 5 s confirms.
 let releaseArmed = null;
@@ -268,7 +287,30 @@ function releaseClicked() {
 }
 function disarmRelease() { clearTimeout(releaseArmed); releaseArmed = null; $("#release").textContent = "release e-stop"; $("#release").classList.remove("confirm"); }
 
-function startEpisode() { if (!$("#start").disabled) act(() => post("/api/loop/start"), "episode started"); }
+// The start is an intent the loop takes (or refuses) a moment later: the toast reports what the loop
+// did with this very intent (its state's `last_start`), never "started" before it has.
+const START_ANSWER_MS = 15000;
+async function startEpisode() {
+  if (startBlocker() !== null) return;
+  startInFlight = true; updateButtons();
+  try {
+    const r = await post("/api/loop/start");
+    toast("start sent: waiting for the loop…");
+    const deadline = performance.now() + START_ANSWER_MS;
+    for (;;) {
+      const s = await api("/api/state");
+      const last = s.loop && s.loop.last_start;
+      if (last && last.intent_id === r.intent_id) {
+        toast(last.refused ? "NOT STARTED — " + operatorText(last.refused) : `episode #${last.episode_id} started`);
+        break;
+      }
+      if (!s.loop || !s.loop.alive) { toast("NOT STARTED — the episode loop stopped before it took the start: start `pde learner run` (compose service learner)"); break; }
+      if (performance.now() > deadline) { toast(`NOT STARTED yet — the loop has not taken the start in ${START_ANSWER_MS / 1000} s (it is ${s.loop.phase}); it still may`); break; }
+      await new Promise((ok) => setTimeout(ok, 200));
+    }
+  } catch (e) { toast(e.message); if (e.status === 401 || e.status === 403) checkToken(); }
+  finally { startInFlight = false; refreshAll(); }
+}
 // A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
 // Undo button takes it back. Leaving the page sends it at once.
 let undoMs = 3000;  // UISettings.label_undo_s, from /api/state
@@ -322,17 +364,28 @@ $("#release").onclick = releaseClicked;
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
 document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
-// Shortcuts: unmodified keys only (Ctrl+F is the browser's find), and never while the focus is in a
-// field or a video (Space there plays/pauses, text there is text).
+// E-STOP from the keyboard whatever has the focus: Escape everywhere, Space everywhere but where it
+// types a space (a text field). Caught first (capture) and not passed on, so no video, checkbox or
+// select plays, ticks or opens instead; a held key sends one e-stop.
+const TEXT_ENTRY = "textarea, [contenteditable], input:not([type=checkbox]):not([type=radio]):not([type=range]):not([type=button])";
+window.addEventListener("keydown", (ev) => {
+  if (ev.ctrlKey || ev.altKey || ev.metaKey) return;
+  const inText = ev.target instanceof Element && ev.target.closest(TEXT_ENTRY);
+  if (ev.key !== "Escape" && !(ev.code === "Space" && !ev.shiftKey && !inText)) return;
+  ev.preventDefault(); ev.stopPropagation();
+  if (!ev.repeat) estop();
+}, true);
+// The other shortcuts: unmodified keys only (Ctrl+F is the browser's find; Caps Lock is no
+// modifier), and never while the focus is in a field or a video (text there is text).
 const KEY_IGNORING = "input, textarea, select, video, audio, [contenteditable]";
 document.addEventListener("keydown", (ev) => {
   if (ev.ctrlKey || ev.altKey || ev.metaKey || ev.shiftKey || ev.repeat) return;
   if (ev.target instanceof Element && ev.target.closest(KEY_IGNORING)) return;
-  if (ev.code === "Space") { ev.preventDefault(); estop(); }
-  else if (ev.key === "Enter") { ev.preventDefault(); startEpisode(); }
-  else if (ev.key === "s" && awaiting) labelAwaiting(true, awaiting.id);
-  else if (ev.key === "f" && awaiting) labelAwaiting(false, awaiting.id);
-  else if (ev.key === "u") undoPending();
+  const key = ev.key.length === 1 ? ev.key.toLowerCase() : ev.key;
+  if (key === "Enter") { ev.preventDefault(); startEpisode(); }
+  else if (key === "s" && awaiting) labelAwaiting(true, awaiting.id);
+  else if (key === "f" && awaiting) labelAwaiting(false, awaiting.id);
+  else if (key === "u") undoPending();
 });
 
 // --- history and detail -----------------------------------------------------------------------
@@ -463,19 +516,29 @@ function plot(title, series, yMin, yMax, xLabel, key = title) {
 }
 
 // --- health ----------------------------------------------------------------------------------
+let problems = [];  // /api/health's services that are down, with what to do
 async function refreshHealth() {
   const h = await api("/api/health");
   $("#health").innerHTML = Object.entries(h.services).map(([name, s]) =>
     `<span class="pill ${s.ok ? "ok" : "down"}" data-service="${esc(name)}" title="${esc(s.detail)}">${esc(name)}${s.ok ? "" : " ✕"}</span>`).join("");
   const rs = h.services.robot_server || {};
   $("#estop").classList.toggle("latched", rs.estopped === true);
-  $("#robot-info").textContent = rs.estopped ? "E-STOP LATCHED" : rs.detail || "";
+  // One banner for every service that is down, each with the command that starts it (the pill's
+  // tooltip keeps the technical detail).
+  problems = h.problems || [];
+  const down = $("#service-banner");
+  down.hidden = !problems.length;
+  down.innerHTML = problems.map((p) => `<div data-service="${esc(p.service)}">${esc(p.title)}: <span class="what">${esc(p.what)}</span> — ${esc(p.action).replace(/`([^`]+)`/g, "<code>$1</code>")}</div>`).join("");
+  const robotDown = problems.some((p) => p.service === "robot_server");
+  $("#robot-info").textContent = rs.estopped ? "E-STOP LATCHED" : robotDown ? "robot server down: see the banner" : rs.detail || "";
   $("#robot-info").classList.toggle("error", rs.estopped === true);
   $("#estop-banner").hidden = rs.estopped !== true;
   $("#estop-reason").textContent = rs.estop_reason || "";
+  updateButtons();
   // Shown only when the robot server reports a fault (older servers never do).
   $("#fault-banner").hidden = !rs.fault;
   $("#fault-text").textContent = rs.fault || "";
+  $("#robot-limits").textContent = rs.limits || "";
 }
 
 // --- polling ---------------------------------------------------------------------------------
@@ -483,7 +546,7 @@ const every = (ms, fn) => { const run = () => fn().catch(() => {}).finally(() =>
 function refreshAll() { refreshState().catch(() => {}); refreshHistory().catch(() => {}); if (detailId !== null) showDetail(detailId).catch(() => {}); }
 every(300, refreshState);
 every(1500, refreshHistory);
-every(1500, refreshHealth);
+every(1000, refreshHealth);  // a dead service is on the banner within robot_down_s + 1 s
 every(4000, refreshPools);
 every(2000, refreshProgress);
 adoptHashToken();

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,9 +78,17 @@ class Robot(abc.ABC):
         """Stop any motion and hold the current pose."""
 
     @abc.abstractmethod
-    def home(self, task: str = "", seed: int | None = None) -> None:
-        """Blocking move to the home pose (gripper open). A simulator also re-lays its scene for
-        ``task`` from ``seed``; on hardware the operator resets the scene."""
+    def home(
+        self, task: str = "", seed: int | None = None, joints_rad: Sequence[float] | None = None
+    ) -> None:
+        """Blocking move to the home pose, or to ``joints_rad`` (a task's own reset pose, q1..q7
+        rad, checked by the server), gripper open. A simulator also re-lays its scene for ``task``
+        from ``seed``; on hardware the operator resets the scene."""
+
+    @property
+    def relative_dynamics_factor(self) -> float | None:
+        """The factor on the arm's velocity/acceleration/jerk limits, where the backend has one."""
+        return None
 
     def task_success(self) -> bool | None:
         """The current task's success check, where the backend can judge it (simulator only)."""

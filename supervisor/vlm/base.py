@@ -58,6 +58,7 @@ class SuccessRequest:
     goal: str
     rollout_prompt: str
     rollout: RolloutFrames
+    success_description: str = ""  # the lab's words for success (tasks file); "": judge by the goal
 
 
 @dataclass(frozen=True)

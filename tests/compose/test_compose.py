@@ -38,7 +38,7 @@ SINGLE, ROBOT, WORKSTATION = (
 )
 STACKS = (SINGLE, ROBOT, WORKSTATION)
 DOCKER_COMPOSE = shutil.which("docker-compose")
-ROBOT_REQUIRED = ("ROBOT_BACKEND", "FR3_HOST", "REALSENSE_SERIALS")
+ROBOT_REQUIRED = ("ROBOT_BACKEND", "ROBOT_CONFIG")
 REQUIRED = {
     SINGLE: ("POSTGRES_PASSWORD", "PDE_UI_TOKEN", *ROBOT_REQUIRED),
     ROBOT: (*ROBOT_REQUIRED, "ROBOT_LINK_HOST", "LINK_KEYS_DIR"),
@@ -63,14 +63,19 @@ needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compos
 
 
 def env_file(tmp_path: Path, **values: str) -> Path:
-    """.env.example with the required blanks filled and ``values`` applied ('' removes a line)."""
+    """.env.example with the required blanks filled and ``values`` applied ('' removes a line).
+    The robot configuration is a copy of config/robot.example.toml unless ``values`` names one."""
     lines = []
+    robot_toml = tmp_path / "robot.toml"
+    if "ROBOT_CONFIG" not in values and not robot_toml.exists():
+        shutil.copy(REPO_ROOT / "config" / "robot.example.toml", robot_toml)
     filled = {
         "POSTGRES_PASSWORD": "pw-" + "x" * 20,
         "PDE_UI_TOKEN": "tok-" + "y" * 24,
         "ROBOT_LINK_HOST": "0.0.0.0",
         "ROBOT_PC_HOST": "192.0.2.10",
         "LINK_KEYS_DIR": str(tmp_path / "keys"),
+        "ROBOT_CONFIG": str(robot_toml),
     }
     filled.update(values)
     for line in (REPO_ROOT / ".env.example").read_text().splitlines():
@@ -156,12 +161,21 @@ def test_single_machine_stack(tmp_path: Path) -> None:
     assert services["postgres"]["healthcheck"]["test"][0] == "CMD-SHELL"
 
 
+def tasks_file_source(svc: dict[str, Any]) -> str:
+    """The file on this machine that the service's bind mount shows at its PDE_TASKS_FILE."""
+    target = svc["environment"]["PDE_TASKS_FILE"]
+    [source] = [v.split(":")[0] for v in svc["volumes"] if isinstance(v, str) and v.split(":")[1] == target]
+    return str(source)
+
+
 def _learner_settings(learner: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> LoopSettings:
-    """The loop's settings as the learner's container environment gives them."""
+    """The loop's settings as the learner's container environment gives them (the tasks file read
+    at its mount's source on this machine)."""
     for k in [k for k in os.environ if k.startswith(("PDE_LOOP_", "PDE_LEARNER_"))]:
         monkeypatch.delenv(k)
     for k, v in learner["environment"].items():
         monkeypatch.setenv(k, str(v))
+    monkeypatch.setenv("PDE_TASKS_FILE", tasks_file_source(learner))
     return LoopSettings(**{})
 
 
@@ -205,7 +219,6 @@ def test_two_machine_stacks(tmp_path: Path) -> None:
     assert renv["PDE_ROBOT_LINK_CLIENTS_DIR"] == "/keys/clients"
     assert f"{tmp_path / 'keys'}:/keys:ro" in robot["volumes"]
     assert robot["network_mode"] == "host" and robot["ulimits"]["rtprio"] == 99
-    assert renv["PDE_ROBOT_RT_PRIORITY"] == "80"
     assert "PDE_DATABASE_URL" not in renv  # the robot PC has no database
     ws = config(env, stack=WORKSTATION)["services"]
     for name in ("learner", "operator_ui"):
@@ -316,15 +329,32 @@ def start_order(services: dict[str, Any]) -> list[str]:
 
 
 def _service_env(svc: dict[str, Any], data_dir: Path, keys_dir: Path) -> dict[str, str]:
-    """The service's compose environment for a plain process: the data volume and the mounted
-    key folder become the host folders they stand for."""
+    """The service's compose environment for a plain process: the data volume, the mounted key
+    folder and the mounted files (the robot configuration, the tasks file) become the host paths
+    they stand for."""
     env = subprocess_env(**{k: str(v) for k, v in svc["environment"].items()})
     assert env["PDE_DATA_DIR"] == "/data"
     env["PDE_DATA_DIR"] = str(data_dir)
+    files = {inside: host for host, inside in _bind_mounts(svc).items() if Path(host).is_file()}
     for k, v in env.items():
         if v.startswith("/keys/"):
             env[k] = str(keys_dir / v.removeprefix("/keys/"))
+        elif v in files:
+            env[k] = files[v]
+    if "PDE_TASKS_FILE" in svc["environment"]:
+        env["PDE_TASKS_FILE"] = tasks_file_source(svc)
     return env
+
+
+def _bind_mounts(svc: dict[str, Any], read_only: bool = False) -> dict[str, str]:
+    """host path -> path in the container, of the service's bind mounts (``read_only``: only
+    those mounted ``:ro``)."""
+    out = {}
+    for volume in svc.get("volumes") or []:
+        host, inside, *mode = volume.split(":")
+        if host.startswith("/") and (not read_only or mode == ["ro"]):
+            out[host] = inside
+    return out
 
 
 def _command(svc: dict[str, Any], data_dir: Path) -> list[str]:
@@ -413,15 +443,9 @@ def test_two_machine_services_start_over_the_curve_link(
 ) -> None:
     keys = tmp_path / "keys"
     keys_init(keys, list(DEFAULT_CLIENTS))
-    # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN.
-    # ROBOT_RT_PRIORITY=0: no SCHED_FIFO control thread on a shared CI machine (tests run as root).
-    env = env_file(
-        tmp_path,
-        ROBOT_LINK_HOST="127.0.0.1",
-        ROBOT_PC_HOST="127.0.0.1",
-        ROBOT_RT_PRIORITY="0",
-        **_ports(fresh_db),
-    )
+    # Both "machines" on loopback here; the link has keys all the same, as on the lab LAN. The
+    # robot configuration is the example's (sim backend: normal scheduling, no SCHED_FIFO thread).
+    env = env_file(tmp_path, ROBOT_LINK_HOST="127.0.0.1", ROBOT_PC_HOST="127.0.0.1", **_ports(fresh_db))
     robot = config(env, stack=ROBOT)["services"]
     workstation = config(env, "sim", WORKSTATION)["services"]
     endpoint = workstation["learner"]["environment"]["PDE_ROBOT_CMD_ENDPOINT"]
@@ -435,3 +459,26 @@ def test_two_machine_services_start_over_the_curve_link(
     stacks = [(robot, keys / "robot-pc"), (workstation, keys / "workstation")]
     started = _run_stacks(tmp_path, sft_checkpoints, stacks, while_up=plain_client_refused)
     assert set(started) == {"robot_server"} | ALWAYS[WORKSTATION] - {"postgres"}
+
+
+@needs_compose
+@pytest.mark.parametrize("stack", [SINGLE, WORKSTATION])
+def test_the_tasks_file_reaches_the_learner_supervisor_and_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack: str
+) -> None:
+    readers = ("learner", "supervisor", "operator_ui")
+    services = config(env_file(tmp_path), stack=stack)["services"]
+    example = f"{REPO_ROOT / 'config' / 'tasks.example.toml'}:/etc/pde/tasks.toml:ro"
+    for name in readers:  # default: the committed example, read-only where PDE_TASKS_FILE names it
+        assert example in services[name]["volumes"], name
+        assert services[name]["environment"]["PDE_TASKS_FILE"] == "/etc/pde/tasks.toml", name
+    assert "PDE_TASKS_FILE" not in services.get("robot_server", {}).get("environment", {})  # pose: Reset
+    ours = tmp_path / "tasks.toml"
+    ours.write_text('[tasks.stack_cups]\nprompt = "stack the blue cup on the red cup"\n')
+    services = config(env_file(tmp_path, TASKS_FILE=str(ours)), stack=stack)["services"]
+    for name in readers:
+        assert f"{ours}:/etc/pde/tasks.toml:ro" in services[name]["volumes"], name
+    # The learner's settings, with the file where the container finds it, know the lab's task.
+    learner = config(env_file(tmp_path, TASKS_FILE=str(ours), LOOP_TASKS='["stack_cups"]'), stack=stack)
+    settings = _learner_settings(learner["services"]["learner"], monkeypatch)
+    assert settings.tasks == ["stack_cups"] and settings.catalogue.get("stack_cups").builtin is False

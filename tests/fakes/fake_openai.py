@@ -245,6 +245,7 @@ def inspect_request(req: dict[str, Any]) -> dict[str, Any]:
         "n_messages": len(messages),
         "problems": problems,
         "prompt_tokens": len(text) // 4 + 85 * n_images,
+        "text": text,
     }
 
 

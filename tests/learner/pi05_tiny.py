@@ -4,7 +4,9 @@ statistics for a 15-entry state and 7 ee_delta action columns."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,12 +50,40 @@ def action_stats() -> dict[str, np.ndarray]:
     return {"q01": q01, "q99": q99}
 
 
-def make_tiny_checkpoint(directory: Path, seed: int = 0, mapping: Pi05Mapping | None = None) -> Path:
+def _random_model(seed: int) -> Pi05Model:
     torch.manual_seed(seed)
     model = Pi05Model(TINY)
     with torch.no_grad():
         for p in model.parameters():  # LeRobot zero-initialises the adaRMS; random exercises it
             p.normal_(0.0, 0.1)
+    return model
+
+
+def make_tiny_checkpoint(directory: Path, seed: int = 0, mapping: Pi05Mapping | None = None) -> Path:
     return write_checkpoint(
-        directory, model, IMAGE_KEYS, state_stats(), action_stats(), tiny_tokenizer_json(), mapping
+        directory,
+        _random_model(seed),
+        IMAGE_KEYS,
+        state_stats(),
+        action_stats(),
+        tiny_tokenizer_json(),
+        mapping,
     )
+
+
+# A DROID-like LeRobot dataset's action names: 7 joint positions and the gripper.
+JOINT_ACTION_NAMES = [*(f"joint_{i}.pos" for i in range(1, 8)), "gripper.pos"]
+
+
+def make_joint_checkpoint(directory: Path, config: dict[str, Any] | None = None, seed: int = 0) -> Path:
+    """A checkpoint whose state is 7 joints + gripper and whose 8 action columns are joint targets
+    and gripper width (the defaults map it to ``joint_abs``); ``config``: fields added to config.json."""
+    q01 = np.array([-2.8] * 7 + [0.0])
+    q99 = np.array([2.8] * 7 + [0.08])
+    act = {"q01": np.array([-0.1] * 7 + [0.0]), "q99": np.array([0.1] * 7 + [0.08])}
+    path = write_checkpoint(
+        directory, _random_model(seed), IMAGE_KEYS, {"q01": q01, "q99": q99}, act, tiny_tokenizer_json()
+    )
+    raw = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(raw | (config or {})))
+    return path

@@ -1,3 +1,5 @@
+import time
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,56 @@ def test_a_late_status_reply_does_not_end_the_episode():
 def test_other_status_errors_still_end_the_episode():
     with pytest.raises(RobotServerError, match="GetStatus"):
         _run(SlowStatusClient(late_replies=1, code=ErrorCode.BACKEND_ERROR))
+
+
+class DeadServerClient(FakeRobotClient):
+    """The robot server dies once the first chunk is submitted: every status poll times out (after
+    ``timeout_s``, as the real client's do)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__()
+        self.timeout_s = timeout_s
+
+    def status(self) -> Status:
+        if self.chunks:
+            time.sleep(self.timeout_s)
+            raise RobotServerError(ErrorCode.TIMEOUT, f"no reply to GetStatus within {self.timeout_s} s")
+        return super().status()
+
+
+def test_a_dead_robot_server_ends_the_episode_in_server_silent_s_not_chunk_timeout_s():
+    actor = Actor(
+        make_test_policy("flow"),
+        DeadServerClient(timeout_s=0.2),
+        ActorSettings(poll_period_s=0.0, server_silent_s=0.5, chunk_timeout_s=30.0),
+    )
+    t0 = time.monotonic()
+    with pytest.raises(RobotServerError, match="has not answered for"):
+        actor.run_episode(episode_id="ep1", task="t", canonical_prompt="c", rollout_prompt="r", max_chunks=3)
+    assert time.monotonic() - t0 < 10.0  # 0.6 s of polls; chunk_timeout_s would be 30 s
+
+
+class EndlessChunkClient(FakeRobotClient):
+    """A chunk that never finishes executing (a long chunk, or a server stuck holding it)."""
+
+    def status(self) -> Status:
+        st = super().status()
+        st.steps_remaining = 5
+        return st
+
+
+def test_should_stop_is_asked_while_a_chunk_runs():
+    """SIGTERM (the loop's stop) and the page's abort take effect mid-chunk, not after it."""
+    client = EndlessChunkClient()
+    stop_at = time.monotonic() + 0.3
+    actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.001, chunk_timeout_s=30.0))
+    t0 = time.monotonic()
+    ep = actor.run_episode(
+        episode_id="ep1",
+        task="t",
+        canonical_prompt="c",
+        rollout_prompt="r",
+        max_chunks=3,
+        should_stop=lambda: time.monotonic() > stop_at,
+    )
+    assert time.monotonic() - t0 < 10.0 and len(ep.chunks) == 1 and client.calls[-1] == "stop"

@@ -72,6 +72,65 @@ def test_cuda_asked_for_and_missing_is_a_clear_error() -> None:
     assert "PDE_LEARNER_DEVICE=cpu" in message and "GPU reservation" in message
 
 
+# The first line of /proc/driver/nvidia/version as NVIDIA's proprietary and open kernel modules write it.
+PROC_PROPRIETARY = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+)
+PROC_OPEN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder@U16)\n"
+)
+
+
+def test_the_driver_version_is_read_from_proc_or_nvidia_smi(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from learner.device import find_nvidia_driver
+
+    proc = tmp_path / "version"
+    proc.write_text(PROC_PROPRIETARY)
+    assert find_nvidia_driver(proc, nvidia_smi=None) == "550.54.14"
+    proc.write_text(PROC_OPEN)
+    assert find_nvidia_driver(proc, nvidia_smi=None) == "580.65.06"
+    assert find_nvidia_driver(tmp_path / "absent", nvidia_smi=None) is None
+    # No /proc file (e.g. a WSL host): nvidia-smi's answer, here a stand-in script on PATH.
+    fake_smi = tmp_path / "bin" / "fake-nvidia-smi"
+    fake_smi.parent.mkdir()
+    fake_smi.write_text("#!/bin/sh\necho 535.104.05\n")
+    fake_smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_smi.parent), prepend=":")
+    assert find_nvidia_driver(tmp_path / "absent", nvidia_smi="fake-nvidia-smi") == "535.104.05"
+    assert find_nvidia_driver(tmp_path / "absent", nvidia_smi="no-such-nvidia-smi") is None
+
+
+def test_the_advice_names_the_driver_cuda_needs() -> None:
+    from learner.device import driver_advice
+
+    old = driver_advice("13.0", "550.54.14")
+    assert "driver here is 550.54.14, older than CUDA 13.0 needs (driver >= 580)" in old
+    assert "upgrade the host's driver to 580 or newer" in old and "TORCH_INDEX_URL" in old
+    assert "needs (driver >= 525.60.13)" in driver_advice("12.8", "470.82.01")
+    assert "no NVIDIA driver is visible" in driver_advice("13.0", None)
+    assert "CUDA 13.0 needs driver >= 580" in driver_advice("13.0", None)
+    recent = driver_advice("13.0", "580.65.06")
+    assert "recent enough" in recent and "CUDA_VISIBLE_DEVICES" in recent
+    assert "recent enough" in driver_advice("12.4", "525.60.13")  # the minimum itself is enough
+    assert "an NVIDIA driver that supports it" in driver_advice("14.0", None)  # not in the table
+
+
+@pytest.mark.usefixtures("no_cuda")
+def test_a_cuda_build_on_an_old_driver_says_which_driver_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import learner.device
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(learner.device, "find_nvidia_driver", lambda: "550.54.14")
+    with pytest.raises(DeviceUnavailableError) as e:
+        resolve_device("cuda")
+    message = str(e.value)
+    assert "is built for CUDA 13.0 but finds no GPU: the NVIDIA driver here is 550.54.14" in message
+    assert "(driver >= 580)" in message and "PDE_LEARNER_DEVICE=cpu" in message
+
+
 def test_a_gpu_index_beyond_what_torch_sees(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -89,3 +89,19 @@ def test_sft_command_refuses_a_bad_wording_table(tmp_path, capsys):
     table.write_text(json.dumps({"tasks": {"put_tape_on_top_rack": {"canonical_prob": 0}}}))
     assert main([*args, "--wordings", str(table)]) == 2
     assert "put_tape_on_top_rack" in capsys.readouterr().err
+
+
+def test_sft_command_stops_on_an_unknown_task_listing_the_known(tmp_path, capsys, monkeypatch):
+    write_episode(
+        tmp_path / "demos" / "d.msgpack", _demo("stack_cups", "stack the blue cup on the red cup", 0)
+    )
+    args = ["sft", "--demos", str(tmp_path / "demos"), "--checkpoints", str(tmp_path / "c"), "--steps", "1"]
+    assert main([*args, "--tasks", "stack_cup"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task(s) ['stack_cup']" in err and "put_bowl_on_top_rack" in err
+    assert main(args) == 2  # a demo of a task no tasks file names
+    assert "d.msgpack: unknown task(s) ['stack_cups']" in capsys.readouterr().err
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text('[tasks.stack_cups]\nprompt = "stack the blue cup on the red cup"\n')
+    monkeypatch.setenv("PDE_TASKS_FILE", str(tasks))
+    assert main([*args, "--tasks", "stack_cups", "--batch-size", "2", "--image-size", "16"]) == 0

@@ -20,10 +20,11 @@ from learner.policies.pi05 import (
     resize_with_pad,
     state_prompt,
 )
-from learner.policies.pi05_checkpoint import STATS_FILE, Pi05Mapping
+from learner.policies.pi05_checkpoint import EMBED_KEY, STATS_FILE, TIED_LM_HEAD_KEY, Pi05Mapping
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_episode, synthetic_observation
 from learner.trainer import Trainer
+from pde_contract.messages import STATE_VECTOR_NAMES
 from tests.learner.pi05_tiny import TINY, action_stats, make_tiny_checkpoint, state_stats
 
 CANON = "put the green container in the bowl"
@@ -74,9 +75,9 @@ def test_state_and_actions_follow_the_checkpoint_statistics(ckpt_dir):
     np.testing.assert_allclose(norm.numpy(), expected, rtol=1e-5, atol=1e-6)
     actions = torch.tensor(np.stack([action_stats()["q01"], action_stats()["q99"]]))[None].float()
     np.testing.assert_allclose(
-        policy.normalize_actions(actions)[0, :, :7].numpy(), [[-1] * 7, [1] * 7], atol=1e-5
+        policy.normalize_actions(actions, obs.state)[0, :, :7].numpy(), [[-1] * 7, [1] * 7], atol=1e-5
     )
-    assert policy.normalize_actions(actions).shape[-1] == TINY.max_action_dim
+    assert policy.normalize_actions(actions, obs.state).shape[-1] == TINY.max_action_dim
     prompt = state_prompt("put_the bowl\n", np.array([-1.5, -1.0, 0.0, 1.0, 1.5]))
     # LeRobot's np.digitize over 256 bins of [-1, 1]: below -1 gives -1, above 1 stays 255
     assert prompt == "Task: put the bowl, State: -1 0 128 255 255;\nAction: "
@@ -113,9 +114,38 @@ def _openpi_norm_stats(d):
 def test_openpi_norm_stats_are_read(tmp_path):
     d = make_tiny_checkpoint(tmp_path / "op")
     _openpi_norm_stats(d)
-    assert torch.allclose(
-        load_pi05(d).action_scale, torch.tensor((action_stats()["q99"] - action_stats()["q01"]) / 2).float()
-    )
+    # openpi's normaliser: (x - q01) / (q99 - q01 + 1e-6) * 2 - 1
+    q01, q99 = action_stats()["q01"], action_stats()["q99"]
+    stats = load_pi05(d).stats["action"]
+    np.testing.assert_allclose(stats.denormalize(np.ones(7)), q99 + 1e-6, rtol=1e-6)
+    np.testing.assert_allclose(stats.normalize(q01), -1.0)
+
+
+def _as_openpi_converts(weights):
+    """openpi's converter: no ``model.`` prefix, bfloat16, the tied embedding saved only under the
+    VLM's ``lm_head`` name, the expert's (untied) ``lm_head`` kept (safetensors' ``save_model``)."""
+    out = {k.removeprefix("model."): v.bfloat16() for k, v in weights.items()}
+    out[TIED_LM_HEAD_KEY] = out.pop(EMBED_KEY)
+    out["paligemma_with_expert.gemma_expert.lm_head.weight"] = torch.zeros(TINY.vocab_size, 32).bfloat16()
+    return out
+
+
+def test_weights_load_with_either_lm_head_spelling_and_a_missing_key_is_named(tmp_path):
+    d = make_tiny_checkpoint(tmp_path / "w")
+    weights = load_file(d / "model.safetensors")
+    embed = weights[f"model.{EMBED_KEY}"]
+    for key in (TIED_LM_HEAD_KEY, f"model.{TIED_LM_HEAD_KEY}"):  # openpi's, LeRobot's
+        sd = {k: v for k, v in weights.items() if k != f"model.{EMBED_KEY}"} | {key: embed}
+        save_file(sd, d / "model.safetensors")
+        assert torch.equal(load_pi05(d).model.state_dict()[EMBED_KEY], embed)
+    save_file({k: v for k, v in weights.items() if k != f"model.{EMBED_KEY}"}, d / "model.safetensors")
+    with pytest.raises(WeightsNotLoadedError, match=r"embed_tokens.weight \(or its tied copy") as e:
+        load_pi05(d)
+    assert "variant" not in str(e.value)
+    save_file({k: v for k, v in weights.items() if k != "model.action_in_proj.bias"}, d / "model.safetensors")
+    with pytest.raises(WeightsNotLoadedError, match=r"lacks 1 weight.*'action_in_proj.bias'") as e:
+        load_pi05(d)
+    assert "variant" not in str(e.value) and "copy (or convert) model.safetensors again" in str(e.value)
 
 
 def test_an_openpi_converted_checkpoint_takes_its_action_horizon_and_image_inputs(tmp_path):
@@ -125,7 +155,7 @@ def test_an_openpi_converted_checkpoint_takes_its_action_horizon_and_image_input
     d = make_tiny_checkpoint(tmp_path / "openpi")
     lerobot = json.loads((d / "config.json").read_text())
     weights = load_file(d / "model.safetensors")
-    save_file({k.removeprefix("model."): v.bfloat16() for k, v in weights.items()}, d / "model.safetensors")
+    save_file(_as_openpi_converts(weights), d / "model.safetensors")
     _openpi_norm_stats(d)
     openpi = {
         "action_dim": TINY.max_action_dim,
@@ -137,6 +167,15 @@ def test_an_openpi_converted_checkpoint_takes_its_action_horizon_and_image_input
     # The tiny sizes (a real openpi checkpoint is full size: these are LeRobot's defaults there).
     tiny = ("vision_variant", "vocab_size", "image_resolution", "max_state_dim", "tokenizer_max_length")
     (d / "config.json").write_text(json.dumps(openpi | {k: lerobot[k] for k in tiny}))
+    # The converter records neither what the actions are nor whether the prompt holds the state.
+    with pytest.raises(Pi05CheckpointError, match="state_in_prompt"):
+        load_pi05(d)
+    mapping = {"state_in_prompt": True, "state_names": list(STATE_VECTOR_NAMES), "cameras": {}}
+    (d / "pde_pi05.json").write_text(json.dumps(mapping | {"cameras": {"base_0_rgb": "external"}}))
+    with pytest.raises(Pi05CheckpointError, match="pi05_droid gives 7 joint velocities"):
+        load_pi05(d)
+    cameras = {"base_0_rgb": "external", "left_wrist_0_rgb": "wrist"}
+    (d / "pde_pi05.json").write_text(json.dumps(mapping | {"action_space": "ee_delta", "cameras": cameras}))
     policy = load_pi05(d)
     assert policy.chunk_len == 3 and policy.config.max_action_dim == TINY.max_action_dim
     assert [k.rsplit(".", 1)[-1] for k in policy.image_keys] == [
@@ -279,11 +318,11 @@ def test_missing_pieces_are_refused_with_what_to_do(tmp_path):
     raw = json.loads((d / "config.json").read_text())
     raw["max_action_dim"] = 12  # weights of another width
     (d / "config.json").write_text(json.dumps(raw))
-    with pytest.raises(WeightsNotLoadedError, match="wrong shape"):
+    with pytest.raises(WeightsNotLoadedError, match=r"another shape.*action_expert_variant"):
         load_pi05(d)
     d = make_tiny_checkpoint(tmp_path / "e")
     (d / "pde_pi05.json").write_text(
-        json.dumps({"state_names": ["ee_x_m"], "cameras": ["external", "wrist"]})
+        json.dumps({"state_names": ["ee_x_m"], "cameras": {"base_0_rgb": "external"}})
     )
     with pytest.raises(Pi05CheckpointError, match="1 state_names for the checkpoint's 15-entry state"):
         load_pi05(d)

@@ -192,3 +192,30 @@ def test_sft_with_a_wording_table_retrains_and_refuses_unknown_tasks(demo_dir, t
     bad = WordingTable.from_dict({"tasks": {"no_such_task": {"canonical_prob": 0.0}}})
     with pytest.raises(ValueError, match="no_such_task"):
         run_sft(demo_dir, tmp_path / "ckpt", vla, cfg, wordings=bad)
+
+
+def test_sft_trains_the_tasks_file_prompt_and_refuses_demos_of_unknown_tasks(tmp_path):
+    from learner.sft import build_dataset, catalogue_prompts
+    from pde_contract.episodes import write_episode
+    from pde_contract.tasks import UnknownTaskError, load_tasks
+
+    demos = tmp_path / "demos"
+    for seed in range(2):  # a lab task's demos, recorded before the lab settled on its wording
+        write_episode(demos / f"stack-{seed}.msgpack", _demo("stack_cups", "put the cups together", seed))
+    files = select_demo_files(demos, 4)
+    with pytest.raises(
+        UnknownTaskError, match=r"demo .*stack-0\.msgpack: unknown task\(s\) \['stack_cups'\]"
+    ):
+        catalogue_prompts(files, load_tasks(None))
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text('[tasks.stack_cups]\nprompt = "stack the blue cup on the red cup"\n')
+    prompt_of = catalogue_prompts(files, load_tasks(tasks))
+    assert prompt_of == {"stack_cups": "stack the blue cup on the red cup"}
+    vla = VLAConfig(image_size_px=16, hidden_dim=32, chunk_len=4, text_encoder="fake-hashing")
+    data = build_dataset(SmallVLAPolicy(vla), files, prompt_of)
+    assert set(data.canonical_prompts) == {"stack the blue cup on the red cup"}
+    cfg = SFTConfig(episodes_per_task=4, steps=2, batch_size=4)
+    assert not run_sft(demos, tmp_path / "ckpt", vla, cfg)[2]
+    # The tasks file's prompt is another training set: a new checkpoint, then cached.
+    assert not run_sft(demos, tmp_path / "ckpt", vla, cfg, catalogue=load_tasks(tasks))[2]
+    assert run_sft(demos, tmp_path / "ckpt", vla, cfg, catalogue=load_tasks(tasks))[2]

@@ -164,3 +164,20 @@ def test_flow_head_has_no_noise_group():
     policy = make_test_policy("flow")
     assert policy.noise_parameters() == []
     assert len(Trainer(policy, PPOConfig(noise_learning_rate=1e-2)).optimizer.param_groups) == 2
+
+
+def test_relabelled_search_successes_train_under_plain_ppo_from_a_ratio_of_one():
+    """The loop's relabel option (learner.loop.core.relabelled): episodes rolled out under another
+    prompt, relabelled with the canonical one, train with the plain ratio; their behaviour
+    log-probs are re-evaluated under the canonical prompt, so their first ratio is 1."""
+    from learner.loop.core import relabelled
+
+    torch.manual_seed(0)
+    policy = make_test_policy("flow")
+    batch = [
+        (relabelled(e, CANON) if e.rollout_prompt != CANON else e, r) for e, r in _batch(policy, "set it")
+    ]
+    assert all(c.trace.log_prob_elements is not None for e, _ in _batch(policy, "set it") for c in e.chunks)
+    stats = Trainer(policy, PPOConfig(ratio_variant="plain", minibatch_size=4)).update(batch)
+    assert stats["n_other_prompt_chunks"] == 0 and stats["old_log_prob_reevaluated_frac"] == 0.5
+    assert stats["w0_min"] == pytest.approx(1.0, abs=1e-4) and stats["w0_max"] == pytest.approx(1.0, abs=1e-4)

@@ -4,15 +4,18 @@ a clear 4xx and change nothing."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from operator_ui.app import create_app
+from operator_ui.robot_link import RobotLink
 from operator_ui.settings import UISettings, check_exposure
 from pde_storage import Store, intents
-from tests.helpers import pde_command, subprocess_env
-from tests.operator_ui.conftest import AUTH
+from tests.helpers import free_port, pde_command, subprocess_env
+from tests.operator_ui.conftest import AUTH, TOKEN
 from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
@@ -90,6 +93,10 @@ def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> No
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 409 and "'running'" in r.text
     store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "prompt": CANON})
+    store.set_service_state(intents.RUN_CONTROL, {"paused": True})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 409 and "resume run" in r.text
+    store.set_service_state(intents.RUN_CONTROL, {"paused": False})
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 200 and r.json()["task"] == TASK
     r = client.post("/api/loop/start", headers=AUTH)
@@ -202,3 +209,45 @@ def test_discard_restore_note_and_history_paging_filters(client: TestClient, sto
     r = client.post(f"/api/episodes/{ids[2]}/restore", headers=AUTH)
     assert r.json()["status"] == "awaiting_label" and r.json()["discarded_at"] is None
     assert client.post(f"/api/episodes/{ids[2]}/restore", headers=AUTH).status_code == 409
+
+
+def test_health_lists_each_down_service_with_the_command_that_starts_it(
+    client: TestClient, store: Store
+) -> None:
+    def problems() -> dict[str, dict[str, str]]:
+        return {p["service"]: p for p in client.get("/api/health").json()["problems"]}
+
+    down = problems()  # no robot server at the link's endpoint, no loop ever ran
+    assert sorted(down) == ["loop", "robot_server"]
+    assert "`pde robot-server`" in down["robot_server"]["action"]
+    assert "docker compose up -d learner" in down["loop"]["action"]
+    assert "PDE_ROBOT_LINK" not in str(down)
+    store.set_service_state("loop", {"phase": "waiting_for_supervisor"})
+    down = problems()
+    assert "loop" not in down and "waits for its candidate prompts" in down["supervisor"]["what"]
+    store.set_service_state("supervisor", {"phase": "running"})
+    assert "supervisor" not in problems()
+    store.set_service_state("supervisor", {"phase": "stopped"})
+    assert "`pde supervisor`" in problems()["supervisor"]["action"]
+
+
+def test_the_reset_guide_shows_the_tasks_reset_instructions(
+    client: TestClient, store: Store, tmp_path: Path
+) -> None:
+    _episode(store)
+    none = client.get(f"/api/tasks/{TASK}/reset-guide").json()  # no tasks file: no steps, say where
+    assert (none["instructions"], none["instructions_file"]) == ("", "")
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text(
+        f'[tasks.{TASK}]\nreset_instructions = """\nBowl on the left mark.\nContainer right.\n"""\n'
+    )
+    settings = UISettings.model_validate(
+        {"data_dir": tmp_path, "database_url": store.url, "tasks_file": str(tasks)}
+    )
+    link = RobotLink(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3)
+    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link)) as c:
+        guide = c.get(f"/api/tasks/{TASK}/reset-guide").json()
+        assert c.get("/api/tasks/no_such_task/reset-guide").status_code == 404
+    link.close()
+    assert guide["instructions"] == "Bowl on the left mark.\nContainer right."
+    assert guide["instructions_file"] == str(tasks)

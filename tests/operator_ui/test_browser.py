@@ -14,7 +14,7 @@ from learner.loop.settings import LoopSettings
 from pde_storage import Store
 from tests.helpers import free_port
 from tests.learner.loop.doubles import FakeActor, FakeRobot
-from tests.operator_ui.browser import SHOTS, ui_process
+from tests.operator_ui.browser import SHOTS, ui_server
 from tests.operator_ui.conftest import TOKEN
 
 pytestmark = [pytest.mark.browser]
@@ -41,9 +41,11 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
     loop = EpisodeLoop(store, robot, actor, settings)
     t = threading.Thread(target=loop.run, daemon=True)
     t.start()
-    (tmp_path / "reset").mkdir()
-    (tmp_path / "reset" / "put_green_container_in_bowl.txt").write_text("Bowl at the back left.\n")
-    with ui_process(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as base:
+    # The lab's reset steps for a paper task, from the tasks file the page reads (PDE_TASKS_FILE).
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text('[tasks.put_green_container_in_bowl]\nreset_instructions = "Bowl at the back left."\n')
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    with ui_server(url, tmp_path, TOKEN, endpoint, PDE_TASKS_FILE=str(tasks)) as (base, _):
         page.goto(f"{base}/#token={TOKEN}")
         expect(page.locator("#estop")).to_be_visible()
         expect(page.locator("#last-error")).to_contain_text("reset failed", timeout=15_000)

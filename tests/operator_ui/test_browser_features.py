@@ -184,11 +184,11 @@ def test_progress_pause_resume_cues_and_vlm_state(page: Page, tmp_path: Path) ->
             expect(page.locator("#favicon")).to_have_attribute("data-state", "need")
             expect(page.locator("#progress")).to_contain_text("episodes today", timeout=10_000)
             expect(page.locator("#progress")).to_contain_text("bootstrap")
+            page.keyboard.press("Enter")
+            expect(page.locator("#awaiting")).to_be_visible(timeout=15_000)
             page.locator("#pause").click()  # takes effect after the episode in hand
             expect(page.locator("#pause")).to_have_text("resume run", timeout=10_000)
             assert store.service_states()[intents.RUN_CONTROL].state["paused"] is True
-            page.keyboard.press("Enter")
-            expect(page.locator("#awaiting")).to_be_visible(timeout=15_000)
             [ep] = store.episodes()
             expect(page).to_have_title(f"(!) label #{ep.id} — PDE operator", timeout=5_000)
             expect(page.locator("#vlm")).to_contain_text("supervisor not running")

@@ -34,6 +34,8 @@ def test_live_view_and_estop(page: Page, tmp_path: Path) -> None:
                 timeout=20_000,
             )
         expect(page.locator('.pill[data-service="robot_server"]')).to_have_class("pill ok", timeout=10_000)
+        # The workspace box in force (the sim has no dynamics factor to show).
+        expect(page.locator("#robot-limits")).to_have_text("box x 0.150…0.750 y -0.500…0.500 z 0.015…0.550 m")
         small = page.locator("#cam-external").bounding_box()
         page.locator("#cam-external").click()  # enlarge
         big = page.locator("#cam-external").bounding_box()

@@ -82,7 +82,7 @@ def test_keys_label_only_the_episode_shown_as_awaiting(page: Page, tmp_path: Pat
         video = page.locator('#detail-videos video[data-camera="external"]')
         expect(video).to_be_visible()
         video.focus()
-        for key in ("s", "f", "Space", "Control+f", "Control+s", "Shift+S", "Alt+f"):
+        for key in ("s", "f", "Control+f", "Control+s", "Shift+S", "Alt+f"):  # (Space: E-STOP)
             page.keyboard.press(key)
         page.locator("#detail-id").click()  # focus back on the page, away from the video
         for key in ("Control+f", "Meta+s", "Shift+F"):

@@ -3,7 +3,7 @@ and the robot_server pill."""
 
 from __future__ import annotations
 
-from operator_ui.robot_link import fault_blocks_motion, fault_text
+from operator_ui.robot_link import fault_blocks_motion, fault_text, limits_text
 from pde_contract.messages import Counters, RobotFault, Status
 
 
@@ -38,3 +38,12 @@ def test_a_latched_fault_shows_what_happened_and_what_to_do_and_blocks() -> None
 def test_a_recovered_communication_error_is_shown_but_does_not_block() -> None:
     st = _status(RobotFault.COMMUNICATION, "communication_constraints_violation (recovered)")
     assert fault_text(st).startswith("communication: ") and not fault_blocks_motion(st)
+
+
+def test_the_limits_in_force_read_as_the_box_and_the_dynamics_factor() -> None:
+    st = _status(RobotFault.NONE)
+    assert limits_text(st) == ""  # a server that does not report them
+    st.workspace_min_m, st.workspace_max_m = [0.2, -0.3, 0.05], [0.6, 0.35, 0.4]
+    assert limits_text(st) == "box x 0.200…0.600 y -0.300…0.350 z 0.050…0.400 m"
+    st.relative_dynamics_factor = 0.1
+    assert limits_text(st).endswith(" m · dynamics factor 0.1")

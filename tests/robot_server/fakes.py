@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -33,6 +34,7 @@ class FakeRobot(Robot):
         self.commands: list[tuple[float, RobotTarget]] = []  # (monotonic time, target)
         self.holds = 0
         self.homes: list[tuple[str, int | None]] = []
+        self.home_poses: list[tuple[float, ...] | None] = []  # each home's joints_rad (None: home)
         self.fail_next_command = False
         self.fail_keeps_connection = False  # a failure like a simulator's IK error, not a drop
         self.fault_report: FaultReport | None = None  # what fault() says; home() clears a latched one
@@ -79,13 +81,18 @@ class FakeRobot(Robot):
     def hold(self) -> None:
         self.holds += 1
 
-    def home(self, task: str = "", seed: int | None = None) -> None:
+    def home(
+        self, task: str = "", seed: int | None = None, joints_rad: Sequence[float] | None = None
+    ) -> None:
         time.sleep(self.home_time_s)
         if self.home_gate is not None:
             assert self.home_gate.wait(30.0), "the test never opened the home gate"
         with self.lock:
             self.homes.append((task, seed))
+            self.home_poses.append(None if joints_rad is None else tuple(joints_rad))
             self.pos, self.quat, self.q, self.width = HOME_POS.copy(), HOME_QUAT.copy(), HOME_Q.copy(), 0.08
+            if joints_rad is not None:
+                self.q = np.asarray(joints_rad, dtype=float)
             self.fault_report = None
 
     def fault(self) -> FaultReport | None:

@@ -44,3 +44,11 @@ def test_summary_and_success_templates() -> None:
     assert s.n_images == 16 and "ONE sentence" in text(s) and '"summary"' in text(s)
     j = prompts.success_prompt(SuccessRequest("t", GOAL, "place it", FRAMES), 8)
     assert j.n_images == 8 and '"success"' in text(j) and '"reason"' in text(j) and "proposal" in text(j)
+
+
+def test_the_success_template_carries_the_tasks_success_description() -> None:
+    plain = text(prompts.success_prompt(SuccessRequest("t", GOAL, "place it", FRAMES), 8))
+    assert "SUCCESS means" not in plain and "as SUCCESS defines it" not in plain
+    described = "the container lies inside the bowl and the gripper is open"
+    t = text(prompts.success_prompt(SuccessRequest("t", GOAL, "place it", FRAMES, described), 8))
+    assert f"SUCCESS means: {described}" in t and "accomplish the TASK as SUCCESS defines it" in t

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from supervisor.dedup import normalise
 from supervisor.proposers import RandomParaphraseProposer
 from supervisor.scoring import confusion
@@ -53,3 +55,28 @@ def test_confusion_matrix() -> None:
     assert (c.unlabelled, c.no_proposal, c.n) == (1, 1, 5)
     assert c.agreement == 3 / 5 and c.precision == 0.5 and c.recall == 0.5
     assert confusion([]).agreement is None
+
+
+def test_proposers_are_made_by_name_and_an_unknown_name_lists_the_known_ones() -> None:
+    from supervisor.proposers import PROPOSERS, ProposerOptions, ScriptedProposer, make_proposer
+
+    assert isinstance(make_proposer("paraphrase", ProposerOptions(seed=1)), RandomParaphraseProposer)
+    with pytest.raises(ValueError) as refused:
+        make_proposer("gpt-9", ProposerOptions())
+    assert all(name in str(refused.value) for name in PROPOSERS)
+    wordings = ("place the green container in the bowl", "set the green container into the bowl", "drop it")
+    scripted = make_proposer("scripted", ProposerOptions(wordings=wordings))
+    assert isinstance(scripted, ScriptedProposer)
+    goal = "put the green container in the bowl"
+    tried = [PromptEvidence(wordings[0], 0.0, 10)]
+    out = scripted.propose(CandidateRequest("t", goal, None, "unknown", 2, 5, [], tried))
+    assert out.new_prompts == list(wordings[1:])  # the untried ones, in order
+
+
+def test_every_named_proposer_has_a_source_the_store_keeps() -> None:
+    from pde_storage.rows import PROMPT_SOURCES
+    from supervisor.proposers import PROPOSERS, ProposerOptions
+
+    for name, factory in PROPOSERS.items():
+        options = ProposerOptions(wordings=("place it in the bowl",), outcomes=lambda _: [])
+        assert factory(options).source in PROMPT_SOURCES, name

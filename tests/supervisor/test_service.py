@@ -370,3 +370,23 @@ def test_heartbeat_stays_fresh_while_a_poll_waits(store: Any, embedder: MiniLMEm
         t.join(10)
     assert not t.is_alive()
     assert store.service_states()["supervisor"].state["phase"] == "stopped"
+
+
+def test_success_proposals_judge_against_the_tasks_success_description(
+    store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder, tmp_path: Path
+) -> None:
+    described = "the green container lies inside the bowl, the gripper open above it"
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text(f'[tasks.{TASK}]\nsuccess_description = "{described}"\n')
+    new_task(store)
+    canon = store.prompts(TASK, "canonical")[0]
+    row = store.create_episode(TASK, canon.id, 0, "bootstrap")
+    store.finish_episode(row.id, make_episode(str(row.id), TASK, GOAL, GOAL, n_chunks=12))
+    settings = make_settings(fake.base_url, tasks_file=str(tasks), proposer="offline")
+    service = make_service(store, settings, embedder)
+    try:
+        drive(service, lambda: service.idle() and store.episode(row.id).vlm_proposal is not None)
+    finally:
+        service.close()
+    [judged] = fake.requests_of("success")
+    assert f"SUCCESS means: {described}" in judged["text"]

@@ -15,9 +15,11 @@ from pde_contract.episodes import EpisodeFile
 from supervisor.dedup import normalise
 from supervisor.proposers import (
     OutcomeLog,
+    ProposerOptions,
     RandomParaphraseProposer,
     RolloutOutcome,
     SimStateProposer,
+    make_proposer,
     rule_vocabulary,
     sim_stand_in_vocabulary,
     summarize_outcomes,
@@ -125,7 +127,7 @@ def _log(prompt: str, held: list[bool], n: int = 3) -> OutcomeLog:
 
 def test_stand_in_stresses_the_step_that_failed() -> None:
     never = SimStateProposer(_log(GOAL, [False, False, False]), seed=0).propose(_request())
-    assert never.source == "sim-stand-in" and len(never.new_prompts) == 4
+    assert never.source == "offline" and "stand-in" in never.analysis and len(never.new_prompts) == 4
     assert all(p.startswith(("grasp ", "grab ")) for p in never.new_prompts), never.new_prompts
     assert "no_grasp" in never.analysis
     kept = SimStateProposer(_log(GOAL, [False, True, True]), seed=0).propose(_request()).new_prompts
@@ -165,3 +167,15 @@ def test_rule_proposer_outputs_stay_inside_rule_vocabulary() -> None:
     proposer = RandomParaphraseProposer(seed=0)
     for _ in range(50):
         assert vocabulary(proposer.paraphrase(GOAL)) <= rule_vocabulary() | vocabulary(GOAL)
+
+
+def test_stand_in_is_a_named_proposer_that_needs_outcomes() -> None:
+    log = _log(GOAL, [False, False])
+    proposer = make_proposer("standin", ProposerOptions(seed=2, outcomes=log))
+    assert isinstance(proposer, SimStateProposer)
+    assert (
+        proposer.propose(_request()).new_prompts
+        == SimStateProposer(log, seed=2).propose(_request()).new_prompts
+    )
+    with pytest.raises(ValueError, match="reads rollout outcomes"):
+        make_proposer("standin", ProposerOptions(seed=2))

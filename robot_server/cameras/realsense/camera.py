@@ -31,17 +31,29 @@ from robot_server.cameras.base import Camera, CameraError
 logger = logging.getLogger(__name__)
 
 
-class RealSenseConfig(BaseModel):
+class RealSenseStream(BaseModel):
+    """What a lab sets per camera in the robot configuration file ([robot.realsense.<camera>])."""
+
     model_config = {"extra": "forbid"}
 
-    name: str = Field(description='camera name in observations ("external", "wrist")')
-    serial: str = Field(
-        min_length=1, description="serial number printed on the camera / rs-enumerate-devices"
-    )
     width: int = Field(default=640, gt=0)
     height: int = Field(default=480, gt=0)
     fps: int = Field(default=30, gt=0)
     depth: bool = False
+    # Manual exposure of the colour sensor in microseconds (None: auto exposure).
+    exposure_us: float | None = Field(default=None, gt=0)
+    # Manual white balance in kelvin (None: auto white balance).
+    white_balance_k: float | None = Field(default=None, ge=2800, le=6500)
+    # Auto exposure may lower the frame rate in dim light (librealsense's default on some models):
+    # False keeps the configured fps. None: leave the camera's own setting.
+    auto_exposure_priority: bool | None = None
+
+
+class RealSenseConfig(RealSenseStream):
+    name: str = Field(description='camera name in observations ("external", "wrist")')
+    serial: str = Field(
+        min_length=1, description="serial number printed on the camera / rs-enumerate-devices"
+    )
     max_age_s: float = Field(default=0.2, gt=0.0, description="older frames are refused as stale")
     jpeg_quality: int = Field(default=90, ge=1, le=100)
     frame_queue_size: int = Field(default=2, ge=1)
@@ -126,7 +138,7 @@ class RealSenseCamera(Camera):
     def _start(self, device: Any) -> None:
         rs = self.rs
         self._check_usb(device)
-        self._enable_global_time(device)
+        self._configure_sensors(device)
         cfg = rs.config()
         cfg.enable_device(self.config.serial)
         cfg.enable_stream(
@@ -184,13 +196,32 @@ class RealSenseCamera(Camera):
             dropped += 1
         self.settle_frames_dropped += dropped
 
-    def _enable_global_time(self, device: Any) -> None:
+    def _configure_sensors(self, device: Any) -> None:
         rs = self.rs
         for sensor in device.query_sensors():
             if sensor.supports(rs.option.global_time_enabled):
                 sensor.set_option(rs.option.global_time_enabled, 1.0)
             if sensor.supports(rs.option.frames_queue_size):
                 sensor.set_option(rs.option.frames_queue_size, float(self.config.frame_queue_size))
+            self._set_exposure(sensor)
+
+    def _set_exposure(self, sensor: Any) -> None:
+        """The configured exposure and white balance, on the sensor that offers them (the colour
+        one; the D405's single sensor). A manual value first turns its auto mode off."""
+        rs, c = self.rs, self.config
+        wanted: list[tuple[Any, float]] = []
+        if c.exposure_us is not None:
+            wanted += [(rs.option.enable_auto_exposure, 0.0), (rs.option.exposure, c.exposure_us)]
+        if c.white_balance_k is not None:
+            wanted += [
+                (rs.option.enable_auto_white_balance, 0.0),
+                (rs.option.white_balance, c.white_balance_k),
+            ]
+        if c.auto_exposure_priority is not None:
+            wanted.append((rs.option.auto_exposure_priority, float(c.auto_exposure_priority)))
+        for option, value in wanted:
+            if sensor.supports(option):
+                sensor.set_option(option, value)
 
     def disconnect(self) -> None:
         pipeline, self._pipeline = self._pipeline, None

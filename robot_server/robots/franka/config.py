@@ -1,13 +1,17 @@
-"""Settings of the FR3 backend (env prefix ``PDE_FRANKA_``) and the FR3's own dynamics figures."""
+"""Settings of the FR3 backend (the ``[franka]`` section of the robot configuration file,
+overridden by ``PDE_FRANKA_<FIELD>``) and the FR3's own dynamics figures."""
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+import os
+from pathlib import Path
+from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
+from robot_server.config_file import FileSettings
 from robot_server.robots.franka.streaming import StrategyName
 
 # FR3 datasheet values (franky's defaults are the Panda's, higher for several of these).
@@ -29,13 +33,23 @@ FR3_JOINT_UPPER_RAD = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
 FR3_JOINT_TORQUE_MAX_NM = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)  # what each joint can produce
 FR3_GRIPPER_MAX_WIDTH_M = 0.08
 
+FAULT_STATE_NAME = "robot_fault.json"
 DEFAULT_HOME_JOINTS_RAD = (0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4)
 
 
-class FrankaConfig(BaseSettings):
-    """The FR3 backend. Every field can be set from the environment, e.g. ``PDE_FRANKA_HOST``."""
+Joints7 = tuple[float, float, float, float, float, float, float]
+
+
+class FrankaConfig(FileSettings):
+    """The FR3 backend. Every field can be set in the file's [franka] section or from the
+    environment, e.g. ``PDE_FRANKA_HOST``."""
 
     model_config = SettingsConfigDict(env_prefix="PDE_FRANKA_", extra="forbid")
+    config_section = "franka"
+    refused_in_file: ClassVar[dict[str, str]] = {
+        "desk_password": "a password never goes into this file: write it to a file readable only by the "
+        "server (chmod 600) and name that file with desk_password_file"
+    }
 
     host: str = Field(
         default="172.16.0.2", description="FCI address of the robot (Desk > Settings > Network)"
@@ -81,8 +95,21 @@ class FrankaConfig(BaseSettings):
     # Automatic recovery from reflexes: at most this many within the window, then a hard error.
     max_recoveries: int = Field(default=3, ge=0)
     recovery_window_s: float = Field(default=60.0, gt=0.0)
-    home_joints_rad: tuple[float, float, float, float, float, float, float] = DEFAULT_HOME_JOINTS_RAD
+    home_joints_rad: Joints7 = DEFAULT_HOME_JOINTS_RAD
+    # Per-task reset poses live in the tasks file (PDE_TASKS_FILE, reset_joints_rad): the loop
+    # sends them with Reset, so a task's pose has one home beside its prompt.
+    # The payload beyond the Franka Hand (e.g. a wrist camera and its mount), for libfranka's
+    # set_load: without it the arm reads the extra weight as an external force and false collision
+    # reflexes follow. Sent at every connect (0 kg clears a load set before: the controller keeps
+    # the last one); the hand itself is configured in Desk.
+    load_mass_kg: float = Field(default=0.0, ge=0.0, le=3.0)
+    load_center_of_mass_m: tuple[float, float, float] = (0.0, 0.0, 0.0)  # in the flange frame
+    load_inertia_kg_m2: tuple[float, float, float, float, float, float, float, float, float] = (0.0,) * 9
     gripper: bool = Field(default=True, description="a Franka Hand is mounted")
+    gripper_homing: bool = Field(
+        default=True,
+        description="home the hand at start (it learns its finger width; needed after a finger change)",
+    )
     gripper_speed_m_s: float = Field(default=0.1, gt=0.0, le=0.2)
     gripper_force_n: float = Field(default=20.0, gt=0.0, le=70.0)
     gripper_deadband_m: float = Field(
@@ -104,9 +131,15 @@ class FrankaConfig(BaseSettings):
     gripper_empty_width_m: float = Field(
         default=0.003, ge=0.0, description="fingers closed below this hold nothing (object_held false)"
     )
-    # Optional Desk (FR3 System 5+): unlock brakes and enable FCI on connect. Both or neither.
+    # A latched fault (reflex, user stop) is kept here, so it survives a restart of the server
+    # until the operator resets (home). None: <PDE_DATA_DIR>/robot_fault.json where PDE_DATA_DIR is
+    # set (the compose stacks: the data volume), else it is not kept (a warning at connect).
+    fault_state_file: Path | None = None
+    # Optional Desk (FR3 System 5+): unlock brakes and enable FCI on connect. Both or neither. The
+    # password comes from desk_password_file (a secrets file) or PDE_FRANKA_DESK_PASSWORD.
     desk_user: str = ""
-    desk_password: str = ""
+    desk_password_file: Path | None = None
+    desk_password: SecretStr = SecretStr("")
 
     @field_validator("torque_thresholds_nm", "force_thresholds_n")
     @classmethod
@@ -128,18 +161,46 @@ class FrankaConfig(BaseSettings):
 
     @field_validator("home_joints_rad")
     @classmethod
-    def _home_within_limits(cls, value: tuple[float, ...]) -> tuple[float, ...]:
-        for i, (q, lo, hi) in enumerate(zip(value, FR3_JOINT_LOWER_RAD, FR3_JOINT_UPPER_RAD, strict=True)):
-            if not lo <= q <= hi:
-                raise ValueError(f"home joint {i + 1} = {q} rad is outside the FR3 range [{lo}, {hi}]")
+    def _home_within_limits(cls, value: Joints7) -> Joints7:
+        _check_joints("home", value)
         return value
 
     @model_validator(mode="after")
+    def _fault_state_in_the_data_dir(self) -> FrankaConfig:
+        data_dir = os.environ.get("PDE_DATA_DIR", "")
+        if self.fault_state_file is None and data_dir:
+            self.fault_state_file = Path(data_dir) / FAULT_STATE_NAME
+        return self
+
+    @model_validator(mode="after")
     def _desk_pair(self) -> FrankaConfig:
-        if bool(self.desk_user) != bool(self.desk_password):
-            raise ValueError("set both PDE_FRANKA_DESK_USER and PDE_FRANKA_DESK_PASSWORD, or neither")
+        if self.desk_password_file is not None:
+            if self.desk_password.get_secret_value():
+                raise ValueError(
+                    "give the Desk password once: desk_password_file or PDE_FRANKA_DESK_PASSWORD"
+                )
+            try:
+                password = self.desk_password_file.read_text().strip()
+            except OSError as e:
+                raise ValueError(
+                    f"desk_password_file {self.desk_password_file} cannot be read ({e.strerror}): mount the "
+                    "secrets file there, readable by the server's user"
+                ) from None
+            if not password:
+                raise ValueError(f"desk_password_file {self.desk_password_file} is empty")
+            self.desk_password = SecretStr(password)
+        if bool(self.desk_user) != bool(self.desk_password.get_secret_value()):
+            raise ValueError(
+                "set both desk_user and desk_password_file (or PDE_FRANKA_DESK_PASSWORD), or neither"
+            )
         return self
 
     @property
     def desk_enabled(self) -> bool:
-        return bool(self.desk_user and self.desk_password)
+        return bool(self.desk_user and self.desk_password.get_secret_value())
+
+
+def _check_joints(what: str, joints: tuple[float, ...]) -> None:
+    for i, (q, lo, hi) in enumerate(zip(joints, FR3_JOINT_LOWER_RAD, FR3_JOINT_UPPER_RAD, strict=True)):
+        if not lo <= q <= hi:
+            raise ValueError(f"{what} joint {i + 1} = {q} rad is outside the FR3 range [{lo}, {hi}]")

@@ -18,6 +18,9 @@ from robot_server.robots.franka.deadline import call_with_deadline
 
 logger = logging.getLogger(__name__)
 
+# Homing closes and opens the fingers once: ~1.5 s on franky-sim, a few seconds on a hand.
+HOMING_TIMEOUT_S = 20.0
+
 
 class GripperWorker:
     """``make_gripper`` builds a franky ``Gripper`` (a new one after a network failure)."""
@@ -66,12 +69,16 @@ class GripperWorker:
         self.commands_dropped = 0
         self.errors = 0
         self.halts = 0  # calls stopped by halt()
+        self.homed = False  # homing ran at start
         self.last_error = ""
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Connect (with the deadline) and start the worker. Raises on failure."""
+    def start(self, home: bool = False) -> None:
+        """Connect (with the deadline), home the hand if ``home``, and start the worker. Raises on
+        failure."""
         self._connect()
+        if home:
+            self._home()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="franka-gripper", daemon=True)
         self._thread.start()
@@ -80,10 +87,25 @@ class GripperWorker:
         self._gripper = call_with_deadline(
             self._make_gripper, self._connect_timeout_s, "franka-gripper-connect"
         )
+        self._read_widths()
+
+    def _read_widths(self) -> None:
         self.width_m = float(self._gripper.width)
         max_width = float(self._gripper.max_width)
         if max_width > 0.0:
             self.max_width_m = max_width
+
+    def _home(self) -> None:
+        """The hand learns its finger width (libfranka homing): needed after the fingers were
+        changed."""
+        ok = call_with_deadline(self._gripper.homing, HOMING_TIMEOUT_S, "franka-gripper-homing")
+        if not ok:
+            raise RuntimeError(
+                "the Franka Hand's homing failed: make sure nothing is between or against the fingers and "
+                "start again (gripper_homing = false in the robot configuration skips it)"
+            )
+        self.homed = True
+        self._read_widths()
 
     def stop(self) -> None:
         with self._cond:

@@ -13,6 +13,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +23,9 @@ from robot_server.robots.base import FaultReport, Robot, RobotError, RobotNotCon
 from robot_server.robots.franka import config as fr3
 from robot_server.robots.franka.config import FrankaConfig
 from robot_server.robots.franka.deadline import DeadlineExceeded, PendingCall, call_with_deadline
+from robot_server.robots.franka.fault_state import LatchedFaultFile
 from robot_server.robots.franka.gripper import GripperWorker
+from robot_server.robots.franka.realtime import KernelRealtime, kernel_realtime
 from robot_server.robots.franka.streaming import CartesianStreamer, make_streamer
 
 if TYPE_CHECKING:  # franky is imported where an FR3 is driven: the sim-only server runs without it
@@ -95,8 +98,8 @@ def explain_connect_error(e: BaseException, host: str, timeout_s: float) -> str:
     if "refused" in text.lower():
         return (
             f"The FR3 at {host} refused the FCI connection ({text}). Unlock the brakes and enable FCI "
-            "in Desk (or set PDE_FRANKA_DESK_USER/PASSWORD to do it on connect), make sure no other "
-            "program holds the FCI connection, and check PDE_FRANKA_HOST."
+            "in Desk (or set [franka] desk_user and desk_password_file to do it on connect), make sure "
+            "no other program holds the FCI connection, and check the FCI address ([franka] host)."
         )
     if kind == "NetworkException":
         return (
@@ -112,7 +115,13 @@ class FrankaRobot(Robot):
 
     name = "franka"
 
-    def __init__(self, config: FrankaConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: FrankaConfig | None = None,
+        kernel_probe: Callable[[], KernelRealtime] = kernel_realtime,
+        **overrides: Any,
+    ) -> None:
+        """``kernel_probe``: whether the kernel is real-time (tests stand in for other kernels)."""
         if "fci_host" in overrides:  # the server settings' name for it (PDE_ROBOT_FCI_HOST)
             overrides["host"] = overrides.pop("fci_host")
         if config is None:
@@ -148,16 +157,33 @@ class FrankaRobot(Robot):
         self.reconnects = 0
         self.network_errors = 0
         self.last_error = ""
+        self._kernel_probe = kernel_probe
+        self._franky_dynamics_factor = config.relative_dynamics_factor
+        self._libfranka_enforces_realtime = True  # decided at connect (_check_realtime)
+        self._fault_file = LatchedFaultFile(config.fault_state_file)
+        restored = self._fault_file.load()
+        if restored is not None:  # latched before a restart: still refuse motion until home()
+            self._fault = restored
+            self._failed_reason = self.last_error = f"{restored.detail} {restored.action}"
+            logger.error("%s", self.last_error)
+
+    @property
+    def relative_dynamics_factor(self) -> float:
+        """What franky held for the arm when it connected (the configured value before that). Read
+        once there, not here: Status is asked from the command thread, away from franky's calls."""
+        return self._franky_dynamics_factor
 
     # --- connection -----------------------------------------------------------------------------
 
-    def _build(self) -> franky.Robot:
-        """Construct and configure a franky Robot. Runs in a deadline thread."""
+    def _build(self, recover_errors: bool = True) -> franky.Robot:
+        """Construct and configure a franky Robot. Runs in a deadline thread. ``recover_errors``:
+        clear errors the robot reports (a reconnection after a network loss); at the first
+        connect they latch instead (connect())."""
         import franky
 
         realtime = (
             franky.RealtimeConfig.Enforce
-            if self.config.realtime == "enforce"
+            if self._libfranka_enforces_realtime
             else franky.RealtimeConfig.Ignore
         )
         robot = franky.Robot(
@@ -169,9 +195,40 @@ class FrankaRobot(Robot):
         robot.set_collision_behavior(
             list(self.config.torque_thresholds_nm), list(self.config.force_thresholds_n)
         )
-        if robot.has_errors:
+        # Always, 0 kg too: the controller keeps the last load it was given across connections.
+        robot.set_load(
+            self.config.load_mass_kg,
+            list(self.config.load_center_of_mass_m),
+            list(self.config.load_inertia_kg_m2),
+        )
+        if recover_errors and robot.has_errors:
             robot.recover_from_errors()
         return robot
+
+    def _check_realtime(self) -> bool:
+        """Whether libfranka should run its own real-time check (Enforce). Raises on a kernel
+        that is not real-time, unless the configuration says to ignore that."""
+        if self.config.realtime == "ignore":
+            logger.warning("%s", _REALTIME_WARNING)
+            return False
+        kernel = self._kernel_probe()
+        if not kernel.realtime:
+            self.last_error = (
+                "The FR3 backend refuses to run without a real-time kernel, and this one is not "
+                f"({kernel.evidence}). Boot the PREEMPT_RT kernel and grant rtprio/memlock "
+                "(docs/lab-setup.md). Against franky-sim only, set PDE_FRANKA_REALTIME=ignore "
+                '([franka] realtime = "ignore").'
+            )
+            raise RobotNotConnectedError(self.last_error)
+        if not kernel.libfranka_sees_it:
+            # libfranka 0.21 reads only /sys/kernel/realtime, which mainline PREEMPT_RT kernels
+            # (6.12+) lack: its check would refuse this real-time kernel, so ours stands for it.
+            logger.info(
+                "real-time kernel (%s) without /sys/kernel/realtime: libfranka's own check is skipped",
+                kernel.evidence,
+            )
+            return False
+        return True
 
     def _build_gripper(self) -> franky.Gripper:
         import franky
@@ -182,18 +239,35 @@ class FrankaRobot(Robot):
         if self.is_connected:
             return
         self._closing = False
-        if self.config.realtime == "ignore":
-            logger.warning("%s", _REALTIME_WARNING)
+        self._libfranka_enforces_realtime = self._check_realtime()
+        if self._fault_file.path is None:
+            logger.warning(
+                "no fault_state_file (nor PDE_DATA_DIR): a latched reflex or user stop will not survive a "
+                "restart of the robot server"
+            )
         if self.config.desk_enabled:
             from robot_server.desk import DeskHelper
 
-            DeskHelper(self.config.host, self.config.desk_user, self.config.desk_password).prepare()
+            DeskHelper(
+                self.config.host, self.config.desk_user, self.config.desk_password.get_secret_value()
+            ).prepare()
         try:
-            robot = call_with_deadline(self._build, self.config.connect_timeout_s, "franka-connect")
+            robot = call_with_deadline(
+                functools.partial(self._build, recover_errors=False),
+                self.config.connect_timeout_s,
+                "franka-connect",
+            )
         except Exception as e:
             self.last_error = explain_connect_error(e, self.config.host, self.config.connect_timeout_s)
             raise RobotNotConnectedError(self.last_error) from e
         self._install(robot)
+        if robot.has_errors and not self._failed_reason:
+            self._latch(
+                RobotFault.REFLEX,
+                f"the FR3 reported errors when the robot server connected ({_current_errors(robot)}); they "
+                "were not cleared automatically.",
+                "Check the arm and the workspace, then reset (home) to acknowledge: the reset clears them.",
+            )
         if self.config.gripper and self._gripper is None:
             gripper = GripperWorker(
                 self._build_gripper,
@@ -208,7 +282,7 @@ class FrankaRobot(Robot):
                 self.config.gripper_stop_on_hold,
             )
             try:
-                gripper.start()
+                gripper.start(home=self.config.gripper_homing)
             except Exception as e:
                 self.last_error = (
                     "The arm connected but the Franka Hand did not: "
@@ -225,6 +299,7 @@ class FrankaRobot(Robot):
 
     def _install(self, robot: franky.Robot) -> None:
         with self._franky_lock:
+            self._franky_dynamics_factor = float(robot.relative_dynamics_factor.velocity)
             self._robot = robot
             self._streamer = make_streamer(self.config.streaming, robot)
             self._mode = None
@@ -598,6 +673,7 @@ class FrankaRobot(Robot):
         chunk and stops commanding where the arm stopped; Status reports ``kind`` and ``action``."""
         reason = f"{detail} {action}"
         self._fault = FaultReport(kind, detail, action)
+        self._fault_file.save(self._fault)
         self._failed_reason = reason
         self.last_error = reason
         logger.error("%s", reason)
@@ -675,8 +751,13 @@ class FrankaRobot(Robot):
                 "Clear the error in Desk (or press the pilot's confirm button), then reset (home) to resume.",
             )
 
-    def home(self, task: str = "", seed: int | None = None) -> None:
+    def home(
+        self, task: str = "", seed: int | None = None, joints_rad: Sequence[float] | None = None
+    ) -> None:
         import franky
+
+        # One home (the configuration's); a task's own reset pose comes with its Reset.
+        goal = self.config.home_joints_rad if joints_rad is None else joints_rad
 
         if self._lost_reason and not self.wait_connected(self.config.connect_timeout_s):
             self._require()
@@ -704,13 +785,14 @@ class FrankaRobot(Robot):
                     )
                 self._failed_reason = ""
                 self._fault = None
+                self._fault_file.clear()  # the operator's reset acknowledged it
                 self._guiding = False
                 self._recovery_times.clear()
                 if self._streamer is not None:
                     self._streamer.reset()
                 self._last_joint_target = None
                 motion = franky.JointMotion(
-                    [float(q) for q in self.config.home_joints_rad],
+                    [float(q) for q in goal],
                     relative_dynamics_factor=self.config.home_dynamics_factor,
                 )
                 self._mode = "joint"
@@ -811,3 +893,10 @@ class FrankaRobot(Robot):
     def franky_robot(self) -> franky.Robot | None:
         """The underlying franky ``Robot`` (benchmarks, diagnostics). None while reconnecting."""
         return self._robot
+
+
+def _current_errors(robot: franky.Robot) -> str:
+    try:
+        return str(robot.state.current_errors)
+    except Exception as e:  # the state itself cannot be read: say so rather than nothing
+        return f"errors unreadable: {type(e).__name__}: {e}"

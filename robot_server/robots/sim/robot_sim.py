@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Sequence
 
 import mujoco
 import numpy as np
@@ -225,15 +226,20 @@ class SimRobot(Robot):
         with self.world.lock:
             self._step(self._q_cmd, self._gripper_ctrl * 2, max(1, round(period_s / self.world.timestep_s)))
 
-    def home(self, task: str = "", seed: int | None = None) -> None:
-        """Reset physics to the home pose with the gripper open; with ``task``, lay out its scene from
-        ``seed`` (a random seed when None)."""
+    def home(
+        self, task: str = "", seed: int | None = None, joints_rad: Sequence[float] | None = None
+    ) -> None:
+        """Reset physics to the home pose (or ``joints_rad``) with the gripper open; with ``task``,
+        lay out its scene from ``seed`` (a random seed when None)."""
         from robot_server.sim import tasks  # tasks import the world; import here to avoid a cycle
 
         # Everything that can refuse the request (unknown task, bad seed) before the sim is touched;
         # a failure after that restores the state from before the call, so a failed reset leaves the
         # arm and the scene as they were.
         new_task = tasks.load(task) if task else None
+        q_home = (
+            fr3.HOME_Q_RAD.copy() if joints_rad is None else np.asarray(joints_rad, dtype=float).reshape(7)
+        )
         self.set_guiding(False)  # a reset re-engages the servos, as on the FR3
         if seed is None:
             seed = random.SystemRandom().randrange(2**31)
@@ -249,12 +255,12 @@ class SimRobot(Robot):
             q_cmd, gripper_ctrl = self._q_cmd, self._gripper_ctrl
             try:
                 mujoco.mj_resetData(m, d)
-                d.qpos[w.arm_qpos_adr] = fr3.HOME_Q_RAD
+                d.qpos[w.arm_qpos_adr] = q_home
                 d.qpos[w.finger_qpos_adr] = fr3.GRIPPER_MAX_WIDTH_M / 2
                 if new_task is not None:
                     new_task.reset(w, rng)
                 mujoco.mj_forward(m, d)
-                self._q_cmd = fr3.HOME_Q_RAD.copy()
+                self._q_cmd = q_home.copy()
                 self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2
                 self._step(self._q_cmd, fr3.GRIPPER_MAX_WIDTH_M, max(1, round(SETTLE_S / w.timestep_s)))
             except BaseException:

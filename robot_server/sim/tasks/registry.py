@@ -34,5 +34,9 @@ def load(name: str) -> Task:
     """A fresh task called ``name``. Raises ValueError listing the valid names."""
     factory = _FACTORIES.get(name)
     if factory is None:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(sorted(_FACTORIES))}")
+        raise ValueError(
+            f"unknown task {name!r}: not one of the simulator's built-in tasks "
+            f"({', '.join(sorted(_FACTORIES))}); the simulator lays out only these scenes, a lab's "
+            "own task (PDE_TASKS_FILE) runs on the franka backend"
+        )
     return factory()

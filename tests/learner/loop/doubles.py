@@ -16,17 +16,41 @@ from tests.storage.factories import make_episode_file
 class FakeRobot:
     def __init__(self) -> None:
         self.resets: list[tuple[str, int | None]] = []
+        self.reset_poses: list[tuple[float, ...] | None] = []
         self.stops = 0
         self.fail_resets = 0  # the next this many resets raise (e.g. e-stop latched)
 
-    def reset(self, task: str = "", seed: int | None = None) -> None:
+    def reset(
+        self, task: str = "", seed: int | None = None, *, reset_joints_rad: tuple[float, ...] | None = None
+    ) -> None:
         if self.fail_resets:
             self.fail_resets -= 1
             raise RuntimeError("[estopped] e-stop latched: release it on the page")
         self.resets.append((task, seed))
+        self.reset_poses.append(reset_joints_rad)
 
     def stop(self) -> None:
         self.stops += 1
+
+
+class FakeRestartingRobot(FakeRobot):
+    """Reports a robot-server uptime and e-stop (a status); ``restart()`` starts it from zero, as a
+    restarted server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started_at = time.monotonic()
+        self.estopped = False
+
+    def restart(self) -> None:
+        self.started_at = time.monotonic()
+
+    def status(self) -> Any:
+        class _Status:
+            uptime_s = time.monotonic() - self.started_at
+            estopped = self.estopped
+
+        return _Status()
 
 
 class FakeActor:

@@ -13,7 +13,7 @@ from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer
 from pde_storage import Store, intents
-from tests.learner.loop.doubles import FakeActor, FakeRobot, FakeTrainer
+from tests.learner.loop.doubles import FakeActor, FakeRestartingRobot, FakeRobot, FakeTrainer
 
 TASK = "put_green_container_in_bowl"
 CANON = "put the green container in the bowl"
@@ -351,23 +351,6 @@ def test_the_alpha_schedule_has_one_home() -> None:
     assert s.alpha == 0.5  # 0.2 / 0.4
 
 
-class FakeRestartingRobot(FakeRobot):
-    """Reports a robot-server uptime; ``restart()`` starts it from zero, as a restarted server."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.started_at = time.monotonic()
-
-    def restart(self) -> None:
-        self.started_at = time.monotonic()
-
-    def status(self) -> Any:
-        class _Status:
-            uptime_s = time.monotonic() - self.started_at
-
-        return _Status()
-
-
 def _wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
@@ -382,11 +365,130 @@ def test_robot_server_restart_while_waiting_for_start_resets_again(store: Store)
     t = _run_in_thread(loop)
     _wait_for(lambda: _phase(store) == "awaiting_start")
     robot.restart()
-    store.add_intent(intents.START_EPISODE)
+    refused = store.add_intent(intents.START_EPISODE)
     _wait_for(lambda: len(robot.resets) == 2)  # reset again, no episode started on the old reset
     assert store.episodes() == []
+    # The page reads what became of its Start from the loop's state: refused, and why.
+    last = store.service_states()["loop"].state["last_start"]
+    assert last["intent_id"] == refused.id and "restarted" in last["refused"]
     _wait_for(lambda: _phase(store) == "awaiting_start")
-    store.add_intent(intents.START_EPISODE)
+    started = store.add_intent(intents.START_EPISODE)
     t.join(10)
     [ep] = store.episodes()
     assert ep.status == "labelled"
+    last = store.service_states()["loop"].state["last_start"]
+    assert last == {"intent_id": started.id, "episode_id": ep.id}
+
+
+def test_start_while_the_estop_is_latched_is_refused_not_run(store: Store) -> None:
+    robot = FakeRestartingRobot()
+    loop = EpisodeLoop(store, robot, FakeActor(), _settings(auto_start=False, max_episodes=1))
+    t = _run_in_thread(loop)
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    robot.estopped = True  # latched after the reset, before the operator's Start
+    refused = store.add_intent(intents.START_EPISODE)
+    _wait_for(lambda: store.service_states()["loop"].state.get("last_start") is not None)
+    last = store.service_states()["loop"].state["last_start"]
+    assert last["intent_id"] == refused.id and "e-stop latched" in last["refused"]
+    assert store.episodes() == []
+    robot.estopped = False
+    _wait_for(lambda: _phase(store) == "awaiting_start")
+    store.add_intent(intents.START_EPISODE)
+    t.join(10)
+    assert [e.status for e in store.episodes()] == ["labelled"]
+
+
+# --- the settings where a simulated benchmark differs from a lab ------------------------------------
+
+
+def test_without_prompt_search_the_task_goes_straight_to_rl_on_the_canonical_prompt(store: Store) -> None:
+    trainer = FakeTrainer()
+    loop = EpisodeLoop(
+        store,
+        FakeRobot(),
+        FakeActor(),
+        _settings(prompt_search=False, batch_size=3, max_episodes=6),
+        trainer=BackgroundTrainer(trainer, lambda p, v, m: ""),
+    )
+    loop.run()  # no supervisor: it would have nothing to do
+    loop.finish_training(5)
+    eps = store.episodes()
+    assert [(e.stage, e.rollout_prompt) for e in eps] == [("rl", CANON)] * 6
+    assert [p.status for p in store.prompts(TASK)] == ["canonical"]
+    assert [len(b) for b in trainer.batches] == [3, 3]
+
+
+def test_synchronous_updates_swap_each_update_in_before_the_next_episode(rl_store: Store) -> None:
+    actor = FakeActor()
+    loop = EpisodeLoop(
+        rl_store,
+        FakeRobot(),
+        actor,
+        _settings(synchronous_updates=True, batch_size=2, max_episodes=6),
+        trainer=BackgroundTrainer(FakeTrainer(update_time_s=0.2), lambda p, v, m: ""),
+    )
+    loop.run()
+    # Every batch is on-policy: episodes 2k, 2k+1 ran with version k, whatever the update's time.
+    assert [e.policy_version for e in rl_store.episodes()] == [0, 0, 1, 1, 2, 2]
+    assert actor.policies == ["policy-after-update-1", "policy-after-update-2", "policy-after-update-3"]
+
+
+def test_rollouts_per_scene_lays_each_scene_out_k_times(rl_store: Store) -> None:
+    robot = FakeRobot()
+    EpisodeLoop(rl_store, robot, FakeActor(), _settings(rollouts_per_scene=3, max_episodes=7)).run()
+    seeds = [s for _, s in robot.resets]
+    assert seeds[0] == seeds[1] == seeds[2] != seeds[3] == seeds[4] == seeds[5] != seeds[6]
+    assert [e.seed for e in rl_store.episodes()] == seeds
+    # A lab's default: a fresh scene every episode.
+    robot = FakeRobot()
+    EpisodeLoop(rl_store, robot, FakeActor(), _settings(max_episodes=4)).run()
+    assert len({s for _, s in robot.resets}) == 4
+
+
+def test_a_rounds_candidates_are_rolled_out_once_the_supervisor_has_written_its_iteration(
+    store: Store,
+) -> None:
+    loop = EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(max_episodes=2))
+    loop.run()  # the canonical baseline (N = 2)
+    first = store.add_prompt(TASK, "drop the green box into the bowl", iteration=1)
+    from learner.loop.schedule import choose_next
+
+    assert choose_next(store, [TASK], 2, loop.rng) is None  # round 1 is still being written
+    second = store.add_prompt(TASK, "lift the green container into the bowl", iteration=1)
+    store.set_task_state(TASK, iteration=1)  # the supervisor, after the round's last candidate
+    EpisodeLoop(store, FakeRobot(), FakeActor(), _settings(max_episodes=4)).run()
+    assert [e.prompt_id for e in store.episodes()][2:] == [first.id, second.id, first.id, second.id]
+
+
+def test_relabel_trains_the_first_batch_on_the_searchs_successes_under_the_canonical_prompt(
+    store: Store,
+) -> None:
+    wins = {1, 3, 4}  # episode indices: a canonical success, then candidate a and b successes
+    actor = FakeActor(outcomes=lambda i: i in wins)
+    EpisodeLoop(store, FakeRobot(), actor, _settings(max_episodes=2)).run()  # canonical baseline
+    for text in ("drop the green box into the bowl", "set the green container into the bowl"):
+        store.add_prompt(TASK, text)
+    EpisodeLoop(store, FakeRobot(), actor, _settings(max_episodes=4)).run()  # a, b, a, b
+    search = store.episodes()
+    relabel_ids = [e.id for e in search if e.success and e.rollout_prompt != CANON]
+    assert len(relabel_ids) == 2  # the canonical baseline's success is no search success
+    store.set_task_state(TASK, stage="rl")  # what the supervisor does (pool or not: alpha is 1)
+    trainer = FakeTrainer()
+    settings = _settings(
+        relabel_search_successes=True, alpha_min=1.0, ratio_variant="plain", batch_size=2, max_episodes=4
+    )
+    loop = EpisodeLoop(
+        store, FakeRobot(), actor, settings, trainer=BackgroundTrainer(trainer, lambda p, v, m: "")
+    )
+    loop.run()
+    loop.finish_training(5)
+    rl = [e for e in store.episodes() if e.stage == "rl"]
+    assert [e.rollout_prompt for e in rl] == [CANON] * 4  # alpha pinned at 1
+    first, second = trainer.batches
+    assert [int(f.episode_id) for f, _ in first] == [e.id for e in rl[:2]] + relabel_ids
+    assert [r for _, r in first][2:] == [1.0, 1.0]
+    assert all(f.rollout_prompt == CANON for f, _ in first[2:])  # relabelled with the canonical prompt
+    assert all(
+        c.trace is not None and c.trace.log_prob_elements is None for f, _ in first[2:] for c in f.chunks
+    )
+    assert [int(f.episode_id) for f, _ in second] == [e.id for e in rl[2:]]  # once, in the first update

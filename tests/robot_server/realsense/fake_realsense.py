@@ -37,6 +37,11 @@ class format(_Enum):
 class option(_Enum):
     global_time_enabled = 1
     frames_queue_size = 2
+    enable_auto_exposure = 3
+    exposure = 4
+    enable_auto_white_balance = 5
+    white_balance = 6
+    auto_exposure_priority = 7
 
 
 class timestamp_domain(_Enum):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from robot_server.cameras.base import CameraError
-from robot_server.cameras.realsense import RealSenseCamera
+from robot_server.cameras.realsense import RealSenseCamera, RealSenseConfig
+from robot_server.cameras.realsense.camera import RealSenseStream
 from tests.robot_server.realsense.fake_realsense import FakeRealSense, timestamp_domain
 
 
@@ -153,3 +154,22 @@ def test_usb2_link_is_reported_or_refused(caplog: pytest.LogCaptureFixture) -> N
     with pytest.raises(CameraError, match="USB 3 port"):
         strict.connect()
     assert not strict.is_connected
+
+
+def test_configured_exposure_and_white_balance_turn_the_auto_modes_off() -> None:
+    rs = FakeRealSense("111")
+    stream = RealSenseStream(exposure_us=8000.0, white_balance_k=4600.0, auto_exposure_priority=False)
+    RealSenseCamera(
+        config=RealSenseConfig(name="wrist", serial="111", **stream.model_dump()), rs=rs
+    ).connect()
+    options = rs.devices["111"].sensors[0].options
+    assert options[rs.option.enable_auto_exposure] == 0.0 and options[rs.option.exposure] == 8000.0
+    assert options[rs.option.enable_auto_white_balance] == 0.0 and options[rs.option.white_balance] == 4600.0
+    assert options[rs.option.auto_exposure_priority] == 0.0
+    # Not configured: the camera's own (auto) settings stay untouched.
+    rs2 = FakeRealSense("222")
+    RealSenseCamera(name="external", serial="222", rs=rs2).connect()
+    assert set(rs2.devices["222"].sensors[0].options) == {
+        rs2.option.global_time_enabled,
+        rs2.option.frames_queue_size,
+    }

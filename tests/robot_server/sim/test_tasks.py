@@ -10,6 +10,7 @@ import pytest
 from robot_server.robots.sim import SimRobot
 from robot_server.sim import scene
 from robot_server.sim.expert import MAX_STEP_M, MAX_STEP_RAD
+from robot_server.sim.fr3 import HOME_Q_RAD
 from robot_server.sim.rollout import run_expert_episode
 from robot_server.sim.tasks import CANONICAL_PROMPTS, TASK_NAMES, load
 from robot_server.sim.tasks.tabletop import LAYOUT_PROPS, body_pos, destination_centre_xy_m, drawer_opening_m
@@ -170,3 +171,11 @@ def test_sim_reports_the_held_object_and_the_stand_in_reads_it(robot: SimRobot) 
     o = RolloutOutcome.from_episode(ep, destination_centre_xy_m("camera"))
     assert ep.success and o.grasped and not o.held_at_end
     assert o.release_to_goal_m is not None and o.release_to_goal_m < 0.07 and o.failure(0.07) == "none"
+
+
+def test_a_paper_task_with_the_labs_reset_pose_starts_there(robot: SimRobot) -> None:
+    pose = (0.0, -0.6, 0.0, -2.3, 0.0, 1.7, 0.785)  # a tasks file's reset_joints_rad
+    robot.home(task="put_bowl_on_top_rack", seed=1, joints_rad=pose)
+    np.testing.assert_allclose(robot.read_state().joint_positions_rad, pose, atol=0.02)
+    robot.home(task="put_bowl_on_top_rack", seed=1)
+    np.testing.assert_allclose(robot.read_state().joint_positions_rad, HOME_Q_RAD, atol=0.02)

@@ -1,0 +1,135 @@
+"""``pde learner export-policy --format lerobot``: a π0.5 policy as LeRobot 0.6.1's checkpoint
+directory (files, keys and step configs as LeRobot's sources write and read them), which this
+project's reader loads back to the same actions; LoRA merged; what LeRobot cannot express refused."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file as load_numpy
+from safetensors.torch import load_file
+
+from learner.checkpoints import CheckpointStore
+from learner.main import main
+from learner.policies.pi05 import Pi05CheckpointError, Pi05Options, load_pi05
+from learner.policies.pi05_export import NORMALIZER_FILE, UNNORMALIZER_FILE, export_lerobot
+from learner.policies.vla import make_test_policy
+from learner.synthetic import synthetic_observation
+from tests.learner.pi05_tiny import (
+    IMAGE_KEYS,
+    JOINT_ACTION_NAMES,
+    make_joint_checkpoint,
+    make_tiny_checkpoint,
+)
+
+PROMPT = "put the green container in the bowl"
+# LeRobot 0.6.1's PreTrainedConfig and PI05Config fields (configs/policies.py, configuration_pi05.py).
+LEROBOT_PI05_FIELDS = {
+    *("type", "n_obs_steps", "input_features", "output_features", "device", "use_amp", "use_peft"),
+    *("push_to_hub", "repo_id", "private", "tags", "license", "pretrained_path", "pretrained_revision"),
+    *("paligemma_variant", "action_expert_variant", "dtype", "chunk_size", "n_action_steps"),
+    *("max_state_dim", "max_action_dim", "num_inference_steps", "time_sampling_beta_alpha"),
+    *("time_sampling_beta_beta", "time_sampling_scale", "time_sampling_offset", "min_period"),
+    *("max_period", "use_relative_actions", "relative_exclude_joints", "action_feature_names"),
+    *("rtc_config", "image_resolution", "empty_cameras", "tokenizer_max_length"),
+    *("normalization_mapping", "gradient_checkpointing", "compile_model", "compile_mode"),
+    *("freeze_vision_encoder", "train_expert_only", "optimizer_lr", "optimizer_betas", "optimizer_eps"),
+    *("optimizer_weight_decay", "optimizer_grad_clip_norm", "scheduler_warmup_steps"),
+    *("scheduler_decay_steps", "scheduler_decay_lr"),
+}
+
+
+def _obs(n=2):
+    rng = np.random.default_rng(0)
+    return [synthetic_observation(rng, size_px=24, seq=i) for i in range(n)]
+
+
+def _same_samples(a, b, obs):
+    torch.manual_seed(7)
+    x = a.sample(obs, [PROMPT] * len(obs))
+    torch.manual_seed(7)
+    y = b.sample(obs, [PROMPT] * len(obs))
+    np.testing.assert_allclose(y.actions, x.actions, rtol=1e-5, atol=1e-5)
+
+
+def test_the_export_has_lerobots_files_keys_and_steps_and_loads_back_to_the_same_actions(tmp_path):
+    relative = {"use_relative_actions": True, "action_feature_names": JOINT_ACTION_NAMES}
+    policy = load_pi05(make_joint_checkpoint(tmp_path / "src", relative))
+    out = export_lerobot(policy, tmp_path / "lerobot")
+    config = json.loads((out / "config.json").read_text())
+    # Only PI05Config's fields (LeRobot refuses others) but the two a tiny model needs.
+    assert set(config) - LEROBOT_PI05_FIELDS == {"vision_variant", "vocab_size"}
+    assert config["type"] == "pi05" and config["n_action_steps"] == config["chunk_size"]
+    assert list(config["input_features"]) == [*IMAGE_KEYS, "observation.state"]
+    assert config["output_features"] == {"action": {"type": "ACTION", "shape": [8]}}
+    assert config["use_relative_actions"] and config["relative_exclude_joints"] == ["gripper_width_m"]
+    weights = load_file(out / "model.safetensors")
+    ours = {f"model.{k}" for k in policy.model.state_dict()}
+    lm_heads = {f"model.paligemma_with_expert.{m}.lm_head.weight" for m in ("paligemma", "gemma_expert")}
+    assert set(weights) == ours | lm_heads  # LeRobot loads strictly
+    pre = json.loads((out / "policy_preprocessor.json").read_text())
+    post = json.loads((out / "policy_postprocessor.json").read_text())
+    assert [s["registry_name"] for s in pre["steps"]] == [
+        *("rename_observations_processor", "to_batch_processor", "relative_actions_processor"),
+        *("normalizer_processor", "pi05_prepare_state_tokenizer_processor_step", "tokenizer_processor"),
+        "device_processor",
+    ]
+    assert [s["registry_name"] for s in post["steps"]] == [
+        *("unnormalizer_processor", "absolute_actions_processor", "device_processor")
+    ]
+    assert pre["steps"][3]["state_file"] == NORMALIZER_FILE
+    assert post["steps"][0]["state_file"] == UNNORMALIZER_FILE
+    stats = load_numpy(str(out / NORMALIZER_FILE))
+    assert set(stats) == {"observation.state.q01", "observation.state.q99", "action.q01", "action.q99"}
+    assert set(load_numpy(str(out / UNNORMALIZER_FILE))) == {"action.q01", "action.q99"}
+    # This project's reader takes the directory as --init DIR: same actions, relative columns kept.
+    back = load_pi05(out)
+    assert back.relative == policy.relative == (True,) * 7 + (False,)
+    assert back.mapping == policy.mapping
+    _same_samples(policy, back, policy.preprocess(_obs()))
+
+
+def test_lora_is_merged_into_the_exported_layers(tmp_path):
+    policy = load_pi05(make_tiny_checkpoint(tmp_path / "src"), Pi05Options(trainable="lora", lora_rank=2))
+    with torch.no_grad():
+        for name, p in policy.lora.named_parameters():
+            if name.endswith(".B"):
+                p.normal_(0.0, 0.5)
+    back = load_pi05(export_lerobot(policy, tmp_path / "lerobot"))
+    assert not back.lora
+    _same_samples(policy, back, policy.preprocess(_obs()))
+
+
+def test_constant_statistics_are_exported_as_q01_equal_q99(tmp_path):
+    from safetensors.numpy import save_file
+
+    from learner.policies.pi05_checkpoint import STATS_FILE
+
+    d = make_tiny_checkpoint(tmp_path / "src")
+    stats = load_numpy(str(d / STATS_FILE))
+    stats["observation.state.q99"][7] = stats["observation.state.q01"][7] = 0.04
+    save_file(stats, str(d / STATS_FILE))
+    out = export_lerobot(load_pi05(d), tmp_path / "lerobot")
+    exported = load_numpy(str(out / NORMALIZER_FILE))
+    assert exported["observation.state.q01"][7] == exported["observation.state.q99"][7] == np.float32(0.04)
+    np.testing.assert_allclose(exported["action.q99"], stats["action.q99"], rtol=1e-6)
+
+
+def test_the_cli_exports_a_policy_checkpoint_and_refuses_what_lerobot_cannot_take(tmp_path, capsys):
+    store = CheckpointStore(tmp_path / "ck")
+    store.save(load_pi05(make_tiny_checkpoint(tmp_path / "src")), 3)
+    argv = ["export-policy", "--format", "lerobot", "--checkpoints", str(tmp_path / "ck")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["version"] == 3
+    assert (tmp_path / "out" / "policy_postprocessor.json").is_file()
+    small = CheckpointStore(tmp_path / "small")
+    small.save(make_test_policy(), 0)
+    argv = ["export-policy", "--format", "lerobot", "--checkpoints", str(tmp_path / "small")]
+    assert main([*argv, "--out", str(tmp_path / "x")]) == 2
+    assert "only π0.5 policies" in capsys.readouterr().err
+    d = make_tiny_checkpoint(tmp_path / "libero")
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(raw | {"discrete_state_input": False}))
+    with pytest.raises(Pi05CheckpointError, match="always writes the state"):
+        export_lerobot(load_pi05(d), tmp_path / "y")
