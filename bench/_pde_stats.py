@@ -11,6 +11,7 @@ file's ``premise``, ``primary_contrast`` and ``frozen`` blocks (``schema_errors`
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import subprocess
@@ -113,12 +114,13 @@ def arm_stats(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _gains(per_seed: Sequence[Mapping[str, Any]]) -> dict[Any, float]:
-    return {r["seed"]: r["success_end"] - r["success_start"] for r in per_seed}
+    # a run is (SFT seed, RL seed): rows of several SFT starts share RL seed numbers
+    return {(r.get("sft_seed"), r["seed"]): r["success_end"] - r["success_start"] for r in per_seed}
 
 
 def contrast(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Gain of arm ``a`` minus gain of arm ``b``, over seeds. Paired (per-seed differences: same
-    seed, same SFT start and evaluation scenes) when both arms ran the same seeds; else Welch's t
+    """Gain of arm ``a`` minus gain of arm ``b``, over seeds. Paired (per-run differences: same SFT
+    seed and RL seed, same start and evaluation scenes) when both arms ran the same runs; else Welch's t
     and a bootstrap that resamples each arm's seeds on its own."""
     ga, gb = _gains(a), _gains(b)
     if set(ga) == set(gb):
@@ -239,6 +241,17 @@ def frozen_block(files: Sequence[str] = FROZEN_FILES, root: Path = REPO_ROOT) ->
     return {"commit": git("rev-parse", "HEAD").strip(), "sha256": hashes, "uncommitted": dirty}
 
 
+def add_blocks(result: dict[str, Any], premise: Mapping[str, Any]) -> dict[str, Any]:
+    """Join the pre-registered blocks into a merged benchmark result: ``premise`` (``premise_block``),
+    the primary contrast from its arms, seed-level statistics per arm, and the premise and proposer
+    files' hashes under ``frozen``."""
+    result["premise"] = dict(premise)
+    result["primary_contrast"] = primary_contrast(result["arms"])
+    result["arm_stats"] = {name: arm_stats(arm["per_seed"]) for name, arm in result["arms"].items()}
+    result.setdefault("frozen", {})["premise_and_proposers"] = frozen_block()
+    return result
+
+
 def schema_errors(result: Mapping[str, Any]) -> list[str]:
     """What the PDE benchmark's result file lacks (empty: it has every required field)."""
     errors: list[str] = []
@@ -256,13 +269,17 @@ def schema_errors(result: Mapping[str, Any]) -> list[str]:
     for block, keys in (
         ("premise", ("canonical_start", "decoy", "overlap")),
         ("primary_contrast", ("mean", "ci95")),
-        ("frozen", ("commit", "sha256")),
     ):
         value = result.get(block)
         if not isinstance(value, Mapping):
             errors.append(f"{block}: missing")
             continue
         errors += [f"{block}.{k}: missing" for k in keys if k not in value]
+    frozen = result.get("frozen")
+    if not isinstance(frozen, Mapping) or not ({"commit", "commits"} & set(frozen)):
+        errors.append("frozen: missing, or without the commit the run was made at")
+    elif "sha256" not in json.dumps(frozen):
+        errors.append("frozen: no file hashes (sha256)")
     ci = (
         result.get("primary_contrast", {}).get("ci95")
         if isinstance(result.get("primary_contrast"), Mapping)

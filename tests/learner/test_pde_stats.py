@@ -54,6 +54,13 @@ def _seed(seed: int, start: float, end: float) -> dict[str, float | int]:
     }
 
 
+def test_runs_pair_on_sft_seed_and_rl_seed(stats: ModuleType) -> None:
+    rows = [_seed(0, 0.1, 0.2) | {"sft_seed": 0}, _seed(0, 0.2, 0.2) | {"sft_seed": 2}]
+    other = [_seed(0, 0.1, 0.1) | {"sft_seed": 0}, _seed(0, 0.2, 0.4) | {"sft_seed": 2}]
+    c = stats.contrast(rows, other)  # differences +0.1 (SFT seed 0) and -0.2 (SFT seed 2)
+    assert c["paired"] and c["n_seeds"] == 2 and c["mean"] == pytest.approx(-0.05)
+
+
 def test_paired_contrast_is_the_t_interval_of_per_seed_differences(stats: ModuleType) -> None:
     noise = [_seed(s, 0.15, 0.15 + g) for s, g in enumerate([0.05, 0.00, 0.10, 0.05, 0.00, 0.05])]
     mixed = [_seed(s, 0.15, 0.15 + g) for s, g in enumerate([0.15, 0.25, 0.15, 0.25, 0.15, 0.35])]
@@ -113,13 +120,19 @@ def test_result_blocks_and_schema(stats: ModuleType) -> None:
         "frozen": frozen,
     }
     assert stats.schema_errors(result) == []
+    # bench/bench_pde.py's merged file: frozen per SFT seed with the commits; the blocks joined in
+    merged = stats.add_blocks({"arms": arms, "frozen": {"commits": ["abc"], "sft0": {}}}, premise)
+    assert stats.schema_errors(merged) == [] and merged["frozen"]["premise_and_proposers"]["sha256"]
+    assert set(merged["arm_stats"]) == {"noise", "pde_mixed"}
+    bare = {**merged, "frozen": {"commits": ["abc"]}}
+    assert stats.schema_errors(bare) == ["frozen: no file hashes (sha256)"]
     assert math.isclose(result["primary_contrast"]["mean"], 0.15)
     del result["arms"]["noise"]["per_seed"][1]["env_episodes"]
     del result["frozen"]
     result["primary_contrast"]["ci95"] = [0.3, 0.1]
     assert stats.schema_errors(result) == [
         "arms.noise.per_seed[1].env_episodes: missing",
-        "frozen: missing",
+        "frozen: missing, or without the commit the run was made at",
         "primary_contrast.ci95: want [low, high], got [0.3, 0.1]",
     ]
 
