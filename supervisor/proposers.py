@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -174,19 +175,23 @@ def summarize_outcomes(outcomes: Sequence[RolloutOutcome]) -> str:
 
 
 class OutcomeLog:
-    """Rollout outcomes per prompt text, fed with episode files as they finish: the stand-in's view."""
+    """Rollout outcomes per prompt text, fed with episode files as they finish: the stand-in's view.
+    Thread-safe: the supervisor proposes on a worker thread while episodes arrive."""
 
     def __init__(self, destination_xy_m: tuple[float, float] | None) -> None:
         self.destination_xy_m = destination_xy_m
         self._by_prompt: dict[str, list[RolloutOutcome]] = {}
+        self._lock = threading.Lock()
 
     def add(self, episode: EpisodeFile) -> RolloutOutcome:
         outcome = RolloutOutcome.from_episode(episode, self.destination_xy_m)
-        self._by_prompt.setdefault(normalise(episode.rollout_prompt), []).append(outcome)
+        with self._lock:
+            self._by_prompt.setdefault(normalise(episode.rollout_prompt), []).append(outcome)
         return outcome
 
     def __call__(self, prompt: str) -> list[RolloutOutcome]:
-        return list(self._by_prompt.get(normalise(prompt), []))
+        with self._lock:
+            return list(self._by_prompt.get(normalise(prompt), []))
 
 
 # The stand-in's own words. None of them may appear in an SFT recipe's training wordings of the
