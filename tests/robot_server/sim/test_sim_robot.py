@@ -186,7 +186,7 @@ def test_errors_are_clear(world: SimWorld) -> None:
         r.command(RobotTarget(gripper_width_m=0.08), PERIOD_S)
     with pytest.raises(RobotError, match=r"shape \(6,\)"):
         r.command(RobotTarget(gripper_width_m=0.08, joint_positions_rad=np.zeros(6)), PERIOD_S)
-    with pytest.raises(ValueError, match="valid tasks"):
+    with pytest.raises(ValueError, match="built-in tasks"):
         r.home(task="no_such_task")
 
 
