@@ -38,7 +38,7 @@ from learner.ppo import RatioVariant
 from learner.rewards import Batch
 from pde_storage import Store
 from supervisor.dedup import Embedder
-from supervisor.proposers import PROPOSERS, PromptProposer, ProposerOptions, make_proposer
+from supervisor.proposers import PROPOSERS, OutcomeLog, PromptProposer, ProposerOptions, make_proposer
 from supervisor.service import SupervisorService
 from supervisor.settings import SupervisorSettings
 
@@ -345,6 +345,28 @@ ALGORITHM_FILES = (
 )
 
 
+class _ObservedActor:
+    """The loop's actor, each finished episode also added to the stand-in proposer's outcome log."""
+
+    def __init__(self, actor: Any, log: OutcomeLog) -> None:
+        self.actor, self.log = actor, log
+
+    def run_episode(self, **kwargs: Any) -> Any:
+        episode = self.actor.run_episode(**kwargs)
+        self.log.add(episode)
+        return episode
+
+    def set_policy(self, policy: Any) -> None:
+        self.actor.set_policy(policy)
+
+
+def sim_destination_xy_m(task: str) -> tuple[float, float] | None:
+    """Where the sim's task puts its object (the stand-in's reference); None for a lab's own task."""
+    from robot_server.sim.tasks.tabletop import TABLETOP_TASKS, destination_centre_xy_m
+
+    return destination_centre_xy_m(TABLETOP_TASKS[task][1]) if task in TABLETOP_TASKS else None
+
+
 def frozen_inputs(sft_checkpoint: Path) -> dict[str, Any]:
     """What a part ran with: the SFT checkpoint's and the algorithm files' hashes (compared by the
     merge) and the commit (for the record)."""
@@ -460,8 +482,13 @@ def run_arm(
             )
             return outcomes
 
+        # The sim stand-in for the VLM sees the loop's episodes (never the held-out evaluation's)
+        # as a VLM would see their videos: through an outcome log fed as each one finishes.
+        outcome_log = OutcomeLog(sim_destination_xy_m(bench.task))
         proposer = (
-            make_proposer(arm.proposer, ProposerOptions(seed=seed, wordings=bench.wordings))
+            make_proposer(
+                arm.proposer, ProposerOptions(seed=seed, wordings=bench.wordings, outcomes=outcome_log)
+            )
             if arm.prompt_search
             else None
         )
@@ -470,7 +497,7 @@ def run_arm(
                 loop_store=loop_store,
                 supervisor_store=supervisor_store,
                 robot=client,
-                actor=actor,
+                actor=_ObservedActor(actor, outcome_log),
                 trainer=trainer,
                 save=save,
                 settings=settings,

@@ -186,11 +186,13 @@ def _bench_pde(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
+@pytest.mark.parametrize("arm", ["pde_mixed", "pde_mixed@standin"])
 def test_a_tiny_benchmark_runs_the_real_loop_resumes_and_merges(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arm: str
 ) -> None:
     """The real driver end to end at a tiny size: the sim robot server, the Actor, the Trainer,
-    the supervisor with the rule-based proposer, a part file, a merge, and a rerun that skips it."""
+    the supervisor with the rule-based proposer or the sim stand-in for the VLM (which reads the
+    loop's episodes), a part file, a merge, and a rerun that skips it."""
     from learner.checkpoints import CheckpointStore
     from learner.policies.vla import SmallVLAPolicy, VLAConfig
 
@@ -201,14 +203,14 @@ def test_a_tiny_benchmark_runs_the_real_loop_resumes_and_merges(
     sft = CheckpointStore(tmp_path / "sft").save(policy, 0, {"sft_loss": 1.0})
     parts, out = tmp_path / "parts", tmp_path / "pde_vs_noise.json"
     argv = [
-        "--sft-checkpoint", str(sft), "--sft-seed", "1", "--task", TASK, "--arms", "pde_mixed",
+        "--sft-checkpoint", str(sft), "--sft-seed", "1", "--task", TASK, "--arms", arm,
         "--seeds", "0", "--budget-episodes", "5", "--eval-at", "0,5", "--eval-episodes", "2",
         "--max-chunks", "2", "--n-per-prompt", "1", "--k-candidates", "2", "--t0", "1", "--m-min", "1",
         "--batch-size", "2", "--image-px", "32", "--work-dir", str(tmp_path / "work"),
         "--parts-dir", str(parts), "--out", str(out),
     ]  # fmt: skip
     assert bench_pde.main(argv) == 0
-    part_file = parts / "pde_mixed-sft1-seed0.json"
+    part_file = parts / f"{arm}-sft1-seed0.json"
     part = json.loads(part_file.read_text())
     result = part["result"]
     assert result["env_episodes"] == 5 and [e["env_episodes"] for e in result["evaluations"]] == [0, 5]
@@ -219,7 +221,7 @@ def test_a_tiny_benchmark_runs_the_real_loop_resumes_and_merges(
     assert [p["status"] for p in result["prompts"]][:1] == ["canonical"] and len(result["prompts"]) == 3
     assert part["frozen"]["sft_checkpoint_sha256"]
     merged = json.loads(out.read_text())
-    row = merged["arms"]["pde_mixed"]["per_seed"][0]
+    row = merged["arms"][arm]["per_seed"][0]
     assert {"seed", "eval_episodes", "success_start", "success_end", "env_episodes"} <= set(row)
     assert {"premise", "primary_contrast", "frozen"} <= set(merged)
     # Resumable: the finished part is skipped (no robot server, no episode), the merge runs again.
