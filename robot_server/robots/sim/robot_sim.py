@@ -30,6 +30,24 @@ from robot_server.sim.world import SimWorld
 SETTLE_S = 0.2
 
 
+def _stops_at(target: RobotTarget) -> bool:
+    """Nothing is known to follow ``target``, or the next target is the same."""
+    nxt = target.next_target
+    if nxt is None:
+        return True
+    for a, b in (
+        (target.joint_positions_rad, nxt.joint_positions_rad),
+        (target.ee_position_m, nxt.ee_position_m),
+        (target.ee_quat_xyzw, nxt.ee_quat_xyzw),
+    ):
+        if a is None or b is None:
+            if a is not b:
+                return False
+        elif not np.allclose(a, b, rtol=0.0, atol=1e-9):
+            return False
+    return True
+
+
 class SimRobot(Robot):
     name = "sim"
 
@@ -130,7 +148,11 @@ class SimRobot(Robot):
                 )
             if not np.all(np.isfinite(q_goal)):
                 raise RobotError("IK produced a non-finite joint target; target rejected, arm holds")
-            self._step(self._bounded(q_goal, pos_goal), float(target.gripper_width_m), n_steps)
+            # Where the stream stops (a chunk's last row, a row the next one repeats: clipped at a
+            # wall) ease the setpoint in over the whole period instead of the first half (_step).
+            self._step(
+                self._bounded(q_goal, pos_goal), float(target.gripper_width_m), n_steps, _stops_at(target)
+            )
 
     def _bounded(self, q_goal: np.ndarray, pos_goal: np.ndarray | None) -> np.ndarray:
         """The furthest point on the joint-space line from the setpoint toward ``q_goal`` (whole,
@@ -160,15 +182,21 @@ class SimRobot(Robot):
                 return q0 + scale * dq
         return q0.copy()
 
-    def _step(self, q_goal: np.ndarray, gripper_width_m: float, n_steps: int) -> None:
+    def _step(self, q_goal: np.ndarray, gripper_width_m: float, n_steps: int, ease_in: bool = False) -> None:
+        """Advance ``n_steps`` physics steps, the servos' setpoint ramping to ``q_goal`` over the
+        first half (the stream goes on: the arm keeps up with it) or, ``ease_in``, over all of
+        them, slowing linearly from the ramp's speed to rest: a setpoint stopping abruptly at the
+        ramp's speed carried the arm past the target (up to 3.8 mm at 5 cm per tick)."""
         w = self.world
         m, d = w.model, w.data
         q_start = self._q_cmd
-        ramp_steps = max(1, n_steps // 2)
+        ramp_steps = n_steps if ease_in else max(1, n_steps // 2)
         grip_goal = min(max(gripper_width_m / 2, 0.0), fr3.GRIPPER_MAX_WIDTH_M / 2)
         grip_step = w.config.gripper_speed_m_s / 2 * w.timestep_s
         for i in range(n_steps):
             alpha = min(1.0, (i + 1) / ramp_steps)
+            if ease_in:
+                alpha = 1.0 - (1.0 - alpha) ** 2
             d.ctrl[w.arm_actuator_ids] = q_start + alpha * (q_goal - q_start)
             self._gripper_ctrl += float(np.clip(grip_goal - self._gripper_ctrl, -grip_step, grip_step))
             d.ctrl[w.gripper_actuator_id] = self._gripper_ctrl
