@@ -14,17 +14,22 @@ from __future__ import annotations
 import abc
 import itertools
 import math
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pde_contract.messages import ActionChunk, ActionSpace, RobotState
 from robot_server.executor import ChunkExecutor
-from robot_server.robots.base import RobotTarget
+from robot_server.robots.base import FaultReport, Robot, RobotTarget
 from robot_server.safety import SafetyLimits, fr3_tcp_position_m
 
 PERIOD_S = 0.1  # 10 Hz, the executor's default control rate
@@ -102,7 +107,7 @@ class ArmSampler(abc.ABC):
 class PolledSampler(ArmSampler):
     """Reads the backend's state from a thread (the FR3 backend: libfranka's 1 kHz state)."""
 
-    def __init__(self, read_state: Callable[[], RobotState], period_s: float = 0.002) -> None:
+    def __init__(self, read_state: Callable[[], RobotState], period_s: float = 0.004) -> None:
         super().__init__()
         self._read = read_state
         self._period_s = period_s
@@ -158,6 +163,94 @@ class PhysicsStepSampler(ArmSampler):
             mujoco.set_mjcb_control(None)
 
 
+class SlowedSimRobot(Robot):
+    """A simulator slower than real time (on a loaded machine) behind an executor paced at
+    ``speed`` x its rate: the backend is given each tick's period in robot time (the robot-time
+    length of the last tick), so in the robot's time the stream runs as at full speed. For a
+    machine that cannot run the simulator in real time."""
+
+    def __init__(self, inner: Robot, speed: float) -> None:
+        self.inner, self.speed, self.name = inner, speed, inner.name
+        self._last_robot_s: float | None = None
+        self.periods_s: list[float] = []  # robot-time periods given to the backend
+
+    def connect(self) -> None:
+        self.inner.connect()
+
+    def disconnect(self) -> None:
+        self.inner.disconnect()
+
+    @property
+    def is_connected(self) -> bool:
+        return self.inner.is_connected
+
+    def read_state(self) -> RobotState:
+        return self.inner.read_state()
+
+    def command(self, target: RobotTarget, period_s: float) -> None:
+        nominal_s = period_s * self.speed
+        now_s = self.inner.read_state().robot_time_s
+        last, self._last_robot_s = self._last_robot_s, now_s
+        robot_s = nominal_s if last is None else min(max(now_s - last, 0.25 * nominal_s), 4.0 * nominal_s)
+        self.periods_s.append(robot_s)
+        self.inner.command(target, robot_s)
+
+    def hold(self) -> None:
+        self.inner.hold()
+
+    def home(self, task: str = "", seed: int | None = None) -> None:
+        self.inner.home(task, seed)
+
+    def fault(self) -> FaultReport | None:
+        return self.inner.fault()
+
+
+class FciSimProcess:
+    """franky-sim in a process of its own (``python -m robot_server.robots.franka.fci_sim``): its
+    1 kHz Python loop then does not share an interpreter lock with the client under test, which
+    let an in-process simulator fall to 0.3-0.6x real time on a loaded 2-core machine."""
+
+    def __init__(self, speed: float = 1.0, start_timeout_s: float = 120.0) -> None:
+        self._speed = speed
+        self._timeout_s = start_timeout_s
+        self._proc: subprocess.Popen[str] | None = None
+        self.host = ""
+
+    def __enter__(self) -> FciSimProcess:
+        cmd = [sys.executable, "-m", "robot_server.robots.franka.fci_sim", "--speed", str(self._speed)]
+        # the simulator is the rig, not the code under test: always this checkout's
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        deadline = time.monotonic() + self._timeout_s
+        seen: list[str] = []
+        assert self._proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self._proc.stdout.readline()
+            if not line:
+                break  # exited
+            seen.append(line)
+            found = re.search(r"PDE_FRANKA_HOST=(\S+)", line)
+            if found:
+                self.host = found.group(1)
+                # keep draining its output, so a chatty simulator never blocks on a full pipe
+                threading.Thread(target=self._proc.stdout.read, daemon=True).start()
+                return self
+        self.__exit__()
+        raise RuntimeError("franky-sim did not start: " + "".join(seen[-20:]))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+
 class TickStates:
     """The executor's ``on_tick``: the measured state after every control tick."""
 
@@ -200,8 +293,14 @@ class ChunkEndRig:
     """One backend behind a running executor, with a sampler and the tick states."""
 
     def __init__(
-        self, executor: ChunkExecutor, sampler: ArmSampler, ticks: TickStates, limits: SafetyLimits
+        self,
+        executor: ChunkExecutor,
+        sampler: ArmSampler,
+        ticks: TickStates,
+        limits: SafetyLimits,
+        control_rate_hz: float = 1.0 / PERIOD_S,
     ) -> None:
+        self.control_rate_hz = control_rate_hz
         self.executor = executor
         self.sampler = sampler
         self.ticks = ticks
@@ -217,7 +316,7 @@ class ChunkEndRig:
                 episode_id="chunk-end",
                 action_space=space,
                 actions=actions,
-                control_rate_hz=1.0 / PERIOD_S,
+                control_rate_hz=self.control_rate_hz,
             ),
             b"chunk-end",
         )
@@ -225,7 +324,7 @@ class ChunkEndRig:
         while ex.snapshot().executing_chunk_seq >= 0:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"a {space.value} chunk of {len(actions)} rows did not finish")
-            time.sleep(0.005)
+            time.sleep(0.02)
         return int(accepted.steps_clipped)
 
     def _held(self) -> RobotTarget | None:
@@ -283,6 +382,8 @@ class ChunkEndRig:
             self.sampler.stop()
         wall_s = time.monotonic() - wall_start
         snap = self.executor.snapshot()
+        robot = self.executor.robot
+        periods = robot.periods_s[-(case.rows + 1) :] if isinstance(robot, SlowedSimRobot) else []
         held = self._held()
         q_final = None if held is None else held.joint_positions_rad
         tcp = np.array(self.sampler.samples.tcp_m)
@@ -316,6 +417,7 @@ class ChunkEndRig:
             # robot time over wall time while the chunk ran and settled: a simulator starved of CPU
             # falls behind the executor's wall-clock ticks and its figures mean little
             "sim_speed": (self.sampler.samples.time_s[-1] - self.sampler.samples.time_s[0]) / wall_s,
+            "robot_period_s": [round(p, 4) for p in periods],  # slowed simulator: per tick of the chunk
             "backend_errors": snap.counters.backend_errors - errors_before,
             "last_error": snap.last_error,
         }

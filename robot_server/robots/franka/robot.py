@@ -147,6 +147,7 @@ class FrankaRobot(Robot):
         # robot clock stops when the controller hangs, and franky does not always notice.
         self._watch: tuple[int, float] | None = None
         self._last_joint_target: np.ndarray | None = None
+        self._joint_at_rest = False  # the last joint motion ends at rest at _last_joint_target
         self._recovery_times: collections.deque[float] = collections.deque()
         self.reflex_recoveries = 0
         self.reflexes = 0  # latched: operator action needed
@@ -544,12 +545,17 @@ class FrankaRobot(Robot):
                 logger.warning("%s", self.last_error)
                 return
             streamer.reset()
+            self._last_joint_target = None
         self._mode = kind
         if kind == "cartesian":
             position, quat, period_s, next_pose = payload
             streamer.send(position, quat, period_s, next_pose)
             return
         q, period_s, next_q = payload
+        last_q = self._last_joint_target
+        if next_q is None and self._joint_at_rest and last_q is not None and np.array_equal(q, last_q):
+            if robot.is_in_control:
+                return  # already coming to rest here: a new motion would lose its braking (streaming.py)
         velocity = np.zeros(7)
         speed_factor = 1.0
         if self._last_joint_target is not None and next_q is not None and period_s > 0.0:
@@ -576,6 +582,7 @@ class FrankaRobot(Robot):
         )
         robot.move(motion, asynchronous=True)
         self._last_joint_target = q
+        self._joint_at_rest = not np.any(velocity)
 
     def _stop_and_wait(self, robot: franky.Robot, timeout_s: float) -> bool:
         """Stop the running motion and wait for it to end. False when it still runs after
