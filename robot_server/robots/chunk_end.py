@@ -1,7 +1,7 @@
 """How far the measured arm goes past a chunk's final target, and whether it leaves the workspace
 box. Used by bench/bench_chunk_end_overshoot.py and the tests, on franky-sim and the MuJoCo sim.
 
-A case runs through the real executor and safety layer: ``ee_delta`` rows of at most 2 cm bring
+A case runs through the real executor and safety layer: ``ee_delta`` rows of at most 4 cm bring
 the arm to the case's start, it settles, then one chunk of ``rows`` rows of ``step_m`` per tick
 moves down onto the box's floor, down into it (the last rows clipped at the floor) or sideways,
 in either action space, while a sampler records the measured TCP and joints until the arm has
@@ -33,7 +33,7 @@ from robot_server.robots.base import FaultReport, Robot, RobotTarget
 from robot_server.safety import SafetyLimits, fr3_tcp_position_m
 
 PERIOD_S = 0.1  # 10 Hz, the executor's default control rate
-POSITIONING_STEP_M = 0.02
+POSITIONING_STEP_M = 0.04
 OPEN_M = 0.08
 # (direction, where the chunk starts): "down" ends exactly on the box's floor, "down_clipped" asks
 # for two rows below it (the safety layer stops them at the floor), "side" ends inside the box.
@@ -339,18 +339,31 @@ class ChunkEndRig:
         assert state is not None
         return np.asarray(state.ee_position_m, float)
 
+    def settle(self, robot_s: float, timeout_s: float = 120.0) -> None:
+        """Hold for ``robot_s`` of the robot's own time (a simulator may run slower than the wall)."""
+        state = self.executor.snapshot().state
+        assert state is not None
+        start_s, deadline = state.robot_time_s, time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.executor.snapshot().state
+            if state is not None and state.robot_time_s - start_s >= robot_s:
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"the robot's clock did not advance {robot_s} s within {timeout_s} s")
+
     def move_to(self, position_m: np.ndarray, settle_s: float) -> None:
-        """Bring the held target to ``position_m`` in rows of at most 2 cm, then let it settle."""
+        """Bring the held target to ``position_m`` in rows of at most 4 cm, then let it settle."""
         delta = np.asarray(position_m, float) - self._held_position_m()
         n = max(1, math.ceil(float(np.linalg.norm(delta)) / POSITIONING_STEP_M))
         actions = np.zeros((n, 7))
         actions[:, :3] = delta / n
         actions[:, 6] = OPEN_M
         self._run(ActionSpace.EE_DELTA, actions)
-        time.sleep(settle_s)
+        self.settle(settle_s)
 
     def run(self, case: ChunkEndCase, settle_s: float = 1.0) -> dict[str, Any]:
-        """Position, run the case's chunk, and measure it (figures in metres and radians)."""
+        """Position, run the case's chunk, and measure it (figures in metres and radians);
+        ``settle_s`` of robot time after each."""
         floor_m = self.limits.workspace_min_m[2]
         self.move_to(case.start_m(floor_m), settle_s)
         unit = case.unit
@@ -377,7 +390,7 @@ class ChunkEndRig:
         wall_start = time.monotonic()
         try:
             clipped = self._run(case.space, actions)
-            time.sleep(settle_s)
+            self.settle(settle_s)
         finally:
             self.sampler.stop()
         wall_s = time.monotonic() - wall_start

@@ -91,7 +91,7 @@ def test_each_row_names_the_next_and_the_last_row_none(
         i for i, t in enumerate(sent) if t.ee_position_m is not None and t.ee_position_m[0] > HOME_POS[0]
     )
     rows = sent[first : first + 4]
-    for row, following in zip(rows[:3], rows[1:], strict=True):
+    for row, following in itertools.pairwise(rows):
         assert row.next_target is not None
         np.testing.assert_allclose(row.next_target.ee_position_m, following.ee_position_m)  # type: ignore[arg-type]
     assert rows[3].next_target is None

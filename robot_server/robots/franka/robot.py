@@ -553,9 +553,9 @@ class FrankaRobot(Robot):
             return
         q, period_s, next_q = payload
         last_q = self._last_joint_target
-        if next_q is None and self._joint_at_rest and last_q is not None and np.array_equal(q, last_q):
-            if robot.is_in_control:
-                return  # already coming to rest here: a new motion would lose its braking (streaming.py)
+        resend = next_q is None and self._joint_at_rest and last_q is not None and np.array_equal(q, last_q)
+        if resend and robot.is_in_control:
+            return  # already coming to rest here: a new motion would lose its braking (streaming.py)
         velocity = np.zeros(7)
         speed_factor = 1.0
         if self._last_joint_target is not None and next_q is not None and period_s > 0.0:
