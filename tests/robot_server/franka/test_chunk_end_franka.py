@@ -14,15 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from pde_contract.messages import ActionSpace
 from robot_server.executor import ChunkExecutor, ExecutorConfig
 from robot_server.robots import chunk_end as ce
 from robot_server.robots.franka import FrankaRobot
 from robot_server.safety import SafetyLimits
+from tests.robot_server.chunk_end_checks import CASES_AT_5CM, assert_stops_at_the_end, case_id
 from tests.robot_server.franka.conftest import sim_config
 
 SPEED = 0.5  # franky-sim's pace (x real time); the executor runs at 10 Hz x this
-OVERSHOOT_MAX_M = 0.003
 MAX_PERIOD_SPREAD = 1.5  # robot-time tick lengths within this ratio, or the case runs again
 
 
@@ -49,14 +48,7 @@ def rig() -> Iterator[ce.ChunkEndRig]:
             arm.disconnect()
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        ce.ChunkEndCase(ActionSpace.EE_DELTA, "down", 0.05),
-        ce.ChunkEndCase(ActionSpace.JOINT_ABS, "side", 0.05),
-    ],
-    ids=lambda c: c.name,
-)
+@pytest.mark.parametrize("case", CASES_AT_5CM, ids=case_id)
 def test_overshoot_at_a_chunk_end_at_5cm_per_tick(rig: ce.ChunkEndRig, case: ce.ChunkEndCase) -> None:
     for _ in range(3):
         figures = rig.run(case, settle_s=0.6)
@@ -65,7 +57,4 @@ def test_overshoot_at_a_chunk_end_at_5cm_per_tick(rig: ce.ChunkEndRig, case: ce.
             break
     else:
         pytest.skip(f"franky-sim's ticks stayed uneven in robot time ({periods}): the machine is too loaded")
-    print(figures)
-    assert figures["overshoot_m"] <= OVERSHOOT_MAX_M, figures
-    assert figures["outside_box_max_m"] == 0.0, figures
-    assert figures["backend_errors"] == 0, figures
+    assert_stops_at_the_end(figures)

@@ -7,15 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from pde_contract.messages import ActionSpace
 from robot_server.executor import ChunkExecutor, ExecutorConfig
 from robot_server.robots import chunk_end as ce
 from robot_server.robots.sim import SimRobot
 from robot_server.safety import SafetyLimits
 from robot_server.sim.world import SimWorld, SimWorldConfig
+from tests.robot_server.chunk_end_checks import CASES_AT_5CM, assert_stops_at_the_end, case_id
 
 LIMITS = SafetyLimits()
-OVERSHOOT_MAX_M = 0.003
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +37,10 @@ def rig() -> Iterator[ce.ChunkEndRig]:
         world.close()
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        ce.ChunkEndCase(ActionSpace.EE_DELTA, "down", 0.05),
-        ce.ChunkEndCase(ActionSpace.JOINT_ABS, "side", 0.05),
-    ],
-    ids=lambda c: c.name,
-)
+@pytest.mark.parametrize("case", CASES_AT_5CM, ids=case_id)
 def test_overshoot_at_a_chunk_end_at_5cm_per_tick(rig: ce.ChunkEndRig, case: ce.ChunkEndCase) -> None:
     figures = rig.run(case, settle_s=0.5)
-    print(figures)
-    assert figures["overshoot_m"] <= OVERSHOOT_MAX_M, figures
-    assert figures["outside_box_max_m"] == 0.0, figures
+    assert_stops_at_the_end(figures)
     # the measured TCP keeps to the per-tick step (the sim's setpoint does; servo tracking adds
     # at most 1 mm here)
     assert figures["tcp_step_per_tick_max_m"] <= LIMITS.max_step_translation_m + 0.001, figures
