@@ -408,8 +408,11 @@ class ChunkEndRig:
             final_m = self._held_position_m()
             reference = "the chunk's final target"
         else:
-            final_m = rest_m  # the backend's own kinematics put the final joint target here
-            reference = "where the arm settled at the final joint target"
+            # the final joint target's TCP by FR3 kinematics, moved by what those kinematics miss of
+            # the backend's own where the arm settled (its TCP frame, its model)
+            q_rest = q[-max(1, len(q) // 20) :].mean(axis=0)
+            final_m = fr3_tcp_position_m(q_final) + rest_m - fr3_tcp_position_m(q_rest)
+            reference = "the final joint target's TCP (FR3 kinematics, offset to the backend's at rest)"
         ticks = np.array([s.ee_position_m for s in self.ticks.states[max(0, first_tick - 1) :]])
         steps = np.linalg.norm(np.diff(ticks, axis=0), axis=1) if len(ticks) > 1 else np.zeros(1)
         figures: dict[str, Any] = {

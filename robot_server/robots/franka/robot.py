@@ -553,7 +553,7 @@ class FrankaRobot(Robot):
             return
         q, period_s, next_q = payload
         last_q = self._last_joint_target
-        resend = next_q is None and self._joint_at_rest and last_q is not None and np.array_equal(q, last_q)
+        resend = self._joint_at_rest and last_q is not None and np.array_equal(q, last_q)
         if resend and robot.is_in_control:
             return  # already coming to rest here: a new motion would lose its braking (streaming.py)
         velocity = np.zeros(7)

@@ -92,8 +92,9 @@ class CartesianStreamer(abc.ABC):
         after = None
         if next_pose is not None:
             after = (np.asarray(next_pose[0], float), np.asarray(next_pose[1], float))
-        if after is None and self._last_at_rest and _same_pose(pose, self._last) and self.robot.is_in_control:
-            # The running motion already brings the arm to rest here. A new one would be planned
+        if self._last_at_rest and _same_pose(pose, self._last) and self.robot.is_in_control:
+            # The running motion already brings the arm to rest here (the stream stopped: a hold,
+            # rows clipped at a wall that repeat the target). A new one would be planned
             # from the current command without its braking acceleration: resending the held
             # target every tick carried the arm 12 mm past it from 0.5 m/s on franky-sim.
             return
