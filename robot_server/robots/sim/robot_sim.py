@@ -30,11 +30,8 @@ from robot_server.sim.world import SimWorld
 SETTLE_S = 0.2
 
 
-def _stops_at(target: RobotTarget) -> bool:
-    """Nothing is known to follow ``target``, or the next target is the same."""
-    nxt = target.next_target
-    if nxt is None:
-        return True
+def _repeats(target: RobotTarget, nxt: RobotTarget) -> bool:
+    """``nxt`` is the same target (the stream stops: rows clipped at a wall)."""
     for a, b in (
         (target.joint_positions_rad, nxt.joint_positions_rad),
         (target.ee_position_m, nxt.ee_position_m),
@@ -67,6 +64,7 @@ class SimRobot(Robot):
         self.ik = DifferentialIK(world.model, world.tcp_site_id, world.arm_qpos_adr, world.arm_dof_adr)
         self._connected = False
         self._q_cmd = fr3.HOME_Q_RAD.copy()  # the servos' current setpoint
+        self._streaming = False  # the last target named the next one
         self._gripper_ctrl = fr3.GRIPPER_MAX_WIDTH_M / 2  # current per-finger setpoint
         self.task_name = ""
         self.seed: int | None = None
@@ -148,11 +146,14 @@ class SimRobot(Robot):
                 )
             if not np.all(np.isfinite(q_goal)):
                 raise RobotError("IK produced a non-finite joint target; target rejected, arm holds")
-            # Where the stream stops (a chunk's last row, a row the next one repeats: clipped at a
-            # wall) ease the setpoint in over the whole period instead of the first half (_step).
-            self._step(
-                self._bounded(q_goal, pos_goal), float(target.gripper_width_m), n_steps, _stops_at(target)
-            )
+            # Where a stream announced to go on stops (a chunk's last row after rows that named
+            # their next, a row the next one repeats: clipped at a wall), ease the setpoint in over
+            # the whole period instead of the first half (_step). A caller that names no next
+            # targets at all (the expert's row-by-row driver) keeps the plain ramp.
+            nxt = target.next_target
+            stops = (nxt is None and self._streaming) or (nxt is not None and _repeats(target, nxt))
+            self._streaming = nxt is not None
+            self._step(self._bounded(q_goal, pos_goal), float(target.gripper_width_m), n_steps, stops)
 
     def _bounded(self, q_goal: np.ndarray, pos_goal: np.ndarray | None) -> np.ndarray:
         """The furthest point on the joint-space line from the setpoint toward ``q_goal`` (whole,
