@@ -50,35 +50,31 @@ def _measuring_module() -> Any:
     return module
 
 
-def worker(backend: str, out: Path, steps_m: tuple[float, ...], franky_speed: float) -> None:
-    """Run every case on one backend with the code first on sys.path; write the figures."""
+def _rig(ce: Any, backend: str, speed: float) -> tuple[Any, list[Any]]:
+    """A chunk-end rig on ``backend`` and what closes it (in reverse order)."""
     from robot_server.executor import ChunkExecutor, ExecutorConfig
     from robot_server.safety import SafetyLimits
 
-    ce = _measuring_module()
     limits = SafetyLimits()
-    ticks = ce.TickStates()
     closers: list[Any] = []
-    speed = 1.0
     if backend == "franka":
         from robot_server.robots.franka import FrankaConfig, FrankaRobot
 
-        speed = franky_speed
         sim = ce.FciSimProcess(speed).__enter__()
         closers.append(sim.__exit__)
         # wall-clock timeouts stretched with the simulator's slowness
-        arm = FrankaRobot(
-            FrankaConfig(
-                host=sim.host,
-                realtime="ignore",
-                home_dynamics_factor=0.6,
-                gripper=False,
-                stall_timeout_s=2.0 / speed,
-                home_timeout_s=30.0 / speed,
-                connect_timeout_s=10.0,
-            )
+        config = FrankaConfig(
+            host=sim.host,
+            realtime="ignore",
+            home_dynamics_factor=0.6,
+            gripper=False,
+            stall_timeout_s=2.0 / speed,
+            home_timeout_s=30.0 / speed,
+            connect_timeout_s=10.0,
         )
+        arm = FrankaRobot(config)
         arm.connect()
+        closers.append(arm.disconnect)
         arm.home()
         sampler = ce.PolledSampler(arm.read_state)
         robot: Any = arm if speed == 1.0 else ce.SlowedSimRobot(arm, speed)
@@ -99,15 +95,41 @@ def worker(backend: str, out: Path, steps_m: tuple[float, ...], franky_speed: fl
         sampler = ce.PhysicsStepSampler(world.tcp_site_id, world.arm_qpos_adr, world.lock)
         realtime = False  # chunk rows back to back; idle (settling) ticks still at 10 Hz
     rate_hz = 10.0 * speed
-    config = ExecutorConfig(control_rate_hz=rate_hz, realtime=realtime, heartbeat_timeout_s=0, limits=limits)
-    ex = ChunkExecutor(robot, config, ticks)
+    ticks = ce.TickStates()
+    executor_config = ExecutorConfig(
+        control_rate_hz=rate_hz, realtime=realtime, heartbeat_timeout_s=0, limits=limits
+    )
+    ex = ChunkExecutor(robot, executor_config, ticks)
     ex.start()
-    rig = ce.ChunkEndRig(ex, sampler, ticks, limits, control_rate_hz=rate_hz)
-    cases = []
+    closers.append(ex.close)
+    return ce.ChunkEndRig(ex, sampler, ticks, limits, control_rate_hz=rate_hz), closers
+
+
+def _close(closers: list[Any]) -> None:
+    for close in reversed(closers):
+        try:
+            close()
+        except Exception as e:  # closing a broken rig: say so, go on
+            print(f"closing the rig: {type(e).__name__}: {e}", flush=True)
+
+
+def worker(backend: str, out: Path, steps_m: tuple[float, ...], franky_speed: float) -> None:
+    """Run every case on one backend with the code first on sys.path; write the figures. A case
+    that fails (a simulator that died) is recorded with its error and the rig is built anew."""
+    ce = _measuring_module()
+    speed = franky_speed if backend == "franka" else 1.0
+    rig, closers = _rig(ce, backend, speed)
+    cases: list[dict[str, Any]] = []
     try:
         for case in ce.all_cases(steps_m):
             for attempt in range(1, 3):
-                figures = rig.run(case, settle_s=0.6)
+                try:
+                    figures = rig.run(case, settle_s=0.6)
+                except Exception as e:
+                    figures = {"case": case.name, "step_m": case.step_m, "error": f"{type(e).__name__}: {e}"}
+                    _close(closers)
+                    rig, closers = _rig(ce, backend, speed)
+                    continue
                 figures["attempt"] = attempt
                 # a simulator starved of CPU now and then makes ticks of uneven robot-time length,
                 # and then the figures mean little: run the case again
@@ -116,12 +138,10 @@ def worker(backend: str, out: Path, steps_m: tuple[float, ...], franky_speed: fl
                 if figures["robot_period_spread"] <= 2.0:
                     break
             shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float) and k != "step_m"}
-            print(backend, case.name, shown, flush=True)
+            print(backend, case.name, shown, figures.get("error", ""), flush=True)
             cases.append(figures)
     finally:
-        ex.close()
-        for close in reversed(closers):
-            close()
+        _close(closers)
     out.write_text(json.dumps(cases))
 
 
@@ -133,9 +153,11 @@ def _code_root(ref: str, into: Path) -> Path:
     return into
 
 
-def _summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(all_cases: list[dict[str, Any]]) -> dict[str, Any]:
+    cases = [c for c in all_cases if "error" not in c]
     at_5cm = [c for c in cases if abs(c["step_m"] - 0.05) < 1e-9]
     return {
+        "cases_failed": [c for c in all_cases if "error" in c],
         "overshoot_max_m": max(c["overshoot_m"] for c in cases),
         "overshoot_max_at_5cm_m": max((c["overshoot_m"] for c in at_5cm), default=0.0),
         "outside_box_max_m": max(c["outside_box_max_m"] for c in cases),
