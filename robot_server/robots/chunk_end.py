@@ -351,6 +351,17 @@ class ChunkEndRig:
             time.sleep(0.02)
         raise TimeoutError(f"the robot's clock did not advance {robot_s} s within {timeout_s} s")
 
+    def _settle_until_still(self, window_s: float = 0.2, still_m: float = 0.0005, max_s: float = 5.0) -> None:
+        """Go on holding while the measured TCP still moves (an arm that lagged its stream is still
+        on its way), up to ``max_s`` of robot time."""
+        for _ in range(int(max_s / window_s)):
+            before = self.executor.snapshot().state
+            self.settle(window_s)
+            after = self.executor.snapshot().state
+            assert before is not None and after is not None
+            if np.linalg.norm(after.ee_position_m - before.ee_position_m) < still_m:
+                return
+
     def move_to(self, position_m: np.ndarray, settle_s: float) -> None:
         """Bring the held target to ``position_m`` in rows of at most 4 cm, then let it settle."""
         delta = np.asarray(position_m, float) - self._held_position_m()
@@ -391,6 +402,7 @@ class ChunkEndRig:
         try:
             clipped = self._run(case.space, actions)
             self.settle(settle_s)
+            self._settle_until_still()
         finally:
             self.sampler.stop()
         wall_s = time.monotonic() - wall_start
@@ -408,8 +420,8 @@ class ChunkEndRig:
             final_m = self._held_position_m()
             reference = "the chunk's final target"
         else:
-            # the final joint target's TCP by FR3 kinematics, moved by what those kinematics miss of
-            # the backend's own where the arm settled (its TCP frame, its model)
+            # the final joint target's TCP by FR3 kinematics, corrected by how far those kinematics
+            # are from the backend's own (its TCP frame, its model) where the arm settled
             q_rest = q[-max(1, len(q) // 20) :].mean(axis=0)
             final_m = fr3_tcp_position_m(q_final) + rest_m - fr3_tcp_position_m(q_rest)
             reference = "the final joint target's TCP (FR3 kinematics, offset to the backend's at rest)"
