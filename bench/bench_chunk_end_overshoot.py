@@ -135,7 +135,7 @@ def worker(backend: str, out: Path, steps_m: tuple[float, ...], franky_speed: fl
                 # and then the figures mean little: run the case again
                 periods = figures["robot_period_s"] or [0.1]
                 figures["robot_period_spread"] = max(periods) / min(periods)
-                if figures["robot_period_spread"] <= 2.0:
+                if figures["robot_period_spread"] <= ce.MAX_PERIOD_SPREAD:
                     break
             shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float) and k != "step_m"}
             print(backend, case.name, shown, figures.get("error", ""), flush=True)

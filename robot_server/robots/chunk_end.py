@@ -35,6 +35,9 @@ from robot_server.safety import SafetyLimits, fr3_tcp_position_m
 PERIOD_S = 0.1  # 10 Hz, the executor's default control rate
 POSITIONING_STEP_M = 0.04
 OPEN_M = 0.08
+# A slowed simulator's ticks (robot time) may differ by this ratio before a case is run again: a
+# simulator starved of CPU now and then makes uneven ones, and then the figures mean little.
+MAX_PERIOD_SPREAD = 2.0
 # (direction, where the chunk starts): "down" ends exactly on the box's floor, "down_clipped" asks
 # for two rows below it (the safety layer stops them at the floor), "side" ends inside the box.
 DIRECTIONS: dict[str, tuple[float, float, float]] = {
