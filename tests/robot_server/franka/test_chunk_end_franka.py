@@ -5,7 +5,7 @@ franky-sim cannot keep real time on a loaded 2-core machine (0.35-0.44x measured
 stream that runs ahead of the robot's clock is not what an FR3 sees. So the simulator runs
 slowed and the executor with it (SlowedSimRobot gives the backend each tick's length in robot
 time): ~10 Hz of robot time. On the code before the fix (every row fed forward, the held target
-resent every tick) the ee_delta case went 14-70 mm past the floor here.
+resent every tick) the ee_delta case went 17.5 mm below the floor (bench/bench_chunk_end_overshoot.py).
 """
 
 from __future__ import annotations
