@@ -24,10 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from robot_server.robots.base import RobotTarget
 from robot_server.robots.franka import FrankaConfig, FrankaRobot
 from robot_server.robots.franka.fci_sim import FciSim
-from robot_server.robots.franka.tracking import StateSampler, circle_targets, tracking_report
+from robot_server.robots.franka.tracking import StateSampler, circle_targets, stream_targets, tracking_report
 
 PERIOD_S = 0.1
 CHUNK = 10
@@ -81,11 +80,13 @@ def run_strategy(sim: FciSim, strategy: str, dynamics_factor: float) -> dict[str
                     arm.move(motion, asynchronous=True)
                     arm.join_motion(30.0)
             else:
-                for k, target in enumerate(targets):
+                for k, (target, command) in enumerate(
+                    zip(targets, stream_targets(targets, quat), strict=True)
+                ):
                     if k % CHUNK == 0:
                         sampler.log.chunk_starts_s.append(sampler.now_s())
                     sampler.log.ticks.append((sampler.now_s(), target))
-                    robot.command(RobotTarget(0.08, ee_position_m=target, ee_quat_xyzw=quat), PERIOD_S)
+                    robot.command(command, PERIOD_S)
                     time.sleep(max(0.0, wall_start + (k + 1) * PERIOD_S - time.monotonic()))
             wall_s = time.monotonic() - wall_start
             time.sleep(0.3)

@@ -636,7 +636,10 @@ class ChunkExecutor:
                     seq, row = ch.seq, ch.next_row
                     ch.next_row += 1
                     self.counters.steps_executed += 1
-                    if ch.next_row == len(ch.targets):
+                    if ch.next_row < len(ch.targets):
+                        # the backend may carry the arm's speed through this target toward the next
+                        target = replace(target, next_target=ch.targets[ch.next_row])
+                    else:
                         self._chunk = None
                         self.counters.chunks_executed += 1
                         self._held = target

@@ -32,6 +32,10 @@ class RobotTarget:
     # The width is the one held since a stop, not a new request: a backend that stopped its
     # gripper on hold() need not move it there again (a chunk row or GripperCommand is False).
     gripper_hold: bool = False
+    # The target of the next tick where the executor knows it (the chunk's next row), of the same
+    # kind. None: nothing is known to follow (a chunk's last row, a hold), so a backend that feeds
+    # velocity forward must bring the arm to rest at this target, not carry it past.
+    next_target: RobotTarget | None = None
 
 
 @dataclass(frozen=True, slots=True)

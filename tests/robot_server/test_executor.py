@@ -77,6 +77,27 @@ def test_rows_execute_one_per_tick_then_hold(make: Callable[..., tuple[ChunkExec
     assert np.all(np.diff(slots) >= 0.02 - 1e-6), np.diff(slots)
 
 
+def test_each_row_names_the_next_and_the_last_row_none(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    # A backend that feeds velocity forward brings the arm to rest where no row follows (the
+    # chunk's last, and the hold after it); rows before it name where the stream goes next.
+    ex, robot = make()
+    ex.submit(ee_chunk(0, rows=4), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+    time.sleep(0.06)
+    sent = [t for _, t in robot.commands]
+    first = next(
+        i for i, t in enumerate(sent) if t.ee_position_m is not None and t.ee_position_m[0] > HOME_POS[0]
+    )
+    rows = sent[first : first + 4]
+    for row, following in itertools.pairwise(rows):
+        assert row.next_target is not None
+        np.testing.assert_allclose(row.next_target.ee_position_m, following.ee_position_m)  # type: ignore[arg-type]
+    assert rows[3].next_target is None
+    assert all(t.next_target is None for t in sent[first + 4 :])  # holding
+
+
 def test_newer_chunk_preempts_the_rest(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
     ex, robot = make(control_rate_hz=20.0)
     ex.submit(ee_chunk(0, rows=20, dx=0.01, rate_hz=20.0), CLIENT)

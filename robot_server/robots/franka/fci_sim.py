@@ -72,7 +72,7 @@ class FciSim:
         self._server = SimulationServer(self._sim, hostname_candidates=candidates)
         self._server.init()
         self.host = str(self._robot.hostname)
-        self._server.run_async(realtime=self._realtime)
+        self._server.run_async(realtime=self._pacing)
         logger.info("franky-sim serving an FR3 on %s (TCP 1337/1338)", self.host)
         return self
 
@@ -96,9 +96,14 @@ class FciSim:
         if thread is not None:
             thread.join(timeout=5.0)
 
+    @property
+    def _pacing(self) -> bool | float:
+        # franky-sim's own ``realtime`` float stretches its 1 ms step (2.0: half speed)
+        return self._realtime if isinstance(self._realtime, bool) else 1.0 / float(self._realtime)
+
     def resume(self) -> None:
         if not self._server.running:
-            self._server.run_async(realtime=self._realtime)
+            self._server.run_async(realtime=self._pacing)
 
     def stop(self) -> None:
         if self._server is not None:

@@ -26,7 +26,13 @@ from robot_server.robots.franka.deadline import DeadlineExceeded, PendingCall, c
 from robot_server.robots.franka.fault_state import LatchedFaultFile
 from robot_server.robots.franka.gripper import GripperWorker
 from robot_server.robots.franka.realtime import KernelRealtime, kernel_realtime
-from robot_server.robots.franka.streaming import CartesianStreamer, make_streamer
+from robot_server.robots.franka.streaming import (
+    FEEDFORWARD_SHARE,
+    CartesianStreamer,
+    make_streamer,
+    stopping_speed,
+    through_velocity,
+)
 
 if TYPE_CHECKING:  # franky is imported where an FR3 is driven: the sim-only server runs without it
     import franky
@@ -150,6 +156,7 @@ class FrankaRobot(Robot):
         # robot clock stops when the controller hangs, and franky does not always notice.
         self._watch: tuple[int, float] | None = None
         self._last_joint_target: np.ndarray | None = None
+        self._joint_at_rest = False  # the last joint motion ends at rest at _last_joint_target
         self._recovery_times: collections.deque[float] = collections.deque()
         self.reflex_recoveries = 0
         self.reflexes = 0  # latched: operator action needed
@@ -469,17 +476,30 @@ class FrankaRobot(Robot):
     def command(self, target: RobotTarget, period_s: float) -> None:
         self._check_alive(self._require())
         if target.joint_positions_rad is not None:
+            nxt = target.next_target
+            next_q = None if nxt is None or nxt.joint_positions_rad is None else nxt.joint_positions_rad
             item: tuple[str, Any] = (
                 "joint",
-                (np.asarray(target.joint_positions_rad, float).copy(), period_s),
+                (
+                    np.asarray(target.joint_positions_rad, float).copy(),
+                    period_s,
+                    None if next_q is None else np.asarray(next_q, float).copy(),
+                ),
             )
         elif target.ee_position_m is not None and target.ee_quat_xyzw is not None:
+            nxt = target.next_target
+            next_pose = (
+                None
+                if nxt is None or nxt.ee_position_m is None or nxt.ee_quat_xyzw is None
+                else (np.asarray(nxt.ee_position_m, float).copy(), np.asarray(nxt.ee_quat_xyzw, float).copy())
+            )
             item = (
                 "cartesian",
                 (
                     np.asarray(target.ee_position_m, float).copy(),
                     np.asarray(target.ee_quat_xyzw, float).copy(),
                     period_s,
+                    next_pose,
                 ),
             )
         else:
@@ -600,22 +620,44 @@ class FrankaRobot(Robot):
                 logger.warning("%s", self.last_error)
                 return
             streamer.reset()
+            self._last_joint_target = None
         self._mode = kind
         if kind == "cartesian":
-            position, quat, period_s = payload
-            streamer.send(position, quat, period_s)
+            position, quat, period_s, next_pose = payload
+            streamer.send(position, quat, period_s, next_pose)
             return
-        q, period_s = payload
+        q, period_s, next_q = payload
+        last_q = self._last_joint_target
+        resend = self._joint_at_rest and last_q is not None and np.array_equal(q, last_q)
+        if resend and robot.is_in_control:
+            return  # already coming to rest here: a new motion would lose its braking (streaming.py)
         velocity = np.zeros(7)
-        if self._last_joint_target is not None and period_s > 0.0:
-            velocity = np.clip((q - self._last_joint_target) / period_s, -1.0, 1.0)
+        speed_factor = 1.0
+        if self._last_joint_target is not None and next_q is not None and period_s > 0.0:
+            # as the Cartesian stream does (streaming.py): at rest where the stream stops or turns,
+            # and never faster than the arm can still stop from by the next target
+            velocity = np.clip(through_velocity(q - self._last_joint_target, next_q - q, period_s), -1.0, 1.0)
+            if np.any(velocity):
+                factor = robot.relative_dynamics_factor
+                cap = stopping_speed(next_q - q, robot.joint_acceleration_limit.get() * factor.acceleration)
+                max_rad_s = np.asarray(robot.joint_velocity_limit.get(), float) * factor.velocity
+                speed_factor = min(1.0, max(float(np.max(cap / max_rad_s)), 1e-3))
+                # within what the motion may reach, or ruckig refuses the target
+                bound = FEEDFORWARD_SHARE * np.minimum(cap, max_rad_s * speed_factor)
+                velocity = np.clip(velocity, -bound, bound)
         waypoint = franky.JointWaypoint(
             franky.JointState(q, velocity),
             franky.ReferenceType.Absolute,
             minimum_time=franky.Duration(max(1, round(period_s * 1000.0))),
         )
-        robot.move(franky.JointWaypointMotion([waypoint], return_when_finished=False), asynchronous=True)
+        motion = franky.JointWaypointMotion(
+            [waypoint],
+            relative_dynamics_factor=franky.RelativeDynamicsFactor(speed_factor, 1.0, 1.0),
+            return_when_finished=False,
+        )
+        robot.move(motion, asynchronous=True)
         self._last_joint_target = q
+        self._joint_at_rest = not np.any(velocity)
 
     def _stop_and_wait(self, robot: franky.Robot, timeout_s: float) -> bool:
         """Stop the running motion and wait for it to end. False when it still runs after

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from robot_server.robots.base import RobotTarget
+
 
 @dataclass
 class TrackingLog:
@@ -112,3 +114,15 @@ def circle_targets(
         + np.array([0.0, radius_m * np.sin(w * k * period_s), radius_m * (np.cos(w * k * period_s) - 1)])
         for k in range(1, steps + 1)
     ]
+
+
+def stream_targets(
+    positions_m: list[np.ndarray], quat_xyzw: np.ndarray, width_m: float = 0.08
+) -> list[RobotTarget]:
+    """Targets as the executor sends the rows of one stream: each names the next one (the last
+    none), so the arm passes them moving and comes to rest at the last."""
+    targets: list[RobotTarget] = []
+    for p in reversed(positions_m):
+        nxt = targets[-1] if targets else None
+        targets.append(RobotTarget(width_m, ee_position_m=p, ee_quat_xyzw=quat_xyzw, next_target=nxt))
+    return targets[::-1]

@@ -15,7 +15,7 @@ from robot_server.robots.franka import FrankaConfig, FrankaRobot
 from robot_server.robots.franka import config as fr3
 from robot_server.robots.franka.fci_sim import FciSim
 from robot_server.robots.franka.realtime import kernel_realtime
-from robot_server.robots.franka.tracking import StateSampler, circle_targets, tracking_report
+from robot_server.robots.franka.tracking import StateSampler, circle_targets, stream_targets, tracking_report
 from tests.robot_server.franka.conftest import sim_config, unused_loopback
 
 PERIOD_S = 0.1
@@ -33,11 +33,12 @@ def _stream(
     robot: FrankaRobot, sampler: StateSampler, targets: list[np.ndarray], quat: np.ndarray, chunk: int
 ) -> None:
     start = time.monotonic()
-    for k, target in enumerate(targets):
+    # chunks sent back to back: as the executor does when each chunk arrives before the last ran out
+    for k, (target, command) in enumerate(zip(targets, stream_targets(targets, quat), strict=True)):
         if k % chunk == 0:
             sampler.log.chunk_starts_s.append(sampler.now_s())
         sampler.log.ticks.append((sampler.now_s(), target))
-        robot.command(RobotTarget(gripper_width_m=0.08, ee_position_m=target, ee_quat_xyzw=quat), PERIOD_S)
+        robot.command(command, PERIOD_S)
         time.sleep(max(0.0, start + (k + 1) * PERIOD_S - time.monotonic()))
 
 
