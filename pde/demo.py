@@ -54,7 +54,7 @@ PREMISE_TASKS = (
     "put_bowl_in_front_of_camera",
     "put_green_container_in_front_of_camera",
 )
-PREMISE_WORDINGS = Path(__file__).resolve().parent.parent / "learner" / "recipes" / "language_premise.json"
+PREMISE_WORDINGS = Path(__file__).resolve().parent.parent / "learner" / "recipes" / "paper_regime.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Camera frames of the demos and of the server alike; the policy sees them downscaled
 # (--policy-image-px).
@@ -116,10 +116,10 @@ class DemoSettings(BaseSettings):
 
     data_dir: Path = Path("data")
     tasks: str = ",".join(DEFAULT_TASKS)
-    # The language premise (learner/recipes/README.md): SFT on three tasks of one scene, the target
-    # trained only under rewordings, so its canonical prompt fails (1/50) where wordings the offline
-    # proposer finds succeed (up to 30/50): the RL stage samples pool prompts whatever the
-    # bootstrap's luck. `--sft-tasks ""` and `--wordings ""` give the single-task start (prompts inert).
+    # The paper's regime (learner/recipes/README.md): SFT on three tasks of one scene, the target's
+    # canonical prompt on 7.5% of its demos (the recipe's canonical_prob), so that prompt starts at
+    # 10-20% for SFT seeds 0 and 2 (3-35% over seeds 0-3). `--sft-tasks ""` and `--wordings ""`
+    # give the single-task start (prompts inert).
     sft_tasks: str = ",".join(PREMISE_TASKS)
     wordings: str = str(PREMISE_WORDINGS)
     demos_per_task: int = Field(default=20, ge=1)
@@ -168,8 +168,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument(
         "--wordings",
         default=d.wordings,
-        help="SFT wording table per task (default: the language premise, %(default)s; '' for the "
-        "canonical prompt and its paraphrases)",
+        help="SFT wording table per task, its canonical_prob included (default: the paper's regime, "
+        "%(default)s; learner/recipes/language_premise.json: the decoy hard tier; '' for the canonical "
+        "prompt and its paraphrases)",
     )
     p.add_argument(
         "--demos-per-task", type=int, default=d.demos_per_task, help="expert demos per task (%(default)s)"
