@@ -9,12 +9,15 @@ process with its log in <data>/logs/: the simulated robot server (real time), th
 127.0.0.1, the supervisor (offline paraphrase proposer unless a VLM endpoint is configured) and the
 learner's episode loop, all sharing SQLite in <data>/pde.db. Ctrl-C stops everything.
 
-The defaults are sized for a 2-core laptop CPU and for a start where PDE has something to do:
-the language premise (learner/recipes/): three tasks of one scene, 20 demonstrations each, 1000 SFT
+The defaults are sized for a 2-core laptop CPU and start from the paper's regime
+(learner/recipes/paper_regime.json): three tasks of one scene, 20 demonstrations each, 1000 SFT
 steps of the Gaussian head on 32 px frames, the target task (put the green container in front of
-the camera) trained only under other wordings, so its canonical prompt rarely succeeds and the
-prompt search fills the pool; the RL stage then samples pool prompts in most episodes (alpha near
-alpha_min) and prints alpha, the pool-prompt share and the canonical prompt's success at the end.
+the camera) labelled with its canonical prompt in 7.5% of its demos and otherwise with hand-written
+wordings no proposer uses, so that prompt's sampled success starts low (3-35% by SFT seed,
+bench/results/premise_calibration.json) and the prompt search has something to find. The summary
+at the end prints alpha, the pool prompts' share of RL rollouts and the canonical prompt's success
+before and after PPO. ``--wordings learner/recipes/language_premise.json``: the decoy premise, the
+secondary hard tier (its canonical prompt is trained on another task).
 """
 
 from __future__ import annotations
@@ -718,12 +721,13 @@ def rl_summary(task: str, episodes: Sequence[EpisodeRow], alpha: float) -> str:
 
     def rate(rows: list[EpisodeRow]) -> str:
         wins = sum(bool(e.success) for e in rows)
-        return f"{wins}/{len(rows)}" if rows else "none yet"
+        return f"{wins}/{len(rows)}" if rows else "none sampled yet"
 
+    share = f" ({pool_share / len(rl):.0%})" if rl else ""
     before = [e for e in canon if e.policy_version == 0]
     after = [e for e in canon if e.policy_version >= 1]
     return (
-        f"{task}: RL stage {len(rl)} rollouts, {pool_share} with a pool prompt, alpha {alpha:.2f}; "
+        f"{task}: RL stage {len(rl)} rollouts, {pool_share}{share} with a pool prompt, alpha {alpha:.2f}; "
         f"canonical prompt before PPO {rate(before)}, after PPO {rate(after)}"
     )
 

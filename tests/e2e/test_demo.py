@@ -253,7 +253,7 @@ def test_rl_summary_reports_alpha_pool_share_and_canonical_before_after() -> Non
         0.05,
     )
     assert line == (
-        "t: RL stage 5 rollouts, 2 with a pool prompt, alpha 0.05; "
+        "t: RL stage 5 rollouts, 2 (40%) with a pool prompt, alpha 0.05; "
         "canonical prompt before PPO 1/2, after PPO 1/1"
     )
 
