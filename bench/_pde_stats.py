@@ -27,6 +27,14 @@ PRIMARY = ("pde_mixed", "noise")  # pre-registered: pde_mixed gain - noise gain,
 FROZEN_FILES = ("learner/recipes/paper_regime.json", "supervisor/proposers.py")
 PER_SEED_KEYS = ("seed", "eval_episodes", "success_start", "success_end", "env_episodes")
 BOOTSTRAP_RESAMPLES = 10_000
+# Issue 22's bar for a result the README may report: runs (SFT seed, RL seed) per arm, SFT seeds per
+# arm, held-out scenes per evaluation, and the environment episodes of the final checkpoint.
+MIN_RUNS_PER_ARM = 6
+MIN_SFT_SEEDS = 2
+MIN_EVAL_EPISODES = 100
+FINAL_ENV_EPISODES = 320
+# bench/bench_premise_calibrate.py's names for the proposers -> supervisor.proposers.PROPOSERS'
+CALIBRATION_PROPOSERS = {"rule_paraphrase": "paraphrase", "sim_stand_in": "standin"}
 
 
 # --- seed-level intervals -----------------------------------------------------------------------
@@ -98,7 +106,8 @@ def _count(rate: float, n: int) -> int:
 
 
 def arm_stats(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per-seed Wilson intervals of start and end, and the seed-level interval of the gain."""
+    """Per-seed Wilson intervals of start and end, and the seed-level interval of the gain (its
+    ``ci95`` None, with the reason, below 2 seeds)."""
     rows = []
     for r in per_seed:
         n = int(r["eval_episodes"])
@@ -110,7 +119,14 @@ def arm_stats(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "gain": r["success_end"] - r["success_start"],
             }
         )
-    return {"per_seed": rows, "gain": _interval_block([r["gain"] for r in rows])}
+    gains = [r["gain"] for r in rows]
+    if len(gains) < 2:
+        reason = f"a seed-level interval needs at least 2 seeds, this arm has {len(gains)}"
+        gain: dict[str, Any] = {"n_seeds": len(gains), "mean": float(np.mean(gains)) if gains else None}
+        gain["ci95"] = None
+        gain["reason"] = reason
+        return {"per_seed": rows, "gain": gain}
+    return {"per_seed": rows, "gain": _interval_block(gains)}
 
 
 def _gains(per_seed: Sequence[Mapping[str, Any]]) -> dict[Any, float]:
@@ -159,6 +175,55 @@ def primary_contrast(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def primary_contrast_block(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The pre-registered contrast over the runs both arms finished (paired on (SFT seed, RL seed));
+    ``mean`` and ``ci95`` None, with the reason, below 2 such pairs (a benchmark still in parts)."""
+    a, b = PRIMARY
+    rows = {arm: arms[arm]["per_seed"] if arm in arms else [] for arm in PRIMARY}
+    both = set(_gains(rows[a])) & set(_gains(rows[b]))
+    pick = {arm: [r for r in rows[arm] if (r.get("sft_seed"), r["seed"]) in both] for arm in PRIMARY}
+    unpaired = sorted(
+        f"{arm} sft{r.get('sft_seed')} seed{r['seed']}"
+        for arm in PRIMARY
+        for r in rows[arm]
+        if r not in pick[arm]
+    )
+    ends = sorted({int(r["env_episodes"]) for arm in PRIMARY for r in pick[arm]})
+    head = {
+        "definition": f"{a} gain - {b} gain (final checkpoint)",
+        "at_env_episodes": ends,
+        "unpaired_runs_left_out": unpaired,
+    }
+    if len(both) < 2:
+        reason = f"{len(both)} run(s) (SFT seed, RL seed) finished in both {a} and {b}; the contrast needs 2"
+        return {**head, "paired": True, "n_seeds": len(both), "mean": None, "ci95": None, "reason": reason}
+    return {**head, **contrast(pick[a], pick[b])}
+
+
+def completeness(arms: Mapping[str, Mapping[str, Any]], final_env_episodes: int) -> dict[str, Any]:
+    """Whether the merged arms meet issue 22's bar, and, when not, what is missing."""
+    missing = [f"arm {arm}: no finished run" for arm in PRIMARY if arm not in arms]
+    for name, arm in arms.items():
+        rows = arm["per_seed"]
+        sft = {r.get("sft_seed") for r in rows}
+        if len(rows) < MIN_RUNS_PER_ARM:
+            missing.append(f"arm {name}: {len(rows)} of {MIN_RUNS_PER_ARM} runs")
+        if len(sft) < MIN_SFT_SEEDS:
+            missing.append(f"arm {name}: {len(sft)} of {MIN_SFT_SEEDS} SFT seeds")
+        if any(int(r["eval_episodes"]) < MIN_EVAL_EPISODES for r in rows):
+            missing.append(f"arm {name}: evaluations on fewer than {MIN_EVAL_EPISODES} held-out scenes")
+    if final_env_episodes != FINAL_ENV_EPISODES:
+        missing.append(
+            f"budget: {final_env_episodes} environment episodes, the bar's is {FINAL_ENV_EPISODES}"
+        )
+    return {
+        "complete": not missing,
+        "bar": f">= {MIN_RUNS_PER_ARM} runs and >= {MIN_SFT_SEEDS} SFT seeds per arm ({', '.join(PRIMARY)} "
+        f"included), {MIN_EVAL_EPISODES} held-out scenes, final checkpoint at {FINAL_ENV_EPISODES} episodes",
+        "missing": missing,
+    }
+
+
 # --- overlap between proposals and the SFT training wordings ------------------------------------
 
 
@@ -194,6 +259,37 @@ def overlap(proposals: Sequence[str], training: Sequence[str]) -> dict[str, Any]
         "nearest_word_edit": nearest,
         "nearest_word_edit_median": float(np.median(nearest)) if nearest else None,
         "within_2_word_edits_share": sum(d <= 2 for d in nearest) / max(1, n),
+    }
+
+
+def recorded_proposals(parts: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Every wording each proposer put in the store during the runs (the parts' ``prompts`` less the
+    canonical prompt), by proposer name; arms without a prompt search have none."""
+    by_proposer: dict[str, list[str]] = {}
+    for part in parts:
+        name = part["settings"]["arm"].get("proposer") or ""
+        if name:
+            texts = [q["text"] for q in part["result"].get("prompts", []) if q["status"] != "canonical"]
+            by_proposer.setdefault(name, []).extend(texts)
+    return by_proposer
+
+
+def overlap_by_proposer(
+    recorded: Mapping[str, Sequence[str]], training: Sequence[str], pre_run: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Per proposer: ``recorded``, the overlap of what it proposed in the runs, and ``pre_run``, the
+    calibration's overlap of its first proposals (bench/results/premise_calibration.json, without
+    the texts, which stay there)."""
+    pre = {
+        CALIBRATION_PROPOSERS.get(k, k): {f: v for f, v in o.items() if f != "proposals"}
+        for k, o in pre_run.items()
+    }
+    return {
+        name: {
+            "recorded": overlap(recorded[name], training) if name in recorded else None,
+            "pre_run": pre.get(name),
+        }
+        for name in sorted(set(recorded) | set(pre))
     }
 
 
@@ -246,7 +342,7 @@ def add_blocks(result: dict[str, Any], premise: Mapping[str, Any]) -> dict[str, 
     the primary contrast from its arms, seed-level statistics per arm, and the premise and proposer
     files' hashes under ``frozen``."""
     result["premise"] = dict(premise)
-    result["primary_contrast"] = primary_contrast(result["arms"])
+    result["primary_contrast"] = primary_contrast_block(result["arms"])
     result["arm_stats"] = {name: arm_stats(arm["per_seed"]) for name, arm in result["arms"].items()}
     result.setdefault("frozen", {})["premise_and_proposers"] = frozen_block()
     return result

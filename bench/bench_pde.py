@@ -5,6 +5,12 @@ start, with the same environment-episode budget (the prompt search's bootstrap c
     python bench/bench_pde.py --sft-checkpoint CKPT --sft-seed 0 --arms noise --seeds 0
     python bench/bench_pde.py --merge       -> bench/results/pde_vs_noise.json + .png
 
+The merge joins the pre-registered blocks (bench/_pde_stats.py): ``premise`` (the canonical
+prompt's start per SFT seed from the calibration at ``--premise``'s p, whether it is a decoy, and
+each proposer's overlap with the training wordings, recorded in the runs and measured before
+them), ``primary_contrast`` (pde_mixed gain - noise gain, paired runs), seed-level statistics per
+arm, ``frozen`` hashes, and ``completeness`` (whether issue 22's bar is met, and what is missing).
+
 Arms (``--arms``; bench/pde_arm.py ARM_KINDS): ``noise`` (plain PPO on the canonical prompt, no
 prompt search), ``pde_mixed`` (search, then the alpha mixture with the mixed ratio),
 ``pde_canonical`` (the original-only ratio), ``pde_rollout`` (the rollout-prompt ratio), ``oracle``
@@ -40,10 +46,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _common import success_interval  # noqa: E402
+from _pde_stats import (  # noqa: E402
+    add_blocks,
+    arm_stats,
+    calibration_rows,
+    completeness,
+    overlap_by_proposer,
+    premise_block,
+    recorded_proposals,
+)
 from bench_learning import start_server  # noqa: E402
 from pde_arm import BenchSettings, file_sha256, frozen_inputs, parse_arm, run_arm  # noqa: E402
 
 PARTS_DIR = "bench/results/pde/parts"
+PREMISE_RECIPE = ROOT / "learner/recipes/paper_regime.json"
+CALIBRATION = ROOT / "bench/results/premise_calibration.json"
 
 
 ARM_COLORS_BGR = {
@@ -103,38 +120,106 @@ def plot_arms(arms: dict[str, Any], title: str, path: Path) -> None:
     cv2.imwrite(str(path), img)
 
 
-def markdown_table(arms: dict[str, Any]) -> str:
-    """One row per arm: start and end successes per seed and pooled, with Wilson 95% intervals."""
+def markdown_table(result: dict[str, Any]) -> str:
+    """One row per arm (runs, pooled start and end with Wilson 95% intervals, the mean gain over runs
+    with its seed-level 95% t interval), and the primary contrast under it: for the README."""
 
     def cell(k: int, n: int) -> str:
         iv = success_interval(k, n)
         return f"{k}/{n} = {iv['rate']:.2f} [{iv['wilson95_low']:.2f}, {iv['wilson95_high']:.2f}]"
 
+    def gain(g: dict[str, Any]) -> str:
+        if g["mean"] is None:
+            return "none"
+        ci = g["ci95"]
+        return f"{g['mean']:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else " (1 run: no interval)")
+
     lines = [
-        "| arm | per SFT seed k and seed s, start → end (successes) | pooled start | pooled end | gain |",
+        "| arm | runs (SFT seeds) | start, pooled | end, pooled | gain, mean over runs [seed-level 95% CI] |",
         "|---|---|---|---|---|",
     ]
-    for name, a in arms.items():
+    for name, a in result["arms"].items():
         rows = a["per_seed"]
-        per_seed = ", ".join(
-            f"k{r.get('sft_seed', 0)}s{r['seed']} {round(r['success_start'] * r['eval_episodes'])}→"
-            f"{round(r['success_end'] * r['eval_episodes'])}"
-            for r in rows
-        )
         n = sum(r["eval_episodes"] for r in rows)
         k0 = round(sum(r["success_start"] * r["eval_episodes"] for r in rows))
         k1 = round(sum(r["success_end"] * r["eval_episodes"] for r in rows))
-        lines.append(f"| `{name}` | {per_seed} | {cell(k0, n)} | {cell(k1, n)} | {a['gain_pooled']:+.2f} |")
+        sft = ", ".join(str(k) for k in sorted({r.get("sft_seed", 0) for r in rows}))
+        g = arm_stats(rows)["gain"]
+        lines.append(f"| `{name}` | {len(rows)} ({sft}) | {cell(k0, n)} | {cell(k1, n)} | {gain(g)} |")
+    pc = result.get("primary_contrast")
+    if pc:
+        what = gain(pc) if pc["mean"] is not None else f"not yet: {pc['reason']}"
+        lines.append(f"\nPrimary contrast, {pc['definition']}, over {pc['n_seeds']} paired runs: {what}")
+    done = result.get("completeness")
+    if done:
+        lines.append(
+            "Meets issue 22's bar." if done["complete"] else "Incomplete: " + "; ".join(done["missing"])
+        )
     return "\n".join(lines)
+
+
+def shown(path: Path) -> str:
+    """``path`` as the result file names it: from the repository root when inside it."""
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def premise(parts: list[dict[str, Any]], recipe_path: Path, calibration_path: Path) -> dict[str, Any]:
+    """The result's ``premise`` block for the parts' task from the premise recipe and its
+    calibration; its fields None, with the reason, where the parts ran another task."""
+    from learner.loop.tasks import canonical_prompt
+    from learner.paraphrases import CANONICAL_PROB
+
+    recipe = json.loads(recipe_path.read_text())
+    task = str(parts[0]["settings"]["bench"].get("task", ""))  # one task: the merge checked their settings
+    entry = recipe.get("tasks", {}).get(task)
+    where = shown(recipe_path)
+    if not entry or not entry.get("wordings"):
+        reason = f"the parts ran task {task!r}, which {where} gives no training wordings"
+        return {"recipe": where, "canonical_start": None, "decoy": None, "overlap": None, "reason": reason}
+    goal = canonical_prompt(task)
+    canonical_prob = float(entry.get("canonical_prob", CANONICAL_PROB))
+    # A decoy premise trains another task with the target's canonical prompt.
+    decoy = any(goal in t.get("extra", {}) for name, t in recipe["tasks"].items() if name != task)
+    calibration = json.loads(calibration_path.read_text())
+    sft_seeds = {p["result"]["sft_seed"] for p in parts}
+    try:
+        rows = [r for r in calibration_rows(calibration, canonical_prob) if r["sft_seed"] in sft_seeds]
+        not_calibrated = ""
+    except ValueError as e:  # e.g. the decoy tier, calibrated elsewhere (bench/results/premise.json)
+        rows, not_calibrated = [], str(e)
+    training = list(entry["wordings"])
+    block = premise_block(
+        rows, decoy, overlap_by_proposer(recorded_proposals(parts), training, calibration.get("overlap", {}))
+    )
+    return {
+        "recipe": where,
+        "canonical_prob": canonical_prob,
+        "training_wordings": training,
+        **block,
+        "sft_seeds_not_calibrated": sorted(sft_seeds - {r["sft_seed"] for r in rows}),
+        **({"calibration_missing": not_calibrated} if not_calibrated else {}),
+        "calibration": {
+            "file": str(
+                calibration_path.relative_to(ROOT)
+                if calibration_path.is_relative_to(ROOT)
+                else calibration_path
+            ),
+            "command": calibration.get("command"),
+            "scene_seeds": calibration.get("setup", {}).get("scene_seeds"),
+        },
+    }
 
 
 def part_name(arm: str, sft_seed: int, seed: int) -> str:
     return f"{arm}-sft{sft_seed}-seed{seed}.json"
 
 
-def merge(parts_dir: Path, out: Path, title: str) -> dict[str, Any]:
-    """All finished parts -> the result file (+ a curve of evaluations per arm). Parts must share
-    their settings and frozen inputs (commit, SFT checkpoint and proposer hashes per SFT seed)."""
+def merge(
+    parts_dir: Path, out: Path, title: str, recipe: Path = PREMISE_RECIPE, calibration: Path = CALIBRATION
+) -> dict[str, Any]:
+    """All finished parts -> the result file (+ a curve of evaluations per arm), the pre-registered
+    blocks joined in. Parts must share their settings and frozen inputs (commit, SFT checkpoint and
+    proposer hashes per SFT seed)."""
     parts = [json.loads(f.read_text()) for f in sorted(parts_dir.glob("*-sft*-seed*.json"))]
     if not parts:
         raise SystemExit(f"no finished parts in {parts_dir}: run arms first (see --help)")
@@ -172,21 +257,21 @@ def merge(parts_dir: Path, out: Path, title: str) -> dict[str, Any]:
             k = round(sum(r[f"success_{when}"] * r["eval_episodes"] for r in rows))
             a[f"success_{when}_pooled"] = success_interval(k, n)
         a["gain_pooled"] = a["success_end_pooled"]["rate"] - a["success_start_pooled"]["rate"]
-    where = parts_dir.relative_to(ROOT) if parts_dir.is_relative_to(ROOT) else parts_dir
+    where = shown(parts_dir)
+    budget = {**json.loads(settings.pop()), "wordings": list(wordings.pop()) if wordings else []}
     result = {
         "arms": arms,
-        "budget": {**json.loads(settings.pop()), "wordings": list(wordings.pop()) if wordings else []},
+        "budget": budget,
         "commands": sorted({p["command"] for p in parts}),
         "frozen": frozen,
-        # Joined by the lead from bench/_pde_stats.py and the premise module (issue 22, Tests):
-        "premise": None,
-        "primary_contrast": None,
         "episodes": f"per-episode outcomes: in the parts ({where})",
     }
+    add_blocks(result, premise(parts, recipe, calibration))
+    result["completeness"] = completeness(arms, int(budget.get("budget_episodes", 0)))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     plot_arms(arms, title, out.with_suffix(".png"))
-    print(markdown_table(arms))
+    print(markdown_table(result))
     return result
 
 
@@ -249,19 +334,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts-dir", type=Path, default=ROOT / PARTS_DIR)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/pde_vs_noise.json")
     ap.add_argument("--merge", action="store_true", help="only merge the finished parts")
+    ap.add_argument("--premise", type=Path, default=PREMISE_RECIPE, help="the SFT's wording recipe")
+    ap.add_argument("--calibration", type=Path, default=CALIBRATION, help="the premise's calibration")
     ap.add_argument("--redraw", action="store_true", help="only redraw the PNG and print the table")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args.command = "python bench/bench_pde.py " + " ".join(sys.argv[1:] if argv is None else argv)
     title = f"{args.task}: canonical-prompt sampled success"
     if args.redraw:
-        arms = json.loads(args.out.read_text())["arms"]
-        plot_arms(arms, title, args.out.with_suffix(".png"))
-        print(markdown_table(arms))
+        result = json.loads(args.out.read_text())
+        plot_arms(result["arms"], title, args.out.with_suffix(".png"))
+        print(markdown_table(result))
         return 0
     if not args.merge:
         run_parts(args)
-    merge(args.parts_dir, args.out, title)
+    merge(args.parts_dir, args.out, title, args.premise, args.calibration)
     return 0
 
 

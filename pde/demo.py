@@ -9,12 +9,15 @@ process with its log in <data>/logs/: the simulated robot server (real time), th
 127.0.0.1, the supervisor (offline paraphrase proposer unless a VLM endpoint is configured) and the
 learner's episode loop, all sharing SQLite in <data>/pde.db. Ctrl-C stops everything.
 
-The defaults are sized for a 2-core laptop CPU and for a start where PDE has something to do:
-the language premise (learner/recipes/): three tasks of one scene, 20 demonstrations each, 1000 SFT
+The defaults are sized for a 2-core laptop CPU and start from the paper's regime
+(learner/recipes/paper_regime.json): three tasks of one scene, 20 demonstrations each, 1000 SFT
 steps of the Gaussian head on 32 px frames, the target task (put the green container in front of
-the camera) trained only under other wordings, so its canonical prompt rarely succeeds and the
-prompt search fills the pool; the RL stage then samples pool prompts in most episodes (alpha near
-alpha_min) and prints alpha, the pool-prompt share and the canonical prompt's success at the end.
+the camera) labelled with its canonical prompt in 7.5% of its demos and otherwise with hand-written
+wordings no proposer uses, so that prompt's sampled success starts low (3-35% by SFT seed,
+bench/results/premise_calibration.json) and the prompt search has something to find. The summary
+at the end prints alpha, the pool prompts' share of RL rollouts and the canonical prompt's success
+before and after PPO. ``--wordings learner/recipes/language_premise.json``: the decoy premise, the
+secondary hard tier (its canonical prompt is trained on another task).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ PREMISE_TASKS = (
     "put_bowl_in_front_of_camera",
     "put_green_container_in_front_of_camera",
 )
-PREMISE_WORDINGS = Path(__file__).resolve().parent.parent / "learner" / "recipes" / "language_premise.json"
+PREMISE_WORDINGS = Path(__file__).resolve().parent.parent / "learner" / "recipes" / "paper_regime.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Camera frames of the demos and of the server alike; the policy sees them downscaled
 # (--policy-image-px).
@@ -116,10 +119,10 @@ class DemoSettings(BaseSettings):
 
     data_dir: Path = Path("data")
     tasks: str = ",".join(DEFAULT_TASKS)
-    # The language premise (learner/recipes/README.md): SFT on three tasks of one scene, the target
-    # trained only under rewordings, so its canonical prompt fails (1/50) where wordings the offline
-    # proposer finds succeed (up to 30/50): the RL stage samples pool prompts whatever the
-    # bootstrap's luck. `--sft-tasks ""` and `--wordings ""` give the single-task start (prompts inert).
+    # The paper's regime (learner/recipes/README.md): SFT on three tasks of one scene, the target's
+    # canonical prompt on 7.5% of its demos (the recipe's canonical_prob), so that prompt starts at
+    # 10-20% for SFT seeds 0 and 2 (3-35% over seeds 0-3). `--sft-tasks ""` and `--wordings ""`
+    # give the single-task start (prompts inert).
     sft_tasks: str = ",".join(PREMISE_TASKS)
     wordings: str = str(PREMISE_WORDINGS)
     demos_per_task: int = Field(default=20, ge=1)
@@ -168,8 +171,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument(
         "--wordings",
         default=d.wordings,
-        help="SFT wording table per task (default: the language premise, %(default)s; '' for the "
-        "canonical prompt and its paraphrases)",
+        help="SFT wording table per task, its canonical_prob included (default: the paper's regime, "
+        "%(default)s; learner/recipes/language_premise.json: the decoy hard tier; '' for the canonical "
+        "prompt and its paraphrases)",
     )
     p.add_argument(
         "--demos-per-task", type=int, default=d.demos_per_task, help="expert demos per task (%(default)s)"
@@ -717,12 +721,13 @@ def rl_summary(task: str, episodes: Sequence[EpisodeRow], alpha: float) -> str:
 
     def rate(rows: list[EpisodeRow]) -> str:
         wins = sum(bool(e.success) for e in rows)
-        return f"{wins}/{len(rows)}" if rows else "none yet"
+        return f"{wins}/{len(rows)}" if rows else "none sampled yet"
 
+    share = f" ({pool_share / len(rl):.0%})" if rl else ""
     before = [e for e in canon if e.policy_version == 0]
     after = [e for e in canon if e.policy_version >= 1]
     return (
-        f"{task}: RL stage {len(rl)} rollouts, {pool_share} with a pool prompt, alpha {alpha:.2f}; "
+        f"{task}: RL stage {len(rl)} rollouts, {pool_share}{share} with a pool prompt, alpha {alpha:.2f}; "
         f"canonical prompt before PPO {rate(before)}, after PPO {rate(after)}"
     )
 

@@ -275,7 +275,12 @@ def test_the_merge_joins_parts_of_one_setting_and_refuses_others(
     assert set(merged["arms"]) == {"noise", "oracle"}
     assert merged["budget"]["wordings"] == ["place it", "set it"]  # the oracle's, not a mismatch
     assert merged["frozen"]["commits"] == ["c0", "c1"]  # committed parts move HEAD: recorded, not compared
-    assert merged["premise"] is None and merged["primary_contrast"] is None  # joined by bench/_pde_stats.py
+    # no task in these parts' settings: the premise says why it is empty; one noise run: no contrast
+    assert (
+        merged["premise"]["canonical_start"] is None and "no training wordings" in merged["premise"]["reason"]
+    )
+    assert merged["primary_contrast"]["mean"] is None and "needs 2" in merged["primary_contrast"]["reason"]
+    assert merged["completeness"]["complete"] is False
     write("noise-sft0-seed2.json", _part("noise", 2, batch_size=64))
     with pytest.raises(SystemExit, match="different settings"):
         bench_pde.merge(parts, tmp_path / "out.json", "t")
@@ -315,3 +320,87 @@ def test_a_supervisor_that_keeps_failing_stops_the_benchmark_with_the_reason(tmp
             eval_at=(),
             evaluate=lambda at: [],
         )
+
+
+LENS_TASK = "put_green_container_in_front_of_camera"
+GOAL_LENS = canonical_prompt(LENS_TASK)
+# Runs (SFT seed, RL seed) and each arm's gain in them: the differences pde_mixed - noise are
+# 0.10, 0.25, 0.05, 0.20, 0.15, 0.30 (tests/learner/test_pde_stats.py's hand-computed reference:
+# mean 0.175, sd 0.0935414, se 0.0381881, t(0.975, 5) 2.570582, 95% CI [0.0768350, 0.2731650]).
+RUNS = [(0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
+NOISE_GAINS = [0.05, 0.00, 0.10, 0.05, 0.00, 0.05]
+MIXED_GAINS = [0.15, 0.25, 0.15, 0.25, 0.15, 0.35]
+
+
+def _lens_part(arm: str, sft_seed: int, seed: int, gain: float, proposals: list[str]) -> dict[str, Any]:
+    part = _part(arm, seed, "paraphrase" if arm == "pde_mixed" else "", task=LENS_TASK, eval_episodes=100)
+    start = 0.12 if sft_seed == 0 else 0.19
+    part["frozen"]["commit"] = "c"
+    part["result"].update(
+        sft_seed=sft_seed,
+        eval_episodes=100,
+        success_start=start,
+        success_end=round(start + gain, 2),
+        prompts=[{"text": GOAL_LENS, "status": "canonical"}]
+        + [{"text": t, "status": "pool"} for t in proposals],
+    )
+    return part
+
+
+def test_the_merge_joins_premise_contrast_and_completeness_from_synthetic_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twelve synthetic parts (noise and pde_mixed, SFT seeds 0 and 2, RL seeds 0-2) on the paper's
+    regime: the merged file passes the schema, its contrast is the hand-computed one, its premise
+    comes from the committed calibration and the proposals the parts recorded."""
+    bench_pde = _bench_pde(monkeypatch)
+    stats = importlib.import_module("_pde_stats")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    recorded = {
+        (0, 0): ["hold the green box up near the lens"],
+        (2, 1): ["move the green container in front of the camera"],
+    }
+    for (k, s), g_noise, g_mixed in zip(RUNS, NOISE_GAINS, MIXED_GAINS, strict=True):
+        for arm, g in (("noise", g_noise), ("pde_mixed", g_mixed)):
+            part = _lens_part(arm, k, s, g, recorded.get((k, s), []) if arm == "pde_mixed" else [])
+            (parts / f"{arm}-sft{k}-seed{s}.json").write_text(json.dumps(part))
+    merged = bench_pde.merge(parts, tmp_path / "out.json", "t")
+    assert stats.schema_errors(merged) == []
+    pc = merged["primary_contrast"]
+    assert pc["paired"] and pc["n_seeds"] == 6 and pc["mean"] == pytest.approx(0.175)
+    assert pc["ci95"] == [pytest.approx(0.0768350, abs=1e-6), pytest.approx(0.2731650, abs=1e-6)]
+    assert merged["arm_stats"]["noise"]["gain"]["mean"] == pytest.approx(0.25 / 6)
+    assert merged["completeness"] == {**merged["completeness"], "complete": True, "missing": []}
+    premise = merged["premise"]
+    assert premise["decoy"] is False and premise["canonical_prob"] == 0.075
+    # bench/results/premise_calibration.json at p 0.075: SFT seed 0 12/100, seed 2 19/100
+    assert [(r["sft_seed"], r["successes"], r["n"]) for r in premise["canonical_start"]] == [
+        (0, 12, 100),
+        (2, 19, 100),
+    ]
+    rule = premise["overlap"]["paraphrase"]
+    # one proposal is a training wording; the other is 6 word edits from "present the green box before
+    # the lens" (move/present, container/box, in/before, front and of deleted, camera/lens)
+    assert rule["recorded"]["n_proposals"] == 2 and rule["recorded"]["exact_matches"] == 1
+    assert rule["recorded"]["nearest_word_edit"] == [0, 6] and rule["recorded"]["training_verb_share"] == 0.5
+    assert rule["pre_run"]["exact_matches"] == 0 and "proposals" not in rule["pre_run"]
+    assert premise["overlap"]["standin"]["recorded"] is None  # calibrated, never run here
+    assert "sha256" in merged["frozen"]["premise_and_proposers"]
+    table = bench_pde.markdown_table(merged)
+    assert "| `pde_mixed` | 6 (0, 2) |" in table and "+0.175 [+0.077, +0.273]" in table
+    assert "Meets issue 22's bar." in table
+
+    # A benchmark still in parts: one noise run missing, the contrast over the 5 pairs left
+    (parts / "noise-sft2-seed2.json").unlink()
+    merged = bench_pde.merge(parts, tmp_path / "out.json", "t")
+    assert merged["primary_contrast"]["n_seeds"] == 5
+    assert merged["primary_contrast"]["unpaired_runs_left_out"] == ["pde_mixed sft2 seed2"]
+    assert merged["completeness"]["complete"] is False
+    assert merged["completeness"]["missing"] == ["arm noise: 5 of 6 runs"]
+    # The decoy recipe (the hard tier): a decoy, not calibrated in premise_calibration.json
+    decoy = bench_pde.merge(
+        parts, tmp_path / "out.json", "t", recipe=ROOT / "learner/recipes/language_premise.json"
+    )
+    assert decoy["premise"]["decoy"] is True and decoy["premise"]["canonical_start"] == []
+    assert "no cell at canonical_prob 0.0" in decoy["premise"]["calibration_missing"]

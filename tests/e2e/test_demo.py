@@ -139,11 +139,13 @@ def test_sft_command_carries_head_and_policy_image_size(monkeypatch: pytest.Monk
         monkeypatch.delenv(f"PDE_DEMO_{name}", raising=False)
     got = sft_options([])
     assert (got["--head"], got["--image-size"]) == ("gaussian", "32")
-    # the language premise: three tasks, the target last, with the recipe's wording table
+    # the paper's regime: three tasks, the target last, with the recipe's wording table (its p)
     assert got["--tasks"] == (
         "put_green_container_in_bowl,put_bowl_in_front_of_camera,put_green_container_in_front_of_camera"
     )
-    assert got["--wordings"].endswith("learner/recipes/language_premise.json")
+    assert got["--wordings"].endswith("learner/recipes/paper_regime.json")
+    decoy = sft_options(["--wordings", "learner/recipes/language_premise.json"])  # the hard tier
+    assert decoy["--wordings"] == "learner/recipes/language_premise.json"
     plain = sft_options(["--sft-tasks", "", "--wordings", ""])
     assert plain["--tasks"] == "put_green_container_in_front_of_camera" and "--wordings" not in plain
     monkeypatch.setenv("PDE_DEMO_HEAD", "flow")
@@ -251,7 +253,7 @@ def test_rl_summary_reports_alpha_pool_share_and_canonical_before_after() -> Non
         0.05,
     )
     assert line == (
-        "t: RL stage 5 rollouts, 2 with a pool prompt, alpha 0.05; "
+        "t: RL stage 5 rollouts, 2 (40%) with a pool prompt, alpha 0.05; "
         "canonical prompt before PPO 1/2, after PPO 1/1"
     )
 
