@@ -10,7 +10,7 @@ from learner.policies.pi05 import load_pi05
 from learner.policies.pi05_checkpoint import Pi05Mapping
 from pde_contract.messages import PROTOCOL_VERSION, STATE_VECTOR_NAMES, ActionSpace, ServerInfo
 from tests.learner.pi05_tiny import make_tiny_checkpoint
-from tests.learner.test_actor_sim import sim_server  # noqa: F401  (the fixture)
+from tests.learner.test_actor_sim import sim_server, sim_server_group  # noqa: F401  (the fixtures)
 
 NO_OVERHEAD = Pi05Mapping(STATE_VECTOR_NAMES, ("overhead", "wrist"))  # the sim has no "overhead"
 

@@ -39,7 +39,9 @@ class FakeRestartingRobot(FakeRobot):
 
     def __init__(self) -> None:
         super().__init__()
-        self.started_at = time.monotonic()
+        # Up for an hour already: the loop detects a restart by the uptime going back, and a fake
+        # started with the test would be "younger" at its first reset than a moment after restart().
+        self.started_at = time.monotonic() - 3600.0
         self.estopped = False
 
     def restart(self) -> None:
