@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pde.doctor.system import UNLIMITED, System
+from robot_server.robots.franka.realtime import classify_kernel
 
 Status = Literal["pass", "fail", "skip"]
 
@@ -64,10 +65,11 @@ def _skip(name: str, detail: str, fix: str = "") -> CheckResult:
 
 def check_kernel(system: System, cfg: DoctorConfig) -> CheckResult:
     release, version = system.uname()
-    flag = (system.read_text("/sys/kernel/realtime") or "").strip()
-    if flag == "1":
+    # The robot server's own decision (robot_server/robots/franka/realtime.py), on what System reads.
+    rt = classify_kernel(system.read_text("/sys/kernel/realtime"), version)
+    if rt.libfranka_sees_it:
         return _ok("kernel", f"{release}, PREEMPT_RT (/sys/kernel/realtime = 1)")
-    if "PREEMPT_RT" in version:
+    if rt.realtime:
         return _ok(
             "kernel",
             f"{release}, PREEMPT_RT (uname -v; a mainline RT kernel without /sys/kernel/realtime, "
