@@ -63,6 +63,9 @@ class UISettings(BaseSettings):
     """A label waits this long on the page (Undo) before it is sent and the loop moves on."""
     service_stale_s: float = 10.0
     """A service whose last heartbeat is older than this is shown as down."""
+    restarted_by: str = ""
+    """Set by a process supervisor that restarts crashed services itself (``pde demo`` sets "pde
+    demo"): a down service's banner then says so instead of giving the command to start it."""
     request_read_timeout_s: float = 5.0
     """A request's headers and body must arrive within this of its first byte (or of the
     connection's opening), else the connection is closed (operator_ui/http_limits.py)."""

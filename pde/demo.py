@@ -47,7 +47,7 @@ from pde.procs import ProcessGroup, ServiceError
 from pde_contract.job_status import read_status
 
 if TYPE_CHECKING:
-    from pde_storage import EpisodeRow, PromptRow
+    from pde_storage import EpisodeRow, PromptRow, Store
 
 # Paper task 4: the one the short SFT learns best (README, "What `make demo` does": 0.38 sampled
 # success, against 0.08 for put_green_container_in_bowl with the same budget).
@@ -66,6 +66,9 @@ IMAGE_SIZE = "128x128"
 # from [0, 2**31), so these are held out in all but name.
 CHECK_SEED = 5000
 DEMO_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")  # as learner/sft.py looks for them
+# A crashed child is started again this many times per service; one more crash stops the run (a
+# service that keeps crashing has a cause a restart will not fix: its log says which).
+MAX_CHILD_RESTARTS = 3
 
 
 class DemoError(RuntimeError):
@@ -360,6 +363,9 @@ class Demo:
         self.ui_url = f"http://127.0.0.1:{self.ports.ui}/#token={self.token}"
         self.robot_endpoint = f"tcp://127.0.0.1:{self.ports.robot_cmd}"
         self.check_lines: list[str] = []
+        # service -> its health check (for a restart) and how often it was restarted
+        self.health: dict[str, Callable[[], bool]] = {}
+        self.restarts: dict[str, int] = {}
 
     def pde(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "pde", *args]
@@ -381,6 +387,7 @@ class Demo:
             PDE_UI_HOST="127.0.0.1",
             PDE_UI_PORT=str(self.ports.ui),
             PDE_UI_TOKEN=self.token,
+            PDE_UI_RESTARTED_BY="pde demo",  # the page's banner: crashed services come back by themselves
             PDE_LEARNER_CHECKPOINT_DIR=str(self.data / "checkpoints"),
             PDE_LEARNER_DEMO_DIR=str(self.demo_dir),
             # N (rollouts per prompt): the loop writes it on each task, where the supervisor reads it.
@@ -509,7 +516,7 @@ class Demo:
     def start_services(self) -> None:
         from pde.health import as_probe, check_heartbeat, check_robot_server, check_ui
 
-        a, env, timeout = self.args, self.env(), self.args.startup_timeout_s
+        a = self.args
 
         def healthy(check: Callable[[], str]) -> Callable[[], bool]:
             probe = as_probe(check)
@@ -536,14 +543,12 @@ class Demo:
         # would take most of a 2-core CPU. The 1 s watchdog (200 ms on the FR3) keeps a loaded
         # laptop from dropping chunks; it is a simulation.
         server += ["--camera-fps", "10", "--heartbeat-timeout-s", "1.0"]
-        self.procs.start("robot-server", self.pde(*server), env)
-        self.procs.wait_healthy(
-            "robot-server", healthy(lambda: check_robot_server(self.robot_endpoint, 1.0)), timeout
+        self._start(
+            "robot-server", self.pde(*server), healthy(lambda: check_robot_server(self.robot_endpoint, 1.0))
         )
         print("starting the operator page ...", flush=True)
-        self.procs.start("ui", self.pde("ui"), env)
-        self.procs.wait_healthy(
-            "ui", healthy(lambda: check_ui(f"http://127.0.0.1:{self.ports.ui}/healthz", 2.0)), timeout
+        self._start(
+            "ui", self.pde("ui"), healthy(lambda: check_ui(f"http://127.0.0.1:{self.ports.ui}/healthz", 2.0))
         )
         print(f"\n  operator page: {self.ui_url}\n  token: {self.token}\n", flush=True)
 
@@ -558,9 +563,10 @@ class Demo:
         sup_args += ["--offline"] if offline else ["--base-url", a.vlm_base_url]
         if not offline and a.vlm_model:
             sup_args += ["--model", a.vlm_model]
-        self.procs.start("supervisor", self.pde(*sup_args), env)
-        self.procs.wait_healthy(
-            "supervisor", healthy(lambda: check_heartbeat("supervisor", self.db_url, 60.0)), timeout
+        self._start(
+            "supervisor",
+            self.pde(*sup_args),
+            healthy(lambda: check_heartbeat("supervisor", self.db_url, 60.0)),
         )
         print("starting the learner (episode loop + PPO) ...", flush=True)
         loop_args = [
@@ -580,12 +586,45 @@ class Demo:
             loop_args.append("--auto-label")
         if a.max_episodes is not None:
             loop_args += ["--max-episodes", str(a.max_episodes)]
-        self.procs.start("learner", self.pde(*loop_args), env)
-        self.procs.wait_healthy(
-            "learner", healthy(lambda: check_heartbeat("learner", self.db_url, 600.0)), timeout
+        self._start(
+            "learner", self.pde(*loop_args), healthy(lambda: check_heartbeat("learner", self.db_url, 600.0))
         )
         how = "the simulator labels them" if a.auto_label else "label each one on the page"
         print(f"running: episodes start by themselves and {how}; Ctrl-C stops everything.", flush=True)
+
+    def _start(self, name: str, argv: list[str], check: Callable[[], bool]) -> None:
+        self.health[name] = check
+        self.procs.start(name, argv, self.env())
+        self.procs.wait_healthy(name, check, self.args.startup_timeout_s)
+
+    def episodes_done(self, store: Store) -> int:
+        """Episodes of this run that have ended (the learner's --max-episodes counts these)."""
+        return sum(e.status not in ("running",) for e in store.episodes(since_id=self.last_old_episode_id))
+
+    def recover(self, name: str, rc: int | None, store: Store) -> None:
+        """A child crashed: start it again (the loop and the supervisor resume from the database),
+        at most MAX_CHILD_RESTARTS times; then stop the run, saying which service and where its log is."""
+        n = self.restarts.get(name, 0)
+        log = self.procs.services[name].log_path
+        if n >= MAX_CHILD_RESTARTS:
+            raise DemoError(
+                f"{name} crashed {n + 1} times (last exit code {rc}); the run stops here. Its log: {log}\n"
+                f"{self.procs.tail(name)}"
+            )
+        self.restarts[name] = n + 1
+        print(
+            f"pde demo: {name} crashed (exit code {rc}); restarting it ({n + 1} of {MAX_CHILD_RESTARTS}), "
+            f"log {log}",
+            flush=True,
+        )
+        argv = list(self.procs.services[name].argv)
+        if name == "learner" and self.args.max_episodes is not None and "--max-episodes" in argv:
+            # the restarted loop counts from zero: give it only the episodes still to run
+            left = max(1, self.args.max_episodes - self.episodes_done(store))
+            argv[argv.index("--max-episodes") + 1] = str(left)
+        self.procs.restart(name, argv)
+        self.procs.wait_healthy(name, self.health[name], self.args.startup_timeout_s)
+        print(f"pde demo: {name} is back", flush=True)
 
     def watch(self) -> int:
         """Until the learner stops (``--max-episodes``) or a service dies; prints each episode."""
@@ -612,10 +651,10 @@ class Demo:
                     rc = learner.process.returncode if learner.process else None
                     if rc == 0:
                         return 0
-                    raise DemoError(f"the learner exited with code {rc}:\n{self.procs.tail('learner')}")
+                    self.recover("learner", rc, store)
                 dead = self.procs.first_dead()
                 if dead is not None:
-                    raise DemoError(f"{dead.name} stopped unexpectedly:\n{self.procs.tail(dead.name)}")
+                    self.recover(dead.name, dead.process.returncode if dead.process else None, store)
                 _check_stop()
                 time.sleep(1.0)
         finally:
