@@ -10,6 +10,7 @@ from pydantic import PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pde_contract.settings import (
+    DataLayout,
     data_dir_field,
     database_url_field,
     robot_cmd_endpoint_field,
@@ -93,7 +94,7 @@ class UISettings(BaseSettings):
 
     @property
     def media_dir(self) -> Path:
-        return self.data_dir / "media"
+        return DataLayout(self.data_dir).media
 
 
 def is_local(host: str) -> bool:

@@ -45,6 +45,7 @@ from tqdm import tqdm
 from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from pde.procs import ProcessGroup, ServiceError
 from pde_contract.job_status import read_status
+from pde_contract.settings import DataLayout
 
 if TYPE_CHECKING:
     from pde_storage import EpisodeRow, PromptRow, Store
@@ -348,10 +349,11 @@ class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.data = args.data_dir.resolve()
-        self.logs = self.data / "logs"
+        self.layout = DataLayout(self.data)
+        self.logs = self.layout.logs
         # Demonstrations are cached per layout spread: another spread records (and trains) anew.
-        self.demo_dir = self.data / "demos" / f"spread{args.layout_spread:g}"
-        self.db_url = f"sqlite:///{self.data / 'pde.db'}"
+        self.demo_dir = self.layout.demos / f"spread{args.layout_spread:g}"
+        self.db_url = self.layout.sqlite_url
         self.procs = ProcessGroup(self.logs)
         self.token = os.environ.get("PDE_UI_TOKEN") or secrets.token_urlsafe(18)
         self.last_old_episode_id = 0
@@ -388,7 +390,7 @@ class Demo:
             PDE_UI_PORT=str(self.ports.ui),
             PDE_UI_TOKEN=self.token,
             PDE_UI_RESTARTED_BY="pde demo",  # the page's banner: crashed services come back by themselves
-            PDE_LEARNER_CHECKPOINT_DIR=str(self.data / "checkpoints"),
+            PDE_LEARNER_CHECKPOINT_DIR=str(self.layout.checkpoints),
             PDE_LEARNER_DEMO_DIR=str(self.demo_dir),
             # N (rollouts per prompt): the loop writes it on each task, where the supervisor reads it.
             PDE_LOOP_ROLLOUTS_PER_PROMPT=str(a.rollouts_per_prompt),
@@ -443,7 +445,7 @@ class Demo:
             "--demos",
             str(self.demo_dir),
             "--checkpoints",
-            str(self.data / "checkpoints"),
+            str(self.layout.checkpoints),
             "--tasks",
             ",".join(a.sft_tasks),
             "--per-task",
@@ -488,25 +490,25 @@ class Demo:
                 f"log {self.logs / 'sft.log'}"
             )
         cached = final.cached
-        print(f"SFT policy: {'cached' if cached else 'trained'} in {self.data / 'checkpoints'}", flush=True)
+        print(f"SFT policy: {'cached' if cached else 'trained'} in {self.layout.checkpoints}", flush=True)
         if not cached and not a.prepare_only:
             self.set_aside_previous_run()
 
     def later_checkpoints(self) -> list[Path]:
         """Policy versions after the SFT one (version 0)."""
-        return [path for version, path in checkpoint_files(self.data / "checkpoints").items() if version > 0]
+        return [path for version, path in checkpoint_files(self.layout.checkpoints).items() if version > 0]
 
     def set_aside_previous_run(self) -> None:
         """A new SFT policy (other options, another task) starts a new run: the learner would resume
         from PPO versions of the old policy and mix the old run's episodes into the prompt search,
         so those move, unchanged, to <data>/previous-runs/<time>/."""
-        db = self.data / "pde.db"
-        old = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), self.data / "media") if p.exists()]
+        db = self.layout.sqlite_file
+        old = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), self.layout.media) if p.exists()]
         old += self.later_checkpoints()
         if not old:
             return
         dest = self.data / "previous-runs" / time.strftime("%Y%m%d-%H%M%S")
-        (dest / "checkpoints").mkdir(parents=True, exist_ok=True)
+        DataLayout(dest).checkpoints.mkdir(parents=True, exist_ok=True)  # the same layout inside
         for p in old:
             p.rename(dest / p.relative_to(self.data))
         print(f"the SFT policy changed: the previous run (database, media, later policies) moved to {dest}")
@@ -530,7 +532,7 @@ class Demo:
         # The schema first, once, so the services do not race to migrate the same SQLite file.
         from pde_storage import Store
 
-        with Store.open(self.db_url, self.data / "media") as store:
+        with Store.open(self.db_url, self.layout.media) as store:
             # Episodes of earlier runs are not printed again; with --fast this run's first one can
             # end before the learner reports healthy, so this is read before it starts.
             self.last_old_episode_id = max((e.id for e in store.episodes()), default=0)
@@ -630,7 +632,7 @@ class Demo:
         """Until the learner stops (``--max-episodes``) or a service dies; prints each episode."""
         from pde_storage import Store
 
-        store = Store(self.db_url, self.data / "media", migrate=False)
+        store = Store(self.db_url, self.layout.media, migrate=False)
         seen = self.last_old_episode_id
         try:
             while True:
@@ -666,7 +668,7 @@ class Demo:
         from pde_storage import Store
 
         n = self.args.canonical_check_episodes
-        with Store(self.db_url, self.data / "media", migrate=False) as store:
+        with Store(self.db_url, self.layout.media, migrate=False) as store:
             latest = store.latest_checkpoint()
             canon = {
                 t: next((p.text for p in store.prompts(t) if p.status == "canonical"), "")
@@ -674,7 +676,7 @@ class Demo:
             }
         if n == 0 or latest is None or latest.version == 0:
             return
-        sft = checkpoint_path(self.data / "checkpoints", 0)
+        sft = checkpoint_path(self.layout.checkpoints, 0)
         for task, prompt in canon.items():
             if not prompt:
                 continue
@@ -701,14 +703,14 @@ class Demo:
     def summary(self) -> None:
         from pde_storage import Store
 
-        with Store(self.db_url, self.data / "media", migrate=False) as store:
+        with Store(self.db_url, self.layout.media, migrate=False) as store:
             eps = store.episodes()
             labelled = [e for e in eps if e.success is not None]
             ckpt = store.latest_checkpoint()
             wins = sum(bool(e.success) for e in labelled)
             print(
-                f"\n{len(eps)} episode(s) in {self.data / 'pde.db'}, {len(labelled)} labelled "
-                f"({wins} successes); files and videos under {self.data / 'media'}",
+                f"\n{len(eps)} episode(s) in {self.layout.sqlite_file}, {len(labelled)} labelled "
+                f"({wins} successes); files and videos under {self.layout.media}",
                 flush=True,
             )
             for task in self.args.tasks:
