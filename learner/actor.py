@@ -17,6 +17,7 @@ reward comes later from the label (``learner.rewards.reward_from_label``).
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -82,7 +83,11 @@ class ActorSettings(BaseSettings):
     inference, and observations inside a chunk carry no camera frames."""
     overlap_margin_ticks: int = 1
     """'overlapped': the next observation is taken this many control ticks earlier than the slowest
-    inference of the episode so far needs, so a slower inference still lands before the seam."""
+    of the last ``overlap_window_chunks`` inferences needed, so a slower one still lands before the
+    seam. Each chunk then runs its rows less about (inference ticks + this margin)."""
+    overlap_window_chunks: int = 3
+    """'overlapped': how many recent inference times the lead is taken from (one slow outlier,
+    a load spike, then stops cutting chunks short after this many chunks)."""
 
 
 @dataclass
@@ -240,7 +245,9 @@ class Actor:
         chunks: list[ChunkRecord] = []
         success: bool | None = None
         running: _Running | None = None
-        slowest_inference_s = 0.0
+        recent_inference_s: collections.deque[float] = collections.deque(
+            maxlen=max(1, cfg.overlap_window_chunks)
+        )
         self.client.start_heartbeat(cfg.heartbeat_period_s)
         try:
             obs = self._fresh_observation(-1)
@@ -253,7 +260,7 @@ class Actor:
                     seq = running.accepted.seq
                     if overlapping:
                         lead = inference_lead_ticks(
-                            slowest_inference_s, cfg.control_rate_hz, cfg.overlap_margin_ticks
+                            max(recent_inference_s), cfg.control_rate_hz, cfg.overlap_margin_ticks
                         )
                         if not self._wait_chunk_done(seq, should_stop, rows_left=lead):
                             self.client.stop()
@@ -275,7 +282,7 @@ class Actor:
                 t0 = time.perf_counter()
                 sample = policy.sample(batch, [rollout_prompt], deterministic=cfg.deterministic)
                 inference_s = time.perf_counter() - t0
-                slowest_inference_s = max(slowest_inference_s, inference_s)
+                recent_inference_s.append(inference_s)
                 self._seq += 1
                 chunk = ActionChunk(
                     seq=self._seq,
