@@ -41,9 +41,10 @@ def rows_in_the_past(first_row_tick: int, next_tick: int, n_rows: int) -> int:
 def rows_run(rows_skipped: int, n_rows: int, start_tick: int, next_start_tick: int | None) -> tuple[int, int]:
     """``[first, end)`` of the rows of a chunk (indices into the rows as sent) that ran: from its
     first unskipped row until the next chunk's ``start_tick`` preempted it, or to its end when none
-    did (``next_start_tick`` None, or at or past its end)."""
+    did (``next_start_tick`` None, or at or past its end). A tick < 0 is unknown (a server that
+    does not count ticks): all rows are taken to have run, as before ticks were counted."""
     end = n_rows
-    if next_start_tick is not None:
+    if next_start_tick is not None and next_start_tick >= 0 and start_tick >= 0:
         end = min(n_rows, rows_skipped + max(0, next_start_tick - start_tick))
     return rows_skipped, end
 

@@ -27,6 +27,8 @@ def test_rows_run_end_where_the_next_chunk_takes_over():
     # the next chunk came after this one ended (the arm held meanwhile): all its rows ran
     assert rows_run(rows_skipped=3, n_rows=10, start_tick=103, next_start_tick=130) == (3, 10)
     assert rows_run(rows_skipped=0, n_rows=10, start_tick=50, next_start_tick=None) == (0, 10)
+    # no tick known: taken to have run to its end
+    assert rows_run(rows_skipped=0, n_rows=10, start_tick=-1, next_start_tick=-1) == (0, 10)
     # preempted at its first tick: none ran
     assert rows_run(rows_skipped=2, n_rows=10, start_tick=50, next_start_tick=50) == (2, 2)
 
