@@ -273,11 +273,11 @@ class Actor:
                             running = None
                             break
                         obs = self._fresh_observation(obs.seq, after_chunk_seq=seq)
-                        if obs.task_success and cfg.stop_on_success:
-                            success, running = True, None  # it has run: nothing left to wait for
-                            break
-                    if obs.task_success and cfg.stop_on_success:
-                        break  # the running chunk finishes below, as a sync one has
+                    success = obs.task_success
+                    if success and cfg.stop_on_success:
+                        if not overlapping:
+                            running = None  # it has run: nothing left to wait for
+                        break  # an overlapped one finishes below, as a sync one has
                 obs, batch = self._usable_observation(policy, obs)
                 t0 = time.perf_counter()
                 sample = policy.sample(batch, [rollout_prompt], deterministic=cfg.deterministic)

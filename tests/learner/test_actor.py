@@ -78,9 +78,9 @@ class FakeRobotClient:
         return obs
 
 
-def _run(client, max_chunks=4, should_stop=lambda: False):
+def _run(client, max_chunks=4, should_stop=lambda: False, chunk_timing="overlapped"):
     policy = make_test_policy("flow")
-    actor = Actor(policy, client, ActorSettings(poll_period_s=0.0))
+    actor = Actor(policy, client, ActorSettings(poll_period_s=0.0, chunk_timing=chunk_timing))
     ep = actor.run_episode(
         episode_id="ep1",
         task="put_green_container_in_bowl",
@@ -116,8 +116,9 @@ def test_episode_records_every_chunk_for_ppo():
     assert stats["n_chunks"] == 4
 
 
-def test_episode_ends_on_simulated_success():
-    _, _, ep = _run(FakeRobotClient(succeed_after=2), max_chunks=10)
+@pytest.mark.parametrize("timing", ["overlapped", "sync"])
+def test_episode_ends_on_simulated_success(timing):
+    _, _, ep = _run(FakeRobotClient(succeed_after=2), max_chunks=10, chunk_timing=timing)
     assert len(ep.chunks) == 2 and ep.success is True
 
 
