@@ -47,10 +47,16 @@ class ChunkRecord(msgspec.Struct, kw_only=True):
     extras: dict[str, np.ndarray] = {}
 
 
+def rows_that_ran(chunk: ChunkRecord) -> tuple[int, int]:
+    """``[first, end)`` of the chunk's ``actions`` that the robot server ran (all of them for a
+    record without ``rows_run``)."""
+    return chunk.rows_run if chunk.rows_run is not None else (0, len(chunk.actions))
+
+
 def rows_ran_mask(chunk: ChunkRecord, n_rows: int) -> np.ndarray:
     """bool[n_rows]: True where the robot server ran that row of the chunk (``rows_run``)."""
     mask = np.zeros(n_rows, dtype=bool)
-    first, end = chunk.rows_run if chunk.rows_run is not None else (0, n_rows)
+    first, end = rows_that_ran(chunk)
     mask[first:end] = True
     return mask
 
