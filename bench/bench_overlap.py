@@ -9,7 +9,7 @@ skipped). From the server's own tick log, per seam between two chunks of an epis
 which no chunk row was commanded (the arm held), in ticks x period and in the tick log's own time
 (first row of the next chunk - last row of the previous - one period). Goal: 0 ms overlapped.
 
-    .venv/bin/python bench/bench_overlap.py [--episodes 3] [--chunks 6] [--inference-ms 150]
+    .venv/bin/python bench/bench_overlap.py [--episodes 4] [--chunks 8] [--inference-ms 150]
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def seams(log: list[tuple[float, float, int, int]], seqs: range) -> list[tuple[i
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--episodes", type=int, default=3, help="per mode")
-    ap.add_argument("--chunks", type=int, default=6, help="chunks per episode")
+    ap.add_argument("--episodes", type=int, default=4, help="per mode")
+    ap.add_argument("--chunks", type=int, default=8, help="chunks per episode")
     ap.add_argument("--inference-ms", type=float, default=150.0, help="the policy's time per chunk")
     args = ap.parse_args(argv)
 
