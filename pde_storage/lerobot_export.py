@@ -65,7 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pde_contract.episodes import EpisodeFile, read_episode
+from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
 from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, state_vector
 from pde_storage.video import VideoEncoding, write_video
@@ -251,11 +251,12 @@ def _episode_rows(path: Path, ep: EpisodeFile, schema: _Schema) -> _EpisodeRows:
                     f"is {w}x{h}; export episodes recorded at one --image-size together"
                 )
             images[name].append(img)
-        t = a.shape[0]
+        first, end = rows_that_ran(chunk)  # overlapped inference: only the rows that ran
+        t = end - first
         states.append(np.repeat(state_vector(chunk.observation.state)[None], t, axis=0))
-        actions.append(a.astype(np.float32))
+        actions.append(a[first:end].astype(np.float32))
         chunk_idx.append(np.full(t, c, dtype=np.int64))
-        chunk_row.append(np.arange(t, dtype=np.int64))
+        chunk_row.append(np.arange(first, end, dtype=np.int64))
     return _EpisodeRows(
         state=np.concatenate(states),
         action=np.concatenate(actions),

@@ -379,3 +379,21 @@ def test_old_spelling_still_exports_and_says_where_it_moved(tmp_path: Path) -> N
     assert "moved to `pde data export-lerobot`" in old.stderr
     assert "wrote 1 episodes, 33 frames, 1 tasks" in old.stdout
     assert (tmp_path / "ds/meta/info.json").is_file()
+
+
+def test_an_overlapped_episode_exports_only_the_rows_that_ran(tmp_path: Path) -> None:
+    ep = make_episode_file(0, "put_green_container_in_bowl", n_chunks=3, success=True)
+    for i, chunk in enumerate(ep.chunks):
+        chunk.actions = np.arange(10, dtype=np.float32)[:, None].repeat(7, 1) + 100 * i  # row r: r + 100 i
+    ep.chunks[0].rows_run = (0, 6)  # preempted after 6 rows
+    ep.chunks[1].rows_run = (2, 7)  # 2 rows in the past, preempted after row 6
+    ep.chunks[2].rows_run = (3, 10)  # 3 rows in the past, ran to its end
+    write_episode(tmp_path / "src/episodes/000.episode", ep)
+    report = export_lerobot(tmp_path / "src", tmp_path / "out", ExportConfig(vcodec="h264"))
+    assert report.frames == 6 + 5 + 7
+    table = pq.read_table(tmp_path / "out/data/chunk-000/episode_000000.parquet")
+    ran = [*range(0, 6), *range(2, 7), *range(3, 10)]
+    assert table.column("chunk_row").to_pylist() == ran
+    assert table.column("chunk_index").to_pylist() == [0] * 6 + [1] * 5 + [2] * 7
+    actions = np.array(table.column("action").to_pylist())[:, 0]
+    assert actions.tolist() == [r + 100 * c for c, r in zip([0] * 6 + [1] * 5 + [2] * 7, ran, strict=True)]
