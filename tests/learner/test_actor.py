@@ -33,7 +33,7 @@ class FakeRobotClient:
         self.succeed_after = succeed_after
         self.calls: list[str] = []
         self.heartbeat = False
-        self.info = None  # no Hello: the actor follows its chunk_timing setting
+        self.info: ServerInfo | None = None  # no Hello: the actor follows its chunk_timing setting
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
         assert self.heartbeat, "chunks must be sent while the heartbeat runs"
