@@ -17,6 +17,7 @@ exactly as it does the robot's.
 from __future__ import annotations
 
 import json
+import string
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -436,8 +437,21 @@ class _EpisodeData:
     where: str  # for messages
 
 
+def _check_templates(root: Path, info: dict[str, Any], fields: set[str]) -> None:
+    """The path templates must name the fields of the layout ``codebase_version`` says."""
+    for key in ("data_path", "video_path"):
+        used = {f for _, f, _, _ in string.Formatter().parse(str(info.get(key) or "")) if f}
+        if used - fields:
+            raise DatasetError(
+                f"{root}/meta/info.json: {key} {info.get(key)!r} is not a {info['codebase_version']} "
+                f"template (it may use {sorted(fields)}); the files and codebase_version disagree: "
+                "fix codebase_version or write the dataset again"
+            )
+
+
 def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> list[_EpisodeData]:
     """v2.0/v2.1: data/chunk-XXX/episode_XXXXXX.parquet, one video per episode and camera."""
+    _check_templates(root, info, {"episode_chunk", "episode_index", "video_key"})
     chunks_size = int(info.get("chunks_size", 1000))
     out = []
     for ep in range(int(info["total_episodes"])):
@@ -458,6 +472,7 @@ def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) ->
 def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> list[_EpisodeData]:
     """v3.0: meta/episodes/chunk-XXX/file-XXX.parquet says where each episode's rows (data file and
     index range) and frames (video file and from_timestamp) are; a file holds several episodes."""
+    _check_templates(root, info, {"chunk_index", "file_index", "video_key"})
     files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
     if not files:
         raise DatasetError(

@@ -58,11 +58,12 @@ def test_sft_trains_pi05_on_the_dataset(dataset, tmp_path, capsys):
     assert isinstance(CheckpointStore.load(tmp_path / "ck" / "policy-000000.pt").policy, Pi05Policy)
 
 
-def test_a_v21_dataset_labelled_v30_is_refused_as_incomplete(dataset):
+def test_a_dataset_labelled_with_another_version_is_refused_as_inconsistent(dataset):
     _, root, _ = dataset
     info_path = root / "meta" / "info.json"
     info = json.loads(info_path.read_text())
-    info["codebase_version"] = "v3.0"  # v3.0 keeps its episode index in meta/episodes/
+    info["codebase_version"] = "v2.1"  # the files are v3.0's
     info_path.write_text(json.dumps(info))
-    with pytest.raises(DatasetError, match=r"v3.0 dataset without meta/episodes/chunk-\*/file-\*.parquet"):
+    with pytest.raises(DatasetError, match=r"is not a v2\.1 template") as e:
         read_lerobot_dataset(root, chunk_len=6, action_space=ActionSpace.EE_DELTA)
+    assert "the files and codebase_version disagree" in str(e.value)
