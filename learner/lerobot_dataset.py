@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import string
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -437,8 +437,12 @@ class _EpisodeData:
     where: str  # for messages
 
 
-def _check_templates(root: Path, info: dict[str, Any], fields: set[str]) -> None:
+def _check_templates(root: Path, info: dict[str, Any]) -> None:
     """The path templates must name the fields of the layout ``codebase_version`` says."""
+    v3 = info["codebase_version"] == "v3.0"
+    fields = (
+        {"chunk_index", "file_index", "video_key"} if v3 else {"episode_chunk", "episode_index", "video_key"}
+    )
     for key in ("data_path", "video_path"):
         used = {f for _, f, _, _ in string.Formatter().parse(str(info.get(key) or "")) if f}
         if used - fields:
@@ -449,11 +453,9 @@ def _check_templates(root: Path, info: dict[str, Any], fields: set[str]) -> None
             )
 
 
-def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> list[_EpisodeData]:
+def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> Iterator[_EpisodeData]:
     """v2.0/v2.1: data/chunk-XXX/episode_XXXXXX.parquet, one video per episode and camera."""
-    _check_templates(root, info, {"episode_chunk", "episode_index", "video_key"})
     chunks_size = int(info.get("chunks_size", 1000))
-    out = []
     for ep in range(int(info["total_episodes"])):
         chunk = ep // chunks_size
         data_path = root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
@@ -465,14 +467,12 @@ def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) ->
             key: (root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=ep), 0.0)
             for key in video_keys
         }
-        out.append(_EpisodeData(ep, pq.read_table(data_path).to_pydict(), videos, str(data_path)))
-    return out
+        yield _EpisodeData(ep, pq.read_table(data_path).to_pydict(), videos, str(data_path))
 
 
-def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> list[_EpisodeData]:
+def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> Iterator[_EpisodeData]:
     """v3.0: meta/episodes/chunk-XXX/file-XXX.parquet says where each episode's rows (data file and
     index range) and frames (video file and from_timestamp) are; a file holds several episodes."""
-    _check_templates(root, info, {"chunk_index", "file_index", "video_key"})
     files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
     if not files:
         raise DatasetError(
@@ -489,27 +489,26 @@ def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) ->
             raise DatasetError(f"{path}: the episode index lacks the columns {missing}")
         episodes += table.select(want).to_pylist()
     episodes.sort(key=lambda e: int(e["episode_index"]))
-    data_cache: dict[Path, dict[str, list[Any]]] = {}
-    out = []
+    data: tuple[Path, pa.Table, np.ndarray] | None = None  # the data file being read (in order)
     for e in episodes:
         data_path = root / info["data_path"].format(
             chunk_index=e["data/chunk_index"], file_index=e["data/file_index"]
         )
-        if data_path not in data_cache:
+        if data is None or data[0] != data_path:
             if not data_path.is_file():
                 raise DatasetError(
                     f"{root}: episode {e['episode_index']}'s rows {data_path} are missing; "
                     "the dataset is incomplete"
                 )
-            data_cache = {data_path: pq.read_table(data_path).to_pydict()}  # files are read in order
-        table = data_cache[data_path]
-        index = table["index"]
+            table = pq.read_table(data_path)
+            data = (data_path, table, np.asarray(table.column("index")))
+        _, table, index = data
         lo, hi = int(e["dataset_from_index"]), int(e["dataset_to_index"])
-        picked = [i for i, g in enumerate(index) if lo <= g < hi]
-        if len(picked) != hi - lo:
+        start, stop = int(np.searchsorted(index, lo)), int(np.searchsorted(index, hi))
+        if stop - start != hi - lo or not np.array_equal(index[start:stop], np.arange(lo, hi)):
             raise DatasetError(
-                f"{data_path}: episode {e['episode_index']} should have rows index {lo}..{hi - 1}; "
-                f"the file holds {len(picked)} of them"
+                f"{data_path}: episode {e['episode_index']} should have the rows index {lo}..{hi - 1}, "
+                "in order; the file does not hold them so"
             )
         videos = {
             key: (
@@ -523,11 +522,8 @@ def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) ->
             )
             for key in video_keys
         }
-        rows = {k: [v[i] for i in picked] for k, v in table.items()}
-        out.append(
-            _EpisodeData(int(e["episode_index"]), rows, videos, f"{data_path} episode {e['episode_index']}")
-        )
-    return out
+        rows = table.slice(start, stop - start).to_pydict()
+        yield _EpisodeData(int(e["episode_index"]), rows, videos, f"{data_path} episode {e['episode_index']}")
 
 
 def _tasks(root: Path, version: str) -> dict[int, str]:
@@ -572,6 +568,7 @@ def read_lerobot_dataset(
         plan = _plan(mapping, action_space, features, root, cameras)
     read = sorted({t.feature for t in plan.state + plan.action if t.feature is not None})
     version = info["codebase_version"]
+    _check_templates(root, info)
     video_keys = sorted(set(plan.videos.values()))
     episodes = (_episodes_v3 if version == "v3.0" else _episodes_v2)(root, info, video_keys)
     tasks = _tasks(root, version)
