@@ -246,7 +246,7 @@ def main() -> int:
             v21 = f"refused: {type(e).__name__}"
         result: dict[str, object] = {
             "what": "our LeRobotDataset v3.0 export loaded, iterated and trained on by LeRobot itself",
-            "command": "/work/lerobot-venv/bin/python bench/check_lerobot_roundtrip.py",
+            "command": " ".join([sys.executable, "bench/check_lerobot_roundtrip.py", *sys.argv[1:]]),
             "versions": {
                 "lerobot": lerobot.__version__,
                 "torch": torch.__version__,
