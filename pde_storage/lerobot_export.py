@@ -108,7 +108,7 @@ class ExportConfig:
     only_success: bool = False  # skip episodes whose success label is not True
     robot_type: str = "franka_fr3"
     overwrite: bool = False  # replace an existing non-empty OUT
-    version: str = "v3.0"  # the layout: "v3.0" (LeRobot >= 0.4) or "v2.1" (LeRobot 0.3.x)
+    version: Literal["v3.0", "v2.1"] = "v3.0"  # the layout: LeRobot >= 0.4's, or LeRobot 0.3.x's
     # v3.0: a data (video) file takes the next episode while it holds less than this (LeRobot's)
     data_file_size_mb: float = lerobot_v30.DATA_FILE_SIZE_MB
     video_file_size_mb: float = lerobot_v30.VIDEO_FILE_SIZE_MB

@@ -217,7 +217,7 @@ def test_files_roll_over_at_their_size_and_read_back_the_same(tmp_path: Path) ->
 def test_a_version_we_cannot_write_is_refused(tmp_path: Path) -> None:
     _episodes(tmp_path / "eps")
     with pytest.raises(ExportError, match=r"version 'v2\.0': choose one of v3\.0, v2\.1"):
-        export_lerobot(tmp_path / "eps", tmp_path / "ds", ExportConfig(version="v2.0"))
+        export_lerobot(tmp_path / "eps", tmp_path / "ds", ExportConfig(version="v2.0"))  # type: ignore[arg-type]
 
 
 def test_cli_writes_v30_by_default_and_v21_on_request(tmp_path: Path) -> None:
