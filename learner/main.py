@@ -81,7 +81,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         "--lerobot-dataset",
         default="",
         metavar="DIR",
-        help="train on this LeRobotDataset v2.0/v2.1 (FR3 state and action columns, e.g. from "
+        help="train on this LeRobotDataset v3.0 or v2.0/v2.1 (FR3 state and action columns, e.g. from "
         "`pde data export-lerobot`, or another layout with --lerobot-map) instead of --demos",
     )
     ap.add_argument(
