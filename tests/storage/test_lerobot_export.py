@@ -387,7 +387,7 @@ def test_an_overlapped_episode_exports_only_the_rows_that_ran(tmp_path: Path) ->
     ep.chunks[1].rows_run = (2, 7)  # 2 rows in the past, preempted after row 6
     ep.chunks[2].rows_run = (3, 10)  # 3 rows in the past, ran to its end
     write_episode(tmp_path / "src/episodes/000.episode", ep)
-    report = export_lerobot(tmp_path / "src", tmp_path / "out", ExportConfig(vcodec="h264"))
+    report = export_lerobot(tmp_path / "src", tmp_path / "out", ExportConfig(vcodec="h264", version="v2.1"))
     assert report.frames == 6 + 5 + 7
     table = pq.read_table(tmp_path / "out/data/chunk-000/episode_000000.parquet")
     ran = [*range(0, 6), *range(2, 7), *range(3, 10)]
