@@ -373,7 +373,7 @@ class Pi05Policy(Policy):
     def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
         if self._realtime is None:
             return super().sample(obs, prompts, deterministic)
-        return self._realtime.sample(obs, prompts, deterministic)
+        return self._realtime.sample(self, obs, prompts, deterministic)
 
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         noise = torch.randn(cond.shape[0], self.chunk_len, self.config.max_action_dim, device=cond.device)

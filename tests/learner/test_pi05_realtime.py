@@ -6,14 +6,17 @@ bfloat16 tolerance with bf16 weights; and the actor's copy leaves the trainer's 
 from __future__ import annotations
 
 import copy
+import gc
 import logging
+import weakref
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pytest
 import torch
 
-from learner.actor import ActorSettings
+from learner.actor import Actor, ActorSettings
 from learner.policies.base import ChunkSample
 from learner.policies.pi05 import Pi05Options, Pi05Policy, load_pi05
 from learner.policies.pi05_model import GemmaAttention
@@ -105,6 +108,18 @@ def test_the_actor_copy_leaves_the_trainer_policy_float32_and_is_not_copied(ckpt
         copy.deepcopy(actor)
 
 
+def test_a_swapped_out_actor_copy_is_freed_at_once(ckpt_dir):
+    actor = _load(ckpt_dir).for_acting(Choice(bf16_weights=True, cuda_graphs=True))
+    _sample(actor, False)
+    gone = weakref.ref(actor)
+    gc.disable()  # no cycle collection: only reference counts free it
+    try:
+        del actor
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
 def test_nothing_chosen_leaves_the_policy_as_it_is(ckpt_dir):
     policy = load_pi05(ckpt_dir)
     assert policy.for_acting(Choice(fast_inference=False)) is policy
@@ -119,6 +134,17 @@ def test_cuda_graphs_on_a_cpu_are_a_logged_no_op(ckpt_dir, caplog):
     assert fast._realtime is not None and not fast._realtime.cuda_graphs
     _same(_sample(eager, False), _sample(fast, False), rtol=1e-5, atol=1e-6)
     assert fast._realtime.graphs_captured == 0
+
+
+def test_the_actor_makes_every_policy_it_is_given_its_real_time_copy(ckpt_dir):
+    settings = ActorSettings(fast_inference=True, bf16_weights=True)
+    actor = Actor(_load(ckpt_dir), client=cast(Any, None), settings=settings)
+    trainer_policy = _load(ckpt_dir)
+    actor.set_policy(copy.deepcopy(trainer_policy))  # the trainer's snapshot at a swap
+    swapped = actor.policy
+    assert isinstance(swapped, Pi05Policy) and swapped._realtime is not None
+    assert {p.dtype for p in swapped.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in trainer_policy.parameters()} == {torch.float32}
 
 
 def test_cuda_graphs_need_the_fast_path():
