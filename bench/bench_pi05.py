@@ -8,8 +8,9 @@ tokens) with random weights, bf16 autocast over float32 weights (the trainer's),
   after warm-up, for the flow-SDE chain PPO samples with (``--flow-steps``) and LeRobot's
   deterministic 10-step Euler sampling, before and after in the same run: ``eager`` (the trainer's
   float32 weights under autocast, the prefix packed to float32 per step, as the actor sampled
-  before learner/policies/pi05_realtime.py), ``fast`` (the actor's copy: bf16 weights, prefix kept,
-  SDPA, static shapes) and ``fast_graphs`` (the same captured as a CUDA graph; a no-op on a CPU);
+  before learner/policies/pi05_realtime.py), ``fast_fp32_weights`` (the real-time path on those
+  weights), ``fast`` (the actor's copy: bf16 weights, prefix kept, SDPA, static shapes) and
+  ``fast_graphs`` (the same captured as a CUDA graph; a no-op on a CPU);
   the ratios eager / fast and the largest difference from the eager chunk (same noise). Goal: <= 25 ms
   per chunk on one H100 with p99 <= 1.3 x p50;
 - ``ppo``: one PPO update (learner/trainer.py, mixed-prompt ratio) on ``--rollouts`` x ``--chunks``
@@ -110,6 +111,8 @@ def chunk_latency_ms(
 # The actor's ways to sample, before and after (ActorSettings: PDE_ACTOR_*).
 VARIANTS: dict[str, ActorSettings] = {
     "eager": ActorSettings(fast_inference=False, bf16_weights=False, cuda_graphs=False),
+    # the prefix kept and SDPA alone, float32 weights under autocast: what bf16 weights add is apart
+    "fast_fp32_weights": ActorSettings(fast_inference=True, bf16_weights=False, cuda_graphs=False),
     "fast": ActorSettings(fast_inference=True, bf16_weights=True, cuda_graphs=False),
     "fast_graphs": ActorSettings(fast_inference=True, bf16_weights=True, cuda_graphs=True),
 }
@@ -140,7 +143,7 @@ def latency_before_after(policy: Pi05Policy, runs: int, device: torch.device) ->
         print(name, out[name], flush=True)
         del actor
         _free(device)
-    for name in ("fast", "fast_graphs"):
+    for name in [n for n in VARIANTS if n != "eager"]:
         for mode in ("sde", "deterministic_10_steps"):
             out[f"ratio_eager_over_{name}_{mode}_p50"] = round(
                 out["eager"][mode]["p50_ms"] / out[name][mode]["p50_ms"], 2

@@ -52,7 +52,8 @@ def test_latency_before_and_after_and_the_loop_memory_check_run_on_the_tiny_conf
     latency = bench.latency_before_after(policy, runs=1, device=cpu)
     assert set(bench.VARIANTS) <= set(latency)
     assert latency["eager"]["chain_max_abs_diff"] == 0.0  # the eager copy samples the same chunk
-    assert 0.0 < latency["fast"]["chain_max_abs_diff"] < 0.05  # bf16 weights: close, not equal
+    for name in ("fast_fp32_weights", "fast"):  # SDPA's bf16 softmax under autocast, bf16 weights
+        assert 0.0 < latency[name]["chain_max_abs_diff"] < 0.05  # close, not equal
     assert not latency["fast_graphs"]["cuda_graphs_used"]  # a CPU: no graphs, and said so
     assert latency["ratio_eager_over_fast_graphs_sde_p50"] > 0
     assert {p.dtype for p in policy.parameters()} == {torch.float32}  # the copies were copies
