@@ -125,29 +125,42 @@ def _one_sample(policy: Policy, seed: int) -> ChunkSample:
 
 
 def latency_before_after(policy: Pi05Policy, runs: int, device: torch.device) -> dict[str, Any]:
-    """Each variant on its own actor copy of ``policy`` (the trainer's float32 weights)."""
+    """Each variant on its own actor copy of ``policy`` (the trainer's float32 weights). A variant
+    that fails is recorded with its error and the others still run."""
     out: dict[str, Any] = {}
     reference = _one_sample(policy, seed=7)
+    same_noise: dict[str, ChunkSample] = {}
     for name, settings in VARIANTS.items():
-        actor = copy.deepcopy(policy).for_acting(settings)
-        same_noise = _one_sample(actor, seed=7)
-        out[name] = {
-            "settings": {k: getattr(settings, k) for k in ("fast_inference", "bf16_weights", "cuda_graphs")},
-            "cuda_graphs_used": bool(actor._realtime and actor._realtime.cuda_graphs),
-            "sde": chunk_latency_ms(actor, runs, False, device),
-            "deterministic_10_steps": chunk_latency_ms(actor, runs, True, device),
-            # against the eager path's chunk for the same observation and noise (normalised units)
-            "chain_max_abs_diff": float(np.abs(same_noise.chain - reference.chain).max()),
-            "value_abs_diff": float(np.abs(same_noise.value - reference.value).max()),
-        }
+        try:
+            actor = copy.deepcopy(policy).for_acting(settings)
+            same_noise[name] = _one_sample(actor, seed=7)
+            out[name] = {
+                "settings": {
+                    k: getattr(settings, k) for k in ("fast_inference", "bf16_weights", "cuda_graphs")
+                },
+                "sde": chunk_latency_ms(actor, runs, False, device),
+                "deterministic_10_steps": chunk_latency_ms(actor, runs, True, device),
+                # (a failed capture falls back to no graphs: said here and in the log)
+                "cuda_graphs_used": bool(actor._realtime and actor._realtime.graphs_captured),
+                # against the eager path's chunk for the same observation and noise (normalised units)
+                "chain_max_abs_diff": float(np.abs(same_noise[name].chain - reference.chain).max()),
+                "value_abs_diff": float(np.abs(same_noise[name].value - reference.value).max()),
+            }
+            del actor
+        except Exception as e:  # a GPU session must bring back what did run
+            out[name] = {"error": f"{type(e).__name__}: {e}"}
         print(name, out[name], flush=True)
-        del actor
         _free(device)
+    if "fast" in same_noise and "fast_graphs" in same_noise:  # capture changes no kernel
+        out["graphs_vs_uncaptured_chain_max_abs_diff"] = float(
+            np.abs(same_noise["fast_graphs"].chain - same_noise["fast"].chain).max()
+        )
     for name in [n for n in VARIANTS if n != "eager"]:
         for mode in ("sde", "deterministic_10_steps"):
-            out[f"ratio_eager_over_{name}_{mode}_p50"] = round(
-                out["eager"][mode]["p50_ms"] / out[name][mode]["p50_ms"], 2
-            )
+            if mode in out[name] and mode in out["eager"]:
+                out[f"ratio_eager_over_{name}_{mode}_p50"] = round(
+                    out["eager"][mode]["p50_ms"] / out[name][mode]["p50_ms"], 2
+                )
     return out
 
 

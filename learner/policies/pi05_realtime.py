@@ -127,6 +127,22 @@ class RealtimeSampler:
 
         return run
 
+    def _graph(
+        self, p: Pi05Policy, inputs: Sequence[torch.Tensor], deterministic: bool
+    ) -> CapturedNetwork | None:
+        """The graph for these shapes, captured on first use; None (and no more graphs) when the
+        capture fails: the chunk is then computed without one rather than lost."""
+        key = (int(inputs[0].shape[0]), deterministic)
+        if key not in self._captured:
+            log.info("capturing π0.5's sampling as a CUDA graph (batch %d, deterministic %s)", *key)
+            try:
+                self._captured[key] = CapturedNetwork(self.network(p, deterministic), inputs)
+            except RuntimeError as e:
+                log.warning("CUDA graph capture failed, sampling without graphs from now on: %s", e)
+                self.cuda_graphs = False
+                return None
+        return self._captured[key]
+
     @torch.no_grad()
     def sample(
         self, p: Pi05Policy, obs: ObsBatch, prompts: Sequence[str], deterministic: bool
@@ -137,12 +153,9 @@ class RealtimeSampler:
         ids, valid = p.tokenize(prompts, p.normalize_state(obs.state).cpu().numpy())
         noise = self.draw_noise(p, len(obs), deterministic)
         inputs = (obs.images, ids, valid, noise)
-        if self.cuda_graphs:
-            key = (len(obs), deterministic)
-            if key not in self._captured:
-                log.info("capturing π0.5's sampling as a CUDA graph (batch %d, deterministic %s)", *key)
-                self._captured[key] = CapturedNetwork(self.network(p, deterministic), inputs)
-            chain, log_prob, value = self._captured[key].run(*inputs)
+        captured = self._graph(p, inputs, deterministic) if self.cuda_graphs else None
+        if captured is not None:
+            chain, log_prob, value = captured.run(*inputs)
         else:
             chain, log_prob, value = self.network(p, deterministic)(*inputs)
         actions = p.denormalize_actions(chain[:, -1], obs.state)

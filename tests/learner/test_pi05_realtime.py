@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from learner.actor import Actor, ActorSettings
+from learner.policies import pi05_realtime
 from learner.policies.base import ChunkSample
 from learner.policies.pi05 import Pi05Options, Pi05Policy, load_pi05
 from learner.policies.pi05_model import GemmaAttention
@@ -147,6 +148,34 @@ def test_the_actor_makes_every_policy_it_is_given_its_real_time_copy(ckpt_dir):
     assert {p.dtype for p in trainer_policy.parameters()} == {torch.float32}
 
 
+def test_a_failed_capture_samples_without_graphs_instead_of_losing_the_chunk(ckpt_dir, monkeypatch, caplog):
+    def capture_fails(*args: Any) -> None:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(pi05_realtime, "CapturedNetwork", capture_fails)
+    fast = _load(ckpt_dir).for_acting(Choice())
+    assert fast._realtime is not None
+    fast._realtime.cuda_graphs = True  # as on a GPU
+    expected = _sample(_load(ckpt_dir).for_acting(Choice()), False)
+    _same(expected, _sample(fast, False))
+    assert "CUDA graph capture failed" in caplog.text and not fast._realtime.cuda_graphs
+
+
 def test_cuda_graphs_need_the_fast_path():
     with pytest.raises(ValueError, match="PDE_ACTOR_FAST_INFERENCE"):
         ActorSettings(cuda_graphs=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("deterministic", [False, True], ids=["flow-sde", "euler"])
+def test_on_a_gpu_the_captured_graph_gives_the_uncaptured_chunk(ckpt_dir, deterministic):  # pragma: no cover
+    plain = _load(ckpt_dir).to("cuda").for_acting(Choice(bf16_weights=True))
+    graphs = _load(ckpt_dir).to("cuda").for_acting(Choice(bf16_weights=True, cuda_graphs=True))
+    reference = _sample(plain, deterministic)
+    _same(reference, _sample(graphs, deterministic), atol=1e-5)  # captured, then replayed
+    _same(reference, _sample(graphs, deterministic), atol=1e-5)  # replayed
+    assert graphs._realtime is not None and graphs._realtime.graphs_captured == 1
+    eager = _load(ckpt_dir).to("cuda")  # float32: only SDPA and the kept prefix differ
+    fast = _load(ckpt_dir).to("cuda").for_acting(Choice())
+    _same(_sample(eager, deterministic), _sample(fast, deterministic), rtol=1e-4, atol=1e-4)
