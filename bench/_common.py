@@ -55,7 +55,7 @@ def sleep_until(t_mono: float) -> None:
         time.sleep(d)
 
 
-def write_result(name: str, result: dict[str, Any], command: str) -> Path:
+def write_result(name: str, result: dict[str, Any], command: str, quiet: bool = False) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = {
         "benchmark": name,
@@ -70,8 +70,9 @@ def write_result(name: str, result: dict[str, Any], command: str) -> Path:
     }
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    if not quiet:  # quiet: a partial result written on the way
+        print(json.dumps(out, indent=2))
+        print(f"wrote {path}")
     return path
 
 

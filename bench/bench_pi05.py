@@ -1,24 +1,41 @@
-"""π0.5 on a GPU: chunk latency, PPO update time and peak memory, the largest minibatch that fits.
+"""π0.5 on a GPU: chunk latency before and after the real-time path, PPO update time and peak
+memory, the largest minibatch that fits, and the loop's memory on one GPU.
 
 Full-size π0.5 (gemma_2b VLM + gemma_300m expert + SigLIP So400m, 224 px, 50-step chunks, 200 prompt
-tokens) with random weights, bf16 autocast over float32 weights:
+tokens) with random weights, bf16 autocast over float32 weights (the trainer's), in parts (``--parts``):
 
-- chunk inference: ``Policy.sample`` for one observation (2 cameras), median over ``--latency-runs``
-  after warm-up, for the flow-SDE chain PPO samples with (``--flow-steps``) and for LeRobot's
-  deterministic 10-step Euler sampling; goal <= 25 ms per chunk on one H100;
-- one PPO update (learner/trainer.py, mixed-prompt ratio) on ``--rollouts`` x ``--chunks`` recorded
-  chunks (half under another prompt), its wall time and peak GPU memory;
-- the largest minibatch of one forward + backward of ``evaluate_pair`` that fits.
+- ``latency``: ``Policy.sample`` for one observation (2 cameras), p50/p90/p99 over ``--latency-runs``
+  after warm-up, for the flow-SDE chain PPO samples with (``--flow-steps``) and LeRobot's
+  deterministic 10-step Euler sampling, before and after in the same run: ``eager`` (the trainer's
+  float32 weights under autocast, the prefix packed to float32 per step, as the actor sampled
+  before learner/policies/pi05_realtime.py), ``fast_fp32_weights`` (the real-time path on those
+  weights), ``fast`` (the actor's copy: bf16 weights, prefix kept, SDPA, static shapes) and
+  ``fast_graphs`` (the same captured as a CUDA graph; a no-op on a CPU);
+  the ratios eager / fast and the largest difference from the eager chunk (same noise). Goal: <= 25 ms
+  per chunk on one H100 with p99 <= 1.3 x p50;
+- ``ppo``: one PPO update (learner/trainer.py, mixed-prompt ratio) on ``--rollouts`` x ``--chunks``
+  recorded chunks (half under another prompt), its wall time and peak GPU memory;
+- ``memory-search``: the largest minibatch of one forward + backward of ``evaluate_pair`` that fits;
+- ``loop-memory``: the loop's GPU memory with the actor and the trainer on one GPU, as
+  ``pde learner run`` holds them, for each of ``--loop-trainable``: the trainer's float32 policy, the
+  actor's bf16 real-time copy, rollouts sampled by the actor, one PPO update, the trainer's snapshot
+  made the actor's next copy (the swap) and sampled from while the old copy still exists.
 
     python bench/bench_pi05.py                     # a GPU machine: writes bench/results/pi05.json
     python bench/bench_pi05.py --tiny --device cpu # a smoke run of the script itself (tiny model)
+    bench/gpu_session.sh                           # the prepared GPU session (latency + loop memory)
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
+import gc
+import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +45,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import write_result  # bench/ is on sys.path when run as a script
 
+from learner.actor import ActorSettings
+from learner.policies.base import ChunkSample, Policy
 from learner.policies.pi05 import Pi05Options, Pi05Policy
 from learner.policies.pi05_checkpoint import FeatureStats, Pi05Checkpoint, Pi05Mapping
 from learner.policies.pi05_model import TINY_CONFIG, Pi05Config
@@ -73,7 +92,7 @@ def chunk_latency_ms(
 ) -> dict[str, float]:
     obs = policy.preprocess([synthetic_observation(np.random.default_rng(0), size_px=224)])
     times = []
-    for i in range(runs + 3):  # 3 warm-up calls (kernels, allocator)
+    for i in range(runs + 3):  # 3 warm-up calls (kernels, allocator, CUDA graph capture)
         sync(device)
         t0 = time.perf_counter()
         policy.sample(obs, [CANON], deterministic=deterministic)
@@ -84,8 +103,151 @@ def chunk_latency_ms(
     return {
         "p50_ms": round(float(np.median(a)), 2),
         "p90_ms": round(float(np.percentile(a, 90)), 2),
+        "p99_ms": round(float(np.percentile(a, 99)), 2),
         "n": len(a),
     }
+
+
+# The actor's ways to sample, before and after (ActorSettings: PDE_ACTOR_*).
+VARIANTS: dict[str, ActorSettings] = {
+    "eager": ActorSettings(fast_inference=False, bf16_weights=False, cuda_graphs=False),
+    # the prefix kept and SDPA alone, float32 weights under autocast: what bf16 weights add is apart
+    "fast_fp32_weights": ActorSettings(fast_inference=True, bf16_weights=False, cuda_graphs=False),
+    "fast": ActorSettings(fast_inference=True, bf16_weights=True, cuda_graphs=False),
+    "fast_graphs": ActorSettings(fast_inference=True, bf16_weights=True, cuda_graphs=True),
+}
+
+
+def _one_sample(policy: Policy, seed: int) -> ChunkSample:
+    obs = policy.preprocess([synthetic_observation(np.random.default_rng(1), size_px=224)])
+    torch.manual_seed(seed)
+    return policy.sample(obs, [CANON])
+
+
+def latency_before_after(policy: Pi05Policy, runs: int, device: torch.device) -> dict[str, Any]:
+    """Each variant on its own actor copy of ``policy`` (the trainer's float32 weights). A variant
+    that fails is recorded with its error and the others still run."""
+    out: dict[str, Any] = {}
+    reference = _one_sample(policy, seed=7)
+    same_noise: dict[str, ChunkSample] = {}
+    for name, settings in VARIANTS.items():
+        try:
+            actor = copy.deepcopy(policy).for_acting(settings)
+            same_noise[name] = _one_sample(actor, seed=7)
+            out[name] = {
+                "settings": {
+                    k: getattr(settings, k) for k in ("fast_inference", "bf16_weights", "cuda_graphs")
+                },
+                "sde": chunk_latency_ms(actor, runs, False, device),
+                "deterministic_10_steps": chunk_latency_ms(actor, runs, True, device),
+                # (a failed capture falls back to no graphs: said here and in the log)
+                "cuda_graphs_used": bool(actor._realtime and actor._realtime.graphs_captured),
+                # against the eager path's chunk for the same observation and noise (normalised units)
+                "chain_max_abs_diff": float(np.abs(same_noise[name].chain - reference.chain).max()),
+                "value_abs_diff": float(np.abs(same_noise[name].value - reference.value).max()),
+            }
+            del actor
+        except Exception as e:  # a GPU session must bring back what did run
+            out[name] = {"error": f"{type(e).__name__}: {e}"}
+        print(name, out[name], flush=True)
+        _free(device)
+    if "fast" in same_noise and "fast_graphs" in same_noise:  # capture changes no kernel
+        out["graphs_vs_uncaptured_chain_max_abs_diff"] = float(
+            np.abs(same_noise["fast_graphs"].chain - same_noise["fast"].chain).max()
+        )
+    for name in [n for n in VARIANTS if n != "eager"]:
+        for mode in ("sde", "deterministic_10_steps"):
+            if mode in out[name] and mode in out["eager"]:
+                out[f"ratio_eager_over_{name}_{mode}_p50"] = round(
+                    out["eager"][mode]["p50_ms"] / out[name][mode]["p50_ms"], 2
+                )
+    return out
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _gib(n_bytes: int) -> float:
+    return round(n_bytes / 2**30, 2)
+
+
+@dataclass
+class MemoryProbe:
+    """GPU memory at named points of the loop (allocated now, and the peak since the start)."""
+
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        self.points: dict[str, dict[str, float]] = {}
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def mark(self, name: str) -> None:
+        if self.device.type != "cuda":  # nothing to read on a CPU (the script's check)
+            return
+        self.points[name] = {
+            "allocated_gib": _gib(torch.cuda.memory_allocated(self.device)),
+            "peak_allocated_gib": _gib(torch.cuda.max_memory_allocated(self.device)),
+            "peak_reserved_gib": _gib(torch.cuda.max_memory_reserved(self.device)),
+        }
+
+
+def loop_memory(
+    cfg: Pi05Config,
+    options: Pi05Options,
+    acting: ActorSettings,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> dict[str, Any]:
+    """The loop on one GPU (learner/loop/service.py): trainer and actor copies, rollouts, an update,
+    the swap. Memory at each step; the peak is what must fit."""
+    probe = MemoryProbe(device)
+    torch.manual_seed(0)
+    with torch.device(device):
+        trainer_policy = Pi05Policy(random_checkpoint(cfg), options)
+    trainer_policy.to(device).eval()
+    probe.mark("trainer_policy")
+    actor = copy.deepcopy(trainer_policy).for_acting(acting)  # as Actor(loaded.policy.to(device))
+    probe.mark("actor_copy")
+    t0 = time.perf_counter()
+    batch = rollout_batch(actor, args.loop_rollouts, args.loop_chunks, 224 if not args.tiny else 24)
+    rollout_s = time.perf_counter() - t0
+    probe.mark("rollouts_sampled_by_the_actor")
+    trainer = Trainer(
+        trainer_policy, PPOConfig(minibatch_size=args.minibatch, update_epochs=1, target_kl=None)
+    )
+    t0 = time.perf_counter()
+    trainer.update(batch)
+    sync(device)
+    update_s = time.perf_counter() - t0
+    probe.mark("ppo_update")
+    snapshot = trainer.policy_snapshot()  # BackgroundTrainer: saved, then swapped in
+    probe.mark("trainer_snapshot")
+    new_actor = snapshot.for_acting(acting)  # Actor.set_policy
+    _one_sample(new_actor, seed=0)  # the next episode's warm-up, the old copy still held
+    probe.mark("swap_new_copy_sampling")
+    del actor, snapshot
+    _free(device)
+    probe.mark("old_copy_released")
+    result: dict[str, Any] = {
+        "trainable": options.trainable,
+        "chunks": args.loop_rollouts * args.loop_chunks,
+        "minibatch": args.minibatch,
+        "rollout_sampling_s": round(rollout_s, 1),
+        "ppo_update_s": round(update_s, 1),
+        "points": probe.points,
+    }
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        result["peak_allocated_gib"] = _gib(torch.cuda.max_memory_allocated(device))
+        result["peak_reserved_gib"] = _gib(torch.cuda.max_memory_reserved(device))
+        result["device_total_gib"] = _gib(total)
+    del new_actor, trainer, trainer_policy, batch
+    _free(device)
+    return result
 
 
 def rollout_batch(
@@ -164,20 +326,51 @@ def _double_until_oom(policy: Pi05Policy, rb: RolloutBatch, device: torch.device
     return {"largest_minibatch": fits, "tried": tried}
 
 
+PARTS = ("latency", "ppo", "memory-search", "loop-memory")
+H100_MEMORY_GIB = 81_559 / 1024  # what nvidia-smi shows for one H100 80GB HBM3 (MiB)
+
+
+def device_slug(device: torch.device) -> str:
+    """'h100_80gb_hbm3' for 'NVIDIA H100 80GB HBM3', 'cpu' on a CPU: result file names."""
+    if device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(device).lower().removeprefix("nvidia").strip()
+    return re.sub(r"[^a-z0-9]+", "_", name).strip("_")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny model: check the script, not π0.5")
+    ap.add_argument(
+        "--parts",
+        default="latency,ppo,memory-search",
+        help=f"comma-separated, in this order: {','.join(PARTS)} (default: the first three)",
+    )
     ap.add_argument("--rollouts", type=int, default=64)
     ap.add_argument("--chunks", type=int, default=20)
     ap.add_argument("--minibatch", type=int, default=16, help="PPO minibatch (chunks)")
     ap.add_argument("--flow-steps", type=int, default=Pi05Options.flow_steps)
     ap.add_argument("--latency-runs", type=int, default=50)
     ap.add_argument("--trainable", default="all", choices=["all", "no_vision", "expert", "lora"])
+    ap.add_argument(
+        "--loop-trainable", default="all,expert", help="loop-memory: the trainable settings, one run each"
+    )
+    ap.add_argument("--loop-rollouts", type=int, default=16, help="loop-memory: episodes sampled")
+    ap.add_argument("--loop-chunks", type=int, default=4, help="loop-memory: chunks per episode")
     ap.add_argument("--no-gradient-checkpointing", action="store_true")
-    ap.add_argument("--out", default="pi05", help="result name under bench/results/ ('' = do not write)")
+    ap.add_argument(
+        "--out",
+        default="pi05",
+        help="result name under bench/results/ ('' = do not write; 'auto' = pi05_<device>[_tiny])",
+    )
     args = ap.parse_args(argv)
+    parts = [p for p in args.parts.split(",") if p]
+    if unknown := [p for p in parts if p not in PARTS]:
+        ap.error(f"--parts: unknown {unknown}; use some of {','.join(PARTS)}")
     device = torch.device(args.device)
+    if args.out == "auto":
+        args.out = f"pi05_{device_slug(device)}" + ("_tiny" if args.tiny else "")
     cfg = TINY_CONFIG if args.tiny else Pi05Config()
     options = Pi05Options(
         flow_steps=args.flow_steps,
@@ -185,28 +378,67 @@ def main(argv: list[str] | None = None) -> int:
         gradient_checkpointing=not args.no_gradient_checkpointing,
         trainable=args.trainable,
     )
-    torch.manual_seed(0)
-    t0 = time.perf_counter()
-    with torch.device(device):  # initialise the 3B parameters where they will live
-        policy = Pi05Policy(random_checkpoint(cfg), options)
-    policy.to(device).eval()
-    build_s = time.perf_counter() - t0
+    cmd = "python bench/bench_pi05.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "model": "tiny (script check)" if args.tiny else "pi05 full size, random weights",
-        "parameters": sum(p.numel() for p in policy.parameters()),
         "options": {**vars(args), "bf16": True},
-        "build_s": round(build_s, 1),
     }
-    result["chunk_latency_sde"] = chunk_latency_ms(policy, args.latency_runs, False, device)
-    # LeRobot's inference: deterministic Euler with the config's num_inference_steps (10)
-    result["chunk_latency_deterministic_10_steps"] = chunk_latency_ms(policy, args.latency_runs, True, device)
-    print(result, flush=True)
 
-    t0 = time.perf_counter()
-    batch = rollout_batch(policy, args.rollouts, args.chunks, 224 if not args.tiny else 24)
-    result["rollout_sampling_s"] = round(time.perf_counter() - t0, 1)
+    def save(final: bool = False) -> None:  # after every part: a session cut short keeps what ran
+        if args.out:
+            write_result(args.out, result, cmd, quiet=not final)
+
+    if any(p in parts for p in ("latency", "ppo", "memory-search")):
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        with torch.device(device):  # initialise the 3B parameters where they will live
+            policy = Pi05Policy(random_checkpoint(cfg), options)
+        policy.to(device).eval()
+        result["parameters"] = sum(p.numel() for p in policy.parameters())
+        result["build_s"] = round(time.perf_counter() - t0, 1)
+        if "latency" in parts:
+            result["chunk_latency"] = latency_before_after(policy, args.latency_runs, device)
+            save()
+        if "ppo" in parts or "memory-search" in parts:
+            t0 = time.perf_counter()
+            batch = rollout_batch(policy, args.rollouts, args.chunks, 224 if not args.tiny else 24)
+            result["rollout_sampling_s"] = round(time.perf_counter() - t0, 1)
+            if "ppo" in parts:
+                result["ppo_update"] = ppo_update(policy, batch, args, device)
+                save()
+            if "memory-search" in parts:
+                result["memory_search"] = largest_minibatch(policy, batch, device)
+                save()
+            del batch
+        del policy
+        _free(device)
+    if "loop-memory" in parts:
+        acting = VARIANTS["fast_graphs"]
+        result["loop_memory"] = {
+            "actor": {k: getattr(acting, k) for k in ("fast_inference", "bf16_weights", "cuda_graphs")},
+            "h100_memory_gib": round(H100_MEMORY_GIB, 2),
+        }
+        for trainable in args.loop_trainable.split(","):
+            opts = dataclasses.replace(options, trainable=trainable)
+            try:
+                run = loop_memory(cfg, opts, acting, args, device)
+                if "peak_reserved_gib" in run:  # torch's count; the CUDA context (~0.5 GiB) is apart
+                    run["fits_h100"] = run["peak_reserved_gib"] < H100_MEMORY_GIB
+            except torch.OutOfMemoryError as e:
+                run = {"trainable": trainable, "oom": str(e).splitlines()[0]}
+                _free(device)
+            result["loop_memory"][trainable] = run
+            print("loop memory", trainable, run, flush=True)
+            save()
+    save(final=True)
+    return 0
+
+
+def ppo_update(
+    policy: Pi05Policy, batch: list[tuple[EpisodeFile, float]], args: argparse.Namespace, device: torch.device
+) -> dict[str, Any]:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     trainer = Trainer(policy, PPOConfig(minibatch_size=args.minibatch, update_epochs=1, target_kl=None))
@@ -214,23 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     stats = trainer.update(batch)
     sync(device)
-    result["ppo_update"] = {
+    return {
         "chunks": args.rollouts * args.chunks,
         "minibatch": args.minibatch,
         "epochs": 1,
         "wall_s": round(time.perf_counter() - t0, 1),
-        "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-        if device.type == "cuda"
-        else None,
+        "peak_gib": _gib(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
         "minibatch_steps": stats["minibatch_steps"],
     }
-    print(result, flush=True)
-    result["memory_search"] = largest_minibatch(policy, batch, device)
-    print(result, flush=True)
-    if args.out:
-        cmd = "python bench/bench_pi05.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        print(write_result(args.out, result, cmd))
-    return 0
 
 
 if __name__ == "__main__":

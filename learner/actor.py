@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.policies.base import ChunkSample, ObsBatch, Policy
@@ -88,6 +89,24 @@ class ActorSettings(BaseSettings):
     overlap_window_chunks: int = 3
     """'overlapped': how many recent inference times the lead is taken from (one slow outlier,
     a load spike, then stops cutting chunks short after this many chunks)."""
+    fast_inference: bool = False
+    """π0.5: sample through the real-time path (prefix cache kept in the model's dtype, SDPA
+    attention, static shapes; learner/policies/pi05_realtime.py). The trainer is unaffected."""
+    bf16_weights: bool = False
+    """π0.5: the actor's copy of the weights in bfloat16 (half the memory; the trainer keeps its
+    float32 master weights and each swap casts the new snapshot)."""
+    cuda_graphs: bool = False
+    """π0.5 with fast_inference on a CUDA GPU: sampling captured as one CUDA graph per batch size
+    (on first use, in the warm-up before an episode) and replayed; on a CPU a logged no-op."""
+
+    @model_validator(mode="after")
+    def _graphs_need_the_fast_path(self) -> ActorSettings:
+        if self.cuda_graphs and not self.fast_inference:
+            raise ValueError(
+                "cuda_graphs captures the real-time path: set PDE_ACTOR_FAST_INFERENCE=1 as well "
+                "(or PDE_ACTOR_CUDA_GRAPHS=0)"
+            )
+        return self
 
 
 @dataclass
@@ -115,15 +134,17 @@ class Actor:
     ) -> None:
         self.client = client
         self.settings = settings or ActorSettings()
-        self._policy = policy
+        self._policy = policy.for_acting(self.settings)
         self._lock = threading.Lock()
         # Chunk seqs must increase across episodes and restarts of this client: start from the clock.
         self._seq = int(time.time() * 1000)
 
     def set_policy(self, policy: Policy) -> None:
-        """Swap weights; takes effect at the next episode (never mid-episode)."""
+        """Swap weights; takes effect at the next episode (never mid-episode). ``policy`` becomes
+        the actor's own (``Policy.for_acting``: a π0.5 one may be cast to bf16 in place)."""
+        acting = policy.for_acting(self.settings)
         with self._lock:
-            self._policy = policy
+            self._policy = acting
 
     @property
     def policy(self) -> Policy:

@@ -217,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     def warm_up(plan: Plan) -> None:
         policy = actor.policy
         obs = client.latest_observation(timeout_s=2.0)
+        # With CUDA graphs, each sampling mode is captured on its first call: the episode's too.
+        modes = {True, actor.settings.deterministic} if actor.settings.cuda_graphs else {True}
         with torch.no_grad():
-            policy.sample(policy.preprocess([obs]), [plan.prompt], deterministic=True)
+            for deterministic in sorted(modes):
+                policy.sample(policy.preprocess([obs]), [plan.prompt], deterministic=deterministic)
 
     loop = EpisodeLoop(
         store,

@@ -13,16 +13,19 @@ value, sampling); ``evaluate`` and ``evaluate_pair`` are written once here.
 from __future__ import annotations
 
 import itertools
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
 from pde_contract.messages import ActionSpace, Observation, ServerInfo
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,6 +91,31 @@ class ChunkEvaluation:
     def log_prob(self) -> torch.Tensor:
         """Chunk-level log-probability [B]."""
         return self.log_prob_elements.flatten(1).sum(1)
+
+
+def chunk_sample(
+    actions: torch.Tensor, chain: torch.Tensor, log_prob: torch.Tensor, value: torch.Tensor
+) -> ChunkSample:
+    """A sampled batch on the host: actions [B, T, D] in action-space units, chain [B, K+1, T, D],
+    log_prob [B, T, D] per executed element, value [B]."""
+    return ChunkSample(
+        actions=actions.cpu().numpy().astype(np.float64),
+        log_prob=log_prob.flatten(1).sum(1).cpu().numpy().astype(np.float64),
+        log_prob_elements=log_prob.cpu().numpy().astype(np.float32),
+        value=value.cpu().numpy().astype(np.float64),
+        chain=chain.cpu().numpy().astype(np.float32),
+    )
+
+
+class ActingChoice(Protocol):
+    """How the actor's copy of a policy samples (learner.actor.ActorSettings has the defaults)."""
+
+    @property
+    def fast_inference(self) -> bool: ...
+    @property
+    def bf16_weights(self) -> bool: ...
+    @property
+    def cuda_graphs(self) -> bool: ...
 
 
 @dataclass
@@ -216,23 +244,28 @@ class Policy(nn.Module, ABC):
             return tensor.device
         return torch.device("cpu")
 
+    def for_acting(self, choice: ActingChoice) -> Policy:
+        """This policy made the actor's copy (it is one already: a loaded checkpoint or a trainer's
+        snapshot), where it is. Only π0.5 has a faster way to sample; others sample as they are."""
+        if choice.fast_inference or choice.bf16_weights or choice.cuda_graphs:
+            log.info(
+                "%s has no real-time path: fast_inference, bf16_weights and cuda_graphs apply to "
+                "π0.5 only; it samples eagerly as trained",
+                type(self).__name__,
+            )
+        return self
+
     @torch.no_grad()
     def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
-        _check_len(obs, prompts, "prompts")
+        check_len(obs, prompts, "prompts")
         obs = obs.to(self.device)
         cond = self.condition(self.encode_observations(obs), prompts)
         chain, log_prob = self.sample_chain(cond, deterministic)
         actions = self.denormalize_actions(chain[:, -1], obs.state)
-        return ChunkSample(
-            actions=actions.cpu().numpy().astype(np.float64),
-            log_prob=log_prob.flatten(1).sum(1).cpu().numpy().astype(np.float64),
-            log_prob_elements=log_prob.cpu().numpy().astype(np.float32),
-            value=self.value(cond).cpu().numpy().astype(np.float64),
-            chain=chain.cpu().numpy().astype(np.float32),
-        )
+        return chunk_sample(actions, chain, log_prob, self.value(cond))
 
     def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
-        _check_len(obs, prompts, "prompts")
+        check_len(obs, prompts, "prompts")
         obs, chain = obs.to(self.device), chain.to(self.device)
         cond = self.condition(self.encode_observations(obs), prompts)
         log_prob, entropy = self.head_log_prob(chain, self.head_means(cond, chain))
@@ -247,8 +280,8 @@ class Policy(nn.Module, ABC):
     ) -> PairEvaluation:
         """Both prompts in one batched pass: the observation encoding is computed once; rows whose
         rollout prompt is the canonical prompt are not evaluated twice."""
-        _check_len(obs, rollout_prompts, "rollout_prompts")
-        _check_len(obs, canonical_prompts, "canonical_prompts")
+        check_len(obs, rollout_prompts, "rollout_prompts")
+        check_len(obs, canonical_prompts, "canonical_prompts")
         obs, chain = obs.to(self.device), chain.to(self.device)
         feats = self.encode_observations(obs)
         differs = [r != c for r, c in zip(rollout_prompts, canonical_prompts, strict=True)]
@@ -274,6 +307,6 @@ class Policy(nn.Module, ABC):
         )
 
 
-def _check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:
+def check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:
     if len(prompts) != len(obs):
         raise ValueError(f"{name} has {len(prompts)} entries for {len(obs)} observations")

@@ -82,12 +82,18 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) ->
 
 
 def sample_chain(
-    velocity_fn: VelocityFn, noise: torch.Tensor, schedule: FlowSDESchedule, deterministic: bool = False
+    velocity_fn: VelocityFn,
+    noise: torch.Tensor,
+    schedule: FlowSDESchedule,
+    deterministic: bool = False,
+    step_noise: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the chain from ``noise`` [B, T, D]. Returns (chain [B, K+1, T, D], log_prob [B, T, D]),
     the log-probability of each element's path (summed over the K transitions).
 
-    ``deterministic`` runs the plain Euler ODE (evaluation); its log_prob is NaN (no density)."""
+    ``deterministic`` runs the plain Euler ODE (evaluation); its log_prob is NaN (no density).
+    ``step_noise`` [K, B, T, D]: the transitions' standard normal draws, given (drawn here when None,
+    one ``randn_like`` per step): a captured CUDA graph reads them from a fixed buffer."""
     x = noise
     chain = [x]
     log_prob = torch.zeros_like(noise)
@@ -101,7 +107,7 @@ def sample_chain(
             sigma = schedule.sigmas[i : i + 1].to(noise.device)
             mean = transition_mean(x.unsqueeze(1), v.unsqueeze(1), t, sigma, schedule.dt)
             mean = mean.squeeze(1)
-            x = mean + stds[i] * torch.randn_like(mean)
+            x = mean + stds[i] * (torch.randn_like(mean) if step_noise is None else step_noise[i])
             log_prob = log_prob + gaussian_log_prob(x, mean, stds[i])
         chain.append(x)
     if deterministic:

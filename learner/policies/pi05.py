@@ -12,7 +12,9 @@ Observation -> policy input, as LeRobot 0.6.1's π0.5 processors do it:
 
 The prefix (images + prompt) runs once per sample and prompt; its per-layer keys/values are the
 conditioning (packed into one tensor, as the ABC passes tensors), so sampling and PPO's chain
-evaluation run only the action expert per denoising step.
+evaluation run only the action expert per denoising step. The actor's copy can sample through the
+real-time path instead (``for_acting``; learner/policies/pi05_realtime.py): the prefix kept as it
+is, bf16 weights, SDPA attention, CUDA graphs.
 
 Training options (``Pi05Options``): bf16 autocast (weights stay float32 for the optimiser),
 gradient checkpointing, and what trains: everything, everything but SigLIP, the action expert only
@@ -22,6 +24,7 @@ gradient checkpointing, and what trains: everything, everything but SigLIP, the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
@@ -34,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from learner.policies import flow_sde
-from learner.policies.base import ObsBatch, Policy
+from learner.policies.base import ActingChoice, ChunkSample, ObsBatch, Policy
 from learner.policies.observations import STATE_DIM
 from learner.policies.pi05_checkpoint import (
     MAPPING_FILE,
@@ -48,6 +51,7 @@ from learner.policies.pi05_checkpoint import (
 )
 from learner.policies.pi05_model import Pi05Config, Pi05Model, PrefixCache
 from learner.policies.pi05_options import Pi05Options
+from learner.policies.pi05_realtime import RealtimeSampler
 from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, ServerInfo, state_vector
 
@@ -140,6 +144,7 @@ class Pi05Policy(Policy):
         self.value_head = nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1))
         self.lora = nn.ModuleDict()
         self._apply_trainable()
+        self._realtime: RealtimeSampler | None = None  # the actor's copy only (for_acting)
 
     state_offset: torch.Tensor
     state_scale: torch.Tensor
@@ -303,7 +308,10 @@ class Pi05Policy(Policy):
         return pack_prefix(prefix)
 
     def _velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
-        prefix = unpack_prefix(cond, self.config)
+        return self.prefix_velocity_fn(unpack_prefix(cond, self.config))
+
+    def prefix_velocity_fn(self, prefix: PrefixCache) -> flow_sde.VelocityFn:
+        """The expert's velocity over ``prefix`` (batch B) for x [B, K', T, D] at times t [K']."""
 
         def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             b, k = x.shape[:2]
@@ -329,9 +337,43 @@ class Pi05Policy(Policy):
         return flow_sde.chain_kl(means_p[..., :d], means_q[..., :d], self.schedule)
 
     def value(self, cond: torch.Tensor) -> torch.Tensor:
+        return self.value_from_prefix(unpack_prefix(cond, self.config))
+
+    def value_from_prefix(self, prefix: PrefixCache) -> torch.Tensor:
         # Detached: the value loss trains the value head only, the VLM is shaped by the policy loss.
-        pooled = unpack_prefix(cond, self.config).pooled().detach().float()
-        return self.value_head(pooled).squeeze(-1)
+        # Pooled in float32 whatever the cache's dtype (the packed conditioning is float32).
+        pooled = dataclasses.replace(prefix, hidden=prefix.hidden.float()).pooled().detach()
+        head_dtype = next(self.value_head.parameters()).dtype  # bfloat16 in a bf16 actor copy
+        return self.value_head(pooled.to(head_dtype)).float().squeeze(-1)
+
+    # --- the actor's copy ------------------------------------------------------------------------------
+
+    def for_acting(self, choice: ActingChoice) -> Pi05Policy:
+        """This policy made the actor's copy, in place (it is the actor's own: a loaded checkpoint or
+        a trainer's snapshot; the trainer's weights stay float32, its master copy). ``bf16_weights``:
+        the network's weights cast to bfloat16 (the statistics stay float32) and run under autocast;
+        ``fast_inference``: sampling through the real-time path; ``cuda_graphs``: that path captured."""
+        if choice.cuda_graphs and not choice.fast_inference:
+            raise ValueError("cuda_graphs captures the real-time path: set fast_inference too")
+        if not (choice.fast_inference or choice.bf16_weights):
+            return self
+        # No autograd: nothing trains this copy (and autocast then keeps no cast weights that a
+        # captured graph would hold on to).
+        self.eval().requires_grad_(False)
+        if choice.bf16_weights:
+            for module in self.children():
+                module.to(dtype=torch.bfloat16)
+            self.options = dataclasses.replace(self.options, bf16=True)
+        if choice.fast_inference:
+            self.model.set_sdpa_attention(True)
+            self._realtime = RealtimeSampler(self, choice.cuda_graphs)
+        return self
+
+    @torch.no_grad()
+    def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
+        if self._realtime is None:
+            return super().sample(obs, prompts, deterministic)
+        return self._realtime.sample(self, obs, prompts, deterministic)
 
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         noise = torch.randn(cond.shape[0], self.chunk_len, self.config.max_action_dim, device=cond.device)

@@ -306,6 +306,33 @@ class GemmaAttention(nn.Module):
         self.k_proj = nn.Linear(dims.width, dims.num_kv_heads * dims.head_dim, bias=False)
         self.v_proj = nn.Linear(dims.width, dims.num_kv_heads * dims.head_dim, bias=False)
         self.o_proj = nn.Linear(dims.num_heads * dims.head_dim, dims.width, bias=False)
+        # False: LeRobot's eager attention (softmax in float32 over materialised logits), what
+        # training and checkpoint checks use; True: one fused SDPA call (the actor's real-time path).
+        self.sdpa = False
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q [B, heads, Lq, d] over k, v [B, kv_heads, Lk, d] with the additive mask [B, 1, Lq, Lk]."""
+        rep = self.num_heads // self.num_kv_heads
+        if self.sdpa:
+            # A finite additive mask, not a boolean one: a padded prefix token attends to nothing,
+            # and SDPA gives such a row NaN with a boolean mask, which its keys would then spread.
+            return F.scaled_dot_product_attention(
+                q,
+                _shared_kv(k, rep),
+                _shared_kv(v, rep),
+                attn_mask=mask.to(q.dtype),
+                scale=self.head_dim**-0.5,
+            )
+        logits = q @ k.repeat_interleave(rep, 1).transpose(2, 3) * self.head_dim**-0.5
+        # softmax in float32, as LeRobot's eager attention
+        weights = torch.softmax(logits.float() + mask, dim=-1).to(q.dtype)
+        return weights @ v.repeat_interleave(rep, 1)
+
+
+def _shared_kv(t: torch.Tensor, rep: int) -> torch.Tensor:
+    """[B, kv_heads, L, d] -> [B, kv_heads * rep, L, d]; a view (no copy) for one KV head, π0.5's."""
+    b, kv_heads, length, d = t.shape
+    return t[:, :, None].expand(b, kv_heads, rep, length, d).reshape(b, kv_heads * rep, length, d)
 
 
 class GemmaMLP(nn.Module):
@@ -346,11 +373,7 @@ class GemmaDecoderLayer(nn.Module):
         k_all, v_all = (
             (k, v) if past_kv is None else (torch.cat([past_kv[0], k], 2), torch.cat([past_kv[1], v], 2))
         )
-        rep = attn.num_heads // attn.num_kv_heads
-        logits = q @ k_all.repeat_interleave(rep, 1).transpose(2, 3) * attn.head_dim**-0.5
-        # softmax in float32, as LeRobot's eager attention
-        weights = torch.softmax(logits.float() + mask, dim=-1).to(q.dtype)
-        out = (weights @ v_all.repeat_interleave(rep, 1)).transpose(1, 2).reshape(b, n, -1)
+        out = attn.attend(q, k_all, v_all, mask).transpose(1, 2).reshape(b, n, -1)
         x = _gated(x, attn.o_proj(out), gate)
         h, gate = self.post_attention_layernorm(x, cond)
         return _gated(x, self.mlp(h), gate), k, v
@@ -502,6 +525,12 @@ class Pi05Model(nn.Module):
         self.vlm.language_model.gradient_checkpointing = enabled
         self.expert.gradient_checkpointing = enabled
 
+    def set_sdpa_attention(self, enabled: bool) -> None:
+        """Every Gemma layer (VLM and expert) attends through SDPA instead of the eager softmax."""
+        for module in self.modules():
+            if isinstance(module, GemmaAttention):
+                module.sdpa = enabled
+
     def embed_images(self, images: torch.Tensor) -> torch.Tensor:
         """images float [B, C, 3, H, W] in [-1, 1] -> tokens [B, C * image_tokens, width]."""
         b, c = images.shape[:2]
@@ -523,7 +552,9 @@ class Pi05Model(nn.Module):
         lang = lm.embed_tokens(tokens) * math.sqrt(lm.embed_tokens.embedding_dim)
         x = torch.cat([image_tokens.to(lang.dtype), lang], dim=1)
         per_camera = image_tokens.shape[1] // image_valid.shape[1]
-        pad = torch.cat([image_valid.repeat_interleave(per_camera, 1), token_valid], dim=1)
+        # expand, not repeat_interleave: no host sync, so a CUDA graph can capture the prefix
+        per_token = image_valid[:, :, None].expand(-1, -1, per_camera).reshape(image_valid.shape[0], -1)
+        pad = torch.cat([per_token, token_valid], dim=1)
         allowed = pad[:, None, :] & pad[:, :, None]
         hidden, kv = lm(x, torch.cumsum(pad, 1) - 1, additive_mask(allowed))
         return PrefixCache(kv=kv, pad=pad, hidden=hidden)

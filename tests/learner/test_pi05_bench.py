@@ -1,5 +1,6 @@
 """bench/bench_pi05.py at the tiny size: what it measures is measured the way training runs."""
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -40,3 +41,23 @@ def test_the_minibatch_search_runs_with_gradient_checkpointing_after_an_update(m
     assert found["largest_minibatch"] == 4
     assert checkpointed and all(checkpointed)
     assert not policy.training  # given back as it was found, for whatever the bench runs next
+
+
+def test_latency_before_and_after_and_the_loop_memory_check_run_on_the_tiny_config(monkeypatch):
+    bench = _bench(monkeypatch)
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    options = Pi05Options(flow_steps=2, bf16=True)
+    policy = Pi05Policy(bench.random_checkpoint(TINY_CONFIG), options).eval()
+    latency = bench.latency_before_after(policy, runs=1, device=cpu)
+    assert set(bench.VARIANTS) <= set(latency)
+    assert latency["eager"]["chain_max_abs_diff"] == 0.0  # the eager copy samples the same chunk
+    for name in ("fast_fp32_weights", "fast"):  # SDPA's bf16 softmax under autocast, bf16 weights
+        assert 0.0 < latency[name]["chain_max_abs_diff"] < 0.05  # close, not equal
+    assert not latency["fast_graphs"]["cuda_graphs_used"]  # a CPU: no graphs, and said so
+    assert latency["ratio_eager_over_fast_graphs_sde_p50"] > 0
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}  # the copies were copies
+
+    args = argparse.Namespace(loop_rollouts=2, loop_chunks=1, minibatch=2, tiny=True)
+    run = bench.loop_memory(TINY_CONFIG, options, bench.VARIANTS["fast_graphs"], args, cpu)
+    assert run["trainable"] == "all" and run["chunks"] == 2 and run["ppo_update_s"] >= 0

@@ -3,6 +3,7 @@
 checkpoint mapping, the chunk comes back de-normalised and is executed."""
 
 import json
+import logging
 
 from learner.loop.service import main as loop_main
 from learner.main import main
@@ -37,6 +38,25 @@ def test_eval_runs_pi05_episodes_on_the_sim_server(sim_server, tmp_path, capsys)
     out = capsys.readouterr().out
     assert out.count("chunks=2") == 2  # both episodes ran their chunks (random weights: no success)
     assert json.loads(out.strip().splitlines()[-1])["episodes"] == 2
+
+
+def test_eval_acts_through_the_real_time_path_when_the_actor_settings_ask(
+    sim_server,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+    caplog,
+):
+    for name in ("FAST_INFERENCE", "BF16_WEIGHTS", "CUDA_GRAPHS"):
+        monkeypatch.setenv(f"PDE_ACTOR_{name}", "1")
+    caplog.set_level(logging.INFO, logger="learner.policies.pi05_realtime")
+    init = make_tiny_checkpoint(tmp_path / "pi05")
+    argv = ["eval", "--policy", "pi05", "--init", str(init), "--pi05-flow-steps", "2", "--device", "cpu"]
+    argv += ["--cmd-endpoint", sim_server, "--task", "put_green_container_in_bowl"]
+    argv += ["--prompt", "put the green container in the bowl", "--episodes", "1", "--max-chunks", "2"]
+    assert main(argv) == 0
+    assert "chunks=2" in capsys.readouterr().out
+    assert "not a CUDA GPU: sampling without CUDA graphs" in caplog.text  # the CPU: said, not failed
 
 
 def test_the_mapping_is_checked_against_what_the_robot_server_offers(tmp_path):
