@@ -51,23 +51,34 @@ class TeleopCommand:
 
 
 class TeleopSource(abc.ABC):
-    """Something an operator demonstrates with. ``connect`` before ``read``; context-manager use
-    connects and disconnects."""
+    """Something an operator demonstrates with. ``connect`` before ``read`` (it opens the device,
+    ``_open``); context-manager use connects and disconnects."""
 
     name: str = "teleop"
     # True: the operator moves the arm by hand (guiding mode); the recorder sends no rows and
     # samples the measured pose. False: the source's rows drive the arm.
     guided: bool = False
+    _connected: bool = False
 
-    @abc.abstractmethod
-    def connect(self) -> None: ...
+    def _open(self) -> None:  # noqa: B027  (a source without a device has nothing to open)
+        """Open the device."""
 
-    @abc.abstractmethod
-    def disconnect(self) -> None: ...
+    def _close(self) -> None:  # noqa: B027
+        """Close the device."""
+
+    def connect(self) -> None:
+        if not self._connected:
+            self._open()
+            self._connected = True
+
+    def disconnect(self) -> None:
+        if self._connected:
+            self._connected = False
+            self._close()
 
     @property
-    @abc.abstractmethod
-    def is_connected(self) -> bool: ...
+    def is_connected(self) -> bool:
+        return self._connected
 
     @abc.abstractmethod
     def start_take(self, gripper_width_m: float) -> None:
@@ -79,7 +90,7 @@ class TeleopSource(abc.ABC):
         """The command for the next control tick of ``period_s`` seconds. Never blocks."""
 
     def _require_connected(self) -> None:
-        if not self.is_connected:
+        if not self._connected:
             raise TeleopNotConnectedError(f"the {self.name} source is not connected: call connect() first")
 
     def __enter__(self) -> TeleopSource:

@@ -24,23 +24,16 @@ class HandGuidingSource(TeleopSource):
         self._input: KeyInput | None = None
         self.max_ticks = max_ticks
         self._ticks = 0
-        self._connected = False
         self._width_m = 0.0
 
-    def connect(self) -> None:
-        if not self._connected and self._open_keys is not None:
+    def _open(self) -> None:
+        if self._open_keys is not None:
             self._input = self._open_keys()
-        self._connected = True
 
-    def disconnect(self) -> None:
+    def _close(self) -> None:
         if self._input is not None:
             self._input.close()
             self._input = None
-        self._connected = False
-
-    @property
-    def is_connected(self) -> bool:
-        return self._connected
 
     def start_take(self, gripper_width_m: float) -> None:
         self._require_connected()

@@ -116,18 +116,13 @@ class KeyboardSource(TeleopSource):
         self._open_keys = keys
         self._gripper = GripperToggle(self.settings.gripper_open_m, self.settings.gripper_closed_m)
 
-    def connect(self) -> None:
-        if self._keys is None:
-            self._keys = self._open_keys()
+    def _open(self) -> None:
+        self._keys = self._open_keys()
 
-    def disconnect(self) -> None:
+    def _close(self) -> None:
         if self._keys is not None:
             self._keys.close()
             self._keys = None
-
-    @property
-    def is_connected(self) -> bool:
-        return self._keys is not None
 
     def start_take(self, gripper_width_m: float) -> None:
         self._require_connected()

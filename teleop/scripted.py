@@ -19,17 +19,6 @@ class ScriptedSource(TeleopSource):
     def __init__(self, script: RowScript) -> None:
         self._script = script
         self._rows: Iterator[np.ndarray] | None = None
-        self._connected = False
-
-    def connect(self) -> None:
-        self._connected = True
-
-    def disconnect(self) -> None:
-        self._connected = False
-
-    @property
-    def is_connected(self) -> bool:
-        return self._connected
 
     def start_take(self, gripper_width_m: float) -> None:
         self._require_connected()

@@ -99,18 +99,13 @@ class SpaceMouseSource(TeleopSource):
         self._pressed = 0  # buttons pressed (rising edges) since the last read
         self._gripper = GripperToggle(self.settings.gripper_open_m, self.settings.gripper_closed_m)
 
-    def connect(self) -> None:
-        if self._dev is None:
-            self._dev = self._open_device()
+    def _open(self) -> None:
+        self._dev = self._open_device()
 
-    def disconnect(self) -> None:
+    def _close(self) -> None:
         if self._dev is not None:
             self._dev.close()
             self._dev = None
-
-    @property
-    def is_connected(self) -> bool:
-        return self._dev is not None
 
     def start_take(self, gripper_width_m: float) -> None:
         self._require_connected()
