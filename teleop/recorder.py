@@ -2,11 +2,14 @@
 
 Commanded sources (SpaceMouse, keyboard, scripted): per tick the recorder reads the source, sends
 its ee_delta row as a one-row chunk through ``RobotClient.submit_chunk`` (the server's safety path,
-as every policy chunk), and waits for the observation that shows the row executed; that observation
-is the next row's. So each recorded row has the observation it was chosen from and was executed
-exactly once, and no row can preempt an earlier one before it ran: with the server's realtime
-pacing the rows run on consecutive ticks as long as an observation reaches the recorder within a
-tick. The server's own counters (steps executed, chunks preempted) check it after every take.
+as every policy chunk), and polls ``GetStatus`` until the server's step counter shows the row ran;
+only then does it read the source again and send the next. So every row runs exactly once and none
+can preempt an earlier one before it ran, and as a status reply takes milliseconds, the next row
+reaches the server before its next tick: rows run on consecutive ticks. No wait for an observation
+is on that path: each row is recorded with an observation published between the previous row's
+run and its own (the state it starts from), sorted as they arrive (``_RowObservations``); where the
+camera stream published none in that tick, the newest one from before is used and the row counted
+as stale. The server's own counters (steps executed, chunks preempted) check every take.
 
 Guided sources (hand guiding): the server is put in guiding mode and nothing is commanded; the
 recorder samples the measured state on the control-rate grid of the robot's clock and writes, per
@@ -29,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pde_contract.client import RobotClient
+from pde_contract.client import RobotClient, RobotServerError
 from pde_contract.episodes import ChunkRecord, EpisodeFile
-from pde_contract.messages import ActionChunk, ActionSpace, Observation
+from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode, Observation, RobotState, Status
 from pde_contract.rotations import rotvec_between
 from pde_contract.tasks import TaskSpec
 from teleop.base import TeleopError, TeleopSource
@@ -42,17 +45,22 @@ from teleop.settings import TeleopSettings
 _GRID_TOLERANCE = 0.25
 
 
+_STATUS_POLL_S = 0.002
+
+
 @dataclass(frozen=True)
 class TakeStats:
     """How one take went, counted (never timed): what bench/bench_record.py reports."""
 
-    rows_expected: int  # control ticks the take spanned on the robot's clock
+    rows_expected: int  # control ticks from the take's first row to its last, on the robot's clock
     rows_recorded: int  # rows in the episode
-    rows_dropped: int  # ticks of the span with no recorded row
-    # Commanded takes: rows the server executed during the take (steps_executed), and chunks it
-    # preempted (a row replaced before it ran). None for guided takes, which command nothing.
+    rows_dropped: int  # ticks of that span with no recorded row
+    # Commanded takes: rows the server executed during the take (steps_executed), chunks it
+    # preempted (a row replaced before it ran), and rows recorded with an observation from before
+    # the previous row ran (the camera stream lagged). None for guided takes, which command nothing.
     rows_executed: int | None
     chunks_preempted: int | None
+    rows_stale_observation: int | None
     duration_s: float  # wall clock, for the operator
 
 
@@ -63,6 +71,46 @@ class Take:
     episodes: dict[ActionSpace, EpisodeFile]
     stats: TakeStats
     task_success: bool | None  # the simulator's check at the end (None on hardware)
+
+
+@dataclass
+class _Rows:
+    """What a take recorded, before it becomes episode files."""
+
+    observations: list[Observation]  # per row: what it was chosen from (guided: its start)
+    ee_delta: list[np.ndarray]
+    joint_abs: list[np.ndarray]
+    ticks_spanned: int  # robot-clock ticks from the first row to the last
+    task_success: bool | None
+    executed: int | None = None
+    preempted: int | None = None
+    stale: int | None = None
+
+
+class _RowObservations:
+    """Sorts the observations that arrive during a commanded take by the row they precede: one
+    published while row j waits to run (``executing_chunk_seq == j``), or after row j-1 ran and
+    before row j was sent (``last_chunk_seq == j - 1``, nothing executing), shows the state row j
+    starts from. Observations published before the take began (its first status reply, on the
+    server's clock) are ignored: an earlier take's chunk numbers were the same."""
+
+    def __init__(self, episode_id: str, first: Observation, take_start_s: float) -> None:
+        self.episode_id = episode_id
+        self.take_start_s = take_start_s
+        self.newest = first
+        self.before_row: dict[int, Observation] = {0: first}
+
+    def see(self, obs: Observation | None) -> None:
+        if obs is None or not obs.cameras:
+            return
+        self.newest = obs
+        if obs.publish_time_s < self.take_start_s:
+            return
+        if obs.executing_chunk_seq >= 0:
+            if obs.episode_id == self.episode_id:
+                self.before_row[obs.executing_chunk_seq] = obs
+        elif obs.last_chunk_seq >= 0:
+            self.before_row[obs.last_chunk_seq + 1] = obs
 
 
 class Recorder:
@@ -88,17 +136,17 @@ class Recorder:
         max_rows = max(1, math.ceil(self.settings.max_take_s * self.control_rate_hz))
         t0 = time.monotonic()
         if source.guided:
-            observations, rows, counts = self._guided(source, max_rows, on_row)
+            rec = self._guided(source, max_rows, on_row)
         else:
-            observations, rows, counts = self._commanded(source, max_rows, on_row)
-        ee_rows, joint_rows = rows
-        expected = _ticks_between(observations[0], observations[-1], self.period_s)
+            rec = self._commanded(source, max_rows, on_row)
+        n = len(rec.ee_delta)
         stats = TakeStats(
-            rows_expected=expected,
-            rows_recorded=len(ee_rows),
-            rows_dropped=max(0, expected - len(ee_rows)),
-            rows_executed=counts[0],
-            chunks_preempted=counts[1],
+            rows_expected=rec.ticks_spanned,
+            rows_recorded=n,
+            rows_dropped=max(0, rec.ticks_spanned - n),
+            rows_executed=rec.executed,
+            chunks_preempted=rec.preempted,
+            rows_stale_observation=rec.stale,
             duration_s=round(time.monotonic() - t0, 3),
         )
         episode_id = uuid.uuid4().hex
@@ -113,33 +161,33 @@ class Recorder:
                 control_rate_hz=self.control_rate_hz,
                 chunks=[
                     ChunkRecord(observation=obs, actions=row[None].astype(np.float32))
-                    for obs, row in zip(observations, space_rows, strict=False)
+                    for obs, row in zip(rec.observations, rows, strict=True)
                 ],
                 seed=seed,
                 source=label,
             )
-            for space, space_rows in ((ActionSpace.EE_DELTA, ee_rows), (ActionSpace.JOINT_ABS, joint_rows))
+            for space, rows in ((ActionSpace.EE_DELTA, rec.ee_delta), (ActionSpace.JOINT_ABS, rec.joint_abs))
         }
-        return Take(task.name, label, episodes, stats, observations[-1].task_success)
+        return Take(task.name, label, episodes, stats, rec.task_success)
 
     # --- commanded: rows through the safety path -------------------------------------------------
 
-    def _commanded(
-        self, source: TeleopSource, max_rows: int, on_row: Callable[[int], None] | None
-    ) -> tuple[list[Observation], tuple[list[np.ndarray], list[np.ndarray]], tuple[int | None, int | None]]:
+    def _commanded(self, source: TeleopSource, max_rows: int, on_row: Callable[[int], None] | None) -> _Rows:
         client = self.client
         before = client.status().counters
+        take_start_s = client.last_reply.server_time_s if client.last_reply else 0.0
         episode_id = f"take-{uuid.uuid4().hex}"
-        obs = self._wait_observation(lambda _obs: True, "no observation")
-        source.start_take(float(obs.state.gripper_width_m))
-        observations = [obs]
-        ee_rows: list[np.ndarray] = []
-        joint_rows: list[np.ndarray] = []
+        first = self._wait_observation(lambda _obs: True, "no observation")
+        source.start_take(float(first.state.gripper_width_m))
+        watch = _RowObservations(episode_id, first, take_start_s)
+        rec = _Rows([], [], [], 0, None, stale=0)
+        tick_times_s: list[float] = []
         for seq in range(max_rows):
             cmd = source.read(self.period_s)
             if cmd.end:
                 break
             row = cmd.ee_delta_row().astype(np.float32)  # float32 on the wire and on disk
+            fallback = watch.newest
             chunk = ActionChunk(
                 seq=seq,
                 episode_id=episode_id,
@@ -149,33 +197,63 @@ class Recorder:
                 sent_time_s=time.time(),
             )
             client.submit_chunk(chunk)
-            accepted_at_s = client.last_reply.server_time_s if client.last_reply else 0.0
-            obs = self._observation_after_row(seq, accepted_at_s)
-            observations.append(obs)
-            ee_rows.append(row.astype(np.float64))
-            joint_rows.append(np.append(obs.state.joint_positions_rad, row[6]))
+            # the row ran: the step counter moved past it and nothing executes (the executor
+            # updates both with the state the row left)
+            target = before.steps_executed + seq + 1
+
+            def row_ran(st: Status, target: int = target) -> bool:
+                return st.counters.steps_executed >= target and st.executing_chunk_seq == -1
+
+            ran = self._poll_until(row_ran, watch.see, f"row {seq} was accepted but did not run")
+            assert ran.state is not None
+            tick_times_s.append(ran.state.robot_time_s)
+            obs = watch.before_row.pop(seq, None)
+            rec.stale = (rec.stale or 0) + (obs is None)
+            rec.observations.append(obs or fallback)
+            rec.ee_delta.append(row.astype(np.float64))
+            rec.joint_abs.append(np.append(ran.state.joint_positions_rad, row[6]))
             if on_row is not None:
                 on_row(seq + 1)
         after = client.status().counters
-        if not ee_rows:
+        if not rec.ee_delta:
             raise TeleopError("the take ended before its first row: nothing recorded")
-        counts = (
-            after.steps_executed - before.steps_executed,
-            after.chunks_preempted - before.chunks_preempted,
-        )
-        return observations, (ee_rows, joint_rows), counts
+        rec.ticks_spanned = _ticks(tick_times_s[-1] - tick_times_s[0], self.period_s) + 1
+        rec.executed = after.steps_executed - before.steps_executed
+        rec.preempted = after.chunks_preempted - before.chunks_preempted
+        rec.task_success = watch.newest.task_success
+        return rec
 
-    def _observation_after_row(self, seq: int, accepted_at_s: float) -> Observation:
-        """The first observation published after the server ran row ``seq`` (its one-row chunk is
-        the last accepted and no longer executing)."""
-        return self._wait_observation(
-            lambda obs: (
-                obs.publish_time_s >= accepted_at_s
-                and obs.last_chunk_seq == seq
-                and obs.executing_chunk_seq == -1
-            ),
-            f"row {seq} was accepted but no observation showed it executed",
-        )
+    def _poll_until(
+        self, done: Callable[[Status], bool], see: Callable[[Observation | None], None], what: str
+    ) -> Status:
+        """Poll ``GetStatus`` until ``done``; every observation that arrives meanwhile (and one more
+        after) goes to ``see``. Raises when the arm stops (e-stop, fault) or nothing happens."""
+        deadline = time.monotonic() + self.settings.observation_timeout_s
+        while True:
+            see(self._poll_observation())
+            st = self.client.status()
+            if st.state is not None and done(st):
+                see(self._poll_observation())
+                return st
+            if st.estopped or st.fault_action or time.monotonic() > deadline:
+                raise TeleopError(
+                    f"{what} (e-stop: {st.estopped}, fault: {st.fault.value} {st.fault_detail}, last "
+                    f"error: {st.last_error or 'none'}); the take is stopped: clear the cause, then "
+                    "record it again"
+                )
+            time.sleep(_STATUS_POLL_S)
+
+    def _tick_of(self, first: RobotState, state: RobotState) -> int:
+        return _ticks(state.robot_time_s - first.robot_time_s, self.period_s)
+
+    def _poll_observation(self) -> Observation | None:
+        """The newest observation since the last read, without waiting; None when none came."""
+        try:
+            return self.client.latest_observation(0.0)
+        except RobotServerError as e:
+            if e.code is ErrorCode.TIMEOUT:
+                return None
+            raise
 
     def _wait_observation(self, wanted: Callable[[Observation], bool], what: str) -> Observation:
         """The newest observation with camera frames for which ``wanted`` holds."""
@@ -192,41 +270,55 @@ class Recorder:
 
     # --- guided: sample the measured state -------------------------------------------------------
 
-    def _guided(
-        self, source: TeleopSource, max_rows: int, on_row: Callable[[int], None] | None
-    ) -> tuple[list[Observation], tuple[list[np.ndarray], list[np.ndarray]], tuple[int | None, int | None]]:
+    def _guided(self, source: TeleopSource, max_rows: int, on_row: Callable[[int], None] | None) -> _Rows:
         client = self.client
         client.set_guiding_mode(True)
-        samples: list[Observation] = []
+        by_time: dict[float, Observation] = {}  # observations by the robot time of their state
+
+        def see(obs: Observation | None) -> None:
+            if obs is not None and obs.cameras:
+                by_time[obs.state.robot_time_s] = obs
+
         try:
-            first = self._wait_observation(lambda _obs: True, "no observation while guiding")
-            source.start_take(float(first.state.gripper_width_m))
-            samples.append(first)
-            while len(samples) <= max_rows and not source.read(self.period_s).end:
+            see(self._wait_observation(lambda _obs: True, "no observation while guiding"))
+            st = self._poll_until(lambda _st: True, see, "no state while guiding")
+            assert st.state is not None
+            states = [st.state]
+            source.start_take(float(st.state.gripper_width_m))
+            while len(states) <= max_rows and not source.read(self.period_s).end:
                 # the next point of the control-rate grid that starts at the first sample
-                tick = _ticks_between(first, samples[-1], self.period_s) + 1
+                tick = self._tick_of(states[0], states[-1]) + 1
 
-                def on_grid(obs: Observation, tick: int = tick) -> bool:
-                    return _ticks_between(first, obs, self.period_s) >= tick
+                def on_grid(st: Status, tick: int = tick) -> bool:
+                    return st.state is not None and self._tick_of(states[0], st.state) >= tick
 
-                samples.append(self._wait_observation(on_grid, "no observation while guiding"))
+                st = self._poll_until(on_grid, see, "the robot clock stopped while guiding")
+                assert st.state is not None
+                states.append(st.state)
                 if on_row is not None:
-                    on_row(len(samples) - 1)
+                    on_row(len(states) - 1)
         finally:
             client.set_guiding_mode(False)
-        if len(samples) < 2:
+        if len(states) < 2:
             raise TeleopError("the take ended before the first tick: nothing recorded")
-        ee_rows, joint_rows = [], []
-        for a, b in itertools.pairwise(samples):
-            sa, sb = a.state, b.state
-            d_pos = np.asarray(sb.ee_position_m) - np.asarray(sa.ee_position_m)
-            d_rot = rotvec_between(sa.ee_quat_xyzw, sb.ee_quat_xyzw)
-            ee_rows.append(np.concatenate([d_pos, d_rot, [sb.gripper_width_m]]))
-            joint_rows.append(np.append(sb.joint_positions_rad, sb.gripper_width_m))
-        return samples, (ee_rows, joint_rows), (None, None)
+        rec = _Rows([], [], [], self._tick_of(states[0], states[-1]), None, stale=0)
+        seen_times = sorted(by_time)
+        for a, b in itertools.pairwise(states):
+            d_pos = np.asarray(b.ee_position_m) - np.asarray(a.ee_position_m)
+            d_rot = rotvec_between(a.ee_quat_xyzw, b.ee_quat_xyzw)
+            rec.ee_delta.append(np.concatenate([d_pos, d_rot, [b.gripper_width_m]]))
+            rec.joint_abs.append(np.append(b.joint_positions_rad, b.gripper_width_m))
+            # the frames published with this tick's state; else the newest from before (stale)
+            obs = by_time.get(a.robot_time_s)
+            if obs is None:
+                rec.stale = (rec.stale or 0) + 1
+                earlier = [t for t in seen_times if t <= a.robot_time_s] or seen_times[:1]
+                obs = by_time[earlier[-1]]
+            rec.observations.append(obs)
+        rec.task_success = by_time[seen_times[-1]].task_success
+        return rec
 
 
-def _ticks_between(a: Observation, b: Observation, period_s: float) -> int:
-    """Control ticks from ``a`` to ``b`` on the robot's clock."""
-    span = (b.state.robot_time_s - a.state.robot_time_s) / period_s
-    return max(0, math.floor(span + _GRID_TOLERANCE))
+def _ticks(span_s: float, period_s: float) -> int:
+    """Control ticks in ``span_s`` of the robot's clock."""
+    return max(0, math.floor(span_s / period_s + _GRID_TOLERANCE))

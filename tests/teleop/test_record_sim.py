@@ -52,19 +52,23 @@ def test_each_row_runs_once_through_the_server_and_is_counted(recorder: Recorder
     assert st.rows_recorded == len(rows) == st.rows_executed and st.chunks_preempted == 0
     assert st.rows_expected >= st.rows_recorded
     assert st.rows_dropped == st.rows_expected - st.rows_recorded
+    assert st.rows_stale_observation is not None and st.rows_stale_observation <= st.rows_recorded
     ee = take.episodes[ActionSpace.EE_DELTA]
     joint = take.episodes[ActionSpace.JOINT_ABS]
     assert [len(c.actions) for c in ee.chunks] == [1] * len(rows)
     np.testing.assert_allclose(np.concatenate([c.actions for c in ee.chunks]), rows, atol=1e-7)
     assert ee.source == "teleop:scripted" and ee.task == TASK.name and ee.control_rate_hz == 10.0
-    # each observation is the one the row was chosen from: the previous row had run by then
+    # each observation is the one the row was chosen from: the previous row had run by then (with
+    # fast pacing a row's observation can be one the next row's replaced: then it is a row older,
+    # and counted stale)
     start = ee.chunks[0].observation.state.ee_position_m
     at_row_6 = ee.chunks[6].observation.state.ee_position_m
-    np.testing.assert_allclose(at_row_6 - start, [0.03, 0.0, 0.0], atol=0.006)
-    # the joint_abs twin holds the joints measured after each row, and the commanded width
+    np.testing.assert_allclose(at_row_6 - start, [0.03, 0.0, 0.0], atol=0.011)
+    # the joint_abs twin holds the joints measured right after each row (the next row's observation
+    # may come a tick later, the arm settling), and the commanded width
     for k in range(len(rows) - 1):
         np.testing.assert_allclose(
-            joint.chunks[k].actions[0, :7], ee.chunks[k + 1].observation.state.joint_positions_rad, atol=1e-6
+            joint.chunks[k].actions[0, :7], ee.chunks[k + 1].observation.state.joint_positions_rad, atol=0.01
         )
     assert joint.chunks[-1].actions[0, 7] == pytest.approx(0.0)
     assert all(c.observation.cameras for c in ee.chunks)
