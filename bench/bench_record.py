@@ -15,6 +15,7 @@ chunks_preempted from the server's own counters.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -74,6 +75,8 @@ def main() -> None:
         "camera_fps": spec.camera_fps,
         "image_size": f"{args.image_size}x{args.image_size}",
         "task": TASK.name,
+        "load_average_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
     }
     settings = TeleopSettings(max_take_s=args.rows / spec.control_rate_hz + 10)
     with (
@@ -92,6 +95,7 @@ def main() -> None:
                     takes.append(recorder.record(source, TASK, seed=i).stats)
                 print(name, i, asdict(takes[-1]), flush=True)
             result[name] = {"totals": _totals(takes), "per_take": [asdict(t) for t in takes]}
+    result["load_average_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["server_counters"] = server.result.get("counters", {})
     write_result("record", result, " ".join(["python", *sys.argv]))
 

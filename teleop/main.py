@@ -76,11 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pde record: {e}", file=sys.stderr)
         return 2
     from pde_contract.client import RobotClient, RobotServerError
+    from pde_contract.link import client_curve_for_command
     from teleop.base import TeleopError
+
+    curve = client_curve_for_command("pde record")  # PDE_ROBOT_LINK_*: the robot link's CURVE keys
 
     try:
         source = _make_source(args.source, settings)
-        with RobotClient(args.cmd, name="pde-record", timeout_s=5.0) as client:
+        with RobotClient(args.cmd, name="pde-record", timeout_s=5.0, curve=curve) as client:
             recorder = Recorder(client, settings)
             return run_session(recorder, source, task, args.takes, args.demos, input, print, args.seed)
     except (TeleopError, RobotServerError) as e:
