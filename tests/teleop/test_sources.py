@@ -160,3 +160,19 @@ def test_scripted_rows_come_back_as_given_then_the_take_ends() -> None:
         got = [source.read(PERIOD_S) for _ in range(3)]
     np.testing.assert_allclose([g.ee_delta_row() for g in got[:2]], rows)
     assert got[2].end and got[2].gripper_width_m == 0.04
+
+
+def test_pde_record_without_a_spacemouse_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    from teleop.main import main as record_main
+
+    # no robot server is needed: the device is opened before the first reset
+    assert record_main(["put_bowl_on_top_rack", "--source", "spacemouse", "--cmd", "tcp://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pde record: ") and ("hidapi" in err or "3Dconnexion" in err)
+
+
+def test_pde_record_refuses_an_unknown_task_listing_the_known(capsys: pytest.CaptureFixture[str]) -> None:
+    from teleop.main import main as record_main
+
+    assert record_main(["wipe_the_table", "--source", "keyboard"]) == 2
+    assert "put_bowl_on_top_rack" in capsys.readouterr().err
