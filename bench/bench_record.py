@@ -6,8 +6,9 @@ toggling, one one-row chunk per tick through the safety path), and hand-guided t
 ScriptedHand pushes the limp arm; the recorder samples on the robot clock's 10 Hz grid).
 
 Per take: rows_expected (control ticks the take spanned on the robot's clock), rows_recorded,
-rows_dropped (ticks without a recorded row), and for commanded takes rows_executed and
-chunks_preempted from the server's own counters.
+rows_dropped (ticks without a recorded row), rows_stale_observation (rows recorded with frames from
+an earlier tick), and for commanded takes rows_executed, chunks_preempted and rows_clipped from the
+server's own counters and replies.
 
     python bench/bench_record.py
 """
@@ -53,10 +54,12 @@ def _totals(takes: list[TakeStats]) -> dict[str, Any]:
         "rows_expected": sum(t.rows_expected for t in takes),
         "rows_recorded": sum(t.rows_recorded for t in takes),
         "rows_dropped": sum(t.rows_dropped for t in takes),
+        "rows_stale_observation": sum(t.rows_stale_observation for t in takes),
     }
     if takes and takes[0].rows_executed is not None:
         out["rows_executed"] = sum(t.rows_executed or 0 for t in takes)
         out["chunks_preempted"] = sum(t.chunks_preempted or 0 for t in takes)
+        out["rows_clipped"] = sum(t.rows_clipped or 0 for t in takes)
     return out
 
 

@@ -145,8 +145,9 @@ def run_session(
         st = take.stats
         say(
             f"{st.rows_recorded} rows in {st.duration_s:.1f} s: {st.rows_expected} control ticks, "
-            f"{st.rows_dropped} dropped"
+            f"{st.rows_dropped} dropped, {st.rows_stale_observation} with an older camera frame"
             + ("" if st.rows_executed is None else f", {st.rows_executed} executed by the server")
+            + (f", {st.rows_clipped} clipped by its safety limits" if st.rows_clipped else "")
             + ("" if take.task_success is None else f"; the simulator's check: {take.task_success}")
         )
         keep = ask("keep this take? [y/N] ").strip().lower().startswith("y")

@@ -55,12 +55,14 @@ class TakeStats:
     rows_expected: int  # control ticks from the take's first row to its last, on the robot's clock
     rows_recorded: int  # rows in the episode
     rows_dropped: int  # ticks of that span with no recorded row
-    # Commanded takes: rows the server executed during the take (steps_executed), chunks it
-    # preempted (a row replaced before it ran), and rows recorded with an observation from before
-    # the previous row ran (the camera stream lagged). None for guided takes, which command nothing.
+    # Rows recorded with an observation from before the previous row ran (the camera stream
+    # lagged). Commanded takes: rows the server executed during the take (steps_executed), chunks
+    # it preempted (a row replaced before it ran), and rows its safety layer clipped (the row on
+    # disk is the one sent; the arm went less far). None for guided takes, which command nothing.
+    rows_stale_observation: int
     rows_executed: int | None
     chunks_preempted: int | None
-    rows_stale_observation: int | None
+    rows_clipped: int | None
     duration_s: float  # wall clock, for the operator
 
 
@@ -82,9 +84,10 @@ class _Rows:
     joint_abs: list[np.ndarray]
     ticks_spanned: int  # robot-clock ticks from the first row to the last
     task_success: bool | None
+    stale: int = 0
     executed: int | None = None
     preempted: int | None = None
-    stale: int | None = None
+    clipped: int | None = None
 
 
 class _RowObservations:
@@ -144,9 +147,10 @@ class Recorder:
             rows_expected=rec.ticks_spanned,
             rows_recorded=n,
             rows_dropped=max(0, rec.ticks_spanned - n),
+            rows_stale_observation=rec.stale,
             rows_executed=rec.executed,
             chunks_preempted=rec.preempted,
-            rows_stale_observation=rec.stale,
+            rows_clipped=rec.clipped,
             duration_s=round(time.monotonic() - t0, 3),
         )
         episode_id = uuid.uuid4().hex
@@ -180,7 +184,7 @@ class Recorder:
         first = self._wait_observation(lambda _obs: True, "no observation")
         source.start_take(float(first.state.gripper_width_m))
         watch = _RowObservations(episode_id, first, take_start_s)
-        rec = _Rows([], [], [], 0, None, stale=0)
+        rec = _Rows([], [], [], 0, None, clipped=0)
         tick_times_s: list[float] = []
         for seq in range(max_rows):
             cmd = source.read(self.period_s)
@@ -196,7 +200,7 @@ class Recorder:
                 control_rate_hz=self.control_rate_hz,
                 sent_time_s=time.time(),
             )
-            client.submit_chunk(chunk)
+            rec.clipped = (rec.clipped or 0) + client.submit_chunk(chunk).steps_clipped
             # the row ran: the step counter moved past it and nothing executes (the executor
             # updates both with the state the row left)
             target = before.steps_executed + seq + 1
@@ -208,7 +212,7 @@ class Recorder:
             assert ran.state is not None
             tick_times_s.append(ran.state.robot_time_s)
             obs = watch.before_row.pop(seq, None)
-            rec.stale = (rec.stale or 0) + (obs is None)
+            rec.stale += obs is None
             rec.observations.append(obs or fallback)
             rec.ee_delta.append(row.astype(np.float64))
             rec.joint_abs.append(np.append(ran.state.joint_positions_rad, row[6]))
@@ -301,7 +305,7 @@ class Recorder:
             client.set_guiding_mode(False)
         if len(states) < 2:
             raise TeleopError("the take ended before the first tick: nothing recorded")
-        rec = _Rows([], [], [], self._tick_of(states[0], states[-1]), None, stale=0)
+        rec = _Rows([], [], [], self._tick_of(states[0], states[-1]), None)
         seen_times = sorted(by_time)
         for a, b in itertools.pairwise(states):
             d_pos = np.asarray(b.ee_position_m) - np.asarray(a.ee_position_m)
@@ -311,7 +315,7 @@ class Recorder:
             # the frames published with this tick's state; else the newest from before (stale)
             obs = by_time.get(a.robot_time_s)
             if obs is None:
-                rec.stale = (rec.stale or 0) + 1
+                rec.stale += 1
                 earlier = [t for t in seen_times if t <= a.robot_time_s] or seen_times[:1]
                 obs = by_time[earlier[-1]]
             rec.observations.append(obs)
