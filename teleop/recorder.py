@@ -15,7 +15,8 @@ Guided sources (hand guiding): the server is put in guiding mode and nothing is 
 recorder samples the measured state on the control-rate grid of the robot's clock and writes, per
 tick, the equivalent ee_delta row (the measured TCP motion to the next sample, as the server would
 apply it: position + d, rotation exp(drot) * R in the base frame) and joint_abs row (the next
-sample's joints).
+sample's joints). A tick's state comes from a ``GetStatus`` poll or from the observation published
+with it, whichever arrives first.
 
 Every take gives both action spaces: ee_delta (what SFT trains by default) and joint_abs (the
 measured joints after each row, with the commanded or measured gripper width).
@@ -278,33 +279,43 @@ class Recorder:
         client = self.client
         client.set_guiding_mode(True)
         by_time: dict[float, Observation] = {}  # observations by the robot time of their state
+        by_tick: dict[int, RobotState] = {}  # the first state seen of each tick of the grid
+
+        def keep(state: RobotState) -> None:
+            by_tick.setdefault(self._tick_of(by_tick[0], state), state)
 
         def see(obs: Observation | None) -> None:
+            # an observation carries its tick's state too: it fills a tick the polls missed
             if obs is not None and obs.cameras:
                 by_time[obs.state.robot_time_s] = obs
+                if by_tick:
+                    keep(obs.state)
 
         try:
             see(self._wait_observation(lambda _obs: True, "no observation while guiding"))
             st = self._poll_until(lambda _st: True, see, "no state while guiding")
             assert st.state is not None
-            states = [st.state]
+            by_tick[0] = st.state
             source.start_take(float(st.state.gripper_width_m))
-            while len(states) <= max_rows and not source.read(self.period_s).end:
-                # the next point of the control-rate grid that starts at the first sample
-                tick = self._tick_of(states[0], states[-1]) + 1
+            tick = 0  # ticks of the take so far: one source read each
+            while tick < max_rows and not source.read(self.period_s).end:
+                tick += 1
+                if tick > max(by_tick):  # not seen yet: wait for it on the robot's clock
 
-                def on_grid(st: Status, tick: int = tick) -> bool:
-                    return st.state is not None and self._tick_of(states[0], st.state) >= tick
+                    def on_grid(st: Status, tick: int = tick) -> bool:
+                        assert st.state is not None
+                        keep(st.state)
+                        return self._tick_of(by_tick[0], st.state) >= tick
 
-                st = self._poll_until(on_grid, see, "the robot clock stopped while guiding")
-                assert st.state is not None
-                states.append(st.state)
+                    self._poll_until(on_grid, see, "the robot clock stopped while guiding")
                 if on_row is not None:
-                    on_row(len(states) - 1)
+                    on_row(tick)
         finally:
             client.set_guiding_mode(False)
+        states = [by_tick[k] for k in sorted(by_tick) if k <= tick]  # not past the take's end
         if len(states) < 2:
             raise TeleopError("the take ended before the first tick: nothing recorded")
+        # a tick missing from both streams leaves one row spanning two ticks: counted as dropped
         rec = _Rows([], [], [], self._tick_of(states[0], states[-1]), None)
         seen_times = sorted(by_time)
         for a, b in itertools.pairwise(states):

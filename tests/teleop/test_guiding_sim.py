@@ -58,11 +58,13 @@ def test_guided_takes_hold_the_measured_motion_and_train_sft(
             take = recorder.record(source, TASK, seed=0)
         assert not client.status().guiding  # the recorder took the arm back
         st = take.stats
-        assert st.rows_recorded == TICKS and st.rows_executed is None
-        assert st.rows_recorded + st.rows_dropped == st.rows_expected
+        # one row per tick of the take; a tick that neither the status polls nor the observations
+        # showed (a starved machine) would be counted as dropped
+        assert st.rows_recorded + st.rows_dropped == st.rows_expected <= TICKS
+        assert st.rows_recorded > TICKS // 2 and st.rows_executed is None
         ee = take.episodes[ActionSpace.EE_DELTA]
         joint = take.episodes[ActionSpace.JOINT_ABS]
-        assert ee.source == "guiding:guiding" and len(ee.chunks) == len(joint.chunks) == TICKS
+        assert ee.source == "guiding:guiding" and len(ee.chunks) == len(joint.chunks) == st.rows_recorded
         rows = np.concatenate([c.actions for c in ee.chunks]).astype(np.float64)
         # the ee_delta rows, applied one after another as the server would, give the measured
         # pose of the last sample; the hand moved the arm along its path
