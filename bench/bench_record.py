@@ -7,8 +7,8 @@ ScriptedHand pushes the limp arm; the recorder samples on the robot clock's 10 H
 
 Per take: rows_expected (control ticks the take spanned on the robot's clock), rows_recorded,
 rows_dropped (ticks without a recorded row), rows_stale_observation (rows recorded with frames from
-an earlier tick), and for commanded takes rows_executed, chunks_preempted and rows_clipped from the
-server's own counters and replies.
+an earlier tick), and for commanded takes rows_executed, chunks_preempted, rows_clipped and
+rows_watchdog_dropped from the server's own counters and replies.
 
     python bench/bench_record.py
 """
@@ -60,6 +60,7 @@ def _totals(takes: list[TakeStats]) -> dict[str, Any]:
         out["rows_executed"] = sum(t.rows_executed or 0 for t in takes)
         out["chunks_preempted"] = sum(t.chunks_preempted or 0 for t in takes)
         out["rows_clipped"] = sum(t.rows_clipped or 0 for t in takes)
+        out["rows_watchdog_dropped"] = sum(t.rows_watchdog_dropped or 0 for t in takes)
     return out
 
 

@@ -58,12 +58,15 @@ class TakeStats:
     rows_dropped: int  # ticks of that span with no recorded row
     # Rows recorded with an observation from before the previous row ran (the camera stream
     # lagged). Commanded takes: rows the server executed during the take (steps_executed), chunks
-    # it preempted (a row replaced before it ran), and rows its safety layer clipped (the row on
-    # disk is the one sent; the arm went less far). None for guided takes, which command nothing.
+    # it preempted (a row replaced before it ran), rows its safety layer clipped (the row on disk
+    # is the one sent; the arm went less far), and rows its watchdog dropped before they ran (the
+    # recorder was silent for heartbeat_timeout_s: not in the take, their ticks count as dropped).
+    # None for guided takes, which command nothing.
     rows_stale_observation: int
     rows_executed: int | None
     chunks_preempted: int | None
     rows_clipped: int | None
+    rows_watchdog_dropped: int | None
     duration_s: float  # wall clock, for the operator
 
 
@@ -89,6 +92,7 @@ class _Rows:
     executed: int | None = None
     preempted: int | None = None
     clipped: int | None = None
+    watchdog_dropped: int | None = None
 
 
 class _RowObservations:
@@ -152,6 +156,7 @@ class Recorder:
             rows_executed=rec.executed,
             chunks_preempted=rec.preempted,
             rows_clipped=rec.clipped,
+            rows_watchdog_dropped=rec.watchdog_dropped,
             duration_s=round(time.monotonic() - t0, 3),
         )
         episode_id = uuid.uuid4().hex
@@ -185,7 +190,7 @@ class Recorder:
         first = self._wait_observation(lambda _obs: True, "no observation")
         source.start_take(float(first.state.gripper_width_m))
         watch = _RowObservations(episode_id, first, take_start_s)
-        rec = _Rows([], [], [], 0, None, clipped=0)
+        rec = _Rows([], [], [], 0, None, clipped=0, watchdog_dropped=0)
         tick_times_s: list[float] = []
         for seq in range(max_rows):
             cmd = source.read(self.period_s)
@@ -203,22 +208,29 @@ class Recorder:
             )
             rec.clipped = (rec.clipped or 0) + client.submit_chunk(chunk).steps_clipped
             # the row ran: the step counter moved past it and nothing executes (the executor
-            # updates both with the state the row left)
-            target = before.steps_executed + seq + 1
+            # updates both with the state the row left); or the watchdog dropped it, the recorder
+            # having been silent for heartbeat_timeout_s (a stalled machine): the arm held, the
+            # take goes on without the row
+            target = before.steps_executed + len(rec.ee_delta) + 1
+            trips = before.watchdog_trips + (rec.watchdog_dropped or 0)
 
-            def row_ran(st: Status, target: int = target) -> bool:
-                return st.counters.steps_executed >= target and st.executing_chunk_seq == -1
+            def settled(st: Status, target: int = target, trips: int = trips) -> bool:
+                ran = st.counters.steps_executed >= target
+                return st.executing_chunk_seq == -1 and (ran or st.counters.watchdog_trips > trips)
 
-            ran = self._poll_until(row_ran, watch.see, f"row {seq} was accepted but did not run")
+            ran = self._poll_until(settled, watch.see, f"row {seq} was accepted but did not run")
             assert ran.state is not None
-            tick_times_s.append(ran.state.robot_time_s)
             obs = watch.before_row.pop(seq, None)
+            if ran.counters.steps_executed < target:
+                rec.watchdog_dropped = (rec.watchdog_dropped or 0) + 1
+                continue
+            tick_times_s.append(ran.state.robot_time_s)
             rec.stale += obs is None
             rec.observations.append(obs or fallback)
             rec.ee_delta.append(row.astype(np.float64))
             rec.joint_abs.append(np.append(ran.state.joint_positions_rad, row[6]))
             if on_row is not None:
-                on_row(seq + 1)
+                on_row(len(rec.ee_delta))
         after = client.status().counters
         if not rec.ee_delta:
             raise TeleopError("the take ended before its first row: nothing recorded")

@@ -52,7 +52,7 @@ def test_each_row_runs_once_through_the_server_and_is_counted(recorder: Recorder
     assert st.rows_recorded == len(rows) == st.rows_executed and st.chunks_preempted == 0
     assert st.rows_expected >= st.rows_recorded
     assert st.rows_dropped == st.rows_expected - st.rows_recorded
-    assert st.rows_stale_observation <= st.rows_recorded and st.rows_clipped == 0
+    assert st.rows_stale_observation <= st.rows_recorded and st.rows_clipped == st.rows_watchdog_dropped == 0
     ee = take.episodes[ActionSpace.EE_DELTA]
     joint = take.episodes[ActionSpace.JOINT_ABS]
     assert [len(c.actions) for c in ee.chunks] == [1] * len(rows)
