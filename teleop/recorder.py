@@ -5,7 +5,8 @@ its ee_delta row as a one-row chunk through ``RobotClient.submit_chunk`` (the se
 as every policy chunk), and polls ``GetStatus`` until the server's step counter shows the row ran;
 only then does it read the source again and send the next. So every row runs exactly once and none
 can preempt an earlier one before it ran, and as a status reply takes milliseconds, the next row
-reaches the server before its next tick: rows run on consecutive ticks. No wait for an observation
+reaches the server before its next tick, so rows run on consecutive ticks unless a process
+stalls (a tick without a row is counted dropped: bench/bench_record.py). No wait for an observation
 is on that path: each row is recorded with an observation published between the previous row's
 run and its own (the state it starts from), sorted as they arrive (``_RowObservations``); where the
 camera stream published none in that tick, the newest one from before is used and the row counted
@@ -44,8 +45,8 @@ from teleop.settings import TeleopSettings
 # A sample on the robot clock counts for the grid point it is nearest when within this fraction of
 # a period before it (sim clocks step by whole periods; the FR3's by milliseconds).
 _GRID_TOLERANCE = 0.25
-
-
+# Between GetStatus polls while a row waits for its tick: small beside the 100 ms period, and each
+# poll also feeds the server's watchdog.
 _STATUS_POLL_S = 0.002
 
 

@@ -47,6 +47,7 @@ def guided_server() -> Iterator[tuple[str, SimRobot]]:
         backend.close()
 
 
+@pytest.mark.slow
 def test_guided_takes_hold_the_measured_motion_and_train_sft(
     guided_server: tuple[str, SimRobot], tmp_path: Path
 ) -> None:

@@ -74,6 +74,7 @@ def test_each_row_runs_once_through_the_server_and_is_counted(recorder: Recorder
     assert all(c.observation.cameras for c in ee.chunks)
 
 
+@pytest.mark.slow
 def test_five_scripted_demos_train_sft_and_export_to_lerobot(recorder: Recorder, tmp_path: Path) -> None:
     demos = tmp_path / "demos"
     # six takes: the third discarded with a note
