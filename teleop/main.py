@@ -2,12 +2,12 @@
 
     pde record TASK --source spacemouse|keyboard|guiding [--takes N] [--demos DIR] [--cmd ENDPOINT]
     pde record --counts [--demos DIR]                   kept / discarded takes per task
-    pde record --export-lerobot OUT [--demos DIR]       the kept ee_delta takes as a LeRobotDataset
+    pde record --export-lerobot OUT [--demos DIR]       the demonstrations as a LeRobotDataset
 
 Per take: Enter resets the arm to the task's pose (the sim also lays out the scene; on the FR3
 reset the scene by hand first), the take records until the operator ends it (the SpaceMouse's end
 button, Enter on the keyboard or while guiding), then keep or discard, with a note. Files:
-``teleop/takes.py``; SFT: ``pde learner sft --demos <demos>/ee_delta``.
+``teleop/takes.py``, by default in ``<data dir>/demos`` where ``pde learner sft`` reads.
 """
 
 from __future__ import annotations
@@ -39,7 +39,12 @@ def _parser(settings: TeleopSettings) -> argparse.ArgumentParser:
     p.add_argument("task", nargs="?", help="the task to demonstrate (the tasks file's or the built-in ten)")
     p.add_argument("--source", choices=SOURCES, default="spacemouse", help="how the operator demonstrates")
     p.add_argument("--takes", type=int, default=10, help="takes to offer (q at the prompt stops early)")
-    p.add_argument("--demos", type=Path, default=settings.demos_dir, help="where takes are written")
+    p.add_argument(
+        "--demos",
+        type=Path,
+        default=settings.demos,
+        help="where takes are written (default: <data dir>/demos)",
+    )
     p.add_argument("--cmd", default=settings.cmd_endpoint, help="the robot server's command endpoint")
     p.add_argument("--seed", type=int, default=None, help="sim: scene seed of the first take (then +1)")
     p.add_argument("--max-take-s", type=float, default=settings.max_take_s, help="a take's longest length")
@@ -171,8 +176,6 @@ def _print_counts(demos_dir: Path, say: Say) -> int:
 
 
 def _export(demos_dir: Path, out: Path, vcodec: str, overwrite: bool) -> int:
-    from pde_contract.messages import ActionSpace
-
     try:
         from pde_storage.lerobot_export import ExportConfig, ExportError, export_lerobot
     except ImportError as e:
@@ -180,7 +183,7 @@ def _export(demos_dir: Path, out: Path, vcodec: str, overwrite: bool) -> int:
         return 2
     try:
         report = export_lerobot(
-            demos_dir / ActionSpace.EE_DELTA.value,
+            demos_dir,
             out,
             ExportConfig(vcodec=vcodec, only_success=True, overwrite=overwrite),
         )

@@ -9,19 +9,21 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT
+from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT, DataLayout, data_dir_field
 
 # The Franka Hand's widest opening; the server clips to its own limits anyway.
 DEFAULT_GRIPPER_OPEN_M = 0.08
 
 
 class TeleopSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PDE_TELEOP_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PDE_TELEOP_", extra="ignore", populate_by_name=True)
 
     cmd_endpoint: str = DEFAULT_ROBOT_CMD_ENDPOINT
     """The robot server's command socket."""
-    demos_dir: Path = Path("data/demos/lab")
-    """Where `pde record` writes takes: <demos_dir>/<action space>/<task>/<take>.episode."""
+    data_dir: Path = data_dir_field("PDE_TELEOP_")
+    demos_dir: str = ""
+    """Where `pde record` writes takes (teleop/takes.py). Empty: <data_dir>/demos (DataLayout),
+    where `pde learner sft` reads."""
     max_speed_m_s: float = Field(default=0.10, gt=0, le=0.5)
     """TCP speed at full deflection of the SpaceMouse."""
     max_rotation_rad_s: float = Field(default=0.6, gt=0, le=3.0)
@@ -54,6 +56,10 @@ class TeleopSettings(BaseSettings):
     """A take ends by itself after this long (the operator normally ends it first)."""
     observation_timeout_s: float = Field(default=2.0, gt=0)
     """How long the recorder waits for the observation showing its row was executed."""
+
+    @property
+    def demos(self) -> Path:
+        return Path(self.demos_dir) if self.demos_dir else DataLayout(self.data_dir).demos
 
     @field_validator("spacemouse_axis_order")
     @classmethod

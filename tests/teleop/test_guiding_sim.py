@@ -85,7 +85,7 @@ def test_guided_takes_hold_the_measured_motion_and_train_sft(
     assert counts_per_task(demos) == {TASK.name: (2, 0)}
     sft = subprocess.run(
         pde_command(
-            "learner", "sft", "--demos", str(demos / "ee_delta"), "--checkpoints", str(tmp_path / "ckpt"),
+            "learner", "sft", "--demos", str(demos), "--checkpoints", str(tmp_path / "ckpt"),
             "--steps", "2", "--batch-size", "4", "--image-size", "16", "--chunk-len", "4",
         ),
         capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240,

@@ -89,14 +89,15 @@ def test_five_scripted_demos_train_sft_and_export_to_lerobot(recorder: Recorder,
     log = [json.loads(line) for line in (demos / LOG_NAME).read_text().splitlines()]
     assert [e["kept"] for e in log] == [True, True, False, True, True, True]
     assert log[2]["note"] == "bowl slipped" and all(e["rows_recorded"] == 15 for e in log)
-    kept = sorted((demos / "ee_delta" / TASK.name).glob("*.episode"))
+    kept = sorted((demos / TASK.name).glob("*.episode"))
     assert len(kept) == 5 and all(read_episode(p).success for p in kept)
-    assert len(list((demos / "joint_abs" / TASK.name).glob("*.episode"))) == 5
+    twins = sorted((tmp_path / "demos_joint_abs" / TASK.name).glob("*.episode"))
+    assert len(twins) == 5 and all(read_episode(p).action_space is ActionSpace.JOINT_ABS for p in twins)
     assert "5 kept, 1 discarded" in said[-1]
 
     sft = subprocess.run(
         pde_command(
-            "learner", "sft", "--demos", str(demos / "ee_delta"), "--checkpoints", str(tmp_path / "ckpt"),
+            "learner", "sft", "--demos", str(demos), "--checkpoints", str(tmp_path / "ckpt"),
             "--steps", "2", "--batch-size", "4", "--image-size", "16", "--chunk-len", "4",
         ),
         capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240,

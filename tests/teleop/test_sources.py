@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -176,3 +177,11 @@ def test_pde_record_refuses_an_unknown_task_listing_the_known(capsys: pytest.Cap
 
     assert record_main(["wipe_the_table", "--source", "keyboard"]) == 2
     assert "put_bowl_on_top_rack" in capsys.readouterr().err
+
+
+def test_takes_go_where_sft_reads_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pde_contract.settings import DataLayout
+
+    monkeypatch.setenv("PDE_DATA_DIR", "/srv/pde")
+    assert TeleopSettings().demos == DataLayout(Path("/srv/pde")).demos
+    assert TeleopSettings(demos_dir="/tmp/x").demos == Path("/tmp/x")
