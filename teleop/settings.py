@@ -37,9 +37,9 @@ class TeleopSettings(BaseSettings):
     """Robot base axis i (x, y, z, rx, ry, rz) takes the device's axis ``order[i]`` (HID report
     order: x, y, z, rx, ry, rz). Identity: the device's frame is the base frame."""
     spacemouse_axis_signs: tuple[float, float, float, float, float, float] = (1, -1, -1, -1, -1, 1)
-    """Sign per robot axis after the reordering. The default turns the HID frame (y toward the
-    operator, z down) into x right, y away, z up, as pyspacemouse reads a SpaceNavigator; set order
-    and signs so that pushing the cap away from you moves the TCP away from you in your cell."""
+    """Sign per robot axis after the reordering. The default: pyspacemouse's signs for a
+    SpaceNavigator. Set order and signs so that pushing the cap away from you moves the TCP away
+    from you in your cell (docs/teleop.md), and check each axis slowly before recording."""
     spacemouse_gripper_button: int = Field(default=0, ge=0, le=31)
     """Button that toggles the gripper (open/closed)."""
     spacemouse_end_button: int = Field(default=1, ge=0, le=31)
