@@ -29,6 +29,8 @@ class ServerSpec:
     heartbeat_timeout_s: float = 0.2
     # A `pde keys init` folder: the server uses its robot-pc/ keys (CURVE on both sockets); "" plain.
     link_keys_dir: str = ""
+    # sim: a ScriptedHand (robot_server/sim/hand.py) pushes the arm along this path while guiding
+    guiding_hand_path_m: tuple[tuple[float, float, float], ...] = ()
 
 
 def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
@@ -66,6 +68,12 @@ def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:
 
         backend = build_backend(settings)
         robot, cameras, close_backend = backend.robot, backend.cameras, backend.close
+        if spec.guiding_hand_path_m:
+            from robot_server.robots.sim import SimRobot
+            from robot_server.sim.hand import ScriptedHand
+
+            assert isinstance(robot, SimRobot)
+            robot.guiding_hand = ScriptedHand(spec.guiding_hand_path_m)
     else:
         from tests.robot_server.fakes import FakeCamera, FakeRobot
 

@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "supervisor": ("supervisor.main", "VLM summaries, success proposals, prompt proposals and the pool"),
     "ui": ("operator_ui.main", "operator web page: live view, labels, e-stop, curves"),
     "loop": ("learner.loop.main", "the PDE episode loop (Algorithm 1)"),
+    "record": ("teleop.main", "demonstrations on the arm: SpaceMouse, keyboard or hand guiding takes"),
     "sim": ("robot_server.sim.main", "simulated tabletop tools: tasks, expert demos, pictures"),
     "data": ("pde_storage.main", "dataset tools: episode files to a LeRobotDataset (export-lerobot)"),
     "calibrate": ("calibration.main", "camera intrinsics and hand-eye calibration"),

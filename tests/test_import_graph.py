@@ -17,6 +17,7 @@ PACKAGES = (
     "supervisor",
     "operator_ui",
     "calibration",
+    "teleop",
 )
 
 

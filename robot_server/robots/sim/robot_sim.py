@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import mujoco
 import numpy as np
@@ -73,6 +73,9 @@ class SimRobot(Robot):
         self._reset_lock = threading.Lock()
         # Guiding: the arm servos' gains while they are switched off (None: servos on)
         self._servo_params: tuple[np.ndarray, np.ndarray] | None = None
+        # What moves the limp arm while guiding, called before every physics step with the world
+        # locked (robot_server/sim/hand.py: ScriptedHand); None: only the scene pushes it.
+        self.guiding_hand: Callable[[SimWorld], None] | None = None
         home_pos, home_quat = self.ik.forward(fr3.HOME_Q_RAD)
         self._home_pos, self._home_quat_xyzw = home_pos, home_quat
         self.home()
@@ -200,7 +203,10 @@ class SimRobot(Robot):
         ramp_steps = n_steps if ease_in else max(1, n_steps // 2)
         grip_goal = min(max(gripper_width_m / 2, 0.0), fr3.GRIPPER_MAX_WIDTH_M / 2)
         grip_step = w.config.gripper_speed_m_s / 2 * w.timestep_s
+        hand = self.guiding_hand if self._servo_params is not None else None
         for i in range(n_steps):
+            if hand is not None:
+                hand(w)
             alpha = min(1.0, (i + 1) / ramp_steps)
             if ease_in:
                 alpha = 1.0 - (1.0 - alpha) ** 2
@@ -247,6 +253,8 @@ class SimRobot(Robot):
             elif not enabled and self._servo_params is not None:
                 m.actuator_gainprm[ids], m.actuator_biasprm[ids] = self._servo_params
                 self._servo_params = None
+                if self.guiding_hand is not None:
+                    w.data.xfrc_applied[:] = 0.0  # the hand lets go
             self._q_cmd = w.data.qpos[w.arm_qpos_adr].copy()
             w.data.ctrl[ids] = self._q_cmd
 

@@ -1,0 +1,36 @@
+"""A source that replays ee_delta rows from a script: what tests and benchmarks demonstrate with
+(a sim expert's rows, a fixed path). It ends the take when the script runs out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from teleop.base import TeleopCommand, TeleopSource
+
+# A script: rows given up front, or a function asked once per tick (None: the take ends).
+RowScript = Iterable[np.ndarray] | Callable[[], np.ndarray | None]
+
+
+class ScriptedSource(TeleopSource):
+    name = "scripted"
+
+    def __init__(self, script: RowScript) -> None:
+        self._script = script
+        self._rows: Iterator[np.ndarray] | None = None
+
+    def start_take(self, gripper_width_m: float) -> None:
+        self._require_connected()
+        script = self._script
+        self._rows = iter(script, None) if callable(script) else iter(script)
+        self._last_width = gripper_width_m
+
+    def read(self, period_s: float) -> TeleopCommand:
+        self._require_connected()
+        row = None if self._rows is None else next(self._rows, None)
+        if row is None:
+            return TeleopCommand(gripper_width_m=self._last_width, end=True)
+        row = np.asarray(row, dtype=np.float64).reshape(7)
+        self._last_width = float(row[6])
+        return TeleopCommand(gripper_width_m=self._last_width, translation_m=row[:3], rotation_rad=row[3:6])

@@ -1,0 +1,77 @@
+"""The one home of teleoperation and recording settings: ``PDE_TELEOP_<FIELD>`` variables,
+overridden by ``pde record`` flags. Speeds are what a full deflection (SpaceMouse) or one key press
+per tick (keyboard) asks for; the robot server's safety limits still clip every row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT, DataLayout, data_dir_field
+
+# The Franka Hand's widest opening; the server clips to its own limits anyway.
+DEFAULT_GRIPPER_OPEN_M = 0.08
+
+
+class TeleopSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PDE_TELEOP_", extra="ignore", populate_by_name=True)
+
+    cmd_endpoint: str = DEFAULT_ROBOT_CMD_ENDPOINT
+    """The robot server's command socket."""
+    data_dir: Path = data_dir_field("PDE_TELEOP_")
+    demos_dir: str = ""
+    """Where `pde record` writes takes (teleop/takes.py). Empty: <data_dir>/demos (DataLayout),
+    where `pde learner sft` reads."""
+    max_speed_m_s: float = Field(default=0.10, gt=0, le=0.5)
+    """TCP speed at full deflection of the SpaceMouse."""
+    max_rotation_rad_s: float = Field(default=0.6, gt=0, le=3.0)
+    """TCP angular speed at full deflection of the SpaceMouse."""
+    deadband: float = Field(default=0.10, ge=0, lt=1)
+    """Deflections below this fraction of full scale count as zero; above it they are rescaled to
+    start from zero, so the arm never jumps when a hand leaves the cap."""
+    spacemouse_full_scale: float = Field(default=350.0, gt=0)
+    """Raw HID axis value of a full deflection (3Dconnexion devices report about +-350)."""
+    spacemouse_axis_order: tuple[int, int, int, int, int, int] = (0, 1, 2, 3, 4, 5)
+    """Robot base axis i (x, y, z, rx, ry, rz) takes the device's axis ``order[i]`` (HID report
+    order: x, y, z, rx, ry, rz). Identity: the device's frame is the base frame."""
+    spacemouse_axis_signs: tuple[float, float, float, float, float, float] = (1, -1, -1, -1, -1, 1)
+    """Sign per robot axis after the reordering. The default: pyspacemouse's signs for a
+    SpaceNavigator. Set order and signs so that pushing the cap away from you moves the TCP away
+    from you in your cell (docs/teleop.md), and check each axis slowly before recording."""
+    spacemouse_gripper_button: int = Field(default=0, ge=0, le=31)
+    """Button that toggles the gripper (open/closed)."""
+    spacemouse_end_button: int = Field(default=1, ge=0, le=31)
+    """Button that ends the take."""
+    keyboard_step_m: float = Field(default=0.01, gt=0, le=0.05)
+    """TCP translation per key press (one control tick)."""
+    keyboard_step_rad: float = Field(default=0.05, gt=0, le=0.3)
+    """TCP rotation per key press (one control tick)."""
+    gripper_open_m: float = Field(default=DEFAULT_GRIPPER_OPEN_M, gt=0, le=DEFAULT_GRIPPER_OPEN_M)
+    """Width the gripper opens to when toggled open."""
+    gripper_closed_m: float = Field(default=0.0, ge=0)
+    """Width commanded when toggled closed (0: close on whatever is between the fingers)."""
+    max_take_s: float = Field(default=120.0, gt=0)
+    """A take ends by itself after this long (the operator normally ends it first)."""
+    observation_timeout_s: float = Field(default=2.0, gt=0)
+    """How long the recorder waits for the observation showing its row was executed."""
+
+    @property
+    def demos(self) -> Path:
+        return Path(self.demos_dir) if self.demos_dir else DataLayout(self.data_dir).demos
+
+    @field_validator("spacemouse_axis_order")
+    @classmethod
+    def _a_permutation(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if sorted(v) != list(range(6)):
+            raise ValueError(f"spacemouse_axis_order {v} must name each of the axes 0..5 once")
+        return v
+
+    @field_validator("gripper_closed_m")
+    @classmethod
+    def _closed_below_open(cls, v: float, info: object) -> float:
+        opened = getattr(info, "data", {}).get("gripper_open_m", DEFAULT_GRIPPER_OPEN_M)
+        if v >= opened:
+            raise ValueError(f"gripper_closed_m {v} must be below gripper_open_m {opened}")
+        return v

@@ -1,0 +1,116 @@
+"""Commanded takes against a real `pde robot-server --backend sim` (fast pacing, 32x32 frames):
+rows go through the server one chunk each and are counted, five scripted demonstrations train
+`pde learner sft`, and `pde record --export-lerobot` writes them as a LeRobotDataset."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pde_contract.client import RobotClient
+from pde_contract.episodes import read_episode
+from pde_contract.messages import ActionSpace
+from pde_contract.tasks import load_tasks
+from teleop.main import main as record_main
+from teleop.main import run_session
+from teleop.recorder import Recorder
+from teleop.scripted import ScriptedSource
+from teleop.takes import LOG_NAME, counts_per_task
+from tests.helpers import pde_command, subprocess_env
+from tests.learner.test_actor_sim import sim_server, sim_server_group  # noqa: F401  (the fixtures)
+
+TASK = load_tasks(None).get("put_bowl_on_top_rack")
+
+
+def demo_rows() -> list[np.ndarray]:
+    """Forward 6 x 5 mm, down 4 x 5 mm turning about z, close, up 4 x 5 mm: 15 rows."""
+    rows = [np.array([0.005, 0, 0, 0, 0, 0, 0.08])] * 6
+    rows += [np.array([0, 0, -0.005, 0, 0, 0.02, 0.08])] * 4
+    rows += [np.array([0, 0, 0, 0, 0, 0, 0.0])]
+    rows += [np.array([0, 0, 0.005, 0, 0, 0, 0.0])] * 4
+    return rows
+
+
+@pytest.fixture
+def recorder(sim_server: str) -> Iterator[Recorder]:  # noqa: F811
+    with RobotClient(sim_server, name="pde-record", timeout_s=5.0) as client:
+        yield Recorder(client)
+
+
+def test_each_row_runs_once_through_the_server_and_is_counted(recorder: Recorder) -> None:
+    recorder.reset(TASK, seed=0)
+    with ScriptedSource(demo_rows()) as source:
+        take = recorder.record(source, TASK, seed=0)
+    rows = demo_rows()
+    st = take.stats
+    # every row sent was executed once, none preempted another before it ran
+    assert st.rows_recorded == len(rows) == st.rows_executed and st.chunks_preempted == 0
+    assert st.rows_expected >= st.rows_recorded
+    assert st.rows_dropped == st.rows_expected - st.rows_recorded
+    assert st.rows_stale_observation <= st.rows_recorded and st.rows_clipped == st.rows_watchdog_dropped == 0
+    ee = take.episodes[ActionSpace.EE_DELTA]
+    joint = take.episodes[ActionSpace.JOINT_ABS]
+    assert [len(c.actions) for c in ee.chunks] == [1] * len(rows)
+    np.testing.assert_allclose(np.concatenate([c.actions for c in ee.chunks]), rows, atol=1e-7)
+    assert ee.source == "teleop:scripted" and ee.task == TASK.name and ee.control_rate_hz == 10.0
+    # each observation is the one the row was chosen from: the previous row had run by then (with
+    # fast pacing a row's observation can be one the next row's replaced: then it is a row older,
+    # and counted stale)
+    start = ee.chunks[0].observation.state.ee_position_m
+    at_row_6 = ee.chunks[6].observation.state.ee_position_m
+    np.testing.assert_allclose(at_row_6 - start, [0.03, 0.0, 0.0], atol=0.011)
+    # the joint_abs twin holds the joints measured right after each row (the next row's observation
+    # may come a tick later, the arm settling), and the commanded width
+    for k in range(len(rows) - 1):
+        np.testing.assert_allclose(
+            joint.chunks[k].actions[0, :7], ee.chunks[k + 1].observation.state.joint_positions_rad, atol=0.01
+        )
+    assert joint.chunks[-1].actions[0, 7] == pytest.approx(0.0)
+    assert all(c.observation.cameras for c in ee.chunks)
+
+
+@pytest.mark.slow
+def test_five_scripted_demos_train_sft_and_export_to_lerobot(recorder: Recorder, tmp_path: Path) -> None:
+    demos = tmp_path / "demos"
+    # six takes: the third discarded with a note
+    answers = iter(
+        [a for i in range(6) for a in ("", "n" if i == 2 else "y", "bowl slipped" if i == 2 else "")]
+    )
+    said: list[str] = []
+    run_session(
+        recorder, ScriptedSource(demo_rows()), TASK, 6, demos, lambda _q: next(answers), said.append, 0
+    )
+    assert counts_per_task(demos) == {TASK.name: (5, 1)}
+    log = [json.loads(line) for line in (demos / LOG_NAME).read_text().splitlines()]
+    assert [e["kept"] for e in log] == [True, True, False, True, True, True]
+    assert log[2]["note"] == "bowl slipped" and all(e["rows_recorded"] == 15 for e in log)
+    kept = sorted((demos / TASK.name).glob("*.episode"))
+    assert len(kept) == 5 and all(read_episode(p).success for p in kept)
+    twins = sorted((tmp_path / "demos_joint_abs" / TASK.name).glob("*.episode"))
+    assert len(twins) == 5 and all(read_episode(p).action_space is ActionSpace.JOINT_ABS for p in twins)
+    assert "5 kept, 1 discarded" in said[-1]
+
+    sft = subprocess.run(
+        pde_command(
+            "learner", "sft", "--demos", str(demos), "--checkpoints", str(tmp_path / "ckpt"),
+            "--steps", "2", "--batch-size", "4", "--image-size", "16", "--chunk-len", "4",
+        ),
+        capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240,
+    )  # fmt: skip
+    assert sft.returncode == 0, sft.stderr
+    assert (tmp_path / "ckpt" / "policy-000000.pt").is_file()
+
+    out = tmp_path / "lerobot"
+    assert record_main(["--export-lerobot", str(out), "--demos", str(demos), "--vcodec", "h264"]) == 0
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["total_episodes"] == 5 and info["total_frames"] == 5 * 15 and info["fps"] == 10
+
+
+def test_counts_without_takes_say_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert record_main(["--counts", "--demos", str(tmp_path)]) == 0
+    assert "no takes under" in capsys.readouterr().out
