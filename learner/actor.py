@@ -11,6 +11,15 @@ time, and the rows of the chunk that ran). When the next observation is taken is
   that tick: the rows meant for ticks that ran meanwhile are skipped, by the server (pde_contract.seam).
 - ``sync``: after the chunk has finished; the arm holds still while the policy infers.
 
+A person may take over mid-episode (HIL-SERL style; ``run_episode(person=...)``): when the teleop
+source's ``wants_control()`` says so (a SpaceMouse past its deadband), or ``takeover_requested()``
+does (the page's button, passed in by the loop), the policy's chunk is preempted at the next tick by
+the person's first row; the person's rows then run one per tick through the server's safety path
+(one-row chunks, as ``teleop/recorder.py`` sends them) until the source ends the take, and the
+policy's next chunk starts from the state the person left. Each person row is a ChunkRecord with
+``commanded_by="person"`` and no trace (PPO leaves it out); each takeover is an ``Intervention`` in
+the episode file. Offered while the policy has chunks left to send (not during the last one).
+
 The finished episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal
 reward comes later from the label (``learner.rewards.reward_from_label``).
 """
@@ -18,21 +27,38 @@ reward comes later from the label (``learner.rewards.reward_from_label``).
 from __future__ import annotations
 
 import collections
+import enum
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
 
+import msgspec
+import numpy as np
 from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.policies.base import ChunkSample, ObsBatch, Policy
 from pde_contract.client import RobotServerError
-from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
-from pde_contract.messages import ActionChunk, ChunkAccepted, ErrorCode, Observation, ServerInfo, Status
+from pde_contract.episodes import ChunkRecord, EpisodeFile, Intervention, PolicyTrace, write_episode
+from pde_contract.messages import (
+    ActionChunk,
+    ActionSpace,
+    ChunkAccepted,
+    ErrorCode,
+    Observation,
+    ServerInfo,
+    Status,
+)
 from pde_contract.seam import inference_lead_ticks, rows_run
+from pde_contract.settings import DataLayout, data_dir_field
+
+if TYPE_CHECKING:
+    from teleop.base import TeleopSource
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +78,7 @@ class RobotClientLike(Protocol):
 
 
 class ActorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PDE_ACTOR_")
+    model_config = SettingsConfigDict(env_prefix="PDE_ACTOR_", populate_by_name=True)
 
     control_rate_hz: float = 10.0
     """Must match the robot server's control rate (ServerInfo.control_rate_hz)."""
@@ -95,6 +121,14 @@ class ActorSettings(BaseSettings):
     bf16_weights: bool = False
     """π0.5: the actor's copy of the weights in bfloat16 (half the memory; the trainer keeps its
     float32 master weights and each swap casts the new snapshot)."""
+    takeover_max_s: float = 60.0
+    """A person's takeover hands back to the policy by itself after this long (the operator
+    normally ends it first: the source's end button or key)."""
+    intervention_demos: bool = False
+    """Beyond the paper (HIL-SERL's demo buffer): write each takeover's rows as a demonstration
+    file under <data_dir>/demos/<task>/ (``pde learner sft`` reads there). Off: only the episode
+    file holds them."""
+    data_dir: Path = data_dir_field("PDE_ACTOR_")
     cuda_graphs: bool = False
     """π0.5 with fast_inference on a CUDA GPU: sampling captured as one CUDA graph per batch size
     (on first use, in the warm-up before an episode) and replayed; on a CPU a logged no-op."""
@@ -109,6 +143,40 @@ class ActorSettings(BaseSettings):
         return self
 
 
+class _Waited(enum.Enum):
+    DONE = "done"  # the chunk ran (or is within rows_left of its end)
+    STOPPED = "stopped"  # should_stop() said stop
+    TAKEOVER = "takeover"  # a person asked to take over
+
+
+@dataclass
+class _TakeoverWatch:
+    """Asked while the policy drives: does a person take over now, and why."""
+
+    person: TeleopSource | None
+    requested: Callable[[], bool] | None
+    trigger: Literal["device", "request"] = "device"
+
+    def __call__(self) -> bool:
+        if self.person is None:
+            return False
+        if self.requested is not None and self.requested():
+            self.trigger = "request"
+            return True
+        if self.person.wants_control():
+            self.trigger = "device"
+            return True
+        return False
+
+
+@dataclass
+class _Episode:
+    """What an episode has recorded so far."""
+
+    chunks: list[ChunkRecord] = field(default_factory=list)
+    interventions: list[Intervention] = field(default_factory=list)
+
+
 @dataclass
 class _Running:
     """The chunk the server runs now, and where its record will say which rows ran."""
@@ -116,6 +184,12 @@ class _Running:
     record: ChunkRecord
     accepted: ChunkAccepted
     n_rows: int
+
+    def preempted_at(self, next_start_tick: int) -> None:
+        """The next chunk (the policy's or a person's) took over at ``next_start_tick``."""
+        self.record.rows_run = rows_run(
+            self.accepted.rows_skipped, self.n_rows, self.accepted.start_tick, next_start_tick
+        )
 
 
 def policy_trace(sample: ChunkSample, i: int) -> PolicyTrace:
@@ -181,9 +255,16 @@ class Actor:
                 log.warning("skipping observation %d: %s", obs.seq, e)
                 obs = self._fresh_observation(obs.seq)
 
-    def _wait_chunk_done(self, seq: int, should_stop: Callable[[], bool], rows_left: int = 0) -> bool:
-        """Wait until chunk ``seq`` has run (or has at most ``rows_left`` rows still to run); False
-        when ``should_stop()`` said stop first."""
+    def _wait_chunk_done(
+        self,
+        seq: int,
+        should_stop: Callable[[], bool],
+        rows_left: int = 0,
+        takeover: Callable[[], bool] | None = None,
+    ) -> _Waited:
+        """Wait until chunk ``seq`` has run (or has at most ``rows_left`` rows still to run), unless
+        ``should_stop()`` says stop first, or ``takeover()`` (asked at every poll) says a person
+        takes over."""
         cfg = self.settings
         deadline = time.monotonic() + cfg.chunk_timeout_s
         last_reply_s = time.monotonic()
@@ -192,7 +273,9 @@ class Actor:
             if time.monotonic() >= next_stop_check_s:
                 next_stop_check_s = time.monotonic() + cfg.stop_check_period_s
                 if should_stop():
-                    return False
+                    return _Waited.STOPPED
+            if takeover is not None and takeover():
+                return _Waited.TAKEOVER
             try:
                 status = self.client.status()
             except RobotServerError as e:
@@ -216,7 +299,7 @@ class Actor:
             if status.estopped:
                 raise RuntimeError(f"e-stop latched during the episode: {status.estop_reason}")
             if status.executing_chunk_seq != seq or status.steps_remaining <= rows_left:
-                return True
+                return _Waited.DONE
             if time.monotonic() > deadline:
                 raise TimeoutError(f"chunk {seq} still executing after {self.settings.chunk_timeout_s} s")
             time.sleep(self.settings.poll_period_s)
@@ -243,6 +326,89 @@ class Actor:
             chunk.seq, chunk.first_row_tick = self._seq, -1
             return self.client.submit_chunk(chunk)
 
+    def _newest_observation(self, previous: Observation) -> Observation:
+        """The newest observation with camera frames published since the last read; ``previous``
+        when none came."""
+        try:
+            obs = self.client.latest_observation(timeout_s=0.0)
+        except RobotServerError as e:
+            if e.code is ErrorCode.TIMEOUT:
+                return previous
+            raise
+        return obs if obs.cameras else previous
+
+    def _take_over(
+        self,
+        person: TeleopSource,
+        watch: _TakeoverWatch,
+        episode_id: str,
+        running: _Running | None,
+        obs: Observation,
+        should_stop: Callable[[], bool],
+        recorded: _Episode,
+    ) -> tuple[_Running | None, Observation, bool]:
+        """A person's take: their rows, one per tick, until the source ends it. The first row
+        preempts ``running`` at the server's next tick (its record then says where it stopped).
+        Returns (the policy's chunk if the person sent no row, the observation after the take,
+        whether ``should_stop`` stopped the episode meanwhile)."""
+        cfg = self.settings
+        period_s = 1.0 / cfg.control_rate_hz
+        obs = self._newest_observation(obs)
+        person.start_take(float(obs.state.gripper_width_m))
+        first = len(recorded.chunks)
+        start_tick, last_seq, stopped = -1, -1, False
+        for _ in range(max(1, math.ceil(cfg.takeover_max_s * cfg.control_rate_hz))):
+            cmd = person.read(period_s)
+            if cmd.end:
+                break
+            row = cmd.ee_delta_row().astype(np.float32)[None]  # float32 on the wire and on disk
+            self._seq += 1
+            chunk = ActionChunk(
+                seq=self._seq,
+                episode_id=episode_id,
+                action_space=ActionSpace.EE_DELTA,
+                actions=row,
+                control_rate_hz=cfg.control_rate_hz,
+                sent_time_s=time.time(),
+            )
+            accepted = self.client.submit_chunk(chunk)
+            if running is not None:  # the policy's chunk ran until the person's first row
+                running.preempted_at(accepted.start_tick)
+                running = None
+            if start_tick < 0:
+                start_tick = accepted.start_tick
+            recorded.chunks.append(
+                ChunkRecord(
+                    observation=obs,  # the newest when the row was sent: the state it starts from
+                    actions=row,
+                    sent_time_s=chunk.sent_time_s,
+                    rows_run=(0, 1),
+                    commanded_by="person",
+                )
+            )
+            last_seq = chunk.seq
+            # One row at a time, each after the last ran (as the recorder does): none preempts another.
+            if self._wait_chunk_done(chunk.seq, should_stop) is _Waited.STOPPED:
+                self.client.stop()
+                stopped = True
+                break
+            obs = self._newest_observation(obs)
+        if last_seq < 0:
+            return running, obs, stopped
+        n_rows = len(recorded.chunks) - first
+        recorded.interventions.append(
+            Intervention(
+                first_chunk=first,
+                n_rows=n_rows,
+                trigger=watch.trigger,
+                start_tick=start_tick,
+            )
+        )
+        log.info("%s: a person took over (%s) for %d rows", episode_id, watch.trigger, n_rows)
+        if not stopped:
+            obs = self._fresh_observation(obs.seq, after_chunk_seq=last_seq)
+        return None, obs, stopped
+
     def run_episode(
         self,
         *,
@@ -253,46 +419,66 @@ class Actor:
         max_chunks: int,
         should_stop: Callable[[], bool] = lambda: False,
         seed: int | None = None,
+        person: TeleopSource | None = None,
+        takeover_requested: Callable[[], bool] | None = None,
     ) -> EpisodeFile:
-        """Roll out one episode under ``rollout_prompt``. Stops after ``max_chunks``, on simulated
-        success, or as soon as ``should_stop()`` is true (the robot is told to hold)."""
+        """Roll out one episode under ``rollout_prompt``. Stops after ``max_chunks`` policy chunks,
+        on simulated success, or as soon as ``should_stop()`` is true (the robot is told to hold).
+        With ``person`` (a connected teleop source), a person may take over: when
+        ``person.wants_control()`` or ``takeover_requested()`` says so (module docstring)."""
         if max_chunks < 1:
             raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
         policy = self.policy
         cfg = self.settings
+        if person is not None and policy.action_space is not ActionSpace.EE_DELTA:
+            raise ValueError(
+                f"a person takes over with ee_delta rows, but the policy acts in "
+                f"{policy.action_space.value}: take over from an ee_delta policy, or run without person="
+            )
+        watch = _TakeoverWatch(person, takeover_requested)
         if cfg.reset_before_episode:
             self.client.reset(task=task, seed=seed)
         overlapping = self._overlapping()
-        chunks: list[ChunkRecord] = []
+        recorded = _Episode()
+        chunks = recorded.chunks
         success: bool | None = None
         running: _Running | None = None
         recent_inference_s: collections.deque[float] = collections.deque(
             maxlen=max(1, cfg.overlap_window_chunks)
         )
+        n_sent = 0
         self.client.start_heartbeat(cfg.heartbeat_period_s)
         try:
             obs = self._fresh_observation(-1)
-            for _ in range(max_chunks):
+            while n_sent < max_chunks:
                 if should_stop():
                     self.client.stop()
                     running = None
                     break
                 if running is not None:
                     seq = running.accepted.seq
+                    lead = 0  # sync: the chunk runs to its end
                     if overlapping:
                         lead = inference_lead_ticks(
                             max(recent_inference_s), cfg.control_rate_hz, cfg.overlap_margin_ticks
                         )
-                        if not self._wait_chunk_done(seq, should_stop, rows_left=lead):
-                            self.client.stop()
-                            running = None
+                    waited = self._wait_chunk_done(seq, should_stop, rows_left=lead, takeover=watch)
+                    if waited is _Waited.STOPPED:
+                        self.client.stop()
+                        running = None
+                        break
+                    if waited is _Waited.TAKEOVER:
+                        assert person is not None
+                        running, obs, stopped = self._take_over(
+                            person, watch, episode_id, running, obs, should_stop, recorded
+                        )
+                        if stopped:
                             break
+                        if running is not None:
+                            continue  # the person sent no row: the policy's chunk goes on
+                    elif overlapping:
                         obs = self._fresh_observation(obs.seq)
                     else:
-                        if not self._wait_chunk_done(seq, should_stop):
-                            self.client.stop()
-                            running = None
-                            break
                         obs = self._fresh_observation(obs.seq, after_chunk_seq=seq)
                     success = obs.task_success
                     if success and cfg.stop_on_success:
@@ -304,6 +490,19 @@ class Actor:
                 sample = policy.sample(batch, [rollout_prompt], deterministic=cfg.deterministic)
                 inference_s = time.perf_counter() - t0
                 recent_inference_s.append(inference_s)
+                if watch():
+                    # A person took over while the policy inferred: its chunk is never sent (nor
+                    # recorded); the policy infers again from where the person hands back.
+                    assert person is not None
+                    running, obs, stopped = self._take_over(
+                        person, watch, episode_id, running, obs, should_stop, recorded
+                    )
+                    if stopped:
+                        break
+                    if running is None and obs.task_success and cfg.stop_on_success:
+                        success = True
+                        break
+                    continue
                 self._seq += 1
                 chunk = ActionChunk(
                     seq=self._seq,
@@ -316,13 +515,9 @@ class Actor:
                     first_row_tick=obs.tick if overlapping and running is not None else -1,
                 )
                 accepted = self._submit(chunk)
+                n_sent += 1
                 if running is not None:
-                    running.record.rows_run = rows_run(
-                        running.accepted.rows_skipped,
-                        running.n_rows,
-                        running.accepted.start_tick,
-                        accepted.start_tick,
-                    )
+                    running.preempted_at(accepted.start_tick)
                 record = ChunkRecord(
                     observation=obs,
                     actions=sample.actions[0],
@@ -335,14 +530,14 @@ class Actor:
                 running = _Running(record, accepted, len(chunk.actions))
             if running is not None:
                 # The last chunk runs to its end (its record already says so).
-                if not self._wait_chunk_done(running.accepted.seq, should_stop):
+                if self._wait_chunk_done(running.accepted.seq, should_stop) is _Waited.STOPPED:
                     self.client.stop()
                 else:
                     obs = self._fresh_observation(obs.seq, after_chunk_seq=running.accepted.seq)
                     success = obs.task_success
         finally:
             self.client.stop_heartbeat()
-        return EpisodeFile(
+        episode = EpisodeFile(
             episode_id=episode_id,
             task=task,
             canonical_prompt=canonical_prompt,
@@ -353,4 +548,35 @@ class Actor:
             success=success,
             seed=seed,
             source=f"policy:{getattr(policy, 'version', 'unknown')}",
+            interventions=recorded.interventions,
         )
+        if cfg.intervention_demos:
+            write_intervention_demos(episode, DataLayout(cfg.data_dir).demos)
+        return episode
+
+
+def intervention_demos(episode: EpisodeFile) -> list[EpisodeFile]:
+    """Each takeover's rows as a demonstration of the episode's task (beyond the paper: HIL-SERL
+    adds a person's corrections to its demo buffer). ``success`` True marks a demonstration, as a
+    kept take's does (what SFT selects); the RL episode's own label and reward are untouched."""
+    return [
+        msgspec.structs.replace(
+            episode,
+            episode_id=f"{episode.episode_id}-intervention-{k}",
+            chunks=episode.chunks[iv.first_chunk : iv.first_chunk + iv.n_rows],
+            success=True,
+            source=f"intervention:{episode.source}",
+            interventions=[],
+        )
+        for k, iv in enumerate(episode.interventions)
+    ]
+
+
+def write_intervention_demos(episode: EpisodeFile, demos_dir: Path) -> list[Path]:
+    """Write ``intervention_demos(episode)`` as ``<demos_dir>/<task>/<episode>-intervention-<k>.episode``."""
+    paths = []
+    for demo in intervention_demos(episode):
+        path = demos_dir / episode.task / f"{demo.episode_id}.episode"
+        write_episode(path, demo)
+        paths.append(path)
+    return paths

@@ -31,7 +31,7 @@ from learner.ppo import (
     value_loss,
 )
 from learner.rewards import Batch
-from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace, rows_ran_mask
+from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace, policy_rows_mask, rows_commanded_by
 
 
 @dataclass
@@ -41,7 +41,7 @@ class RolloutBatch:
     old_log_probs: torch.Tensor  # [N] recorded under the rollout prompt
     old_log_prob_elements: torch.Tensor  # [N, T, D] recorded (NaN where an old episode lacks them)
     old_values: np.ndarray  # [N]
-    rows_ran: torch.Tensor  # [N, T] bool: the rows the robot server ran (ChunkRecord.rows_run)
+    rows_ran: torch.Tensor  # [N, T] bool: the policy's rows the robot server ran (policy_rows_mask)
     rewards: np.ndarray  # [N] chunk-level: the episode reward on its last chunk
     dones: np.ndarray  # [N] 1 on the last chunk of each episode
     episode_index: np.ndarray  # [N] which episode of the batch the chunk belongs to
@@ -49,6 +49,7 @@ class RolloutBatch:
     episode_groups: list[Hashable]  # [E] advantage groups
     rollout_prompts: list[str]
     canonical_prompts: list[str]
+    person_rows_left_out: int = 0  # rows a person commanded (takeovers): not the policy's actions
 
     def __len__(self) -> int:
         return len(self.rollout_prompts)
@@ -91,9 +92,15 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
     observations, chains, logps, elems, values, rewards, dones, ep_index, rps, cps, ran = (
         [], [], [], [], [], [], [], [], [], [], []
     )  # fmt: skip
-    kept: list[tuple[EpisodeFile, float]] = [(e, r) for e, r in batch if e.chunks]
+    # A person's chunks (takeovers) leave the batch: their rows are not the policy's actions, and
+    # the episode's reward goes on its last policy chunk.
+    person_rows = sum(rows_commanded_by(e, "person") for e, _ in batch)
+    kept: list[tuple[EpisodeFile, float]] = [
+        (e, r) for e, r in batch if any(c.commanded_by == "policy" for c in e.chunks)
+    ]
     for k, (episode, reward) in enumerate(kept):
-        for i, chunk in enumerate(episode.chunks):
+        chunks = [c for c in episode.chunks if c.commanded_by == "policy"]
+        for i, chunk in enumerate(chunks):
             trace = recorded_trace(chunk, f"episode {episode.episode_id} chunk {i}")
             observations.append(chunk.observation)
             chain = np.asarray(trace.chain, dtype=np.float32)
@@ -107,8 +114,8 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
                 else np.full((t, d), np.nan, np.float32)
             )
             values.append(trace.value)
-            ran.append(rows_ran_mask(chunk, t))
-            last = i == len(episode.chunks) - 1
+            ran.append(policy_rows_mask(chunk, t))
+            last = i == len(chunks) - 1
             rewards.append(float(reward) if last else 0.0)
             dones.append(1.0 if last else 0.0)
             ep_index.append(k)
@@ -135,6 +142,7 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
         episode_groups=advantage_groups([e for e, _ in kept]),
         rollout_prompts=rps,
         canonical_prompts=cps,
+        person_rows_left_out=int(person_rows),
     )
 
 
@@ -222,7 +230,11 @@ class Trainer:
                 "ratio_variant 'plain' is single-prompt PPO on the canonical prompt, but "
                 f"{int(differs.sum())} chunks were rolled out under another prompt; use 'mixed'"
             )
-        stats: dict[str, float] = {"n_chunks": float(n), "n_other_prompt_chunks": float(differs.sum())}
+        stats: dict[str, float] = {
+            "n_chunks": float(n),
+            "n_other_prompt_chunks": float(differs.sum()),
+            "person_rows_left_out": float(rb.person_rows_left_out),
+        }
         b_advantages, b_returns, b_weights = self._advantages(rb, stats)
 
         # Initial pass at theta_old: per-element log-probs under both prompts, prompt KL (no grad)

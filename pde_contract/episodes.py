@@ -11,6 +11,7 @@ its own to train from.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import numpy as np
@@ -42,6 +43,11 @@ class ChunkRecord(msgspec.Struct, kw_only=True):
     # ticks that ran while the chunk was inferred (overlapped inference), rows from ``end`` were
     # preempted by the next chunk. None (episodes from before it was recorded): all of them.
     rows_run: tuple[int, int] | None = None
+    # Who commanded these rows: the policy, or a person who took over during an RL episode (a
+    # teleop row, sent through the same safety path; no trace: the policy did not choose it).
+    # Recordings without a policy (demonstrations) keep the default; EpisodeFile.source says who
+    # recorded them. Files from before the field read as all "policy".
+    commanded_by: Literal["policy", "person"] = "policy"
     # Other named per-chunk arrays. Episodes recorded before PolicyTrace carry theirs here
     # ("log_prob", "log_prob_elements", "value", "chain"); the trainer still reads them.
     extras: dict[str, np.ndarray] = {}
@@ -61,6 +67,34 @@ def rows_ran_mask(chunk: ChunkRecord, n_rows: int) -> np.ndarray:
     return mask
 
 
+def policy_rows_mask(chunk: ChunkRecord, n_rows: int) -> np.ndarray:
+    """bool[n_rows]: the rows of the chunk that ran as the policy's actions (``rows_ran_mask``);
+    none of a person's chunk (a takeover): PPO's ratio is over the policy's own actions only."""
+    if chunk.commanded_by == "person":
+        return np.zeros(n_rows, dtype=bool)
+    return rows_ran_mask(chunk, n_rows)
+
+
+def rows_commanded_by(episode: EpisodeFile, who: Literal["policy", "person"]) -> int:
+    """Rows of the episode that ran as ``who``'s commands."""
+    total = 0
+    for chunk in episode.chunks:
+        if chunk.commanded_by == who:
+            first, end = rows_that_ran(chunk)
+            total += end - first
+    return total
+
+
+class Intervention(msgspec.Struct, kw_only=True):
+    """A person took over from the policy during the episode (HIL-SERL style): chunks
+    ``[first_chunk, first_chunk + n_rows)`` of the episode are theirs, one row each."""
+
+    first_chunk: int  # index into EpisodeFile.chunks of the person's first row
+    n_rows: int  # rows the person commanded before handing back
+    trigger: Literal["device", "request"]  # the device moved past its deadband; or asked for (page)
+    start_tick: int = -1  # server tick of the person's first row (the policy's chunk ran until it)
+
+
 class EpisodeFile(msgspec.Struct, kw_only=True):
     format_version: int = EPISODE_FORMAT_VERSION
     episode_id: str
@@ -73,6 +107,7 @@ class EpisodeFile(msgspec.Struct, kw_only=True):
     success: bool | None = None  # label at the time of writing; the database has the history
     seed: int | None = None
     source: str = ""  # "expert", "policy:<version>", ...
+    interventions: list[Intervention] = []  # takeovers by a person, in order (none before the field)
 
 
 def write_episode(path: str | Path, episode: EpisodeFile) -> None:

@@ -1,5 +1,6 @@
 """A source that replays ee_delta rows from a script: what tests and benchmarks demonstrate with
-(a sim expert's rows, a fixed path). It ends the take when the script runs out."""
+(a sim expert's rows, a fixed path), and the person who takes over from a policy in tests. It ends
+the take when the script runs out."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ RowScript = Iterable[np.ndarray] | Callable[[], np.ndarray | None]
 class ScriptedSource(TeleopSource):
     name = "scripted"
 
-    def __init__(self, script: RowScript) -> None:
+    def __init__(self, script: RowScript, wants_control: Callable[[], bool] | None = None) -> None:
+        """``wants_control``: when the scripted person takes over from a policy (asked between
+        takes; None: never by itself). Each take replays ``script`` from its start (a callable
+        one goes on where it is)."""
         self._script = script
+        self._wants_control = wants_control
         self._rows: Iterator[np.ndarray] | None = None
+
+    def wants_control(self) -> bool:
+        self._require_connected()
+        return self._wants_control is not None and self._wants_control()
 
     def start_take(self, gripper_width_m: float) -> None:
         self._require_connected()

@@ -141,6 +141,12 @@ class SpaceMouseSource(TeleopSource):
             self._pressed |= mask & ~self._buttons
             self._buttons = mask
 
+    def wants_control(self) -> bool:
+        """Any axis past the deadband (buttons pressed meanwhile are forgotten at ``start_take``)."""
+        self._require_connected()
+        self._drain()
+        return bool(np.any(shape_axes(self._axes, self.settings)))
+
     def read(self, period_s: float) -> TeleopCommand:
         self._require_connected()
         self._drain()

@@ -7,7 +7,8 @@ import torch
 from learner.policies.vla import make_test_policy
 from learner.ppo import RATIO_VARIANTS, PPOConfig
 from learner.synthetic import synthetic_episode
-from learner.trainer import Trainer
+from learner.trainer import Trainer, build_rollout_batch
+from pde_contract.episodes import ChunkRecord
 
 CANON = "put the green container in the bowl"
 
@@ -209,3 +210,31 @@ def test_rows_that_did_not_run_leave_the_ratios():
             chunk.rows_run = None
     stats_all = Trainer(copy.deepcopy(policy), PPOConfig(update_epochs=1, minibatch_size=6)).update(garbled)
     assert stats_all["behaviour_log_ratio_abs_mean"] > 10.0
+
+
+def _person_chunk(like: ChunkRecord, dx_m: float) -> ChunkRecord:
+    """One teleop row of a person who took over, as the actor records it (no trace)."""
+    row = np.array([[dx_m, 0, 0, 0, 0, 0, 0.08]], np.float32)
+    return ChunkRecord(observation=like.observation, actions=row, rows_run=(0, 1), commanded_by="person")
+
+
+def test_person_rows_leave_the_batch():
+    """Rows a person commanded (a takeover) are not the policy's actions: the batch holds only the
+    policy's chunks, with the rows they ran before the takeover, and the episode's reward on the
+    last policy chunk even when the person's rows come last."""
+    torch.manual_seed(0)
+    policy = make_test_policy("flow")
+    batch = _batch(policy, CANON, n_eps=2)
+    taken, reward = batch[0]
+    a, b, c = taken.chunks
+    b.rows_run = (0, 2)  # preempted by the person after 2 of its 4 rows
+    taken.chunks = [a, b, _person_chunk(b, 0.01), _person_chunk(b, 0.01), c, _person_chunk(c, -0.01)]
+    rb = build_rollout_batch(policy, batch)
+    assert len(rb) == 6 and rb.person_rows_left_out == 3
+    assert rb.rows_ran[:3].sum(1).tolist() == [4, 2, 4]
+    assert rb.rewards[:3].tolist() == [0.0, 0.0, reward] and rb.dones[:3].tolist() == [0.0, 0.0, 1.0]
+    stats = Trainer(policy, PPOConfig(update_epochs=1, minibatch_size=6)).update(batch)
+    assert stats["n_chunks"] == 6 and stats["person_rows_left_out"] == 3 and np.isfinite(stats["pg_loss"])
+    # an episode the person drove from start to end has nothing of the policy's: left out whole
+    taken.chunks = [_person_chunk(a, 0.01)]
+    assert len(build_rollout_batch(policy, batch)) == 3
