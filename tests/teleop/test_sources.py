@@ -68,6 +68,12 @@ def test_a_take_starts_with_the_measured_gripper(name: str) -> None:
         assert source.read(PERIOD_S).gripper_width_m == CLOSED_M
 
 
+@pytest.mark.parametrize("name", SOURCES)
+def test_an_idle_source_does_not_ask_to_take_over(name: str) -> None:
+    with SOURCES[name]() as source:
+        assert not source.wants_control()
+
+
 # --- SpaceMouse --------------------------------------------------------------------------------
 
 
@@ -116,6 +122,16 @@ def test_spacemouse_buttons_toggle_the_gripper_and_end_the_take() -> None:
     assert source.read(PERIOD_S).end
 
 
+def test_spacemouse_past_its_deadband_asks_to_take_over_and_that_push_drives() -> None:
+    source, hid = _spacemouse(deadband=0.1)
+    hid.push_translation(0, 30, -30)  # a hand resting on the cap: inside the deadband
+    assert not source.wants_control()
+    hid.push_translation(0, 0, 200)
+    assert source.wants_control()
+    source.start_take(OPEN_M)  # the takeover's take: the cap is still pushed
+    assert source.read(PERIOD_S).translation_m[2] != 0.0
+
+
 def test_spacemouse_start_take_forgets_presses_from_before() -> None:
     source, hid = _spacemouse()
     hid.push_buttons(0b10)
@@ -161,6 +177,18 @@ def test_scripted_rows_come_back_as_given_then_the_take_ends() -> None:
         got = [source.read(PERIOD_S) for _ in range(3)]
     np.testing.assert_allclose([g.ee_delta_row() for g in got[:2]], rows)
     assert got[2].end and got[2].gripper_width_m == 0.04
+
+
+def test_a_scripted_person_takes_over_when_told_and_replays_its_rows_each_take() -> None:
+    urge = [False, True]
+    row = np.array([0, 0, 0.01, 0, 0, 0, 0.08])
+    with ScriptedSource([row], wants_control=lambda: urge.pop(0)) as source:
+        assert [source.wants_control(), source.wants_control()] == [False, True]
+        for _take in range(2):
+            source.start_take(OPEN_M)
+            got = [source.read(PERIOD_S) for _ in range(2)]
+            np.testing.assert_allclose(got[0].ee_delta_row(), row)
+            assert got[1].end
 
 
 def test_pde_record_without_a_spacemouse_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
