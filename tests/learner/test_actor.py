@@ -19,6 +19,7 @@ from pde_contract.messages import (
     ServerInfo,
     Status,
 )
+from teleop.scripted import ScriptedSource
 
 
 class FakeRobotClient:
@@ -258,3 +259,59 @@ def test_chunks_overlap_only_on_a_realtime_server_and_not_in_sync(pacing, timing
     else:
         assert ticks[1:] == [-1, -1]
     assert [c.rows_run for c in ep.chunks] == [(0, 4)] * 3  # the fake runs every row
+
+
+def _run_with_person(client, person, requested, max_chunks=3, chunk_timing="sync"):
+    actor = Actor(
+        make_test_policy("flow"), client, ActorSettings(poll_period_s=0.0, chunk_timing=chunk_timing)
+    )
+    with person:
+        return actor.run_episode(
+            episode_id="ep1",
+            task="put_green_container_in_bowl",
+            canonical_prompt="put the green container in the bowl",
+            rollout_prompt="put the green container in the bowl",
+            max_chunks=max_chunks,
+            person=person,
+            takeover_requested=requested,
+        )
+
+
+@pytest.mark.parametrize("timing", ["overlapped", "sync"])
+@pytest.mark.parametrize("ask_at", [1, 2, 3])
+def test_a_requested_takeover_records_what_ran_and_hands_back(timing, ask_at):
+    """Whenever the request comes (while a chunk runs, or while the policy infers), the episode
+    records exactly the chunks sent, in order: the person's rows marked as theirs, a chunk the
+    policy inferred meanwhile neither sent nor recorded, and the policy's chunks all sent after."""
+    client = FakeRobotClient()
+    asked = iter(range(100))
+    row = np.array([0.0, 0.0, 0.01, 0.0, 0.0, 0.0, 0.08])
+    ep = _run_with_person(
+        client, ScriptedSource([row, row]), lambda: next(asked) == ask_at, chunk_timing=timing
+    )
+    assert len(ep.chunks) == len(client.chunks) == 3 + 2
+    for rec, sent in zip(ep.chunks, client.chunks, strict=True):
+        assert np.array_equal(rec.actions, sent.actions)
+        assert (rec.commanded_by == "person") == (sent.actions.shape == (1, 7))
+    assert [c.commanded_by for c in ep.chunks].count("person") == 2
+    (iv,) = ep.interventions
+    assert iv.trigger == "request" and iv.n_rows == 2
+    assert all(
+        c.commanded_by == "person" and c.trace is None for c in ep.chunks[iv.first_chunk : iv.first_chunk + 2]
+    )
+
+
+def test_a_person_who_sends_no_row_leaves_the_policy_driving():
+    client = FakeRobotClient()
+    asked = iter(range(100))
+    ep = _run_with_person(client, ScriptedSource([]), lambda: next(asked) == 1)
+    assert len(ep.chunks) == len(client.chunks) == 3 and not ep.interventions
+
+
+def test_takeover_needs_an_ee_delta_policy():
+    policy = make_test_policy("flow", action_space="joint_abs")
+    actor = Actor(policy, FakeRobotClient(), ActorSettings(poll_period_s=0.0))
+    with pytest.raises(ValueError, match="ee_delta"), ScriptedSource([]) as person:
+        actor.run_episode(
+            episode_id="ep1", task="t", canonical_prompt="p", rollout_prompt="p", max_chunks=1, person=person
+        )
