@@ -79,7 +79,9 @@ class FakeRobotClient:
         return obs
 
 
-def _run(client, max_chunks=4, should_stop=lambda: False, chunk_timing="overlapped"):
+def _run(
+    client, max_chunks=4, should_stop=lambda: False, chunk_timing="overlapped", person=None, requested=None
+):
     policy = make_test_policy("flow")
     actor = Actor(policy, client, ActorSettings(poll_period_s=0.0, chunk_timing=chunk_timing))
     ep = actor.run_episode(
@@ -90,6 +92,8 @@ def _run(client, max_chunks=4, should_stop=lambda: False, chunk_timing="overlapp
         max_chunks=max_chunks,
         should_stop=should_stop,
         seed=7,
+        person=person,
+        takeover_requested=requested,
     )
     return policy, actor, ep
 
@@ -261,20 +265,9 @@ def test_chunks_overlap_only_on_a_realtime_server_and_not_in_sync(pacing, timing
     assert [c.rows_run for c in ep.chunks] == [(0, 4)] * 3  # the fake runs every row
 
 
-def _run_with_person(client, person, requested, max_chunks=3, chunk_timing="sync"):
-    actor = Actor(
-        make_test_policy("flow"), client, ActorSettings(poll_period_s=0.0, chunk_timing=chunk_timing)
-    )
+def _run_with_person(client, person, requested, chunk_timing="sync"):
     with person:
-        return actor.run_episode(
-            episode_id="ep1",
-            task="put_green_container_in_bowl",
-            canonical_prompt="put the green container in the bowl",
-            rollout_prompt="put the green container in the bowl",
-            max_chunks=max_chunks,
-            person=person,
-            takeover_requested=requested,
-        )
+        return _run(client, 3, chunk_timing=chunk_timing, person=person, requested=requested)[2]
 
 
 @pytest.mark.parametrize("timing", ["overlapped", "sync"])
