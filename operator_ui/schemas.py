@@ -13,6 +13,7 @@ class LabelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     success: bool
     reason: str = Field("", max_length=500)
+    operator: str = Field("", max_length=100, description="who labels (set once per browser)")
 
 
 class DiscardIn(BaseModel):
@@ -116,6 +117,7 @@ def label_json(lab: LabelRow) -> dict[str, Any]:
         "reason": lab.reason,
         "authoritative": lab.authoritative,
         "created_at": lab.created_at.isoformat(),
+        "operator": lab.operator,
     }
 
 

@@ -208,12 +208,12 @@ function updateButtons() {
   $("#start").disabled = blocker !== null;
   $("#start-why").textContent = blocker || "";
   $("#abort").disabled = !connected || current.phase !== "running";
-  const canLabel = connected && awaiting !== null && pending === null;
+  const canLabel = connected && awaiting !== null && pending === null && !outboxHolds(awaiting.id);
   $("#discard-awaiting").disabled = !canLabel;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
   $("#release").disabled = !connected;
   $("#pause").disabled = !connected;
-  for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel;
+  for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel || pending !== null;
   for (const b of document.querySelectorAll("#detail .reasonbar button")) if (b.id !== "discard") b.disabled = !connected;
 }
 
@@ -311,40 +311,120 @@ async function startEpisode() {
   } catch (e) { toast(e.message); if (e.status === 401 || e.status === 403) checkToken(); }
   finally { startInFlight = false; refreshAll(); }
 }
-// A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
-// Undo button takes it back. Leaving the page sends it at once.
+// --- labels, relabels and discards: held for undo, never lost ------------------------------------
+// Each one is an entry in an outbox kept in this browser's localStorage: held UNDO_MS (the loop
+// moves the arm as soon as it has a label; U or Undo takes it back), then sent. One the page's
+// server did not answer stays in the outbox, shown in a banner, and is sent again every second
+// (and on the next load of the page, even after the browser was closed) until the server takes it.
+// One the server refused (e.g. labelled meanwhile in another tab) stays named in the banner until
+// the operator re-sends or drops it. Labels carry the operator's name, set once per browser.
+const OUTBOX_KEY = "pde-outbox";
+const operatorInput = $("#operator");
+operatorInput.value = localStorage.getItem("pde-operator") || "";
+operatorInput.addEventListener("change", () => { localStorage.setItem("pde-operator", operatorInput.value.trim()); showOperator(); });
+function showOperator() { operatorInput.classList.toggle("bad", operatorInput.value.trim() === ""); }
+showOperator();
 let undoMs = 3000;  // UISettings.label_undo_s, from /api/state
-let pending = null;  // { episodeId, success, reason, timer }
-function labelAwaiting(success, episodeId) {
-  if (!awaiting || !connected || episodeId !== awaiting.id || pending) return;
-  const reason = $("#label-reason").value.trim();
-  pending = { episodeId, success, reason, timer: setTimeout(sendPending, undoMs) };
-  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${undoMs / 1000} s — then the arm resets: stand clear`;
+let pending = null;  // the outbox entry in its undo window: { key, timer }
+const loadOutbox = () => { try { return JSON.parse(localStorage.getItem(OUTBOX_KEY) || "[]"); } catch (e) { return []; } };
+const saveOutbox = (list) => { localStorage.setItem(OUTBOX_KEY, JSON.stringify(list)); showOutbox(); };
+const updateEntry = (key, fields) => saveOutbox(loadOutbox().map((x) => (x.key === key ? { ...x, ...fields } : x)));
+const dropEntry = (key) => saveOutbox(loadOutbox().filter((x) => x.key !== key));
+const labelWord = (success) => (success ? "success" : "failure");
+function describe(x) {
+  const who = x.operator ? ` by ${x.operator}` : "";
+  const why = x.reason ? ` (${x.reason})` : "";
+  if (x.kind === "discard") return `discard of #${x.episodeId}${why}`;
+  return `${x.kind === "relabel" ? "relabel" : "label"} #${x.episodeId} ${labelWord(x.success)}${why}${who}`;
+}
+// Holds one action for undo; `warn` (PPO already used the label) is repeated in the held text.
+function hold(kind, episodeId, fields, warn = "") {
+  if (pending) { toast(`one change at a time: ${describe(loadOutbox().find((x) => x.key === pending.key) || {})} is still held (Undo or send now)`); return; }
+  const x = { key: `${Date.now()}-${Math.random().toString(36).slice(2)}`, kind, episodeId, operator: operatorInput.value.trim(), reason: "", ...fields, createdMs: Date.now(), error: "", failed: false };
+  saveOutbox([...loadOutbox(), x]);
+  pending = { key: x.key, timer: setTimeout(sendPending, undoMs) };
+  const then = kind === "label" ? " — then the arm resets: stand clear" : "";
+  const what = kind === "label" ? `Labelling #${episodeId} ${labelWord(x.success)}${x.reason ? ` (${x.reason})` : ""}`
+    : kind === "relabel" ? `Relabelling #${episodeId} ${labelWord(x.success)}` : `Discarding #${episodeId} (${x.reason})`;
+  $("#pending-text").textContent = `${what} in ${undoMs / 1000} s${then}${x.operator ? "" : " · no name set: labels say who gave them, set yours at the top"}${warn ? " · " + warn : ""}`;
   $("#pending").hidden = false;
   updateButtons();
+}
+function labelAwaiting(success, episodeId) {
+  if (!awaiting || !connected || episodeId !== awaiting.id || pending || outboxHolds(episodeId)) return;
+  hold("label", episodeId, { success, reason: $("#label-reason").value.trim() });
 }
 function sendPending() {
   const p = pending; if (!p) return;
   clearTimeout(p.timer); pending = null; $("#pending").hidden = true;
   $("#label-reason").value = "";
-  act(() => post(`/api/episodes/${p.episodeId}/label`, { success: p.success, reason: p.reason }), `episode #${p.episodeId} labelled ${p.success ? "success" : "failure"}`).finally(updateButtons);
+  updateButtons();
+  flushOutbox();
 }
 function undoPending() {
   if (!pending) return;
   clearTimeout(pending.timer);
-  toast(`label of #${pending.episodeId} undone: nothing was sent`);
+  const x = loadOutbox().find((e) => e.key === pending.key);
+  dropEntry(pending.key);
+  toast(`${x ? describe(x) : "change"} undone: nothing was sent`);
   pending = null; $("#pending").hidden = true; updateButtons();
 }
+// An outbox entry still to be sent for this episode (its label buttons stay disabled meanwhile).
+const outboxHolds = (episodeId) => loadOutbox().some((x) => x.episodeId === episodeId);
+const ENDPOINT = { label: "label", relabel: "relabel", discard: "discard" };
+const entryBody = (x) => (x.kind === "discard" ? { reason: x.reason } : { success: x.success, reason: x.reason, operator: x.operator });
+// A label or discard that may have reached the server already (sent as the page closed) is done
+// when the episode says so; the server's 409 alone cannot tell that from a real conflict.
+async function alreadyDone(x) {
+  const e = await api(`/api/episodes/${x.episodeId}`);
+  return x.kind === "discard" ? e.status === "discarded" : x.kind === "label" && e.status === "labelled" && e.success === x.success;
+}
+let flushing = false;
+async function flushOutbox() {
+  if (flushing) return;
+  flushing = true;
+  try {
+    for (const x of loadOutbox()) {
+      if ((pending && x.key === pending.key) || x.failed || x.waitForEnd) continue;
+      try {
+        await post(`/api/episodes/${x.episodeId}/${ENDPOINT[x.kind]}`, entryBody(x));
+        dropEntry(x.key);
+        toast(`${describe(x)}: sent${x.error ? " (after the page's server came back)" : ""}`);
+        refreshAll();
+      } catch (e) {
+        if (e.status === undefined) { updateEntry(x.key, { error: "NOT SENT yet — the page's server does not answer; kept in this browser and sent when it is back" }); break; }
+        if (e.status === 401 || e.status === 403) { updateEntry(x.key, { error: `NOT SENT yet — the token is refused (${e.status}); sent once the token works` }); checkToken(); break; }
+        let done = false;
+        if (e.status === 409) try { done = await alreadyDone(x); } catch (e2) { /* kept as failed */ }
+        if (done) { dropEntry(x.key); refreshAll(); }
+        else updateEntry(x.key, { failed: true, error: `NOT SENT — refused: ${e.message}` });
+      }
+    }
+  } finally { flushing = false; }
+}
+function showOutbox() {
+  const waiting = loadOutbox().filter((x) => !(pending && x.key === pending.key) && (x.error || x.failed));
+  const box = $("#outbox-banner");
+  box.hidden = !waiting.length;
+  box.innerHTML = waiting.map((x) => `<div data-key="${esc(x.key)}" data-episode-id="${x.episodeId}"><b>${esc(describe(x))}</b>: ${esc(x.error)}
+    ${x.failed ? `<button class="small resend">re-send</button> <button class="small drop">drop it</button>` : ""}</div>`).join("");
+  for (const b of box.querySelectorAll("button.resend")) b.onclick = () => { updateEntry(b.parentElement.dataset.key, { failed: false, error: "sending again…" }); flushOutbox(); };
+  for (const b of box.querySelectorAll("button.drop")) b.onclick = () => { dropEntry(b.parentElement.dataset.key); toast("dropped: nothing was sent"); };
+}
+window.addEventListener("storage", (ev) => { if (ev.key === OUTBOX_KEY) showOutbox(); });  // another tab
+setInterval(flushOutbox, 1000);
+// Leaving the page sends the held label or discard at once (the loop waits for it); it also stays
+// in the outbox, and the next load checks whether it arrived before sending it again.
 window.addEventListener("pagehide", () => {
   if (!pending) return;
-  const tok = tokenInput.value.trim();
-  fetch(`/api/episodes/${pending.episodeId}/label`, { method: "POST", keepalive: true, body: JSON.stringify({ success: pending.success, reason: pending.reason }),
-    headers: { "Content-Type": "application/json", Authorization: "Bearer " + tok } });
+  const x = loadOutbox().find((e) => e.key === pending.key);
+  if (!x || x.kind === "relabel") return;  // a relabel sent twice would be two rows: it waits for the next load
+  fetch(`/api/episodes/${x.episodeId}/${ENDPOINT[x.kind]}`, { method: "POST", keepalive: true, body: JSON.stringify(entryBody(x)),
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + tokenInput.value.trim() } });
 });
 function discardAwaiting() {
-  if (!awaiting) return;
-  const id = awaiting.id, reason = $("#label-reason").value.trim() || "bad reset";
-  act(() => post(`/api/episodes/${id}/discard`, { reason }), `episode #${id} discarded (${reason}); restore it from its history entry`);
+  if (!awaiting || pending || outboxHolds(awaiting.id)) return;
+  hold("discard", awaiting.id, { reason: $("#label-reason").value.trim() || "bad reset" });
 }
 function estop() {
   act(async () => {
@@ -443,7 +523,10 @@ async function showDetail(id) {
       `<figure><video controls muted preload="auto" data-camera="${esc(cam)}" src="${url}"></video><figcaption>${esc(cam)}</figcaption></figure>`).join("") || '<p class="muted">no video (the episode did not end)</p>';
     $("#note").value = e.note;
   }
-  $("#detail-labels tbody").innerHTML = e.labels.map((l) => `<tr><td>${new Date(l.created_at).toLocaleString()}</td><td>${l.source}${l.authoritative ? "" : " (proposal)"}</td><td>${fmtLabel(l.success)}</td><td>${esc(l.reason)}</td></tr>`).join("");
+  $("#detail-labels tbody").innerHTML = e.labels.map((l) => `<tr><td>${new Date(l.created_at).toLocaleString()}</td><td>${l.source}${l.authoritative ? "" : " (proposal)"}</td><td>${fmtLabel(l.success)}</td><td>${esc(l.operator || "—")}</td><td>${esc(l.reason)}</td></tr>`).join("");
+  detailPpoWarning = e.ppo_used ? `PPO already trained on this label (the update to policy v${e.ppo_used.version}, episodes up to #${e.ppo_used.trained_through_episode_id}): a change now does not undo that update; later updates use the new label` : "";
+  $("#detail-ppo").hidden = !detailPpoWarning;
+  $("#detail-ppo").textContent = detailPpoWarning;
   const discarded = e.status === "discarded";
   $("#detail-discarded").hidden = !discarded;
   $("#detail-discarded").textContent = discarded ? `Discarded ${new Date(e.discarded_at).toLocaleString()}: ${e.discard_reason} — not used for training or statistics.` : "";
@@ -453,17 +536,19 @@ async function showDetail(id) {
   updateButtons();
   if (firstOpen) $("#detail").scrollIntoView({ behavior: "instant", block: "nearest" });
 }
+let detailPpoWarning = "";
 function relabel(success) {
   if (detailId === null) return;
-  const id = detailId, reason = $("#relabel-reason").value.trim() || "relabelled on the page";
-  act(async () => { const r = await post(`/api/episodes/${id}/relabel`, { success, reason }); $("#relabel-reason").value = ""; await showDetail(id); return r; }, `episode ${id} relabelled`);
+  hold("relabel", detailId, { success, reason: $("#relabel-reason").value.trim() || "relabelled on the page" }, detailPpoWarning);
+  $("#relabel-reason").value = "";
 }
 $("#relabel-success").onclick = () => relabel(true);
 $("#relabel-failure").onclick = () => relabel(false);
 $("#discard").onclick = () => {
   const id = detailId, reason = $("#discard-reason").value.trim();
   if (!reason) { toast("say why the episode is discarded (e.g. bad reset); nothing was changed"); $("#discard-reason").focus(); return; }
-  act(async () => { const r = await post(`/api/episodes/${id}/discard`, { reason }); $("#discard-reason").value = ""; await showDetail(id); return r; }, `episode ${id} discarded; restore undoes it`);
+  hold("discard", id, { reason }, detailPpoWarning);
+  $("#discard-reason").value = "";
 };
 $("#restore").onclick = () => { const id = detailId; act(async () => { const r = await post(`/api/episodes/${id}/restore`); await showDetail(id); return r; }, `episode ${id} restored`); };
 $("#save-note").onclick = () => { const id = detailId; act(() => api(`/api/episodes/${id}/note`, { method: "PUT", body: JSON.stringify({ note: $("#note").value }) }), `note on episode ${id} saved`); };
@@ -544,6 +629,7 @@ async function refreshHealth() {
 // --- polling ---------------------------------------------------------------------------------
 const every = (ms, fn) => { const run = () => fn().catch(() => {}).finally(() => setTimeout(run, ms)); run(); };
 function refreshAll() { refreshState().catch(() => {}); refreshHistory().catch(() => {}); if (detailId !== null) showDetail(detailId).catch(() => {}); }
+showOutbox();
 every(300, refreshState);
 every(1500, refreshHistory);
 every(1000, refreshHealth);  // a dead service is on the banner within robot_down_s + 1 s

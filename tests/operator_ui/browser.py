@@ -11,9 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pde_storage import Store
 from tests.helpers import free_port, pde_command, subprocess_env
+from tests.storage.factories import finish_with_videos, make_episode_file
 
 CHROMIUM = "/usr/bin/chromium"
+TASK = "put_green_container_in_bowl"
 # Screenshots of the page go to a scratch folder; set PDE_SCREENSHOT_DIR=bench/results/screenshots
 # to refresh the committed ones (tests never rewrite tracked files by default).
 SHOTS = Path(os.environ.get("PDE_SCREENSHOT_DIR", Path(tempfile.gettempdir()) / "pde-screenshots"))
@@ -39,11 +42,11 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def ui_server(
-    db_url: str, data_dir: Path, token: str, robot_endpoint: str, **settings: str
+    db_url: str, data_dir: Path, token: str, robot_endpoint: str, port: int | None = None, **settings: str
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`pde ui` as a process (``settings``: more PDE_UI_* variables); yields its base URL and the
-    process (to kill it in a test)."""
-    port = free_port()
+    """`pde ui` as a process on ``port`` (a free one when None; ``settings``: more PDE_UI_*
+    variables); yields its base URL and the process (to kill it in a test)."""
+    port = port or free_port()
     log = data_dir / "ui.log"
     env = subprocess_env(
         PDE_UI_DATABASE_URL=db_url,
@@ -131,3 +134,14 @@ def sim_robot_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def ended_episodes(store: Store, n: int, stage: str = "bootstrap") -> list[int]:
+    """``n`` episodes of TASK that ended with a video and await their label (no loop needed)."""
+    store.ensure_task(TASK, "put the green container in the bowl")
+    ids = []
+    for _ in range(n):
+        ep = store.create_episode(TASK, store.prompts(TASK)[0].id, 0, stage)
+        finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
+        ids.append(ep.id)
+    return ids
