@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse
 
 from operator_ui.deps import StoreDep, TokenDep
+from operator_ui.routers.loop import refuse_in_practice
 from operator_ui.schemas import DiscardIn, LabelIn, NoteIn, episode_json, label_json
 from pde_storage import CheckpointRow, EpisodeRow, LabelRow
 
@@ -78,6 +79,7 @@ def get_episode(episode_id: int, store: StoreDep) -> dict[str, Any]:
 @router.post("/{episode_id}/label", dependencies=[TokenDep])
 def label_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str, Any]:
     """The operator's label of an ended episode; a second one is refused (use relabel)."""
+    refuse_in_practice(store)
     lab = store.add_label(
         episode_id, body.success, source="operator", reason=body.reason, operator=body.operator
     )
@@ -87,6 +89,7 @@ def label_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str, 
 @router.post("/{episode_id}/relabel", dependencies=[TokenDep])
 def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str, Any]:
     """Change a label; the earlier ones stay in the history."""
+    refuse_in_practice(store)
     lab = store.add_label(
         episode_id, body.success, source="operator", reason=body.reason, relabel=True, operator=body.operator
     )
@@ -96,6 +99,7 @@ def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str
 @router.post("/{episode_id}/discard", dependencies=[TokenDep])
 def discard_episode(episode_id: int, body: DiscardIn, store: StoreDep) -> dict[str, Any]:
     """Keep the episode but leave it out of training and statistics (undo: restore)."""
+    refuse_in_practice(store)
     return episode_json(store.discard_episode(episode_id, body.reason))
 
 

@@ -131,6 +131,16 @@ setInterval(showStaleness, 200);
 let current = { phase: null, episode: null };
 let awaiting = null;
 let vlmState = { supervisor_running: false, available: false, proposer: "" };
+let autoLabel = false;
+// The running episode: its chunks (counted by the page's server from the robot server's
+// observations) and the time since it started; the buttons that end it.
+const fmtClock = (s) => `${Math.floor(s / 60)}:${String(Math.floor(s % 60)).padStart(2, "0")}`;
+function showRunning(r) {
+  $("#takeover").hidden = !r;
+  if (!r) return;
+  $("#running-info").textContent = `episode #${r.episode_id} · ${r.chunks === null ? "chunks: — (no observation of it from the robot server)" : `${r.chunks} chunk${r.chunks === 1 ? "" : "s"}`} · ${fmtClock(r.elapsed_s)}`;
+  $("#running-info").dataset.chunks = r.chunks === null ? "" : String(r.chunks);
+}
 async function refreshState() {
   const s = await api("/api/state");
   frameStaleS = s.frame_stale_s;
@@ -147,6 +157,9 @@ async function refreshState() {
   $("#episode-id").textContent = ep ? "#" + ep.id : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
   $("#last-error").textContent = operatorText(loop.last_error || "");
+  autoLabel = !!(loop.alive && loop.auto_label);
+  showRunning(s.running);
+  document.body.classList.toggle("awaiting-start", current.phase === "awaiting_start" && !(loop.alive && loop.auto_start));
   vlmState = s.vlm;
   showAwaiting(s.awaiting_label);
   $("#auto-start-note").hidden = !(loop.alive && loop.auto_start);
@@ -169,7 +182,9 @@ function showAwaiting(ep) {
   for (const b of document.querySelectorAll("#awaiting .labelbar button")) b.dataset.episodeId = ep.id;
   $("#label-success .for").textContent = $("#label-failure .for").textContent = "#" + ep.id;
   $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "")
-    : vlmState.available ? '<span class="muted">judging…</span>' : `<span class="muted">none (${vlmState.supervisor_running ? "no VLM configured" : "supervisor not running"})</span>`);
+    : !vlmState.supervisor_running ? '<span class="muted">none (supervisor not running)</span>'
+    : vlmState.proposer === "offline" ? '<span class="muted">no VLM (offline proposer)</span>'
+    : vlmState.available ? '<span class="muted">judging…</span>' : '<span class="muted">none (no VLM configured)</span>');
   if (changed) {
     // Opens on the last frame (what the operator judges); the controls replay the episode.
     const cam = ep.videos.external ? "external" : Object.keys(ep.videos)[0];
@@ -199,6 +214,7 @@ function startBlocker() {
   if (!connected) return "no connection to the page's server";
   if (current.phase !== "awaiting_start") return "";  // the phase says what the loop does
   if ($("#estop").classList.contains("latched")) return "E-STOP latched: release it first";
+  if (practice) return "practice mode: nothing is recorded — “end practice” first";
   if (paused) return "run paused: press “resume run” first";
   if (startInFlight) return "waiting for the loop to take the start…";
   return null;
@@ -208,6 +224,10 @@ function updateButtons() {
   $("#start").disabled = blocker !== null;
   $("#start-why").textContent = blocker || "";
   $("#abort").disabled = !connected || current.phase !== "running";
+  for (const id of ["#end-success", "#end-failure"]) $(id).disabled = !connected || current.phase !== "running" || endSent;
+  $("#home").disabled = !connected || ["starting", "resetting", "running"].includes(current.phase) || $("#estop").classList.contains("latched") || homing;
+  $("#practice").disabled = !connected; $("#practice-end").disabled = !connected;
+  $("#release-banner").disabled = !connected;
   const canLabel = connected && awaiting !== null && pending === null && !outboxHolds(awaiting.id);
   $("#discard-awaiting").disabled = !canLabel;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
@@ -257,35 +277,81 @@ $("#cue-notify").onchange = () => { if ($("#cue-notify").checked && window.Notif
 
 // --- run progress and pause -------------------------------------------------------------------
 let paused = false;
+let practice = false;
 const fmtS = (s) => (s === null || s === undefined ? "—" : s < 90 ? `${Math.round(s)} s` : `${Math.round(s / 60)} min`);
 async function refreshProgress() {
   const r = await api("/api/run");
   paused = r.paused;
+  practice = r.practice;
   const stages = Object.entries(r.stages).map(([t, st]) => `${esc(t)}: <b>${st}</b>`).join(", ") || "—";
-  $("#progress").innerHTML = `<span>stage ${stages}</span><span>episodes today <b>${r.episodes_today}</b></span>
-    <span>per episode <b>${fmtS(r.episode_s)}</b></span>
-    <span>next PPO update ${r.labels_until_update === null ? "—" : `in <b>${r.labels_until_update}</b> labelled RL episodes (ETA ${fmtS(r.update_eta_s)})`}</span>
-    ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused ? '<span class="badge paused">PAUSED</span>' : ""}
+  const at = (s) => (s === null ? "" : new Date(Date.now() + 1000 * s).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  const target = r.episodes_target === null ? `<b>${r.episodes_today}</b>`
+    : `<b>${r.episodes_today}/${r.episodes_target}</b>${r.target_eta_s === null ? "" : r.target_eta_s === 0 ? " (target reached)" : ` (target ~${at(r.target_eta_s)})`}`;
+  const update = r.update_episodes === null ? "—"
+    : `in ${r.update_episodes_max === null ? "" : "at least "}<b>${r.update_episodes}</b>${r.update_episodes_max === null ? "" : `–${r.update_episodes_max}`} episodes` +
+      (r.update_eta_s === null ? "" : ` (ETA ${fmtS(r.update_eta_s)}${r.update_eta_max_s === null ? "" : `–${fmtS(r.update_eta_max_s)}`})`);
+  $("#progress").innerHTML = `<span>stage ${stages}</span><span id="episodes-done">episodes today ${target}</span>
+    <span>per episode <b>${fmtS(r.episode_s)}</b></span><span id="cycle" title="start to start of recent episodes: reset, Start and label included">per cycle <b>${fmtS(r.cycle_s)}</b></span>
+    <span id="ppo-eta" title="${esc(r.update_why)}">next PPO update ${update}</span>
+    ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused && !r.practice ? '<span class="badge paused">PAUSED</span>' : ""}
     ${r.auto_label ? '<span class="badge">auto-label</span>' : ""}`;
+  $("#practice-banner").hidden = !r.practice;
+  $("#practice").hidden = r.practice;
   $("#pause").textContent = r.paused ? "resume run" : "pause run";
   updateButtons();
 }
 $("#pause").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: !paused }); paused = r.paused; updateButtons(); return r; },
   paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
+// Practice: the run pauses (the loop records nothing) and the page's server refuses starts, labels
+// and discards; the arm's own buttons stay real. Ending it resumes the run.
+$("#practice").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: true, practice: true }); practice = r.practice; refreshProgress(); return r; },
+  "practice: the run pauses after the episode in hand and nothing is recorded; E-STOP, release and home arm are real");
+$("#practice-end").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: false, practice: false }); practice = false; refreshProgress(); return r; },
+  "practice over: the run goes on");
+
+// --- take over: end the running episode now, home the arm ---------------------------------------
+// "End now" keeps the episode (abort throws it away): the loop stores what ran and the operator's
+// verdict waits in the outbox until the episode has ended, then goes as its label.
+let endSent = false;
+function endNow(success) {
+  const ep = current.episode;
+  if (current.phase !== "running" || !ep || endSent) return;
+  endSent = true; updateButtons();
+  act(async () => {
+    const r = await post("/api/loop/end", { success });
+    if (!autoLabel) saveOutbox([...loadOutbox(), { key: `${Date.now()}-end-${ep.id}`, kind: "label", episodeId: ep.id, success, operator: operatorInput.value.trim(),
+      reason: "ended early on the page", createdMs: Date.now(), error: "", failed: false, waitForEnd: true }]);
+    return r;
+  }, `ending episode #${ep.id} now — ${labelWord(success)}: the arm holds` + (autoLabel ? "; the simulator labels it (auto-label)" : "; the label goes once it is stored"))
+    .finally(() => setTimeout(() => { endSent = false; updateButtons(); }, 2000));
+}
+$("#end-success").onclick = () => endNow(true);
+$("#end-failure").onclick = () => endNow(false);
+// Homing moves the arm: a second click within 5 s confirms, as for the release.
+let homeArmed = null, homing = false;
+function disarmHome() { clearTimeout(homeArmed); homeArmed = null; $("#home").textContent = "home arm"; $("#home").classList.remove("confirm"); }
+$("#home").onclick = () => {
+  if (!homeArmed) { $("#home").textContent = "STAND CLEAR — click again to home"; $("#home").classList.add("confirm"); homeArmed = setTimeout(disarmHome, 5000); return; }
+  disarmHome();
+  homing = true; updateButtons(); toast("homing the arm…");
+  act(() => post("/api/robot/home"), "arm homed").finally(() => { homing = false; updateButtons(); });
+};
 
 // Releasing the e-stop lets the loop move the arm (reset, homing): a second click within 5 s confirms.
 let releaseArmed = null;
 function releaseClicked() {
-  const b = $("#release");
   if (!releaseArmed) {
-    b.textContent = "STAND CLEAR — click again to release"; b.classList.add("confirm");
+    for (const b of [$("#release"), $("#release-banner")]) { b.textContent = "STAND CLEAR — click again to release"; b.classList.add("confirm"); }
     releaseArmed = setTimeout(disarmRelease, 5000);
     return;
   }
   disarmRelease();
   act(() => post("/api/robot/release"), "e-stop released: the arm may move now");
 }
-function disarmRelease() { clearTimeout(releaseArmed); releaseArmed = null; $("#release").textContent = "release e-stop"; $("#release").classList.remove("confirm"); }
+function disarmRelease() {
+  clearTimeout(releaseArmed); releaseArmed = null;
+  for (const b of [$("#release"), $("#release-banner")]) { b.textContent = "release e-stop"; b.classList.remove("confirm"); }
+}
 
 // The start is an intent the loop takes (or refuses) a moment later: the toast reports what the loop
 // did with this very intent (its state's `last_start`), never "started" before it has.
@@ -339,6 +405,7 @@ function describe(x) {
 }
 // Holds one action for undo; `warn` (PPO already used the label) is repeated in the held text.
 function hold(kind, episodeId, fields, warn = "") {
+  if (practice) { toast(`practice: that would have been the ${describe({ kind, episodeId, ...fields })}; nothing was sent`); return; }
   if (pending) { toast(`one change at a time: ${describe(loadOutbox().find((x) => x.key === pending.key) || {})} is still held (Undo or send now)`); return; }
   const x = { key: `${Date.now()}-${Math.random().toString(36).slice(2)}`, kind, episodeId, operator: operatorInput.value.trim(), reason: "", ...fields, createdMs: Date.now(), error: "", failed: false };
   saveOutbox([...loadOutbox(), x]);
@@ -385,7 +452,13 @@ async function flushOutbox() {
   flushing = true;
   try {
     for (const x of loadOutbox()) {
-      if ((pending && x.key === pending.key) || x.failed || x.waitForEnd) continue;
+      if ((pending && x.key === pending.key) || x.failed) continue;
+      if (x.waitForEnd) {  // "end now": its label goes once the loop has stored the episode
+        let status = "running";
+        try { status = (await api(`/api/episodes/${x.episodeId}`)).status; } catch (e) { break; }
+        if (status === "running") continue;
+        updateEntry(x.key, { waitForEnd: false });
+      }
       try {
         await post(`/api/episodes/${x.episodeId}/${ENDPOINT[x.kind]}`, entryBody(x));
         dropEntry(x.key);
@@ -441,6 +514,7 @@ $("#send-label").onclick = sendPending;
 $("#discard-awaiting").onclick = discardAwaiting;
 $("#estop").onclick = estop;
 $("#release").onclick = releaseClicked;
+$("#release-banner").onclick = releaseClicked;
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
 document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
@@ -569,15 +643,23 @@ async function refreshPools() {
   $("#pools").innerHTML = parts.join("") || '<p class="muted">no tasks yet (the loop creates them)</p>';
   for (const b of document.querySelectorAll("#pools button.admit")) b.onclick = () => act(() => post(`/api/prompts/${b.dataset.promptId}/admit`), "prompt admitted to the pool");
   const curves = await Promise.all(tasks.map(async (t) => [t.name, await api(`/api/tasks/${encodeURIComponent(t.name)}/curves`)]));
-  $("#curves").innerHTML = curves.map(([name, c]) => `<h3>${esc(name)}</h3><div class="plots">
-    ${plot(`canonical-prompt success (last ${c.canonical_window})`, [["canonical", c.canonical_success]], 0, 1, "episode #", "canonical-prompt success")}
-    ${plot("success per prompt (cumulative)", Object.entries(c.prompt_success), 0, 1, "episode #")}
-    ${plot("α", [["α", c.alpha]], 0, 1, "labelled episodes")}${plot("pool size", [["pool", c.pool_size]], 0, null, "labelled episodes")}</div>`).join("");
+  $("#curves").innerHTML = curves.map(([name, c]) => {
+    const byEpisode = c.ppo_updates.map((m) => ({ x: m.trained_through_episode_id, label: `v${m.version}` }));
+    const byLabelled = c.ppo_updates.map((m) => ({ x: m.labelled_episodes, label: `v${m.version}` }));
+    const versions = c.success_by_version.map((v) => `<span data-version="${v.version}">policy v${v.version}: <b>${Math.round(100 * v.success_rate)}%</b> of ${v.n_episodes}</span>`).join(" · ");
+    return `<h3>${esc(name)}</h3><div class="plots">
+    ${plot(`canonical-prompt success (last ${c.canonical_window})`, [["canonical", c.canonical_success]], 0, 1, "episode #", "canonical-prompt success", byEpisode)}
+    ${plot("success per prompt (cumulative)", Object.entries(c.prompt_success), 0, 1, "episode #", undefined, byEpisode)}
+    ${plot("α", [["α", c.alpha]], 0, 1, "labelled episodes", undefined, byLabelled)}${plot("pool size", [["pool", c.pool_size]], 0, null, "labelled episodes", undefined, byLabelled)}</div>
+    <p class="by-version" data-task="${esc(name)}">success per policy version: ${versions || "—"}${c.ppo_updates.length ? " · dashed lines: PPO updates (the newest episode in each batch)" : ""}</p>`;
+  }).join("");
 }
 
 // One SVG line per series ([name, [[x, y], ...]]); `key` names the plot for tests (data-title).
 const COLOURS = ["#2456d6", "#d66a24", "#1f7a3a", "#8a2be2", "#b3261e", "#008b8b"];
-function plot(title, series, yMin, yMax, xLabel, key = title) {
+// Several series get a legend (colour → name) under the plot; `marks` ([{x, label}]) are dashed
+// vertical lines, the PPO updates.
+function plot(title, series, yMin, yMax, xLabel, key = title, marks = []) {
   const W = 300, H = 140, L = 34, R = 8, T = 18, B = 20;
   const all = series.flatMap(([, pts]) => pts);
   const n = series.length === 1 ? series[0][1].length : all.length;
@@ -592,12 +674,17 @@ function plot(title, series, yMin, yMax, xLabel, key = title) {
     return `<path d="${d}" fill="none" stroke="${c}" stroke-width="2"><title>${esc(name)}</title></path>` +
       (pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(name)}: ${(+p[1]).toFixed(2)} at ${xLabel} ${p[0]}</title></circle>`).join("") : "");
   }).join("");
+  const ppo = marks.filter((m) => m.x >= x0 && m.x <= x1).map((m) => `<g class="ppo-mark" data-version="${esc(m.label)}"><line x1="${sx(m.x).toFixed(1)}" y1="${T}" x2="${sx(m.x).toFixed(1)}" y2="${H - B}" stroke="#8a2be2" stroke-dasharray="3 3"/>` +
+    `<text x="${(sx(m.x) + 2).toFixed(1)}" y="${T + 9}" style="fill:#8a2be2">${esc(m.label)}</text><title>PPO update to ${esc(m.label)} (batch through ${xLabel} ${m.x})</title></g>`).join("");
   const last = series.length === 1 ? ` (last ${(+ys[ys.length - 1]).toFixed(2)})` : "";
-  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="${n}">
+  const svg = `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="${n}">
     <text x="${L}" y="12">${esc(title)}${last}</text>
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#ccd"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#ccd"/>
     <text x="2" y="${T + 8}">${(+hi).toFixed(2)}</text><text x="2" y="${H - B}">${(+lo).toFixed(2)}</text>
-    <text x="${L}" y="${H - 4}">${esc(xLabel)} ${x0}</text><text x="${W - R - 40}" y="${H - 4}">${x1}</text>${lines}</svg>`;
+    <text x="${L}" y="${H - 4}">${esc(xLabel)} ${x0}</text><text x="${W - R - 40}" y="${H - 4}">${x1}</text>${ppo}${lines}</svg>`;
+  if (series.length < 2) return svg;
+  const legend = series.map(([name], k) => `<span><i style="background:${COLOURS[k % COLOURS.length]}"></i>${esc(name)}</span>`).join("");
+  return `<figure>${svg}<figcaption class="legend" data-for="${esc(key)}">${legend}</figcaption></figure>`;
 }
 
 // --- health ----------------------------------------------------------------------------------

@@ -30,7 +30,10 @@ def test_a_label_held_when_the_page_server_dies_is_sent_when_it_is_back(page: Pa
         [eid] = ended_episodes(store, 1)
     robot, port = f"tcp://127.0.0.1:{free_port()}", free_port()
     # A 6 s undo window: the kill comes well inside it (checked below: nothing was sent before).
-    with ui_server(url, tmp_path, TOKEN, robot, port=port, PDE_UI_LABEL_UNDO_S="6") as (base, proc):
+    with ui_server(url, tmp_path, TOKEN, robot, PDE_UI_PORT=str(port), PDE_UI_LABEL_UNDO_S="6") as (
+        base,
+        proc,
+    ):
         page.goto(f"{base}/#token={TOKEN}")
         expect(page.locator("#awaiting")).to_have_attribute("data-episode-id", str(eid), timeout=15_000)
         _set_name(page, "ana")
@@ -48,7 +51,7 @@ def test_a_label_held_when_the_page_server_dies_is_sent_when_it_is_back(page: Pa
     with Store.open(url, tmp_path / "media") as store:
         assert store.labels(eid) == []
     # ... and the next visit, once the server is back, sends what this browser kept.
-    with ui_server(url, tmp_path, TOKEN, robot, port=port) as (base, _):
+    with ui_server(url, tmp_path, TOKEN, robot, PDE_UI_PORT=str(port)) as (base, _):
         page.goto(base)
         expect(page.locator("#toast")).to_contain_text(f"label #{eid} failure by ana: sent", timeout=20_000)
         expect(page.locator("#outbox-banner")).to_be_hidden()
