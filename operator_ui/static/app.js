@@ -675,7 +675,7 @@ function plot(title, series, yMin, yMax, xLabel, key = title, marks = []) {
       (pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(name)}: ${(+p[1]).toFixed(2)} at ${xLabel} ${p[0]}</title></circle>`).join("") : "");
   }).join("");
   const ppo = marks.filter((m) => m.x >= x0 && m.x <= x1).map((m) => `<g class="ppo-mark" data-version="${esc(m.label)}"><line x1="${sx(m.x).toFixed(1)}" y1="${T}" x2="${sx(m.x).toFixed(1)}" y2="${H - B}" stroke="#8a2be2" stroke-dasharray="3 3"/>` +
-    `<text x="${(sx(m.x) + 2).toFixed(1)}" y="${T + 9}" style="fill:#8a2be2">${esc(m.label)}</text><title>PPO update to ${esc(m.label)} (batch through ${xLabel} ${m.x})</title></g>`).join("");
+    `<text x="${(sx(m.x) + (sx(m.x) > W - R - 24 ? -2 : 2)).toFixed(1)}" y="${T + 9}" text-anchor="${sx(m.x) > W - R - 24 ? "end" : "start"}" style="fill:#8a2be2">${esc(m.label)}</text><title>PPO update to ${esc(m.label)} (batch through ${xLabel} ${m.x})</title></g>`).join("");
   const last = series.length === 1 ? ` (last ${(+ys[ys.length - 1]).toFixed(2)})` : "";
   const svg = `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="${n}">
     <text x="${L}" y="12">${esc(title)}${last}</text>
