@@ -320,7 +320,7 @@ function endNow(success) {
   act(async () => {
     const r = await post("/api/loop/end", { success });
     if (!autoLabel) saveOutbox([...loadOutbox(), { key: `${Date.now()}-end-${ep.id}`, kind: "label", episodeId: ep.id, success, operator: operatorInput.value.trim(),
-      reason: "ended early on the page", createdMs: Date.now(), error: "", failed: false, waitForEnd: true }]);
+      reason: "ended early on the page", createdMs: Date.now(), dueMs: 0, error: "", failed: false, waitForEnd: true }]);
     return r;
   }, `ending episode #${ep.id} now — ${labelWord(success)}: the arm holds` + (autoLabel ? "; the simulator labels it (auto-label)" : "; the label goes once it is stored"))
     .finally(() => setTimeout(() => { endSent = false; updateButtons(); }, 2000));
@@ -407,7 +407,7 @@ function describe(x) {
 function hold(kind, episodeId, fields, warn = "") {
   if (practice) { toast(`practice: that would have been the ${describe({ kind, episodeId, ...fields })}; nothing was sent`); return; }
   if (pending) { toast(`one change at a time: ${describe(loadOutbox().find((x) => x.key === pending.key) || {})} is still held (Undo or send now)`); return; }
-  const x = { key: `${Date.now()}-${Math.random().toString(36).slice(2)}`, kind, episodeId, operator: operatorInput.value.trim(), reason: "", ...fields, createdMs: Date.now(), error: "", failed: false };
+  const x = { key: `${Date.now()}-${Math.random().toString(36).slice(2)}`, kind, episodeId, operator: operatorInput.value.trim(), reason: "", ...fields, createdMs: Date.now(), dueMs: Date.now() + undoMs, error: "", failed: false };
   saveOutbox([...loadOutbox(), x]);
   pending = { key: x.key, timer: setTimeout(sendPending, undoMs) };
   const then = kind === "label" ? " — then the arm resets: stand clear" : "";
@@ -424,6 +424,7 @@ function labelAwaiting(success, episodeId) {
 function sendPending() {
   const p = pending; if (!p) return;
   clearTimeout(p.timer); pending = null; $("#pending").hidden = true;
+  updateEntry(p.key, { dueMs: 0 });
   $("#label-reason").value = "";
   updateButtons();
   flushOutbox();
@@ -446,13 +447,23 @@ async function alreadyDone(x) {
   const e = await api(`/api/episodes/${x.episodeId}`);
   return x.kind === "discard" ? e.status === "discarded" : x.kind === "label" && e.status === "labelled" && e.success === x.success;
 }
+// Every tab of the page flushes the same outbox: an entry is sent once due (another tab's held
+// label waits out its undo window there) and claimed first, so two tabs do not both send it.
+const TAB = Math.random().toString(36).slice(2);
+const CLAIM_MS = 5000;
+function claim(key) {
+  const x = loadOutbox().find((e) => e.key === key);
+  if (!x || (x.claimTab && x.claimTab !== TAB && Date.now() - x.claimMs < CLAIM_MS)) return false;
+  updateEntry(key, { claimTab: TAB, claimMs: Date.now() });
+  return true;
+}
 let flushing = false;
 async function flushOutbox() {
   if (flushing) return;
   flushing = true;
   try {
     for (const x of loadOutbox()) {
-      if ((pending && x.key === pending.key) || x.failed) continue;
+      if ((pending && x.key === pending.key) || x.failed || Date.now() < (x.dueMs || 0) || !claim(x.key)) continue;
       if (x.waitForEnd) {  // "end now": its label goes once the loop has stored the episode
         let status = "running";
         try { status = (await api(`/api/episodes/${x.episodeId}`)).status; } catch (e) { break; }

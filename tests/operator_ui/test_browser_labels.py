@@ -113,9 +113,18 @@ def test_relabel_and_discard_are_held_for_undo_and_warn_when_ppo_used_the_label(
         expect(page.locator("#detail-id")).to_have_text(f"#{fresh}", timeout=10_000)
         expect(ppo).to_be_hidden()
 
-        # Labelled elsewhere meanwhile (another tab): the refusal names the label until dropped.
+        # A second tab shares the outbox but never sends a label held in the first one's undo window.
         page.keyboard.press("s")
         expect(page.locator("#pending")).to_contain_text(f"Labelling #{waiting} success")
+        with page.expect_popup() as opened:  # a second tab of the same browser (its localStorage)
+            page.evaluate(f"window.open('{base}/')")
+        other = opened.value
+        expect(other.locator("#awaiting")).to_have_attribute("data-episode-id", str(waiting), timeout=15_000)
+        other.evaluate("flushOutbox()")
+        assert store.labels(waiting) == []
+        other.close()
+
+        # Labelled elsewhere meanwhile (another tab): the refusal names the label until dropped.
         store.add_label(waiting, False, operator="dee")
         page.locator("#send-label").click()
         banner = page.locator("#outbox-banner")
