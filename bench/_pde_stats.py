@@ -224,6 +224,98 @@ def completeness(arms: Mapping[str, Mapping[str, Any]], final_env_episodes: int)
     }
 
 
+# Exploratory contrasts that say *why* (issue 22 item 7), beside the pre-registered primary one: each
+# isolates one part of PDE. Reported only over runs both arms finished (paired), never used to pick.
+SECONDARY = (
+    ("pde_mixed", "pde_canonical", "the ratio: mixed - canonical-only, both with the search"),
+    ("oracle", "pde_mixed", "the proposer: the SFT training wordings as the pool - the paraphraser's"),
+    ("oracle", "noise", "an upper bound on the search: the training wordings as the pool - action noise"),
+    ("pde_canonical", "noise", "the search alone: canonical-only ratio with the search - action noise"),
+)
+
+
+def secondary_contrasts(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``SECONDARY`` contrasts that have >= 2 runs finished in both arms, paired on (SFT seed,
+    RL seed); the others listed with how many pairs they have."""
+    out: list[dict[str, Any]] = []
+    for a, b, meaning in SECONDARY:
+        rows_a = arms[a]["per_seed"] if a in arms else []
+        rows_b = arms[b]["per_seed"] if b in arms else []
+        both = set(_gains(rows_a)) & set(_gains(rows_b))
+        head = {"contrast": f"{a} gain - {b} gain (final checkpoint)", "meaning": meaning}
+        if len(both) < 2:
+            out.append({**head, "n_seeds": len(both), "mean": None, "ci95": None})
+            continue
+        pick_a = [r for r in rows_a if (r.get("sft_seed"), r["seed"]) in both]
+        pick_b = [r for r in rows_b if (r.get("sft_seed"), r["seed"]) in both]
+        out.append({**head, **contrast(pick_a, pick_b)})
+    return out
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def run_mechanism(result: Mapping[str, Any]) -> dict[str, Any]:
+    """What one run's PPO updates logged: when RL began, how alpha moved, how much of the RL stage
+    went to pool prompts and how they and the canonical prompt succeeded in training."""
+    its = [it for it in result.get("iterations", []) if "alpha" in it]
+    prompts = result.get("prompts", [])
+    pooled = [p for p in prompts if p.get("status") == "pool"]
+    # weighted by each update's rollouts: a share times its batch is a count of episodes
+    share = [float(it.get("pool_prompt_share", 0.0)) for it in its]
+    return {
+        "sft_seed": result.get("sft_seed"),
+        "seed": result.get("seed"),
+        "n_updates": len(its),
+        "env_episodes_at_first_update": int(its[0]["env_episodes"]) if its else None,
+        "alpha": [round(float(it["alpha"]), 4) for it in its],
+        "pool_size_end": int(its[-1].get("pool_size", 0)) if its else len(pooled),
+        "proposals_admitted": len(pooled),
+        "proposals_rejected": sum(p.get("status") == "rejected" for p in prompts),
+        "pool_prompt_share_mean": _mean(share),
+        "pool_success_mean": _mean(
+            [float(it["pool_success"]) for it in its if it.get("pool_success") is not None]
+        ),
+        "canonical_success_train": [
+            None if it.get("canonical_success") is None else round(float(it["canonical_success"]), 4)
+            for it in its
+        ],
+    }
+
+
+def mechanism(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per arm: each run's ``run_mechanism`` and their means (alpha at the first and last update, the
+    pool's share of RL rollouts and its training success, episodes spent before the first update)."""
+    out: dict[str, Any] = {}
+    for name, arm in arms.items():
+        runs = [run_mechanism(r) for r in arm["per_seed"]]
+        with_alpha = [r for r in runs if r["alpha"]]
+        out[name] = {
+            "runs": runs,
+            "mean_env_episodes_at_first_update": _mean(
+                [
+                    r["env_episodes_at_first_update"]
+                    for r in runs
+                    if r["env_episodes_at_first_update"] is not None
+                ]
+            ),
+            "mean_updates": _mean([r["n_updates"] for r in runs]),
+            "mean_alpha_first": _mean([r["alpha"][0] for r in with_alpha]),
+            "mean_alpha_last": _mean([r["alpha"][-1] for r in with_alpha]),
+            "mean_pool_prompt_share": _mean(
+                [r["pool_prompt_share_mean"] for r in runs if r["pool_prompt_share_mean"] is not None]
+            ),
+            "mean_pool_success": _mean(
+                [r["pool_success_mean"] for r in runs if r["pool_success_mean"] is not None]
+            ),
+            "mean_canonical_success_train": _mean(
+                [x for r in runs for x in r["canonical_success_train"] if x is not None]
+            ),
+        }
+    return out
+
+
 # --- overlap between proposals and the SFT training wordings ------------------------------------
 
 
@@ -344,6 +436,8 @@ def add_blocks(result: dict[str, Any], premise: Mapping[str, Any]) -> dict[str, 
     result["premise"] = dict(premise)
     result["primary_contrast"] = primary_contrast_block(result["arms"])
     result["arm_stats"] = {name: arm_stats(arm["per_seed"]) for name, arm in result["arms"].items()}
+    result["secondary_contrasts"] = secondary_contrasts(result["arms"])
+    result["mechanism"] = mechanism(result["arms"])
     result.setdefault("frozen", {})["premise_and_proposers"] = frozen_block()
     return result
 

@@ -1,8 +1,8 @@
-"""Wall time of exporting recorded demonstrations to the LeRobotDataset v2.1 layout
-(`pde data export-lerobot`), per video codec. References, same run: reading the episode files and
+"""Wall time of exporting recorded demonstrations to a LeRobotDataset (`pde data export-lerobot`;
+--version v3.0, the default, or v2.1), per video codec. References, same run: reading the episode files and
 decoding every JPEG frame (the input side alone), and the real-time duration of the exported rows.
 
-    .venv/bin/python bench/bench_lerobot_export.py --in data/demos [--vcodecs libsvtav1,h264]
+    .venv/bin/python bench/bench_lerobot_export.py --in data/demos [--vcodecs libsvtav1,h264] [--version v2.1]
 writes bench/results/lerobot_export.json. Without --in it first records --episodes-per-task expert
 episodes per task at 224x224 into a temporary folder (not timed).
 """
@@ -50,6 +50,7 @@ def main() -> int:
     p.add_argument("--in", dest="in_dir", help="folder of episode files (default: record some first)")
     p.add_argument("--episodes-per-task", type=int, default=4, help="without --in: demos to record per task")
     p.add_argument("--vcodecs", default="libsvtav1,h264")
+    p.add_argument("--version", default="v3.0", choices=["v3.0", "v2.1"], help="the LeRobotDataset layout")
     args = p.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,7 +63,7 @@ def main() -> int:
         runs = {}
         for codec in args.vcodecs.split(","):
             out = Path(tmp) / f"lerobot-{codec}"
-            report = export_lerobot(in_dir, out, ExportConfig(vcodec=codec))
+            report = export_lerobot(in_dir, out, ExportConfig(vcodec=codec, version=args.version))
             fps = json.loads((out / "meta/info.json").read_text())["fps"]
             runs[codec] = {
                 "wall_s": round(report.wall_s, 1),
@@ -75,6 +76,7 @@ def main() -> int:
             shutil.rmtree(out)
     out_json = {
         "bench": "lerobot_export",
+        "version": args.version,
         "input": str(
             args.in_dir or f"{args.episodes_per_task} expert demos per task, 224x224, recorded here"
         ),
@@ -91,7 +93,7 @@ def main() -> int:
         },
         "command": "python bench/bench_lerobot_export.py "
         + (f"--in {args.in_dir}" if args.in_dir else f"--episodes-per-task {args.episodes_per_task}")
-        + f" --vcodecs {args.vcodecs}",
+        + f" --vcodecs {args.vcodecs} --version {args.version}",
     }
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(out_json, indent=1) + "\n")

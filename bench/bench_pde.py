@@ -150,6 +150,20 @@ def markdown_table(result: dict[str, Any]) -> str:
     if pc:
         what = gain(pc) if pc["mean"] is not None else f"not yet: {pc['reason']}"
         lines.append(f"\nPrimary contrast, {pc['definition']}, over {pc['n_seeds']} paired runs: {what}")
+    for sc in result.get("secondary_contrasts", []):
+        if sc["mean"] is not None:
+            lines.append(f"Exploratory, {sc['meaning']}, over {sc['n_seeds']} paired runs: {gain(sc)}")
+    mech = result.get("mechanism", {})
+    for name, m in mech.items():
+        if m["mean_alpha_first"] is None or name == "noise":
+            continue
+        first, last = m["mean_alpha_first"], m["mean_alpha_last"]
+        lines.append(
+            f"`{name}`: first PPO update after {m['mean_env_episodes_at_first_update']:.0f} episodes "
+            f"(mean), {m['mean_updates']:.1f} updates, alpha {first:.2f} -> {last:.2f}, pool prompts "
+            f"{m['mean_pool_prompt_share']:.0%} of RL rollouts at {m['mean_pool_success']:.0%} success "
+            f"(canonical prompt in training: {m['mean_canonical_success_train']:.0%})"
+        )
     done = result.get("completeness")
     if done:
         lines.append(

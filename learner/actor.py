@@ -1,32 +1,45 @@
 """Actor: runs one episode on the robot server with the policy in-process.
 
-Per chunk: latest observation -> policy.sample(obs, rollout prompt) -> submit the chunk -> wait until
-the server has executed it -> record (observation, actions, the policy's trace: log_prob, value,
-chain; the inference time and the send time). The finished
-episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal reward comes
-later from the label (``learner.rewards.reward_from_label``).
+Per chunk: latest observation -> policy.sample(obs, rollout prompt) -> submit the chunk -> record
+(observation, actions, the policy's trace: log_prob, value, chain; the inference time, the send
+time, and the rows of the chunk that ran). When the next observation is taken is
+``ActorSettings.chunk_timing``:
+
+- ``overlapped``: while the chunk runs, as many ticks before its end as the slowest inference so far
+  took (plus a margin). The next chunk is inferred while the arm moves, says which server tick its
+  row 0 was meant for (``first_row_tick``), and takes over at the next tick with the row meant for
+  that tick: the rows meant for ticks that ran meanwhile are skipped, by the server (pde_contract.seam).
+- ``sync``: after the chunk has finished; the arm holds still while the policy infers.
+
+The finished episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal
+reward comes later from the label (``learner.rewards.reward_from_label``).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.policies.base import ChunkSample, ObsBatch, Policy
 from pde_contract.client import RobotServerError
 from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
-from pde_contract.messages import ActionChunk, ChunkAccepted, ErrorCode, Observation, Status
+from pde_contract.messages import ActionChunk, ChunkAccepted, ErrorCode, Observation, ServerInfo, Status
+from pde_contract.seam import inference_lead_ticks, rows_run
 
 log = logging.getLogger(__name__)
 
 
 class RobotClientLike(Protocol):
     """The part of pde_contract.client.RobotClient the actor uses."""
+
+    info: ServerInfo | None  # from connect(): the server's pacing decides whether chunks overlap
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted: ...
     def reset(self, task: str = "", seed: int | None = None) -> None: ...
@@ -62,6 +75,28 @@ class ActorSettings(BaseSettings):
     """End the episode early when the simulator reports task success (hardware never reports it)."""
     deterministic: bool = False
     """Sample the mean chunk (evaluation) instead of a stochastic chain."""
+    chunk_timing: Literal["overlapped", "sync"] = "overlapped"
+    """'overlapped': infer the next chunk while the current one runs and let it take over at the
+    seam, rows already in the past skipped (the arm never holds for the policy). 'sync': infer
+    after each chunk has finished (the arm holds still for the inference time at every chunk
+    end). A server with fast pacing (sim) always runs 'sync': there a chunk's rows outpace any
+    inference, and observations inside a chunk carry no camera frames."""
+    overlap_margin_ticks: int = 1
+    """'overlapped': the next observation is taken this many control ticks earlier than the slowest
+    of the last ``overlap_window_chunks`` inferences needed, so a slower one still lands before the
+    seam. Each chunk then runs its rows less about (inference ticks + this margin)."""
+    overlap_window_chunks: int = 3
+    """'overlapped': how many recent inference times the lead is taken from (one slow outlier,
+    a load spike, then stops cutting chunks short after this many chunks)."""
+
+
+@dataclass
+class _Running:
+    """The chunk the server runs now, and where its record will say which rows ran."""
+
+    record: ChunkRecord
+    accepted: ChunkAccepted
+    n_rows: int
 
 
 def policy_trace(sample: ChunkSample, i: int) -> PolicyTrace:
@@ -125,8 +160,9 @@ class Actor:
                 log.warning("skipping observation %d: %s", obs.seq, e)
                 obs = self._fresh_observation(obs.seq)
 
-    def _wait_chunk_done(self, seq: int, should_stop: Callable[[], bool]) -> bool:
-        """Wait until chunk ``seq`` has run; False when ``should_stop()`` said stop first."""
+    def _wait_chunk_done(self, seq: int, should_stop: Callable[[], bool], rows_left: int = 0) -> bool:
+        """Wait until chunk ``seq`` has run (or has at most ``rows_left`` rows still to run); False
+        when ``should_stop()`` said stop first."""
         cfg = self.settings
         deadline = time.monotonic() + cfg.chunk_timeout_s
         last_reply_s = time.monotonic()
@@ -158,11 +194,33 @@ class Actor:
             last_reply_s = time.monotonic()
             if status.estopped:
                 raise RuntimeError(f"e-stop latched during the episode: {status.estop_reason}")
-            if status.executing_chunk_seq != seq or status.steps_remaining == 0:
+            if status.executing_chunk_seq != seq or status.steps_remaining <= rows_left:
                 return True
             if time.monotonic() > deadline:
                 raise TimeoutError(f"chunk {seq} still executing after {self.settings.chunk_timeout_s} s")
             time.sleep(self.settings.poll_period_s)
+
+    def _overlapping(self) -> bool:
+        info = self.client.info
+        if self.settings.chunk_timing == "sync":
+            return False
+        if info is not None and info.pacing == "fast":
+            log.info("the robot server paces fast: chunks run 'sync' (rows outpace inference there)")
+            return False
+        return True
+
+    def _submit(self, chunk: ActionChunk) -> ChunkAccepted:
+        """Submit; a chunk whose rows are all in the past (an inference slower than the running
+        chunk's rows) is sent again from row 0: the arm has been holding since that chunk ended."""
+        try:
+            return self.client.submit_chunk(chunk)
+        except RobotServerError as e:
+            if e.code is not ErrorCode.STALE or chunk.first_row_tick < 0:
+                raise
+            log.warning("chunk %d: %s; starting it from row 0", chunk.seq, e)
+            self._seq += 1
+            chunk.seq, chunk.first_row_tick = self._seq, -1
+            return self.client.submit_chunk(chunk)
 
     def run_episode(
         self,
@@ -183,20 +241,48 @@ class Actor:
         cfg = self.settings
         if cfg.reset_before_episode:
             self.client.reset(task=task, seed=seed)
+        overlapping = self._overlapping()
         chunks: list[ChunkRecord] = []
         success: bool | None = None
-        last_seq = -1
+        running: _Running | None = None
+        recent_inference_s: collections.deque[float] = collections.deque(
+            maxlen=max(1, cfg.overlap_window_chunks)
+        )
         self.client.start_heartbeat(cfg.heartbeat_period_s)
         try:
-            obs = self._fresh_observation(last_seq)
+            obs = self._fresh_observation(-1)
             for _ in range(max_chunks):
                 if should_stop():
                     self.client.stop()
+                    running = None
                     break
+                if running is not None:
+                    seq = running.accepted.seq
+                    if overlapping:
+                        lead = inference_lead_ticks(
+                            max(recent_inference_s), cfg.control_rate_hz, cfg.overlap_margin_ticks
+                        )
+                        if not self._wait_chunk_done(seq, should_stop, rows_left=lead):
+                            self.client.stop()
+                            running = None
+                            break
+                        obs = self._fresh_observation(obs.seq)
+                    else:
+                        if not self._wait_chunk_done(seq, should_stop):
+                            self.client.stop()
+                            running = None
+                            break
+                        obs = self._fresh_observation(obs.seq, after_chunk_seq=seq)
+                    success = obs.task_success
+                    if success and cfg.stop_on_success:
+                        if not overlapping:
+                            running = None  # it has run: nothing left to wait for
+                        break  # an overlapped one finishes below, as a sync one has
                 obs, batch = self._usable_observation(policy, obs)
                 t0 = time.perf_counter()
                 sample = policy.sample(batch, [rollout_prompt], deterministic=cfg.deterministic)
                 inference_s = time.perf_counter() - t0
+                recent_inference_s.append(inference_s)
                 self._seq += 1
                 chunk = ActionChunk(
                     seq=self._seq,
@@ -205,25 +291,34 @@ class Actor:
                     actions=sample.actions[0],
                     control_rate_hz=cfg.control_rate_hz,
                     sent_time_s=time.time(),
+                    # The first chunk is inferred while the arm holds still: nothing to skip.
+                    first_row_tick=obs.tick if overlapping and running is not None else -1,
                 )
-                self.client.submit_chunk(chunk)
-                chunks.append(
-                    ChunkRecord(
-                        observation=obs,
-                        actions=sample.actions[0],
-                        trace=policy_trace(sample, 0),
-                        inference_s=inference_s,
-                        sent_time_s=chunk.sent_time_s,
+                accepted = self._submit(chunk)
+                if running is not None:
+                    running.record.rows_run = rows_run(
+                        running.accepted.rows_skipped,
+                        running.n_rows,
+                        running.accepted.start_tick,
+                        accepted.start_tick,
                     )
+                record = ChunkRecord(
+                    observation=obs,
+                    actions=sample.actions[0],
+                    trace=policy_trace(sample, 0),
+                    inference_s=inference_s,
+                    sent_time_s=chunk.sent_time_s,
+                    rows_run=rows_run(accepted.rows_skipped, len(chunk.actions), accepted.start_tick, None),
                 )
-                if not self._wait_chunk_done(chunk.seq, should_stop):
+                chunks.append(record)
+                running = _Running(record, accepted, len(chunk.actions))
+            if running is not None:
+                # The last chunk runs to its end (its record already says so).
+                if not self._wait_chunk_done(running.accepted.seq, should_stop):
                     self.client.stop()
-                    break
-                last_seq = obs.seq
-                obs = self._fresh_observation(last_seq, after_chunk_seq=chunk.seq)
-                success = obs.task_success
-                if success and cfg.stop_on_success:
-                    break
+                else:
+                    obs = self._fresh_observation(obs.seq, after_chunk_seq=running.accepted.seq)
+                    success = obs.task_success
         finally:
             self.client.stop_heartbeat()
         return EpisodeFile(

@@ -1,20 +1,25 @@
-"""SFT samples from a LeRobotDataset v2.0/v2.1 on disk: what ``pde_storage.lerobot_export`` writes
-(the FR3's 15-entry ``observation.state``, our action columns), or a lab's own dataset of another
-layout read through a mapping file (``LeRobotMapping``, ``--lerobot-map``).
+"""SFT samples from a LeRobotDataset on disk, v3.0 (LeRobot >= 0.4, 0.6.1 included: several
+episodes per parquet file and per video, ``meta/episodes/``, ``meta/tasks.parquet``) or v2.0/v2.1 (one
+parquet file and one video per episode, ``meta/tasks.jsonl``): what ``pde_storage.lerobot_export``
+writes (the FR3's 15-entry ``observation.state``, our action columns), or a lab's own dataset of
+another layout read through a mapping file (``LeRobotMapping``, ``--lerobot-map``).
 
 Each sample is a dataset row's observation (state + camera video frames, decoded with PyAV) and the
 next ``chunk_len`` action rows of its episode (past the end the robot holds, as
 ``learner.sft.action_windows`` does). Rows with ``chunk_row == 0`` only when the dataset has that
 column (ours: the rows whose observation was taken at that instant), else every ``stride``-th row.
-Frames are re-encoded as JPEG into ``Observation`` messages, so every policy preprocesses them
+A row's video frame is the one shown at the row's ``timestamp`` (plus, in v3.0, the episode's
+``from_timestamp`` in its shared video file), within LeRobot's ``tolerance_s``, as LeRobot looks it
+up. Frames are re-encoded as JPEG into ``Observation`` messages, so every policy preprocesses them
 exactly as it does the robot's.
 """
 
 from __future__ import annotations
 
 import json
+import string
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ from typing import Any
 import av
 import cv2
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -36,10 +42,11 @@ from pde_contract.messages import (
 from pde_storage.lerobot_export import ACTION_NAMES
 
 IMAGE_PREFIX = "observation.images."
-# The layouts read here: meta/tasks.jsonl and one parquet file and one video per episode (v2.1 only
-# added per-episode statistics to v2.0, which are not read). LeRobot >= 0.4 writes v3.0: several
-# episodes per file, meta/tasks.parquet, meta/episodes/.
-VERSIONS = ("v2.0", "v2.1")
+# The layouts read here. v2.0 and v2.1 differ only in per-episode statistics (not read); v3.0 is
+# what LeRobot 0.4 and later (0.6.1 included) record and read.
+VERSIONS = ("v2.0", "v2.1", "v3.0")
+# LeRobot's default LeRobotDataset(tolerance_s=...): a row's video frame must be this close in time.
+FRAME_TOLERANCE_S = 1e-4
 
 
 class DatasetError(ValueError):
@@ -318,9 +325,43 @@ def _hold(rows: np.ndarray, action_space: ActionSpace) -> np.ndarray:
     return rows[-1]
 
 
-def _frames(path: Path) -> list[np.ndarray]:
+def video_frames_at(path: Path, times_s: Sequence[float], where: str) -> list[np.ndarray]:
+    """The RGB frames of the video at ``path`` shown at ``times_s`` (seconds into the file), each the
+    decoded frame nearest in time, no further than FRAME_TOLERANCE_S (LeRobot's rule: seek to the
+    keyframe before the first, decode on past the last)."""
+    if not path.is_file():
+        raise DatasetError(f"{where}: the video {path} is missing; the dataset is incomplete")
+    first, last = min(times_s), max(times_s)
+    decoded: list[np.ndarray] = []
+    shown_s: list[float] = []
     with av.open(str(path)) as container:
-        return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        stream = container.streams.video[0]
+        assert stream.time_base is not None
+        container.seek(max(0, round(first / stream.time_base) - 1), backward=True, stream=stream)
+        for frame in container.decode(stream):
+            if frame.pts is None:
+                continue
+            t = float(frame.pts * stream.time_base)
+            if t < first - FRAME_TOLERANCE_S:
+                continue
+            decoded.append(frame.to_ndarray(format="rgb24"))
+            shown_s.append(t)
+            if t >= last:
+                break
+    if not decoded:
+        raise DatasetError(f"{where}: {path} has no frame between {first:.4f} s and {last:.4f} s")
+    shown = np.asarray(shown_s)
+    out = []
+    for t in times_s:
+        i = int(np.argmin(np.abs(shown - t)))
+        if abs(shown[i] - t) >= FRAME_TOLERANCE_S:
+            raise DatasetError(
+                f"{where}: {path} shows no frame at {t:.4f} s (nearest {shown[i]:.4f} s, tolerance "
+                f"{FRAME_TOLERANCE_S} s); the row timestamps and the video disagree: re-encode the video "
+                "at the dataset's fps or drop this episode"
+            )
+        out.append(decoded[i])
+    return out
 
 
 def _state(v: np.ndarray, t: float) -> RobotState:
@@ -361,6 +402,151 @@ def _columns(table: dict[str, list[Any]], feature: str, size: int, where: str) -
     return cols
 
 
+def _read_info(root: Path) -> dict[str, Any]:
+    info_path = root / "meta" / "info.json"
+    if not info_path.is_file():
+        raise DatasetError(
+            f"{root} is not a LeRobotDataset (no meta/info.json); pass the dataset root, the folder "
+            "that holds meta/ and data/"
+        )
+    info: dict[str, Any] = json.loads(info_path.read_text())
+    found = info.get("codebase_version")
+    if found not in VERSIONS:
+        newer = isinstance(found, str) and found > "v3.0" and found.startswith("v")
+        raise DatasetError(
+            f"{root} is a LeRobotDataset {found or 'with no codebase_version'}; SFT reads the "
+            f"{', '.join(VERSIONS)} layouts. "
+            + (
+                "It was written by a LeRobot newer than 0.6.1: write it again with LeRobot 0.6.1, or "
+                "download the hub dataset's v3.0 files (`hf download REPO --repo-type dataset "
+                "--revision v3.0 --local-dir DIR`)."
+                if newer
+                else "Convert it with LeRobot 0.6.1 (`python -m lerobot.scripts.convert_dataset_v21_to_v30"
+                " --repo-id=REPO`, after LeRobot 0.3's v2.0 -> v2.1 conversion for older ones); the lab's "
+                "own episodes: `pde data export-lerobot` writes v3.0."
+            )
+        )
+    return info
+
+
+@dataclass
+class _EpisodeData:
+    index: int
+    rows: dict[str, list[Any]]  # the episode's rows, in order
+    videos: dict[str, tuple[Path, float]]  # video key -> (file, the episode's start in it, s)
+    where: str  # for messages
+
+
+def _check_templates(root: Path, info: dict[str, Any]) -> None:
+    """The path templates must name the fields of the layout ``codebase_version`` says."""
+    v3 = info["codebase_version"] == "v3.0"
+    fields = (
+        {"chunk_index", "file_index", "video_key"} if v3 else {"episode_chunk", "episode_index", "video_key"}
+    )
+    for key in ("data_path", "video_path"):
+        used = {f for _, f, _, _ in string.Formatter().parse(str(info.get(key) or "")) if f}
+        if used - fields:
+            raise DatasetError(
+                f"{root}/meta/info.json: {key} {info.get(key)!r} is not a {info['codebase_version']} "
+                f"template (it may use {sorted(fields)}); the files and codebase_version disagree: "
+                "fix codebase_version or write the dataset again"
+            )
+
+
+def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> Iterator[_EpisodeData]:
+    """v2.0/v2.1: data/chunk-XXX/episode_XXXXXX.parquet, one video per episode and camera."""
+    chunks_size = int(info.get("chunks_size", 1000))
+    for ep in range(int(info["total_episodes"])):
+        chunk = ep // chunks_size
+        data_path = root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
+        if not data_path.is_file():
+            raise DatasetError(
+                f"{root}: episode {ep}'s rows {data_path} are missing; the dataset is incomplete"
+            )
+        videos = {
+            key: (root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=ep), 0.0)
+            for key in video_keys
+        }
+        yield _EpisodeData(ep, pq.read_table(data_path).to_pydict(), videos, str(data_path))
+
+
+def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> Iterator[_EpisodeData]:
+    """v3.0: meta/episodes/chunk-XXX/file-XXX.parquet says where each episode's rows (data file and
+    index range) and frames (video file and from_timestamp) are; a file holds several episodes."""
+    files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    if not files:
+        raise DatasetError(
+            f"{root}: a v3.0 dataset without meta/episodes/chunk-*/file-*.parquet; it is incomplete"
+        )
+    want = ["episode_index", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
+    for key in video_keys:
+        want += [f"videos/{key}/chunk_index", f"videos/{key}/file_index", f"videos/{key}/from_timestamp"]
+    episodes: list[dict[str, Any]] = []
+    for path in files:
+        table = pq.read_table(path)
+        missing = [c for c in want if c not in table.column_names]
+        if missing:
+            raise DatasetError(f"{path}: the episode index lacks the columns {missing}")
+        episodes += table.select(want).to_pylist()
+    episodes.sort(key=lambda e: int(e["episode_index"]))
+    data: tuple[Path, pa.Table, np.ndarray] | None = None  # the data file being read (in order)
+    for e in episodes:
+        data_path = root / info["data_path"].format(
+            chunk_index=e["data/chunk_index"], file_index=e["data/file_index"]
+        )
+        if data is None or data[0] != data_path:
+            if not data_path.is_file():
+                raise DatasetError(
+                    f"{root}: episode {e['episode_index']}'s rows {data_path} are missing; "
+                    "the dataset is incomplete"
+                )
+            table = pq.read_table(data_path)
+            data = (data_path, table, np.asarray(table.column("index")))
+        _, table, index = data
+        lo, hi = int(e["dataset_from_index"]), int(e["dataset_to_index"])
+        start, stop = int(np.searchsorted(index, lo)), int(np.searchsorted(index, hi))
+        if stop - start != hi - lo or not np.array_equal(index[start:stop], np.arange(lo, hi)):
+            raise DatasetError(
+                f"{data_path}: episode {e['episode_index']} should have the rows index {lo}..{hi - 1}, "
+                "in order; the file does not hold them so"
+            )
+        videos = {
+            key: (
+                root
+                / info["video_path"].format(
+                    video_key=key,
+                    chunk_index=e[f"videos/{key}/chunk_index"],
+                    file_index=e[f"videos/{key}/file_index"],
+                ),
+                float(e[f"videos/{key}/from_timestamp"]),
+            )
+            for key in video_keys
+        }
+        rows = table.slice(start, stop - start).to_pydict()
+        yield _EpisodeData(int(e["episode_index"]), rows, videos, f"{data_path} episode {e['episode_index']}")
+
+
+def _tasks(root: Path, version: str) -> dict[int, str]:
+    if version != "v3.0":
+        return {
+            int(r["task_index"]): r["task"]
+            for r in map(json.loads, (root / "meta" / "tasks.jsonl").read_text().splitlines())
+            if r
+        }
+    # LeRobot writes a pandas frame: task_index, indexed by the task text (stored as column "task")
+    path = root / "meta" / "tasks.parquet"
+    if not path.is_file():
+        raise DatasetError(f"{root}: a v3.0 dataset without meta/tasks.parquet; it is incomplete")
+    table = pq.read_table(path)
+    texts = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    if "task_index" not in table.column_names or not texts:
+        raise DatasetError(
+            f"{root}/meta/tasks.parquet: needs a task_index column and the task texts; it has "
+            f"{table.column_names}"
+        )
+    return dict(zip(table["task_index"].to_pylist(), table[texts[0]].to_pylist(), strict=True))
+
+
 def read_lerobot_dataset(
     root: str | Path,
     chunk_len: int,
@@ -372,19 +558,7 @@ def read_lerobot_dataset(
     """``mapping``: how a dataset of another layout feeds ours (None: our export layout);
     ``cameras``: the policy's, checked against the mapping's before anything is decoded."""
     root = Path(root)
-    info_path = root / "meta" / "info.json"
-    if not info_path.is_file():
-        raise DatasetError(f"{root} is not a LeRobotDataset v2.x (no meta/info.json)")
-    info = json.loads(info_path.read_text())
-    found = info.get("codebase_version")
-    if found not in VERSIONS:
-        raise DatasetError(
-            f"{root} is a LeRobotDataset {found or 'with no codebase_version'}; SFT reads the "
-            f"{' and '.join(VERSIONS)} layouts (meta/tasks.jsonl, one parquet file and one video per "
-            "episode). The lab's own episodes: `pde data export-lerobot` writes v2.1. A hub dataset "
-            "that LeRobot converted to v3.0 keeps its v2.1 files under the git tag v2.1: `hf download "
-            "REPO --repo-type dataset --revision v2.1 --local-dir DIR`"
-        )
+    info = _read_info(root)
     features: dict[str, Any] = info.get("features", {})
     if mapping is None:
         _check_own_layout(root, features, action_space)
@@ -393,42 +567,40 @@ def read_lerobot_dataset(
     else:
         plan = _plan(mapping, action_space, features, root, cameras)
     read = sorted({t.feature for t in plan.state + plan.action if t.feature is not None})
-    tasks = {
-        int(r["task_index"]): r["task"]
-        for r in map(json.loads, (root / "meta" / "tasks.jsonl").read_text().splitlines())
-        if r
-    }
-    chunks_size = int(info.get("chunks_size", 1000))
+    version = info["codebase_version"]
+    _check_templates(root, info)
+    video_keys = sorted(set(plan.videos.values()))
+    episodes = (_episodes_v3 if version == "v3.0" else _episodes_v2)(root, info, video_keys)
+    tasks = _tasks(root, version)
     out = DatasetSamples([], np.zeros((0, chunk_len, ACTION_DIMS[action_space])), [], [])
     windows: list[np.ndarray] = []
-    for ep in range(int(info["total_episodes"])):
-        chunk = ep // chunks_size
-        data_path = root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
-        table = pq.read_table(data_path).to_pydict()
+    for ep in episodes:
+        table = ep.rows
         n_rows = len(table["timestamp"])
-        cols = {f: _columns(table, f, int(features[f]["shape"][0]), str(data_path)) for f in read}
+        cols = {f: _columns(table, f, int(features[f]["shape"][0]), ep.where) for f in read}
         states = np.concatenate([t.read(cols, n_rows) for t in plan.state], axis=1)
         actions = np.concatenate([t.read(cols, n_rows) for t in plan.action], axis=1)
-        frames = {
-            cam: _frames(
-                root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=ep)
-            )
-            for cam, key in plan.videos.items()
-        }
         padded = np.concatenate([actions, np.tile(_hold(actions, action_space), (chunk_len, 1))])
         rows = (
             [i for i, r in enumerate(table["chunk_row"]) if r == 0]
             if "chunk_row" in table
             else list(range(0, n_rows, stride))
         )
-        for i in rows:
+        frames = {}
+        for cam, key in plan.videos.items():
+            path, start_s = ep.videos[key]
+            times = [start_s + float(table["timestamp"][i]) for i in rows]
+            frames[cam] = video_frames_at(path, times, f"{ep.where}, {key}")
+        for k, i in enumerate(rows):
             t = float(table["timestamp"][i])
             cams = []
             for cam, video in frames.items():
-                rgb = video[int(table["frame_index"][i])]
+                rgb = video[k]
                 ok, jpeg = cv2.imencode(".jpg", rgb[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 95])
                 if not ok:
-                    raise DatasetError(f"{root}: episode {ep} frame {i} of {cam} does not encode as JPEG")
+                    raise DatasetError(
+                        f"{root}: episode {ep.index} frame {i} of {cam} does not encode as JPEG"
+                    )
                 h, w = rgb.shape[:2]
                 cams.append(
                     CameraFrame(

@@ -22,20 +22,31 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
 from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
 from pde_contract.job_status import JobStatus, Phase, write_status
-from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT, tasks_file_field
+from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT, DataLayout, data_dir_field, tasks_file_field
 from pde_contract.tasks import load_tasks
 
 
 class LearnerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PDE_LEARNER_", populate_by_name=True)
 
-    checkpoint_dir: str = "data/checkpoints"
-    demo_dir: str = "data/demos"
+    data_dir: Path = data_dir_field("PDE_LEARNER_")
+    checkpoint_dir: str = ""
+    """Empty: <data_dir>/checkpoints (DataLayout), where the loop reads the SFT policy."""
+    demo_dir: str = ""
+    """Empty: <data_dir>/demos (DataLayout), where `pde record` and `pde sim record` write."""
     cmd_endpoint: str = DEFAULT_ROBOT_CMD_ENDPOINT
     tasks_file: str = tasks_file_field()
     """PDE_TASKS_FILE: `sft` trains each demo's task under its canonical prompt there."""
     device: str = "auto"
     """Where the policy runs: auto (CUDA if torch sees a GPU, else CPU), cpu, cuda or cuda:N."""
+
+    @property
+    def checkpoints(self) -> str:
+        return self.checkpoint_dir or str(DataLayout(self.data_dir).checkpoints)
+
+    @property
+    def demos(self) -> str:
+        return self.demo_dir or str(DataLayout(self.data_dir).demos)
 
     @field_validator("device")
     @classmethod
@@ -65,12 +76,12 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     from learner.sft import SFTConfig, run_sft
 
     ap = argparse.ArgumentParser(prog="pde learner sft", description="behaviour cloning from demo episodes")
-    ap.add_argument("--demos", default=settings.demo_dir, help="folder of demonstration episode files")
+    ap.add_argument("--demos", default=settings.demos, help="folder of demonstration episode files")
     ap.add_argument(
         "--lerobot-dataset",
         default="",
         metavar="DIR",
-        help="train on this LeRobotDataset v2.0/v2.1 (FR3 state and action columns, e.g. from "
+        help="train on this LeRobotDataset v3.0 or v2.0/v2.1 (FR3 state and action columns, e.g. from "
         "`pde data export-lerobot`, or another layout with --lerobot-map) instead of --demos",
     )
     ap.add_argument(
@@ -80,9 +91,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         help="TOML/JSON mapping of a --lerobot-dataset of another layout onto our state, actions and "
         "cameras (docs/lerobot_map.example.toml)",
     )
-    ap.add_argument(
-        "--checkpoints", default=settings.checkpoint_dir, help="checkpoint folder (SFT = version 0)"
-    )
+    ap.add_argument("--checkpoints", default=settings.checkpoints, help="checkpoint folder (SFT = version 0)")
     ap.add_argument("--per-task", type=int, default=SFTConfig.episodes_per_task, help="demos per task")
     ap.add_argument("--tasks", default="", help="comma-separated task names (default: all in the demos)")
     ap.add_argument("--steps", type=int, default=SFTConfig.steps)
@@ -212,7 +221,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
 
     ap = argparse.ArgumentParser(prog="pde learner eval", description="success rate of a checkpoint")
     ap.add_argument("--checkpoint", default="", help="checkpoint file (default: latest in --checkpoints)")
-    ap.add_argument("--checkpoints", default=settings.checkpoint_dir)
+    ap.add_argument("--checkpoints", default=settings.checkpoints)
     ap.add_argument("--cmd-endpoint", default=settings.cmd_endpoint)
     ap.add_argument("--task", required=True)
     ap.add_argument("--prompt", required=True, help="canonical prompt of the task")
@@ -300,7 +309,7 @@ def _export_policy(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument(
         "--checkpoint", default="", help="policy checkpoint file (default: latest in --checkpoints)"
     )
-    ap.add_argument("--checkpoints", default=settings.checkpoint_dir)
+    ap.add_argument("--checkpoints", default=settings.checkpoints)
     ap.add_argument("--out", required=True, help="directory to write (created; files in it are replaced)")
     args = ap.parse_args(argv)
     from learner.checkpoints import CheckpointStore

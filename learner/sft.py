@@ -37,7 +37,7 @@ from learner.paraphrases import WordingTable, training_prompt
 from learner.policies.base import ObsBatch, Policy
 from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
-from pde_contract.episodes import EpisodeFile, read_episode
+from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
 from pde_contract.messages import ActionSpace
 from pde_contract.tasks import TaskCatalogue, UnknownTaskError
 
@@ -103,17 +103,22 @@ def select_demo_files(
 
 
 def action_windows(episode: EpisodeFile, chunk_len: int) -> list[np.ndarray]:
-    """For each recorded chunk start, the next ``chunk_len`` rows of the episode's actions; past the
-    end the robot holds (zero deltas, last gripper width)."""
-    rows = np.concatenate([np.asarray(c.actions, dtype=np.float64) for c in episode.chunks])
+    """For each recorded chunk's observation, the next ``chunk_len`` rows the robot ran; past the
+    end the robot holds (zero deltas, last gripper width). Only rows that ran count (overlapped
+    inference skips a chunk's rows in the past and preempts its tail: ``ChunkRecord.rows_run``); a
+    chunk whose first ``k`` rows were skipped was observed ``k`` rows before its first one ran."""
+    ran = [rows_that_ran(c) for c in episode.chunks]
+    rows = np.concatenate(
+        [np.asarray(c.actions, dtype=np.float64)[f:e] for c, (f, e) in zip(episode.chunks, ran, strict=True)]
+    )
     if episode.action_space == ActionSpace.EE_DELTA:
         hold = np.zeros(rows.shape[1])
         hold[-1] = rows[-1, -1]
     else:
         hold = rows[-1]
     padded = np.concatenate([rows, np.tile(hold, (chunk_len, 1))])
-    starts = np.cumsum([0] + [len(c.actions) for c in episode.chunks[:-1]])
-    return [padded[s : s + chunk_len] for s in starts]
+    starts = np.cumsum([0] + [e - f for f, e in ran[:-1]]) - np.array([f for f, _ in ran])
+    return [padded[s : s + chunk_len] for s in np.maximum(starts, 0)]
 
 
 def catalogue_prompts(files: list[Path], catalogue: TaskCatalogue) -> dict[str, str]:

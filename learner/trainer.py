@@ -31,7 +31,7 @@ from learner.ppo import (
     value_loss,
 )
 from learner.rewards import Batch
-from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
+from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace, rows_ran_mask
 
 
 @dataclass
@@ -41,6 +41,7 @@ class RolloutBatch:
     old_log_probs: torch.Tensor  # [N] recorded under the rollout prompt
     old_log_prob_elements: torch.Tensor  # [N, T, D] recorded (NaN where an old episode lacks them)
     old_values: np.ndarray  # [N]
+    rows_ran: torch.Tensor  # [N, T] bool: the rows the robot server ran (ChunkRecord.rows_run)
     rewards: np.ndarray  # [N] chunk-level: the episode reward on its last chunk
     dones: np.ndarray  # [N] 1 on the last chunk of each episode
     episode_index: np.ndarray  # [N] which episode of the batch the chunk belongs to
@@ -87,8 +88,8 @@ def recorded_trace(chunk: ChunkRecord, where: str) -> PolicyTrace:
 
 
 def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
-    observations, chains, logps, elems, values, rewards, dones, ep_index, rps, cps = (
-        [], [], [], [], [], [], [], [], [], []
+    observations, chains, logps, elems, values, rewards, dones, ep_index, rps, cps, ran = (
+        [], [], [], [], [], [], [], [], [], [], []
     )  # fmt: skip
     kept: list[tuple[EpisodeFile, float]] = [(e, r) for e, r in batch if e.chunks]
     for k, (episode, reward) in enumerate(kept):
@@ -106,6 +107,7 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
                 else np.full((t, d), np.nan, np.float32)
             )
             values.append(trace.value)
+            ran.append(rows_ran_mask(chunk, t))
             last = i == len(episode.chunks) - 1
             rewards.append(float(reward) if last else 0.0)
             dones.append(1.0 if last else 0.0)
@@ -125,6 +127,7 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
         old_log_probs=torch.tensor(logps, dtype=torch.float32),
         old_log_prob_elements=torch.from_numpy(np.stack(elems)),
         old_values=np.asarray(values),
+        rows_ran=torch.from_numpy(np.stack(ran)),
         rewards=np.asarray(rewards),
         dones=np.asarray(dones),
         episode_index=np.asarray(ep_index),
@@ -243,6 +246,10 @@ class Trainer:
         old_elems = rb.old_log_prob_elements.clone()
         missing = torch.isnan(old_elems)
         old_elems[missing] = logp_r0[missing]
+        # Rows the robot never ran (overlapped inference: skipped or preempted) leave the ratios.
+        ran = rb.rows_ran.unsqueeze(-1)
+        old_elems, logp_r0, logp_c0 = old_elems * ran, logp_r0 * ran, logp_c0 * ran
+        t_units_ran = (ratio_units(ran.expand(-1, -1, d).float(), cfg.ratio_unit) > 0).to(self.policy.device)
         stats["old_log_prob_reevaluated_frac"] = float(missing.any(-1).any(-1).float().mean())
         old_units = ratio_units(old_elems, cfg.ratio_unit)
         log_w0 = ratio_units(mixed_log_prob(cfg.ratio_variant, logp_r0, logp_c0), cfg.ratio_unit) - old_units
@@ -281,12 +288,14 @@ class Trainer:
                 new_units = ratio_units(
                     mixed_log_prob(
                         cfg.ratio_variant, ev.rollout.log_prob_elements, ev.canonical_log_prob_elements
-                    ),
+                    )
+                    * rb.rows_ran[mb].unsqueeze(-1).to(device),
                     cfg.ratio_unit,
                 )
                 log_ratio, keep = guard_w0(
                     new_units - t_old_units[mb], t_log_w0[mb], cfg.w0_guard, cfg.w0_log_max
                 )
+                keep = keep & t_units_ran[mb]
 
                 pl = clipped_policy_loss(
                     log_ratio, t_adv[mb], cfg.clip_coef, cfg.dual_clip, keep, t_weights[mb]

@@ -10,6 +10,7 @@ from pydantic import PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pde_contract.settings import (
+    DataLayout,
     data_dir_field,
     database_url_field,
     robot_cmd_endpoint_field,
@@ -68,6 +69,9 @@ class UISettings(BaseSettings):
     """A label waits this long on the page (Undo) before it is sent and the loop moves on."""
     service_stale_s: float = 10.0
     """A service whose last heartbeat is older than this is shown as down."""
+    restarted_by: str = ""
+    """Set by a process supervisor that restarts crashed services itself (``pde demo`` sets "pde
+    demo"): a down service's banner then says so instead of giving the command to start it."""
     request_read_timeout_s: float = 5.0
     """A request's headers and body must arrive within this of its first byte (or of the
     connection's opening), else the connection is closed (operator_ui/http_limits.py)."""
@@ -95,7 +99,7 @@ class UISettings(BaseSettings):
 
     @property
     def media_dir(self) -> Path:
-        return self.data_dir / "media"
+        return DataLayout(self.data_dir).media
 
 
 def is_local(host: str) -> bool:

@@ -45,9 +45,10 @@ from tqdm import tqdm
 from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from pde.procs import ProcessGroup, ServiceError
 from pde_contract.job_status import read_status
+from pde_contract.settings import DataLayout
 
 if TYPE_CHECKING:
-    from pde_storage import EpisodeRow, PromptRow
+    from pde_storage import EpisodeRow, PromptRow, Store
 
 # Paper task 4: the one the short SFT learns best (README, "What `make demo` does": 0.38 sampled
 # success, against 0.08 for put_green_container_in_bowl with the same budget).
@@ -66,6 +67,9 @@ IMAGE_SIZE = "128x128"
 # from [0, 2**31), so these are held out in all but name.
 CHECK_SEED = 5000
 DEMO_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")  # as learner/sft.py looks for them
+# A crashed child is started again this many times per service; one more crash stops the run (a
+# service that keeps crashing has a cause a restart will not fix: its log says which).
+MAX_CHILD_RESTARTS = 3
 
 
 class DemoError(RuntimeError):
@@ -345,10 +349,11 @@ class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.data = args.data_dir.resolve()
-        self.logs = self.data / "logs"
+        self.layout = DataLayout(self.data)
+        self.logs = self.layout.logs
         # Demonstrations are cached per layout spread: another spread records (and trains) anew.
-        self.demo_dir = self.data / "demos" / f"spread{args.layout_spread:g}"
-        self.db_url = f"sqlite:///{self.data / 'pde.db'}"
+        self.demo_dir = self.layout.demos / f"spread{args.layout_spread:g}"
+        self.db_url = self.layout.sqlite_url
         self.procs = ProcessGroup(self.logs)
         self.token = os.environ.get("PDE_UI_TOKEN") or secrets.token_urlsafe(18)
         self.last_old_episode_id = 0
@@ -360,6 +365,9 @@ class Demo:
         self.ui_url = f"http://127.0.0.1:{self.ports.ui}/#token={self.token}"
         self.robot_endpoint = f"tcp://127.0.0.1:{self.ports.robot_cmd}"
         self.check_lines: list[str] = []
+        # service -> its health check (for a restart) and how often it was restarted
+        self.health: dict[str, Callable[[], bool]] = {}
+        self.restarts: dict[str, int] = {}
 
     def pde(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "pde", *args]
@@ -381,7 +389,8 @@ class Demo:
             PDE_UI_HOST="127.0.0.1",
             PDE_UI_PORT=str(self.ports.ui),
             PDE_UI_TOKEN=self.token,
-            PDE_LEARNER_CHECKPOINT_DIR=str(self.data / "checkpoints"),
+            PDE_UI_RESTARTED_BY="pde demo",  # the page's banner: crashed services come back by themselves
+            PDE_LEARNER_CHECKPOINT_DIR=str(self.layout.checkpoints),
             PDE_LEARNER_DEMO_DIR=str(self.demo_dir),
             # N (rollouts per prompt): the loop writes it on each task, where the supervisor reads it.
             PDE_LOOP_ROLLOUTS_PER_PROMPT=str(a.rollouts_per_prompt),
@@ -436,7 +445,7 @@ class Demo:
             "--demos",
             str(self.demo_dir),
             "--checkpoints",
-            str(self.data / "checkpoints"),
+            str(self.layout.checkpoints),
             "--tasks",
             ",".join(a.sft_tasks),
             "--per-task",
@@ -481,25 +490,25 @@ class Demo:
                 f"log {self.logs / 'sft.log'}"
             )
         cached = final.cached
-        print(f"SFT policy: {'cached' if cached else 'trained'} in {self.data / 'checkpoints'}", flush=True)
+        print(f"SFT policy: {'cached' if cached else 'trained'} in {self.layout.checkpoints}", flush=True)
         if not cached and not a.prepare_only:
             self.set_aside_previous_run()
 
     def later_checkpoints(self) -> list[Path]:
         """Policy versions after the SFT one (version 0)."""
-        return [path for version, path in checkpoint_files(self.data / "checkpoints").items() if version > 0]
+        return [path for version, path in checkpoint_files(self.layout.checkpoints).items() if version > 0]
 
     def set_aside_previous_run(self) -> None:
         """A new SFT policy (other options, another task) starts a new run: the learner would resume
         from PPO versions of the old policy and mix the old run's episodes into the prompt search,
         so those move, unchanged, to <data>/previous-runs/<time>/."""
-        db = self.data / "pde.db"
-        old = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), self.data / "media") if p.exists()]
+        db = self.layout.sqlite_file
+        old = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), self.layout.media) if p.exists()]
         old += self.later_checkpoints()
         if not old:
             return
         dest = self.data / "previous-runs" / time.strftime("%Y%m%d-%H%M%S")
-        (dest / "checkpoints").mkdir(parents=True, exist_ok=True)
+        DataLayout(dest).checkpoints.mkdir(parents=True, exist_ok=True)  # the same layout inside
         for p in old:
             p.rename(dest / p.relative_to(self.data))
         print(f"the SFT policy changed: the previous run (database, media, later policies) moved to {dest}")
@@ -509,7 +518,7 @@ class Demo:
     def start_services(self) -> None:
         from pde.health import as_probe, check_heartbeat, check_robot_server, check_ui
 
-        a, env, timeout = self.args, self.env(), self.args.startup_timeout_s
+        a = self.args
 
         def healthy(check: Callable[[], str]) -> Callable[[], bool]:
             probe = as_probe(check)
@@ -523,7 +532,7 @@ class Demo:
         # The schema first, once, so the services do not race to migrate the same SQLite file.
         from pde_storage import Store
 
-        with Store.open(self.db_url, self.data / "media") as store:
+        with Store.open(self.db_url, self.layout.media) as store:
             # Episodes of earlier runs are not printed again; with --fast this run's first one can
             # end before the learner reports healthy, so this is read before it starts.
             self.last_old_episode_id = max((e.id for e in store.episodes()), default=0)
@@ -536,14 +545,12 @@ class Demo:
         # would take most of a 2-core CPU. The 1 s watchdog (200 ms on the FR3) keeps a loaded
         # laptop from dropping chunks; it is a simulation.
         server += ["--camera-fps", "10", "--heartbeat-timeout-s", "1.0"]
-        self.procs.start("robot-server", self.pde(*server), env)
-        self.procs.wait_healthy(
-            "robot-server", healthy(lambda: check_robot_server(self.robot_endpoint, 1.0)), timeout
+        self._start(
+            "robot-server", self.pde(*server), healthy(lambda: check_robot_server(self.robot_endpoint, 1.0))
         )
         print("starting the operator page ...", flush=True)
-        self.procs.start("ui", self.pde("ui"), env)
-        self.procs.wait_healthy(
-            "ui", healthy(lambda: check_ui(f"http://127.0.0.1:{self.ports.ui}/healthz", 2.0)), timeout
+        self._start(
+            "ui", self.pde("ui"), healthy(lambda: check_ui(f"http://127.0.0.1:{self.ports.ui}/healthz", 2.0))
         )
         print(f"\n  operator page: {self.ui_url}\n  token: {self.token}\n", flush=True)
 
@@ -558,9 +565,10 @@ class Demo:
         sup_args += ["--offline"] if offline else ["--base-url", a.vlm_base_url]
         if not offline and a.vlm_model:
             sup_args += ["--model", a.vlm_model]
-        self.procs.start("supervisor", self.pde(*sup_args), env)
-        self.procs.wait_healthy(
-            "supervisor", healthy(lambda: check_heartbeat("supervisor", self.db_url, 60.0)), timeout
+        self._start(
+            "supervisor",
+            self.pde(*sup_args),
+            healthy(lambda: check_heartbeat("supervisor", self.db_url, 60.0)),
         )
         print("starting the learner (episode loop + PPO) ...", flush=True)
         loop_args = [
@@ -580,18 +588,51 @@ class Demo:
             loop_args.append("--auto-label")
         if a.max_episodes is not None:
             loop_args += ["--max-episodes", str(a.max_episodes)]
-        self.procs.start("learner", self.pde(*loop_args), env)
-        self.procs.wait_healthy(
-            "learner", healthy(lambda: check_heartbeat("learner", self.db_url, 600.0)), timeout
+        self._start(
+            "learner", self.pde(*loop_args), healthy(lambda: check_heartbeat("learner", self.db_url, 600.0))
         )
         how = "the simulator labels them" if a.auto_label else "label each one on the page"
         print(f"running: episodes start by themselves and {how}; Ctrl-C stops everything.", flush=True)
+
+    def _start(self, name: str, argv: list[str], check: Callable[[], bool]) -> None:
+        self.health[name] = check
+        self.procs.start(name, argv, self.env())
+        self.procs.wait_healthy(name, check, self.args.startup_timeout_s)
+
+    def episodes_done(self, store: Store) -> int:
+        """Episodes of this run that have ended (the learner's --max-episodes counts these)."""
+        return sum(e.status not in ("running",) for e in store.episodes(since_id=self.last_old_episode_id))
+
+    def recover(self, name: str, rc: int | None, store: Store) -> None:
+        """A child crashed: start it again (the loop and the supervisor resume from the database),
+        at most MAX_CHILD_RESTARTS times; then stop the run, saying which service and where its log is."""
+        n = self.restarts.get(name, 0)
+        log = self.procs.services[name].log_path
+        if n >= MAX_CHILD_RESTARTS:
+            raise DemoError(
+                f"{name} crashed {n + 1} times (last exit code {rc}); the run stops here. Its log: {log}\n"
+                f"{self.procs.tail(name)}"
+            )
+        self.restarts[name] = n + 1
+        print(
+            f"pde demo: {name} crashed (exit code {rc}); restarting it ({n + 1} of {MAX_CHILD_RESTARTS}), "
+            f"log {log}",
+            flush=True,
+        )
+        argv = list(self.procs.services[name].argv)
+        if name == "learner" and self.args.max_episodes is not None and "--max-episodes" in argv:
+            # the restarted loop counts from zero: give it only the episodes still to run
+            left = max(1, self.args.max_episodes - self.episodes_done(store))
+            argv[argv.index("--max-episodes") + 1] = str(left)
+        self.procs.restart(name, argv)
+        self.procs.wait_healthy(name, self.health[name], self.args.startup_timeout_s)
+        print(f"pde demo: {name} is back", flush=True)
 
     def watch(self) -> int:
         """Until the learner stops (``--max-episodes``) or a service dies; prints each episode."""
         from pde_storage import Store
 
-        store = Store(self.db_url, self.data / "media", migrate=False)
+        store = Store(self.db_url, self.layout.media, migrate=False)
         seen = self.last_old_episode_id
         try:
             while True:
@@ -612,10 +653,10 @@ class Demo:
                     rc = learner.process.returncode if learner.process else None
                     if rc == 0:
                         return 0
-                    raise DemoError(f"the learner exited with code {rc}:\n{self.procs.tail('learner')}")
+                    self.recover("learner", rc, store)
                 dead = self.procs.first_dead()
                 if dead is not None:
-                    raise DemoError(f"{dead.name} stopped unexpectedly:\n{self.procs.tail(dead.name)}")
+                    self.recover(dead.name, dead.process.returncode if dead.process else None, store)
                 _check_stop()
                 time.sleep(1.0)
         finally:
@@ -627,7 +668,7 @@ class Demo:
         from pde_storage import Store
 
         n = self.args.canonical_check_episodes
-        with Store(self.db_url, self.data / "media", migrate=False) as store:
+        with Store(self.db_url, self.layout.media, migrate=False) as store:
             latest = store.latest_checkpoint()
             canon = {
                 t: next((p.text for p in store.prompts(t) if p.status == "canonical"), "")
@@ -635,7 +676,7 @@ class Demo:
             }
         if n == 0 or latest is None or latest.version == 0:
             return
-        sft = checkpoint_path(self.data / "checkpoints", 0)
+        sft = checkpoint_path(self.layout.checkpoints, 0)
         for task, prompt in canon.items():
             if not prompt:
                 continue
@@ -662,14 +703,14 @@ class Demo:
     def summary(self) -> None:
         from pde_storage import Store
 
-        with Store(self.db_url, self.data / "media", migrate=False) as store:
+        with Store(self.db_url, self.layout.media, migrate=False) as store:
             eps = store.episodes()
             labelled = [e for e in eps if e.success is not None]
             ckpt = store.latest_checkpoint()
             wins = sum(bool(e.success) for e in labelled)
             print(
-                f"\n{len(eps)} episode(s) in {self.data / 'pde.db'}, {len(labelled)} labelled "
-                f"({wins} successes); files and videos under {self.data / 'media'}",
+                f"\n{len(eps)} episode(s) in {self.layout.sqlite_file}, {len(labelled)} labelled "
+                f"({wins} successes); files and videos under {self.layout.media}",
                 flush=True,
             )
             for task in self.args.tasks:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pde_contract.link import ENV_SERVER_SECRET_KEY, ClientCurve, LinkKeyError, client_curve_from_env
-from pde_contract.settings import DEFAULT_DATABASE_URL
+from pde_contract.settings import resolve_database_url
 
 # service -> name of its row in the store's service_states table
 HEARTBEAT_ROWS = {"learner": "loop", "supervisor": "supervisor"}
@@ -104,7 +104,7 @@ def check_heartbeat(service: str, database_url: str | None, max_age_s: float) ->
     from pde_storage import Store
 
     if database_url is None:
-        database_url = _shared_database_url()
+        database_url = resolve_database_url()
     row_name = HEARTBEAT_ROWS[service]
     _require_sqlite_file(database_url)
     # migrate=False: a health probe never changes the schema (the services do at start-up); the
@@ -141,15 +141,6 @@ def _require_sqlite_file(database_url: str) -> None:
     file = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
     if file and not Path(file).exists():
         raise Unhealthy(f"the database file {url.database} does not exist (no service has started)")
-
-
-def _shared_database_url() -> str:
-    import os
-
-    for var in ("PDE_LOOP_DATABASE_URL", "PDE_SUPERVISOR_DATABASE_URL", "PDE_DATABASE_URL"):
-        if os.environ.get(var):
-            return os.environ[var]
-    return DEFAULT_DATABASE_URL
 
 
 def main(argv: list[str] | None = None) -> int:

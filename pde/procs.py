@@ -69,6 +69,13 @@ class ProcessGroup:
             time.sleep(0.2)
         raise ServiceError(f"{name} not healthy after {timeout_s:.0f} s; last log lines:\n{self.tail(name)}")
 
+    def restart(self, name: str, argv: Sequence[str] | None = None) -> Service:
+        """Start ``name`` again (after a crash) with its environment, and ``argv`` if given (else its
+        own); its log continues in the same file."""
+        svc = self.services[name]
+        self.stop(name)
+        return self.start(name, svc.argv if argv is None else argv, svc.env)
+
     def tail(self, name: str, lines: int = 20) -> str:
         path = self.services[name].log_path
         if path is None or not path.exists():

@@ -38,9 +38,27 @@ class ChunkRecord(msgspec.Struct, kw_only=True):
     trace: PolicyTrace | None = None  # a policy's rollout; None for demonstrations
     inference_s: float | None = None  # how long the policy took to compute the chunk
     sent_time_s: float | None = None  # wall-clock time the chunk was sent (ActionChunk.sent_time_s)
+    # [first, end) of ``actions`` that the robot server ran: rows before ``first`` were meant for
+    # ticks that ran while the chunk was inferred (overlapped inference), rows from ``end`` were
+    # preempted by the next chunk. None (episodes from before it was recorded): all of them.
+    rows_run: tuple[int, int] | None = None
     # Other named per-chunk arrays. Episodes recorded before PolicyTrace carry theirs here
     # ("log_prob", "log_prob_elements", "value", "chain"); the trainer still reads them.
     extras: dict[str, np.ndarray] = {}
+
+
+def rows_that_ran(chunk: ChunkRecord) -> tuple[int, int]:
+    """``[first, end)`` of the chunk's ``actions`` that the robot server ran (all of them for a
+    record without ``rows_run``)."""
+    return chunk.rows_run if chunk.rows_run is not None else (0, len(chunk.actions))
+
+
+def rows_ran_mask(chunk: ChunkRecord, n_rows: int) -> np.ndarray:
+    """bool[n_rows]: True where the robot server ran that row of the chunk (``rows_run``)."""
+    mask = np.zeros(n_rows, dtype=bool)
+    first, end = rows_that_ran(chunk)
+    mask[first:end] = True
+    return mask
 
 
 class EpisodeFile(msgspec.Struct, kw_only=True):

@@ -19,8 +19,11 @@ import msgspec
 import numpy as np
 
 # 2: observations in one frame (topic prefix + msgpack), was two. 3: Reset carries a task's reset
-# pose (a protocol 2 server would ignore it and move home instead).
-PROTOCOL_VERSION = 3
+# pose (a protocol 2 server would ignore it and move home instead). 4: the server counts control
+# ticks (Observation.tick) and a chunk says the tick its row 0 was meant for
+# (ActionChunk.first_row_tick): rows for ticks already run are skipped (a protocol 3 server would
+# replay them as if no time had passed).
+PROTOCOL_VERSION = 4
 OBS_TOPIC = b"obs"
 # Commands larger than this are refused before decoding with a TOO_LARGE reply (a 64x8 float64
 # chunk is ~4 KiB). RobotClient refuses to send them at all.
@@ -166,6 +169,9 @@ class Observation(Message):
     steps_remaining: int = 0
     # Simulator only: does the scene satisfy the current task's success check? None on hardware.
     task_success: bool | None = None
+    # Control ticks the server had run when ``state`` was read: the index of the next tick, the one
+    # a chunk computed from this observation would start at with no inference delay.
+    tick: int = -1
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -178,6 +184,11 @@ class ActionChunk(Message):
     actions: np.ndarray  # [T, D] float32/float64, D = ACTION_DIMS[action_space]
     control_rate_hz: float  # must match the server's rate
     sent_time_s: float = 0.0
+    # The server tick row 0 is meant for (Observation.tick of the observation the chunk was computed
+    # from). The chunk preempts at the next tick with the row meant for that tick: rows for ticks
+    # already run are skipped (ChunkAccepted.rows_skipped), none is replayed late. -1: row 0 runs
+    # at the next tick, whenever that is (a chunk computed while the arm held still).
+    first_row_tick: int = -1
 
 
 class Hello(Message):
@@ -267,6 +278,9 @@ class ServerInfo(Message):
     cameras: list[str]
     obs_endpoint: str
     heartbeat_timeout_s: float
+    # "realtime": one tick per period. "fast" (sim): a chunk's rows run back to back, so its rows
+    # outpace any inference and observations inside a chunk carry no camera frames.
+    pacing: Literal["realtime", "fast"] = "realtime"
 
 
 class Counters(Message):
@@ -333,8 +347,10 @@ class Ack(Message):
 
 class ChunkAccepted(Message):
     seq: int
-    steps: int
+    steps: int  # rows that will run (the chunk's rows less rows_skipped)
     steps_clipped: int = 0  # rows that the safety layer clipped (see the server's clip policy)
+    rows_skipped: int = 0  # leading rows meant for ticks already run (ActionChunk.first_row_tick)
+    start_tick: int = -1  # the tick its first row runs at; the chunk it preempts ran until then
 
 
 ReplyPayload = ServerInfo | Status | HealthInfo | Ack | ChunkAccepted

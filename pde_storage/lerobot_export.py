@@ -1,14 +1,17 @@
 """Export a directory of episode files (``pde_contract.episodes.EpisodeFile``: the expert demos of
-``pde sim record``, the learner's stored episodes) to the LeRobotDataset v2.1 on-disk layout, so
-LeRobot's ``LeRobotDataset(repo_id, root=OUT)`` can train ACT, Diffusion or π0 on them.
+``pde sim record``, the learner's stored episodes) to a LeRobotDataset, so LeRobot's
+``LeRobotDataset(repo_id, root=OUT)`` can train ACT, Diffusion, π0 or π0.5 on them.
 
-Layout written (format facts from LeRobot v0.3.x, ``CODEBASE_VERSION = "v2.1"``)::
+Two layouts: **v3.0** (default; LeRobot 0.4 and later, 0.6.1 included, read nothing else; written by
+``pde_storage/lerobot_v30.py``: several episodes per data and video file, ``meta/episodes/``,
+``meta/tasks.parquet``, ``meta/stats.json`` with q01..q99) and **v2.1** (``version="v2.1"``; LeRobot
+0.3.x; format facts from LeRobot v0.3.x, ``CODEBASE_VERSION = "v2.1"``; no quantiles)::
 
     OUT/meta/info.json                 codebase_version, fps, features, path templates, totals
     OUT/meta/episodes.jsonl            {"episode_index", "tasks": [prompt], "length"}
     OUT/meta/tasks.jsonl               {"task_index", "task": prompt}
     OUT/meta/episodes_stats.jsonl      {"episode_index", "stats": {feature: {min,max,mean,std,count}}}
-    OUT/meta/pde_episodes.jsonl        ours: source file, episode id, task, seed, success, source
+    OUT/meta/pde_episodes.jsonl        ours (both layouts): source file, episode id, task, seed, success
     OUT/data/chunk-000/episode_000000.parquet
     OUT/videos/chunk-000/observation.images.<camera>/episode_000000.mp4
 
@@ -37,9 +40,9 @@ Videos: PyAV, yuv420p, keyframe every ``gop`` frames (2) and ``crf`` quality, as
 container time base, so frame i decodes at exactly i / fps.
 The default codec is LeRobot's (AV1 by ``libsvtav1``; decoded by PyAV's ``libdav1d``); ``h264``
 (``libx264``) is faster to write and what any player shows. Image sides must be even (4:2:0).
-Stats follow LeRobot's ``compute_episode_stats``: vectors and scalars over all rows; images on up to
-100 evenly spaced rows of the source frames (before the lossy encode), per channel over [0, 1],
-shape [3, 1, 1].
+Stats follow LeRobot's ``compute_episode_stats`` (``pde_storage/lerobot_stats.py``): vectors and
+scalars over all rows; images on up to 100 evenly spaced rows of the source frames (before the lossy
+encode), per channel over [0, 1], shape [3, 1, 1]; q01..q99 in v3.0.
 
 The dataset is built in a temporary sibling folder and renamed into place at the end: an error
 leaves no half-written dataset and never touches an existing one.
@@ -65,12 +68,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pde_contract.episodes import EpisodeFile, read_episode
+from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
 from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, state_vector
+from pde_storage import lerobot_v30
+from pde_storage.lerobot_stats import as_lists, image_sample_indices, image_stats, vector_stats
 from pde_storage.video import VideoEncoding, write_video
 
-CODEBASE_VERSION = "v2.1"
+CODEBASE_VERSION = "v2.1"  # the older layout, written on request
+VERSIONS = ("v3.0", "v2.1")  # what version= accepts, the default first
 CHUNKS_SIZE = 1000  # episodes per data/chunk-XXX folder (LeRobot's DEFAULT_CHUNK_SIZE)
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
@@ -79,12 +85,6 @@ EPISODE_SUFFIXES = (".episode", ".msgpack")  # pde sim record / bench_learning's
 # 23 for H.264, whose crf 30 is visibly worse (mean error 7 levels of 255 on 48x40 frames).
 VIDEO_ENCODERS = {"libsvtav1": "libsvtav1", "h264": "libx264"}
 DEFAULT_CRF = {"libsvtav1": 30, "h264": 23}
-# LeRobot samples at most this many images per episode for image stats (below ~500 rows: all rows
-# up to 100), and downsamples images of 300 px or more to ~150 px first.
-IMAGE_STATS_MIN_SAMPLES = 100
-IMAGE_STATS_MAX_SAMPLES = 10_000
-IMAGE_STATS_SAMPLE_POWER = 0.75
-
 STATE_NAMES = list(STATE_VECTOR_NAMES)
 ACTION_NAMES: dict[ActionSpace, list[str]] = {
     ActionSpace.EE_DELTA: ["dx_m", "dy_m", "dz_m", "drx_rad", "dry_rad", "drz_rad", "gripper_width_m"],
@@ -108,6 +108,10 @@ class ExportConfig:
     only_success: bool = False  # skip episodes whose success label is not True
     robot_type: str = "franka_fr3"
     overwrite: bool = False  # replace an existing non-empty OUT
+    version: Literal["v3.0", "v2.1"] = "v3.0"  # the layout: LeRobot >= 0.4's, or LeRobot 0.3.x's
+    # v3.0: a data (video) file takes the next episode while it holds less than this (LeRobot's)
+    data_file_size_mb: float = lerobot_v30.DATA_FILE_SIZE_MB
+    video_file_size_mb: float = lerobot_v30.VIDEO_FILE_SIZE_MB
 
 
 @dataclass
@@ -153,61 +157,6 @@ def find_episode_files(in_dir: str | Path) -> list[Path]:
     return sorted(files, key=lambda p: _natural_key(p.relative_to(root)))
 
 
-# --- stats (LeRobot's compute_episode_stats) ----------------------------------------------------
-
-
-def image_sample_indices(n_rows: int) -> np.ndarray:
-    """Rows LeRobot samples for image stats: evenly spaced, n**0.75 of them within [100, 10000]."""
-    lo = min(IMAGE_STATS_MIN_SAMPLES, n_rows)
-    n = max(lo, min(int(n_rows**IMAGE_STATS_SAMPLE_POWER), IMAGE_STATS_MAX_SAMPLES))
-    return np.round(np.linspace(0, n_rows - 1, n)).astype(int)
-
-
-def _downsample_for_stats(img_chw: np.ndarray) -> np.ndarray:
-    _, h, w = img_chw.shape
-    if max(h, w) < 300:
-        return img_chw
-    step = int(max(h, w) / 150)
-    return img_chw[:, ::step, ::step]
-
-
-def vector_stats(values: np.ndarray) -> dict[str, list[Any]]:
-    """min/max/mean/std over rows; ``values`` is [N] (stats of shape [1]) or [N, D] (shape [D])."""
-    v = values.astype(np.float64).reshape(len(values), -1)
-    return {
-        "min": v.min(axis=0).tolist(),
-        "max": v.max(axis=0).tolist(),
-        "mean": v.mean(axis=0).tolist(),
-        "std": v.std(axis=0).tolist(),
-        "count": [len(values)],
-    }
-
-
-def image_stats(images_hwc: list[np.ndarray], counts: np.ndarray) -> dict[str, list[Any]]:
-    """Per-channel stats in [0, 1], each [3, 1, 1], over ``counts[i]`` copies of image i (uint8 HWC):
-    LeRobot's stats over its sampled rows, from sums over the distinct chunk images."""
-    n_px = 0
-    lo, hi = np.full(3, 255), np.zeros(3, dtype=np.int64)
-    total, total_sq = np.zeros(3), np.zeros(3)
-    for img, k in zip(images_hwc, counts, strict=True):
-        if k == 0:
-            continue
-        px = _downsample_for_stats(img.transpose(2, 0, 1)).reshape(3, -1)
-        lo, hi = np.minimum(lo, px.min(axis=1)), np.maximum(hi, px.max(axis=1))
-        f = px.astype(np.float64)
-        total += k * f.sum(axis=1)
-        total_sq += k * np.einsum("ij,ij->i", f, f)
-        n_px += int(k) * px.shape[1]
-    mean = total / n_px
-    std = np.sqrt(np.maximum(total_sq / n_px - mean**2, 0.0))
-    out: dict[str, list[Any]] = {
-        name: (np.asarray(v, dtype=np.float64) / 255.0).reshape(3, 1, 1).tolist()
-        for name, v in (("min", lo), ("max", hi), ("mean", mean), ("std", std))
-    }
-    out["count"] = [int(np.sum(counts))]
-    return out
-
-
 # --- one episode --------------------------------------------------------------------------------
 
 
@@ -251,11 +200,12 @@ def _episode_rows(path: Path, ep: EpisodeFile, schema: _Schema) -> _EpisodeRows:
                     f"is {w}x{h}; export episodes recorded at one --image-size together"
                 )
             images[name].append(img)
-        t = a.shape[0]
+        first, end = rows_that_ran(chunk)  # overlapped inference: only the rows that ran
+        t = end - first
         states.append(np.repeat(state_vector(chunk.observation.state)[None], t, axis=0))
-        actions.append(a.astype(np.float32))
+        actions.append(a[first:end].astype(np.float32))
         chunk_idx.append(np.full(t, c, dtype=np.int64))
-        chunk_row.append(np.arange(t, dtype=np.int64))
+        chunk_row.append(np.arange(first, end, dtype=np.int64))
     return _EpisodeRows(
         state=np.concatenate(states),
         action=np.concatenate(actions),
@@ -315,12 +265,14 @@ def _encoding(config: ExportConfig) -> VideoEncoding:
     return VideoEncoding(VIDEO_ENCODERS[config.vcodec], crf=crf, gop=config.gop, frame_rate_time_base=True)
 
 
-def video_info(path: Path) -> dict[str, Any]:
-    """The ``info`` block LeRobot keeps per video feature, read back from an encoded file."""
+def video_info(path: Path, encoding: VideoEncoding | None = None) -> dict[str, Any]:
+    """The ``info`` block LeRobot keeps per video feature, read back from an encoded file: v2.1's
+    (``encoding`` None) or LeRobot 0.6.1's, which adds the encoder's settings and says
+    ``is_depth_map`` without the ``video.`` prefix."""
     with av.open(str(path)) as f:
         s = f.streams.video[0]
         fps = s.base_rate or s.average_rate
-        return {
+        info: dict[str, Any] = {
             "video.height": s.height,
             "video.width": s.width,
             "video.codec": s.codec_context.codec.canonical_name,
@@ -330,6 +282,10 @@ def video_info(path: Path) -> dict[str, Any]:
             "video.channels": 3,
             "has_audio": bool(f.streams.audio),
         }
+    if encoding is not None:
+        del info["video.is_depth_map"]
+        info.update({"video.g": encoding.gop, "video.crf": encoding.crf, "is_depth_map": False})
+    return info
 
 
 def _features(schema: _Schema) -> dict[str, dict[str, Any]]:
@@ -350,29 +306,25 @@ def _features(schema: _Schema) -> dict[str, dict[str, Any]]:
     return features
 
 
-def _hf_value(dtype: str) -> dict[str, Any]:
-    return {"dtype": dtype, "id": None, "_type": "Value"}
-
-
-def _parquet_schema(features: dict[str, dict[str, Any]]) -> pa.Schema:
+def _parquet_schema(features: dict[str, dict[str, Any]], version: str) -> pa.Schema:
     """Arrow types as Hugging Face ``datasets`` writes LeRobot's features (fixed-size lists for
-    vectors), with its ``huggingface`` schema metadata so ``load_dataset`` restores them."""
+    vectors), with its ``huggingface`` schema metadata so ``load_dataset`` restores them: in the
+    spelling of ``datasets`` 4 (``List`` with a length) for v3.0, as LeRobot 0.6.1 writes it, and of
+    ``datasets`` 3 (``Sequence``, ``id``) for v2.1."""
     fields, hf = [], {}
+    v2 = version == "v2.1"
     for key, ft in features.items():
         if ft["dtype"] == "video":
             continue
         scalar = pa.float32() if ft["dtype"] == "float32" else pa.int64()
+        value = {"dtype": ft["dtype"], **({"id": None} if v2 else {}), "_type": "Value"}
         if ft["shape"] == [1]:
             fields.append(pa.field(key, scalar))
-            hf[key] = _hf_value(ft["dtype"])
+            hf[key] = value
         else:
             fields.append(pa.field(key, pa.list_(scalar, ft["shape"][0])))
-            hf[key] = {
-                "feature": _hf_value(ft["dtype"]),
-                "length": ft["shape"][0],
-                "id": None,
-                "_type": "Sequence",
-            }
+            hf[key] = {"feature": value, "length": ft["shape"][0]}
+            hf[key].update({"id": None, "_type": "Sequence"} if v2 else {"_type": "List"})
     return pa.schema(fields, metadata={"huggingface": json.dumps({"info": {"features": hf}})})
 
 
@@ -438,9 +390,11 @@ def export_lerobot(
     config: ExportConfig | None = None,
     progress: Callable[[Path], None] | None = None,
 ) -> ExportReport:
-    """Convert every episode file under ``in_dir`` into a LeRobotDataset v2.1 at ``out_dir``;
-    ``progress(path)`` is called after each episode file."""
+    """Convert every episode file under ``in_dir`` into a LeRobotDataset (``config.version``) at
+    ``out_dir``; ``progress(path)`` is called after each episode file."""
     config = config or ExportConfig()
+    if config.version not in VERSIONS:
+        raise ExportError(f"LeRobotDataset version {config.version!r}: choose one of {', '.join(VERSIONS)}")
     if config.vcodec not in VIDEO_ENCODERS:
         raise ExportError(f"video codec {config.vcodec!r}: choose one of {', '.join(VIDEO_ENCODERS)}")
     if config.gop < 1 or (config.crf is not None and not 0 <= config.crf <= 51):
@@ -462,6 +416,54 @@ def export_lerobot(
     return report
 
 
+@dataclass
+class _V21Writer:
+    """The v2.1 layout: one parquet file and one video per episode and camera, jsonl metadata."""
+
+    root: Path
+    fps: int
+    encoding: VideoEncoding
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    stats: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_episode(self, ep: lerobot_v30.EpisodeOut) -> None:
+        chunk = ep.index // CHUNKS_SIZE
+        data_path = self.root / DATA_PATH.format(episode_chunk=chunk, episode_index=ep.index)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(ep.table, data_path)
+        for key, chunk_images in ep.images.items():
+            path = VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=ep.index)
+            write_video(self.root / path, chunk_images, self.fps, self.encoding, repeats=ep.repeats)
+        self.episodes.append({"episode_index": ep.index, "tasks": [ep.task], "length": ep.table.num_rows})
+        self.stats.append({"episode_index": ep.index, "stats": as_lists(ep.stats)})
+
+    def first_video(self, key: str) -> Path:
+        return self.root / VIDEO_PATH.format(episode_chunk=0, video_key=key, episode_index=0)
+
+    def close(self) -> None:
+        """Nothing stays open between episodes."""
+
+    def abort(self) -> None:
+        """Nothing stays open between episodes."""
+
+    def write_meta(self, info: dict[str, Any], tasks: dict[str, int]) -> None:
+        n = len(self.episodes)
+        n_videos = sum(ft["dtype"] == "video" for ft in info["features"].values())
+        full = {
+            "codebase_version": CODEBASE_VERSION,
+            **info,
+            "total_videos": n * n_videos,
+            "total_chunks": math.ceil(n / CHUNKS_SIZE),
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH,
+        }
+        meta = self.root / "meta"
+        (meta / "info.json").write_text(json.dumps(full, indent=4, ensure_ascii=False))
+        _write_jsonl(meta / "episodes.jsonl", self.episodes)
+        _write_jsonl(meta / "tasks.jsonl", [{"task_index": i, "task": t} for t, i in tasks.items()])
+        _write_jsonl(meta / "episodes_stats.jsonl", self.stats)
+
+
 def _export_into(
     root: Path,
     in_dir: Path,
@@ -473,113 +475,109 @@ def _export_into(
     schema: _Schema | None = None
     features: dict[str, dict[str, Any]] = {}
     arrow_schema: pa.Schema | None = None
+    writer: _V21Writer | lerobot_v30.V30Writer | None = None
+    v3 = config.version == lerobot_v30.CODEBASE_VERSION
     tasks: dict[str, int] = {}
-    episodes, episodes_stats, provenance = [], [], []
-    for path, ep in _episodes(files, config, report.skipped, progress):
-        if schema is None:
-            schema = _schema_of(path, ep, config)
-            features = _features(schema)
-            arrow_schema = _parquet_schema(features)
-        else:
-            _check_same_schema(path, ep, schema, config)
-        assert arrow_schema is not None
-        rows = _episode_rows(path, ep, schema)
-        ep_index = report.episodes
-        n = len(rows.action)
-        task = ep.rollout_prompt if config.task_prompt == "rollout" else ep.canonical_prompt
-        task_index = tasks.setdefault(task, len(tasks))
-        columns: dict[str, np.ndarray] = {
-            "observation.state": rows.state,
-            "action": rows.action,
-            "timestamp": (np.arange(n, dtype=np.float64) / schema.fps).astype(np.float32),
-            "chunk_index": rows.chunk_index,
-            "chunk_row": rows.chunk_row,
-            "frame_index": np.arange(n, dtype=np.int64),
-            "episode_index": np.full(n, ep_index, dtype=np.int64),
-            "index": np.arange(report.frames, report.frames + n, dtype=np.int64),
-            "task_index": np.full(n, task_index, dtype=np.int64),
-        }
-        table = pa.Table.from_arrays(
-            [
-                _fixed_list(columns[f.name])
-                if pa.types.is_fixed_size_list(f.type)
-                else pa.array(columns[f.name])
-                for f in arrow_schema
-            ],
-            schema=arrow_schema,
-        )
-        chunk = ep_index // CHUNKS_SIZE
-        data_path = root / DATA_PATH.format(episode_chunk=chunk, episode_index=ep_index)
-        data_path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, data_path)
-
-        rows_per_chunk = np.bincount(rows.chunk_index, minlength=len(ep.chunks))
-        stats: dict[str, dict[str, list[Any]]] = {key: vector_stats(v) for key, v in columns.items()}
-        sampled_chunks = rows.chunk_index[image_sample_indices(n)]
-        for cam, chunk_images in rows.images.items():
-            key = _video_key(cam)
-            # one video frame per dataset row: each chunk's image repeated over its rows
-            write_video(
-                root / VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=ep_index),
-                chunk_images,
-                schema.fps,
-                _encoding(config),
-                repeats=rows_per_chunk.tolist(),
-            )
-            # the sampled rows' images are chunk images: count how often each is sampled
-            stats[key] = image_stats(chunk_images, np.bincount(sampled_chunks, minlength=len(chunk_images)))
-
-        episodes.append({"episode_index": ep_index, "tasks": [task], "length": n})
-        episodes_stats.append({"episode_index": ep_index, "stats": stats})
-        provenance.append(
-            {
-                "episode_index": ep_index,
-                "file": str(path.relative_to(in_dir)),
-                "episode_id": ep.episode_id,
-                "task": ep.task,
-                "canonical_prompt": ep.canonical_prompt,
-                "rollout_prompt": ep.rollout_prompt,
-                "seed": ep.seed,
-                "success": ep.success,
-                "source": ep.source,
-                "action_space": str(ep.action_space),
-                "chunks": len(ep.chunks),
+    provenance = []
+    try:
+        for path, ep in _episodes(files, config, report.skipped, progress):
+            if schema is None:
+                schema = _schema_of(path, ep, config)
+                features = _features(schema)
+                arrow_schema = _parquet_schema(features, config.version)
+                writer = (
+                    lerobot_v30.V30Writer(
+                        root,
+                        schema.fps,
+                        _encoding(config),
+                        config.data_file_size_mb,
+                        config.video_file_size_mb,
+                    )
+                    if v3
+                    else _V21Writer(root, schema.fps, _encoding(config))
+                )
+            else:
+                _check_same_schema(path, ep, schema, config)
+            assert arrow_schema is not None and writer is not None
+            rows = _episode_rows(path, ep, schema)
+            ep_index = report.episodes
+            n = len(rows.action)
+            task = ep.rollout_prompt if config.task_prompt == "rollout" else ep.canonical_prompt
+            task_index = tasks.setdefault(task, len(tasks))
+            columns: dict[str, np.ndarray] = {
+                "observation.state": rows.state,
+                "action": rows.action,
+                "timestamp": (np.arange(n, dtype=np.float64) / schema.fps).astype(np.float32),
+                "chunk_index": rows.chunk_index,
+                "chunk_row": rows.chunk_row,
+                "frame_index": np.arange(n, dtype=np.int64),
+                "episode_index": np.full(n, ep_index, dtype=np.int64),
+                "index": np.arange(report.frames, report.frames + n, dtype=np.int64),
+                "task_index": np.full(n, task_index, dtype=np.int64),
             }
-        )
-        report.episodes += 1
-        report.frames += n
-        if progress is not None:
-            progress(path)
-    if schema is None:
-        raise ExportError(
-            f"{in_dir}: every episode file was skipped ({'; '.join(report.skipped[:3])}...); "
-            "nothing to export (drop --only-success to include unlabelled or failed episodes)"
-        )
+            table = pa.Table.from_arrays(
+                [
+                    _fixed_list(columns[f.name])
+                    if pa.types.is_fixed_size_list(f.type)
+                    else pa.array(columns[f.name])
+                    for f in arrow_schema
+                ],
+                schema=arrow_schema,
+            )
+            stats = {key: vector_stats(v, quantiles=v3) for key, v in columns.items()}
+            # the sampled rows' images are chunk images: count how often each is sampled
+            sampled_chunks = rows.chunk_index[image_sample_indices(n)]
+            for cam, chunk_images in rows.images.items():
+                counts = np.bincount(sampled_chunks, minlength=len(chunk_images))
+                stats[_video_key(cam)] = image_stats(chunk_images, counts, quantiles=v3)
+            stats = {key: stats[key] for key in features}  # in the features' order, as LeRobot
+            # one video frame per dataset row: each chunk's image repeated over its rows
+            images = {_video_key(cam): chunk_images for cam, chunk_images in rows.images.items()}
+            repeats = np.bincount(rows.chunk_index, minlength=len(ep.chunks)).tolist()
+            writer.add_episode(lerobot_v30.EpisodeOut(ep_index, task, table, images, repeats, stats))
+            provenance.append(
+                {
+                    "episode_index": ep_index,
+                    "file": str(path.relative_to(in_dir)),
+                    "episode_id": ep.episode_id,
+                    "task": ep.task,
+                    "canonical_prompt": ep.canonical_prompt,
+                    "rollout_prompt": ep.rollout_prompt,
+                    "seed": ep.seed,
+                    "success": ep.success,
+                    "source": ep.source,
+                    "action_space": str(ep.action_space),
+                    "chunks": len(ep.chunks),
+                }
+            )
+            report.episodes += 1
+            report.frames += n
+            if progress is not None:
+                progress(path)
+        if schema is None or writer is None:
+            raise ExportError(
+                f"{in_dir}: every episode file was skipped ({'; '.join(report.skipped[:3])}...); "
+                "nothing to export (drop --only-success to include unlabelled or failed episodes)"
+            )
+        writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
     for cam in schema.cameras:
         key = _video_key(cam)
-        features[key]["info"] = video_info(
-            root / VIDEO_PATH.format(episode_chunk=0, video_key=key, episode_index=0)
-        )
+        features[key]["info"] = video_info(writer.first_video(key), _encoding(config) if v3 else None)
     report.tasks = len(tasks)
     info = {
-        "codebase_version": CODEBASE_VERSION,
         "robot_type": config.robot_type,
         "total_episodes": report.episodes,
         "total_frames": report.frames,
         "total_tasks": len(tasks),
-        "total_videos": report.episodes * len(schema.cameras),
-        "total_chunks": math.ceil(report.episodes / CHUNKS_SIZE),
         "chunks_size": CHUNKS_SIZE,
         "fps": schema.fps,
         "splits": {"train": f"0:{report.episodes}"},
-        "data_path": DATA_PATH,
-        "video_path": VIDEO_PATH,
         "features": features,
     }
-    meta = root / "meta"
-    meta.mkdir(parents=True, exist_ok=True)
-    (meta / "info.json").write_text(json.dumps(info, indent=4, ensure_ascii=False))
-    _write_jsonl(meta / "episodes.jsonl", episodes)
-    _write_jsonl(meta / "tasks.jsonl", [{"task_index": i, "task": t} for t, i in tasks.items()])
-    _write_jsonl(meta / "episodes_stats.jsonl", episodes_stats)
-    _write_jsonl(meta / "pde_episodes.jsonl", provenance)
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    writer.write_meta(info, tasks)
+    _write_jsonl(root / "meta" / "pde_episodes.jsonl", provenance)

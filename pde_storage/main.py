@@ -1,6 +1,6 @@
 """``pde data ...``: tools for datasets of episode files (expert demos, stored episodes).
 
-pde data export-lerobot --in data/demos --out data/demos_lerobot   LeRobotDataset v2.1 layout
+pde data export-lerobot --in data/demos --out data/demos_lerobot   LeRobotDataset v3.0 (or --version v2.1)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     ex = sub.add_parser(
         "export-lerobot",
-        help="convert a folder of episode files (demos, stored episodes) to a LeRobotDataset v2.1",
+        help="convert a folder of episode files (demos, stored episodes) to a LeRobotDataset (v3.0)",
     )
     ex.add_argument("--in", dest="in_dir", required=True, help="folder of *.episode / *.msgpack files")
     ex.add_argument("--out", required=True, help="dataset root to create (LeRobotDataset(root=...))")
@@ -27,6 +27,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         choices=["rollout", "canonical"],
         default="rollout",
         help="which prompt becomes the LeRobot task: the one the episode ran with (default) or the canonical",
+    )
+    ex.add_argument(
+        "--version",
+        choices=["v3.0", "v2.1"],
+        default="v3.0",
+        help="the layout: v3.0 (LeRobot >= 0.4, 0.6.1 included; default) or v2.1 (LeRobot 0.3.x)",
     )
     ex.add_argument("--only-success", action="store_true", help="skip episodes not labelled successful")
     ex.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
@@ -61,6 +67,7 @@ def _export_lerobot(args: argparse.Namespace, name: str) -> int:
         task_prompt=args.task_prompt,
         only_success=args.only_success,
         overwrite=args.overwrite,
+        version=args.version,
     )
     try:
         total = len(find_episode_files(args.in_dir))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pde_contract.episodes import EpisodeFile
+from pde_contract.episodes import EpisodeFile, rows_that_ran
 from pde_contract.files import atomic_path
 from pde_contract.jpeg import decode_jpeg
 from pde_storage.video import VideoEncoding, write_video
@@ -19,10 +19,11 @@ MAX_FPS = 30.0
 
 
 def frame_rate_hz(episode: EpisodeFile) -> float:
-    """Frames are one per chunk, so the video's rate is the chunk rate (control rate / rows)."""
+    """Frames are one per chunk, so the video's rate is the chunk rate (control rate / the rows a
+    chunk ran on average: overlapped inference runs fewer than a chunk holds)."""
     if not episode.chunks:
         return 1.0
-    rows = max(1, int(episode.chunks[0].actions.shape[0]))
+    rows = max(1.0, float(np.mean([end - first for first, end in map(rows_that_ran, episode.chunks)])))
     return float(min(MAX_FPS, max(0.5, episode.control_rate_hz / rows)))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pde_contract.settings import DEFAULT_DATABASE_URL
+from pde_contract.settings import DEFAULT_DATABASE_URL, DataLayout
 from pde_storage.repos.base import Backend
 from pde_storage.repos.episodes import EpisodeRepository
 from pde_storage.repos.intents import IntentRepository
@@ -19,7 +19,7 @@ from pde_storage.repos.tasks import TASK_STATE_FIELDS, TaskRepository
 from pde_storage.repos.telemetry import TelemetryRepository
 
 DEFAULT_URL = DEFAULT_DATABASE_URL
-DEFAULT_MEDIA_DIR = "data/media"
+DEFAULT_MEDIA_DIR = str(DataLayout().media)
 
 __all__ = ["DEFAULT_MEDIA_DIR", "DEFAULT_URL", "TASK_STATE_FIELDS", "Store"]
 

@@ -33,6 +33,85 @@ class VideoEncoding:
     frame_rate_time_base: bool = False
 
 
+class VideoWriter:
+    """An mp4 file being written: frames are appended (``add``) until ``close``; the n-th frame
+    shown has pts n in a 1/``fps`` time base. Odd sides are padded by one black row or column
+    (4:2:0 needs even sizes). Written in place: callers that need atomicity pass a temporary path."""
+
+    def __init__(self, path: Path, fps: float, encoding: VideoEncoding) -> None:
+        self.path = path
+        self.frames_written = 0
+        self.bytes_written = 0  # encoded so far (packets muxed), before the container's index
+        self._rate = Fraction(fps).limit_denominator(1000)
+        self._encoding = encoding
+        self._size: tuple[int, int] | None = None  # (h, w) of the first frame
+        self._out: av.container.OutputContainer | None = None
+        self._stream: av.VideoStream | None = None
+
+    def _open(self, h: int, w: int) -> av.VideoStream:
+        enc = self._encoding
+        options = {"crf": str(enc.crf)}
+        for key, value in (("g", enc.gop), ("preset", enc.preset), ("profile", enc.profile)):
+            if value is not None:
+                options[key] = str(value)
+        if enc.codec == "libsvtav1":
+            # SVT-AV1 prints a banner to stderr for every video unless told to log errors only
+            os.environ.setdefault("SVT_LOG", "1")
+        container_options = {"movflags": "+faststart"} if enc.faststart else {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._out = av.open(str(self.path), mode="w", format="mp4", options=container_options)
+        stream = self._out.add_stream(enc.codec, rate=self._rate, options=options)
+        assert isinstance(stream, av.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = w + w % 2, h + h % 2, "yuv420p"
+        if enc.frame_rate_time_base:
+            stream.time_base = 1 / self._rate
+        self._size, self._stream = (h, w), stream
+        return stream
+
+    def _mux(self, packets: list[av.Packet]) -> None:
+        assert self._out is not None
+        for packet in packets:
+            self.bytes_written += packet.size
+            self._out.mux(packet)
+
+    def add(self, frames: Sequence[np.ndarray], repeats: Sequence[int] | None = None) -> None:
+        """Append RGB uint8 frames [H, W, 3]; frame ``i`` is shown ``repeats[i]`` times (once each
+        without ``repeats``)."""
+        if repeats is not None and len(repeats) != len(frames):
+            raise ValueError(f"{self.path.name}: {len(repeats)} repeat counts for {len(frames)} frames")
+        for i, img in enumerate(frames):
+            h, w = img.shape[:2]
+            stream = self._stream or self._open(h, w)
+            if self._size != (h, w):
+                fh, fw = self._size or (h, w)
+                raise ValueError(f"{self.path.name}: frame size changed from {fw}x{fh} to {w}x{h}")
+            if h % 2 or w % 2:
+                img = np.pad(img, ((0, h % 2), (0, w % 2), (0, 0)))
+            # converted once, however often it is shown
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24").reformat(
+                format="yuv420p"
+            )
+            for _ in range(1 if repeats is None else int(repeats[i])):
+                frame.pts, frame.time_base = self.frames_written, 1 / self._rate
+                self._mux(stream.encode(frame))
+                self.frames_written += 1
+
+    def close(self) -> None:
+        """Flush the encoder and write the container's index."""
+        if self._out is None:
+            raise ValueError(f"{self.path.name}: no frames to encode")
+        assert self._stream is not None
+        self._mux(self._stream.encode(None))
+        self._out.close()
+        self._out = None
+
+    def abort(self) -> None:
+        """Close the file as it is (after an error; the caller deletes it)."""
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+
 def write_video(
     path: Path,
     frames: Sequence[np.ndarray],
@@ -41,48 +120,13 @@ def write_video(
     *,
     repeats: Sequence[int] | None = None,
 ) -> None:
-    """Encode RGB uint8 frames [H, W, 3] to the mp4 file ``path`` (written in place: callers
-    that need atomicity pass a temporary path). Frame ``i`` is shown ``repeats[i]`` times (once
-    each without ``repeats``); the n-th shown frame has pts n in a 1/``fps`` time base. Odd sides
-    are padded by one black row or column (4:2:0 needs even sizes)."""
+    """Encode RGB uint8 frames [H, W, 3] to the mp4 file ``path`` (``VideoWriter``, one call)."""
     if not frames:
         raise ValueError(f"{path.name}: no frames to encode")
-    if repeats is not None and len(repeats) != len(frames):
-        raise ValueError(f"{path.name}: {len(repeats)} repeat counts for {len(frames)} frames")
-    h, w = frames[0].shape[:2]
-    ph, pw = h + h % 2, w + w % 2
-    rate = Fraction(fps).limit_denominator(1000)
-    options = {"crf": str(encoding.crf)}
-    for key, value in (("g", encoding.gop), ("preset", encoding.preset), ("profile", encoding.profile)):
-        if value is not None:
-            options[key] = str(value)
-    if encoding.codec == "libsvtav1":
-        # SVT-AV1 prints a banner to stderr for every video unless told to log errors only
-        os.environ.setdefault("SVT_LOG", "1")
-    container_options = {"movflags": "+faststart"} if encoding.faststart else {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), mode="w", format="mp4", options=container_options) as out:
-        stream = out.add_stream(encoding.codec, rate=rate, options=options)
-        assert isinstance(stream, av.VideoStream)
-        stream.width, stream.height, stream.pix_fmt = pw, ph, "yuv420p"
-        if encoding.frame_rate_time_base:
-            stream.time_base = 1 / rate
-        pts = 0
-        for i, img in enumerate(frames):
-            if img.shape[:2] != (h, w):
-                raise ValueError(
-                    f"{path.name}: frame size changed from {w}x{h} to {img.shape[1]}x{img.shape[0]}"
-                )
-            if (ph, pw) != (h, w):
-                img = np.pad(img, ((0, ph - h), (0, pw - w), (0, 0)))
-            # converted once, however often it is shown
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24").reformat(
-                format="yuv420p"
-            )
-            for _ in range(1 if repeats is None else int(repeats[i])):
-                frame.pts, frame.time_base = pts, 1 / rate
-                for packet in stream.encode(frame):
-                    out.mux(packet)
-                pts += 1
-        for packet in stream.encode(None):
-            out.mux(packet)
+    writer = VideoWriter(path, fps, encoding)
+    try:
+        writer.add(frames, repeats)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()

@@ -4,11 +4,13 @@ do next, under a lock, and wake it.
 
 Per tick the thread commands the next row of the executing chunk, or the held target when there is
 none (the arm holds when a chunk runs out). A newer chunk replaces the rest of the older one at the
-next tick. The watchdog drops the chunk and holds when its client has been silent for
-``heartbeat_timeout_s``; the e-stop holds and latches. While the backend reports a latched fault
-(user stop, reflex: ``Robot.fault()``) or guiding mode is on, the thread stands down: chunks are
-refused and no target is sent (the arm stays where it stopped, or where the operator moves it)
-until a reset (the operator's acknowledgement) or the end of guiding.
+next tick, starting with its row meant for that tick (``ActionChunk.first_row_tick``: the rows meant
+for ticks that ran while it was inferred are skipped, pde_contract.seam). The watchdog drops the
+chunk and holds when its client has been silent for ``heartbeat_timeout_s``; the e-stop holds and
+latches. While the backend reports a latched fault (user stop, reflex: ``Robot.fault()``) or guiding
+mode is on, the thread stands down: chunks are refused and no target is sent (the arm stays where it
+stopped, or where the operator moves it) until a reset (the operator's acknowledgement) or the end
+of guiding.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pde_contract.messages import (
     ErrorCode,
     RobotState,
 )
+from pde_contract.seam import SeamError, rows_in_the_past
 from robot_server.robots.base import FaultReport, Robot, RobotTarget
 from robot_server.safety import (
     PlanStart,
@@ -119,6 +122,7 @@ class ExecutorSnapshot:
     counters: Counters
     fault: FaultReport | None = None
     guiding: bool = False
+    tick: int = 0  # ticks run when ``state`` was read (Observation.tick)
 
 
 def target_from_state(state: RobotState, gripper_width_m: float, like: RobotTarget | None) -> RobotTarget:
@@ -172,6 +176,10 @@ class ChunkExecutor:
         self._fault: FaultReport | None = None  # the backend's, read by the control thread
         self._guiding = False
         self._guiding_req: _GuidingRequest | None = None
+        # Control ticks begun (the index of the next one), and how many had run when _state was
+        # read: the clock that chunks' first_row_tick is measured on.
+        self._ticks = 0
+        self._state_tick = 0
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -228,7 +236,15 @@ class ChunkExecutor:
                         f"chunk seq {chunk.seq} is not newer than {self._last_seq} of episode "
                         f"{chunk.episode_id!r}: dropped (seq must increase within an episode)",
                     )
-                plan = plan_chunk(actions, chunk.action_space, self._plan_start(), cfg.limits, cfg.period_s)
+                start_tick = self._ticks
+                try:
+                    skipped = rows_in_the_past(chunk.first_row_tick, start_tick, len(actions))
+                except SeamError as e:
+                    future = chunk.first_row_tick > start_tick
+                    raise SafetyError(ErrorCode.INVALID_ACTION if future else ErrorCode.STALE, str(e)) from e
+                plan = plan_chunk(
+                    actions[skipped:], chunk.action_space, self._plan_start(), cfg.limits, cfg.period_s
+                )
             except SafetyError as e:
                 if e.code is ErrorCode.STALE:
                     self.counters.chunks_stale += 1
@@ -247,7 +263,11 @@ class ChunkExecutor:
         if not cfg.realtime:
             self._wake.set()
         return ChunkAccepted(
-            seq=chunk.seq, steps=len(plan.targets), steps_clipped=plan.steps_clipped
+            seq=chunk.seq,
+            steps=len(plan.targets),
+            steps_clipped=plan.steps_clipped,
+            rows_skipped=skipped,
+            start_tick=start_tick,
         ), plan.notes
 
     def _refuse_motion_while_standing_down(self) -> None:
@@ -357,6 +377,7 @@ class ChunkExecutor:
                 counters=msgspec.structs.replace(self.counters),
                 fault=self._fault,
                 guiding=self._guiding,
+                tick=self._state_tick,
             )
 
     def measured_rate_hz(self, window_s: float = 5.0) -> float:
@@ -481,7 +502,7 @@ class ChunkExecutor:
             width = like.gripper_width_m if like else state.gripper_width_m
             self._held = self._checked_hold(state, width, self._last_target)
             self._last_target = self._held
-            self._state = state
+            self._state, self._state_tick = state, self._ticks
 
     def _do_reset(self, req: _ResetRequest) -> None:
         try:
@@ -493,7 +514,7 @@ class ChunkExecutor:
             req.error = str(e) or type(e).__name__
         else:
             with self._lock:
-                self._state = state
+                self._state, self._state_tick = state, self._ticks
                 self._held = self._checked_hold(state, state.gripper_width_m, None)
                 self._last_target = self._held
                 self._task = req.task
@@ -513,7 +534,7 @@ class ChunkExecutor:
         else:
             with self._lock:
                 self._guiding = req.enabled
-                self._state = state
+                self._state, self._state_tick = state, self._ticks
                 width = self._held.gripper_width_m if self._held else state.gripper_width_m
                 self._held = self._checked_hold(state, width, None)
                 self._last_target = self._held
@@ -524,6 +545,9 @@ class ChunkExecutor:
     def _stand_down_tick(self, period_s: float) -> None:
         """A tick that sends no target (guiding, latched fault): a simulator still advances; the
         held target follows the measured pose, so nothing jumps when motion resumes."""
+        with self._lock:
+            self._ticks += 1  # time passes for first_row_tick, the arm commanded or not
+            tick = self._ticks
         try:
             self.robot.idle(period_s)
             state = self.robot.read_state()
@@ -531,7 +555,7 @@ class ChunkExecutor:
             self._backend_failed(e, hold=False)
             return
         with self._lock:
-            self._state = state
+            self._state, self._state_tick = state, tick
             width = self._held.gripper_width_m if self._held else state.gripper_width_m
             self._held = target_from_state(state, width, None)
             self._last_target = self._held
@@ -582,7 +606,7 @@ class ChunkExecutor:
         with self._lock:
             self.counters.backend_recoveries += 1
             self._connected = True
-            self._state = state
+            self._state, self._state_tick = state, self._ticks
             self._held = self._checked_hold(state, state.gripper_width_m, None)
             self._last_target = self._held
 
@@ -648,6 +672,8 @@ class ChunkExecutor:
                     target, seq, row = self._held, -1, -1
                 self._last_target = target
                 self.tick_log.append(TickRecord(start, next_t, seq, row))
+                self._ticks += 1
+                tick = self._ticks
             try:
                 self.robot.command(target, period)
                 state = self.robot.read_state()
@@ -656,7 +682,7 @@ class ChunkExecutor:
                 self._backend_failed(e)
             else:
                 with self._lock:
-                    self._state = state
+                    self._state, self._state_tick = state, tick
                     self._task_success = success
                     self._update_progress()
                 self._notify_tick(state)

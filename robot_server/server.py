@@ -322,6 +322,7 @@ class RobotServer:
             task_success=snap.task_success,
             last_chunk_seq=snap.last_chunk_seq,
             steps_remaining=snap.steps_remaining,
+            tick=snap.tick,
         )
         self._obs_seq += 1
         # One frame (topic prefix + msgpack): subscribers conflate to the newest message, which
@@ -600,6 +601,7 @@ class RobotServer:
             server_name=s.server_name,
             backend=s.backend,
             control_rate_hz=s.control_rate_hz,
+            pacing="realtime" if self.executor.config.realtime else "fast",
             action_spaces=list(self.executor.config.action_spaces),
             cameras=[slot.camera.name for slot in self._slots],
             obs_endpoint=s.obs_endpoint,

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pde_contract.settings import data_dir_field, database_url_field, tasks_file_field
+from pde_contract.settings import DataLayout, data_dir_field, database_url_field, tasks_file_field
 from pde_contract.tasks import load_tasks
 
 _PLACEHOLDER_KEYS = frozenset({"changeme", "change-me", "your-key-here", "sk-...", "xxx"})
@@ -124,4 +124,4 @@ class SupervisorSettings(BaseSettings):
 
     @property
     def media_dir(self) -> Path:
-        return self.data_dir / "media"
+        return DataLayout(self.data_dir).media

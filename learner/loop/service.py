@@ -17,6 +17,7 @@ from learner.loop.settings import LoopSettings
 from learner.loop.takeover import TakeoverActor
 from learner.loop.training import BackgroundTrainer, TrainerLike
 from learner.policy_args import add_policy_args, load_init_policy
+from pde_contract.settings import DataLayout
 from pde_storage import ConflictError, Store
 
 if TYPE_CHECKING:
@@ -126,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(settings.torch_threads)
-    store = Store.open(settings.database_url, settings.data_dir / "media")
-    checkpoints = CheckpointStore(settings.data_dir / "checkpoints")
+    layout = DataLayout(settings.data_dir)
+    store = Store.open(settings.database_url, layout.media)
+    checkpoints = CheckpointStore(layout.checkpoints)
     loaded = checkpoints.latest(device)
     if loaded is None and settings.policy == "pi05":
         # A first run from a π0.5 checkpoint directory: it becomes version 0 (no SFT needed first).
@@ -289,7 +291,7 @@ def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
     from learner.distributed import DistributedPolicy, DistributedTrainer, end_distributed, follow_updates
 
     dist.barrier()  # rank 0 has a checkpoint (or has failed, and torchrun stops this rank)
-    loaded = CheckpointStore(settings.data_dir / "checkpoints").latest(ctx.device)
+    loaded = CheckpointStore(DataLayout(settings.data_dir).checkpoints).latest(ctx.device)
     if loaded is None:
         print(f"pde loop: rank {ctx.rank} found no checkpoint", file=sys.stderr)
         return 2

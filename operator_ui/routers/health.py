@@ -115,7 +115,15 @@ def health(store: StoreDep, robot: RobotDep, settings: SettingsDep) -> dict[str,
         more = [problem("database", f"the page cannot read it ({type(e).__name__})")]
         entries = {}
     services.update(entries)
-    return {"services": services, "problems": problems + more}
+    problems += more
+    if settings.restarted_by:
+        for p in problems:
+            if p["service"] != "database":
+                p["action"] = (
+                    f"{settings.restarted_by} restarts it by itself; if it stays down, its terminal says "
+                    "why and where the service's log is"
+                )
+    return {"services": services, "problems": problems}
 
 
 @router.get("/api/token/check", dependencies=[TokenDep])

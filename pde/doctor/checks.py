@@ -190,8 +190,7 @@ def check_fci_nic(system: System, cfg: DoctorConfig) -> CheckResult:
         return _fail(
             "fci-nic",
             f"FCI host {cfg.fci_host!r} does not resolve",
-            "set fci_host under [robot] in the robot configuration file (config/robot.toml) "
-            "to its IP",
+            "set fci_host under [robot] in the robot configuration file (config/robot.toml) to its IP",
         )
     if ip.is_loopback:
         return _ok("fci-nic", f"{ip} is loopback: a franky-sim, not the arm")
@@ -391,8 +390,7 @@ def check_cameras(system: System, cfg: DoctorConfig) -> CheckResult:
         return _skip(
             "cameras",
             "no camera serials configured",
-            "list them under [robot.realsense_serials] in the robot configuration file "
-            "(or pass --camera)",
+            "list them under [robot.realsense_serials] in the robot configuration file (or pass --camera)",
         )
     fix_missing = (
         "plug it in (one USB 3 controller per camera), install Intel's udev rules "

@@ -10,22 +10,16 @@
 
 from __future__ import annotations
 
-import os
-
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from pde_contract.settings import resolve_database_url
 from pde_storage.db import make_engine, normalise_url
 from pde_storage.models import Base
-from pde_storage.store import DEFAULT_URL
 
 
 def _cli_url() -> str:
-    return (
-        context.get_x_argument(as_dictionary=True).get("url")
-        or os.environ.get("PDE_DATABASE_URL")
-        or DEFAULT_URL
-    )
+    return resolve_database_url(context.get_x_argument(as_dictionary=True).get("url"))
 
 
 def _run(connection: Connection) -> None:

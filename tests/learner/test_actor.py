@@ -9,7 +9,16 @@ from learner.rewards import reward_from_label
 from learner.synthetic import synthetic_observation
 from learner.trainer import Trainer
 from pde_contract.client import RobotServerError
-from pde_contract.messages import ActionChunk, ChunkAccepted, Counters, ErrorCode, Observation, Status
+from pde_contract.messages import (
+    ActionChunk,
+    ActionSpace,
+    ChunkAccepted,
+    Counters,
+    ErrorCode,
+    Observation,
+    ServerInfo,
+    Status,
+)
 
 
 class FakeRobotClient:
@@ -24,6 +33,7 @@ class FakeRobotClient:
         self.succeed_after = succeed_after
         self.calls: list[str] = []
         self.heartbeat = False
+        self.info: ServerInfo | None = None  # no Hello: the actor follows its chunk_timing setting
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
         assert self.heartbeat, "chunks must be sent while the heartbeat runs"
@@ -60,6 +70,7 @@ class FakeRobotClient:
     def latest_observation(self, timeout_s: float = 1.0) -> Observation:
         self.obs_seq += 1
         obs = synthetic_observation(self.rng, 20, seq=self.obs_seq)
+        obs.tick = 10 * self.obs_seq
         if self.obs_seq == self.drop_camera_at_obs:
             obs.cameras = obs.cameras[1:]  # a frame missing from one observation
         if self.succeed_after is not None:
@@ -67,9 +78,9 @@ class FakeRobotClient:
         return obs
 
 
-def _run(client, max_chunks=4, should_stop=lambda: False):
+def _run(client, max_chunks=4, should_stop=lambda: False, chunk_timing="overlapped"):
     policy = make_test_policy("flow")
-    actor = Actor(policy, client, ActorSettings(poll_period_s=0.0))
+    actor = Actor(policy, client, ActorSettings(poll_period_s=0.0, chunk_timing=chunk_timing))
     ep = actor.run_episode(
         episode_id="ep1",
         task="put_green_container_in_bowl",
@@ -105,8 +116,9 @@ def test_episode_records_every_chunk_for_ppo():
     assert stats["n_chunks"] == 4
 
 
-def test_episode_ends_on_simulated_success():
-    _, _, ep = _run(FakeRobotClient(succeed_after=2), max_chunks=10)
+@pytest.mark.parametrize("timing", ["overlapped", "sync"])
+def test_episode_ends_on_simulated_success(timing):
+    _, _, ep = _run(FakeRobotClient(succeed_after=2), max_chunks=10, chunk_timing=timing)
     assert len(ep.chunks) == 2 and ep.success is True
 
 
@@ -222,3 +234,27 @@ def test_should_stop_is_asked_while_a_chunk_runs():
         should_stop=lambda: time.monotonic() > stop_at,
     )
     assert time.monotonic() - t0 < 10.0 and len(ep.chunks) == 1 and client.calls[-1] == "stop"
+
+
+@pytest.mark.parametrize(
+    ("pacing", "timing", "overlaps"),
+    [("realtime", "overlapped", True), ("fast", "overlapped", False), ("realtime", "sync", False)],
+)
+def test_chunks_overlap_only_on_a_realtime_server_and_not_in_sync(pacing, timing, overlaps):
+    """Overlapped: every chunk after the first says the tick its row 0 was meant for (the server
+    skips its rows in the past). A fast-paced sim server, or 'sync', gets chunks that start at row 0."""
+    client = FakeRobotClient()
+    client.info = ServerInfo(
+        protocol_version=4, server_name="fake", backend="sim", control_rate_hz=10.0,
+        action_spaces=[ActionSpace.EE_DELTA], cameras=[], obs_endpoint="", heartbeat_timeout_s=0.2,
+        pacing=pacing,
+    )  # fmt: skip
+    actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.0, chunk_timing=timing))
+    ep = actor.run_episode(episode_id="e", task="t", canonical_prompt="a", rollout_prompt="a", max_chunks=3)
+    ticks = [c.first_row_tick for c in client.chunks]
+    assert ticks[0] == -1  # inferred while the arm held still
+    if overlaps:
+        assert ticks[1:] == [c.observation.tick for c in ep.chunks[1:]]
+    else:
+        assert ticks[1:] == [-1, -1]
+    assert [c.rows_run for c in ep.chunks] == [(0, 4)] * 3  # the fake runs every row

@@ -58,18 +58,12 @@ def test_sft_trains_pi05_on_the_dataset(dataset, tmp_path, capsys):
     assert isinstance(CheckpointStore.load(tmp_path / "ck" / "policy-000000.pt").policy, Pi05Policy)
 
 
-def test_a_dataset_of_another_layout_version_is_refused_with_what_to_do(dataset):
+def test_a_dataset_labelled_with_another_version_is_refused_as_inconsistent(dataset):
     _, root, _ = dataset
     info_path = root / "meta" / "info.json"
     info = json.loads(info_path.read_text())
-    info["codebase_version"] = "v3.0"  # what LeRobot >= 0.4 writes: several episodes per file
+    info["codebase_version"] = "v2.1"  # the files are v3.0's
     info_path.write_text(json.dumps(info))
-    with pytest.raises(DatasetError) as e:
+    with pytest.raises(DatasetError, match=r"is not a v2\.1 template") as e:
         read_lerobot_dataset(root, chunk_len=6, action_space=ActionSpace.EE_DELTA)
-    msg = str(e.value)
-    assert "LeRobotDataset v3.0" in msg and "v2.0 and v2.1 layouts" in msg
-    assert "pde data export-lerobot" in msg and "--revision v2.1" in msg
-    del info["codebase_version"]
-    info_path.write_text(json.dumps(info))
-    with pytest.raises(DatasetError, match="with no codebase_version"):
-        read_lerobot_dataset(root, chunk_len=6, action_space=ActionSpace.EE_DELTA)
+    assert "the files and codebase_version disagree" in str(e.value)

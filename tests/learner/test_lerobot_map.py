@@ -1,5 +1,6 @@
-"""A lab's LeRobotDataset in another layout, read through a mapping file: our export rewritten by
-hand into foreign feature names (8-entry joint state with the gripper in mm, TCP position alone,
+"""A lab's LeRobotDataset in another layout, read through a mapping file: our v2.1 export (one file
+per episode: easy to rewrite; v3.0 through a mapping: test_lerobot_v30.py) rewritten by hand into
+foreign feature names (8-entry joint state with the gripper in mm, TCP position alone,
 reordered action columns, renamed videos), then read back as SFT samples and trained on."""
 
 import json
@@ -76,7 +77,7 @@ def foreignize(ours: Path, out: Path) -> None:
 def datasets(tmp_path):
     for seed in range(2):
         write_episode(tmp_path / "eps" / f"d{seed}.msgpack", _demo("bowl", "put the bowl away", seed))
-    export_lerobot(tmp_path / "eps", tmp_path / "ours", ExportConfig(vcodec="h264"))
+    export_lerobot(tmp_path / "eps", tmp_path / "ours", ExportConfig(vcodec="h264", version="v2.1"))
     foreignize(tmp_path / "ours", tmp_path / "lab")
     (tmp_path / "map.toml").write_text(MAPPING)
     return tmp_path / "ours", tmp_path / "lab", tmp_path / "map.toml"

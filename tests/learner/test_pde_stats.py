@@ -81,6 +81,54 @@ def test_paired_contrast_is_the_t_interval_of_per_seed_differences(stats: Module
         stats.primary_contrast({"noise": arms["noise"]})
 
 
+def test_secondary_contrasts_pair_only_runs_both_arms_finished(stats: ModuleType) -> None:
+    mixed = [_seed(s, 0.1, 0.1 + g) for s, g in enumerate([0.2, 0.3, 0.1])]
+    canon = [_seed(s, 0.1, 0.1 + g) for s, g in enumerate([0.1, 0.1])]  # seed 2 not run yet
+    out = {
+        c["contrast"]: c
+        for c in stats.secondary_contrasts(
+            {"pde_mixed": {"per_seed": mixed}, "pde_canonical": {"per_seed": canon}}
+        )
+    }
+    ratio = out["pde_mixed gain - pde_canonical gain (final checkpoint)"]
+    # pairs: seeds 0 and 1 only, differences 0.1 and 0.2
+    assert ratio["paired"] and ratio["n_seeds"] == 2 and ratio["mean"] == pytest.approx(0.15)
+    oracle = out["oracle gain - pde_mixed gain (final checkpoint)"]
+    assert oracle["n_seeds"] == 0 and oracle["mean"] is None and oracle["ci95"] is None
+
+
+def test_mechanism_reads_alpha_pool_share_and_success_per_update(stats: ModuleType) -> None:
+    its = [
+        {
+            "update": 1,
+            "env_episodes": 104,
+            "alpha": 0.25,
+            "pool_size": 2,
+            "pool_prompt_share": 0.75,
+            "pool_success": 0.2,
+            "canonical_success": 0.0,
+        },
+        {
+            "update": 2,
+            "env_episodes": 136,
+            "alpha": 0.5,
+            "pool_size": 3,
+            "pool_prompt_share": 0.25,
+            "pool_success": None,
+            "canonical_success": 0.5,
+        },
+    ]
+    prompts = [{"status": "canonical"}, {"status": "pool"}, {"status": "pool"}, {"status": "rejected"}]
+    run = _seed(0, 0.1, 0.3) | {"sft_seed": 2, "iterations": its, "prompts": prompts}
+    m = stats.mechanism({"pde_mixed": {"per_seed": [run]}})["pde_mixed"]
+    r = m["runs"][0]
+    assert r["alpha"] == [0.25, 0.5] and r["env_episodes_at_first_update"] == 104
+    assert r["pool_size_end"] == 3 and (r["proposals_admitted"], r["proposals_rejected"]) == (2, 1)
+    assert r["pool_prompt_share_mean"] == pytest.approx(0.5) and r["pool_success_mean"] == pytest.approx(0.2)
+    assert m["mean_alpha_first"] == 0.25 and m["mean_alpha_last"] == 0.5
+    assert m["mean_canonical_success_train"] == pytest.approx(0.25)
+
+
 def test_overlap_on_a_hand_computed_example(stats: ModuleType) -> None:
     training = [
         "place the green container close to the camera",

@@ -219,3 +219,19 @@ def test_sft_trains_the_tasks_file_prompt_and_refuses_demos_of_unknown_tasks(tmp
     # The tasks file's prompt is another training set: a new checkpoint, then cached.
     assert not run_sft(demos, tmp_path / "ckpt", vla, cfg, catalogue=load_tasks(tasks))[2]
     assert run_sft(demos, tmp_path / "ckpt", vla, cfg, catalogue=load_tasks(tasks))[2]
+
+
+def test_action_windows_of_an_overlapped_episode_hold_the_rows_that_ran():
+    """Chunk i's window starts at its observation: its first k rows were skipped (in the past), so
+    the observation came k rows before its first row ran, under the previous chunk."""
+    ep = _demo("t", "put the bowl on the top rack", 0, n_chunks=3, rows=6)
+    for i, chunk in enumerate(ep.chunks):
+        chunk.actions = np.full((6, 7), 0.0) + 10 * i + np.arange(6)[:, None]  # row r: 10 i + r
+    ep.chunks[0].rows_run = (0, 4)
+    ep.chunks[1].rows_run = (2, 5)
+    ep.chunks[2].rows_run = (1, 6)
+    w = action_windows(ep, 4)
+    # executed: 0 1 2 3 | 12 13 14 | 21 22 23 24 25
+    assert w[0][:, 0].tolist() == [0, 1, 2, 3]
+    assert w[1][:, 0].tolist() == [2, 3, 12, 13]  # observed 2 rows before chunk 1 took over
+    assert w[2][:, 0].tolist() == [14, 21, 22, 23]

@@ -181,3 +181,31 @@ def test_relabelled_search_successes_train_under_plain_ppo_from_a_ratio_of_one()
     stats = Trainer(policy, PPOConfig(ratio_variant="plain", minibatch_size=4)).update(batch)
     assert stats["n_other_prompt_chunks"] == 0 and stats["old_log_prob_reevaluated_frac"] == 0.5
     assert stats["w0_min"] == pytest.approx(1.0, abs=1e-4) and stats["w0_max"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_rows_that_did_not_run_leave_the_ratios():
+    """A chunk's rows skipped at the seam or preempted (ChunkRecord.rows_run) do not enter PPO:
+    whatever their recorded log-probabilities, the update sees the same ratios."""
+    torch.manual_seed(0)
+    policy = make_test_policy("flow")
+    batch = _batch(policy, CANON, n_eps=2)
+    for episode, _ in batch:
+        for chunk in episode.chunks:
+            chunk.rows_run = (1, 3)  # rows 0 and 3 of 4 did not run
+    garbled = copy.deepcopy(batch)
+    for episode, _ in garbled:
+        for chunk in episode.chunks:
+            assert chunk.trace is not None and chunk.trace.log_prob_elements is not None
+            chunk.trace.log_prob_elements[[0, 3]] += 50.0
+    for unit in ("chunk", "row", "dim"):
+        cfg = PPOConfig(ratio_unit=unit, update_epochs=1, minibatch_size=6)
+        stats = Trainer(copy.deepcopy(policy), cfg).update(batch)
+        stats_garbled = Trainer(copy.deepcopy(policy), cfg).update(garbled)
+        for key in ("behaviour_log_ratio_abs_mean", "w0_mean", "pg_loss", "approx_kl", "kept_frac"):
+            assert stats_garbled[key] == pytest.approx(stats[key], rel=1e-5, abs=1e-6), (unit, key)
+    # where every row ran, the same garbling moves them
+    for episode, _ in garbled:
+        for chunk in episode.chunks:
+            chunk.rows_run = None
+    stats_all = Trainer(copy.deepcopy(policy), PPOConfig(update_epochs=1, minibatch_size=6)).update(garbled)
+    assert stats_all["behaviour_log_ratio_abs_mean"] > 10.0

@@ -231,6 +231,20 @@ def test_health_lists_each_down_service_with_the_command_that_starts_it(
     assert "`pde supervisor`" in problems()["supervisor"]["action"]
 
 
+def test_under_a_restarting_supervisor_the_banner_says_it_restarts_the_service(
+    store: Store, tmp_path: Path
+) -> None:
+    settings = UISettings.model_validate(
+        {"data_dir": tmp_path, "database_url": store.url, "restarted_by": "pde demo"}
+    )
+    link = RobotLink(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3)
+    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link)) as c:
+        down = {p["service"]: p for p in c.get("/api/health").json()["problems"]}
+    assert sorted(down) == ["loop", "robot_server"]
+    for p in down.values():
+        assert p["action"].startswith("pde demo restarts it by itself") and "`pde" not in p["action"]
+
+
 def test_the_reset_guide_shows_the_tasks_reset_instructions(
     client: TestClient, store: Store, tmp_path: Path
 ) -> None:

@@ -329,3 +329,58 @@ def test_a_lost_connection_is_reported_while_disconnected(
     wait_for(lambda: not ex.snapshot().connected)
     wait_for(lambda: (f := ex.snapshot().fault) is not None and f.kind is RobotFault.CONNECTION_LOST)
     assert not ex.snapshot().connected
+
+
+def test_a_chunk_skips_its_rows_meant_for_ticks_that_ran_and_the_last_one_ran_until_it_took_over(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    """Overlapped inference: the second chunk was computed from the state at tick t0 and arrives
+    some ticks later; it starts with its row meant for the tick it takes over at."""
+    ex, robot = make()
+    first, _ = ex.submit(ee_chunk(0, rows=200, dx=0.0), CLIENT)
+    assert first.rows_skipped == 0 and first.start_tick >= 0
+    wait_for(lambda: ex.snapshot().tick >= first.start_tick + 2)
+    t0 = ex.snapshot().tick  # what Observation.tick says
+    wait_for(lambda: ex.snapshot().tick >= t0 + 3)  # "inference" takes at least 3 ticks
+    a = np.zeros((40, 7))
+    a[:, 1] = 1e-4 * np.arange(1, 41)  # row r moves y by (r + 1) x 0.1 mm: which rows ran shows
+    a[:, 6] = 0.08
+    second_chunk = ActionChunk(
+        seq=1, episode_id="e", action_space=ActionSpace.EE_DELTA, actions=a, control_rate_hz=50.0,
+        first_row_tick=t0,
+    )  # fmt: skip
+    y_before = float(robot.pos[1])
+    second, _ = ex.submit(second_chunk, CLIENT)
+    assert second.rows_skipped == second.start_tick - t0 >= 3
+    assert second.steps == 40 - second.rows_skipped
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 2)
+    log = list(ex.tick_log)
+    ran_first = [r.row for r in log if r.chunk_seq == 0]
+    assert ran_first == list(range(second.start_tick - first.start_tick))  # until the seam, no more
+    assert [r.row for r in log if r.chunk_seq == 1] == list(range(second.steps))
+    # no hold tick at the seam: the second chunk's first row is the tick after the first's last
+    seam = [r.chunk_seq for r in log if r.chunk_seq in (0, 1)]
+    assert seam == [0] * len(ran_first) + [1] * second.steps
+    # only the rows not in the past moved the arm
+    np.testing.assert_allclose(robot.pos[1] - y_before, a[second.rows_skipped :, 1].sum(), atol=1e-9)
+
+
+def test_a_chunk_whose_rows_are_all_past_or_whose_tick_is_ahead_is_refused(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    ex, _ = make()
+    wait_for(lambda: ex.snapshot().tick >= 6)
+    t0 = ex.snapshot().tick
+    wait_for(lambda: ex.snapshot().tick >= t0 + 5)
+    past = ee_chunk(0, rows=4)
+    past.first_row_tick = t0
+    with pytest.raises(SafetyError, match="all 4 rows are in the past") as e:
+        ex.submit(past, CLIENT)
+    assert e.value.code is ErrorCode.STALE
+    ahead = ee_chunk(1, rows=4)
+    ahead.first_row_tick = ex.snapshot().tick + 1000
+    with pytest.raises(SafetyError, match="ahead of the server's next tick") as e:
+        ex.submit(ahead, CLIENT)
+    assert e.value.code is ErrorCode.INVALID_ACTION
+    snap = ex.snapshot()
+    assert snap.executing_chunk_seq == -1 and snap.counters.chunks_stale == 1

@@ -1,6 +1,7 @@
-"""The LeRobotDataset v2.1 export: expert demos recorded by the real recorder, and learner-style
-episode files, exported and read back with pyarrow, PyAV and numpy (LeRobot itself is not
-installable here: its releases pin torch and recent ones need Python >= 3.12)."""
+"""The LeRobotDataset v2.1 export (``--version v2.1``; v3.0, the default, in
+test_lerobot_export_v30.py): expert demos recorded by the real recorder, and learner-style episode
+files, exported and read back with pyarrow, PyAV and numpy (LeRobot itself is not in our venv: its
+releases pin torch and need Python >= 3.12; bench/check_lerobot_roundtrip.py runs it on v3.0)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,8 @@ import pytest
 from pde_contract.episodes import EpisodeFile, read_episode, write_episode
 from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import STATE_VECTOR_NAMES, RobotState, state_vector
-from pde_storage.lerobot_export import (
-    ExportConfig,
-    ExportError,
-    export_lerobot,
-    find_episode_files,
-    image_sample_indices,
-    image_stats,
-)
+from pde_storage.lerobot_export import ExportConfig, ExportError, export_lerobot, find_episode_files
+from pde_storage.lerobot_stats import image_sample_indices, image_stats
 from robot_server.sim.recorder import RecordConfig, record_demos
 from tests.helpers import pde_command, subprocess_env
 from tests.storage.factories import make_episode_file, make_observation
@@ -37,6 +32,7 @@ WIDTH, HEIGHT = 48, 40
 MAX_MEAN_ABS_ERROR = 6.0
 # LeRobot's decoder refuses frames further than this from the asked timestamp (tolerance_s).
 LEROBOT_TOLERANCE_S = 1e-4
+V21 = ExportConfig(version="v2.1")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +45,7 @@ def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def dataset(demos: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("export") / "lerobot"
-    report = export_lerobot(demos, out)
+    report = export_lerobot(demos, out, V21)
     assert report.episodes == 2 and not report.skipped
     return out
 
@@ -213,7 +209,7 @@ def test_videos_decode_to_the_source_frames(dataset: Path, demos: Path) -> None:
 
 
 def test_h264_videos(demos: Path, tmp_path: Path) -> None:
-    export_lerobot(demos, tmp_path / "h264", ExportConfig(vcodec="h264"))
+    export_lerobot(demos, tmp_path / "h264", ExportConfig(vcodec="h264", version="v2.1"))
     info = json.loads((tmp_path / "h264/meta/info.json").read_text())
     assert {ft["info"]["video.codec"] for ft in info["features"].values() if ft["dtype"] == "video"} == {
         "h264"
@@ -277,7 +273,7 @@ def _learner_dir(root: Path, successes: list[bool | None]) -> Path:
 
 def test_learner_episodes_prompt_choice_and_only_success(tmp_path: Path) -> None:
     src = _learner_dir(tmp_path / "src", [True, False, None])
-    report = export_lerobot(src, tmp_path / "all", ExportConfig(vcodec="h264"))
+    report = export_lerobot(src, tmp_path / "all", ExportConfig(vcodec="h264", version="v2.1"))
     assert (report.episodes, report.frames) == (3, 3 * 33)
     assert _jsonl(tmp_path / "all/meta/tasks.jsonl") == [{"task_index": 0, "task": "roll"}]
     table = pq.read_table(tmp_path / "all/data/chunk-000/episode_000002.parquet")
@@ -285,7 +281,9 @@ def test_learner_episodes_prompt_choice_and_only_success(tmp_path: Path) -> None
     assert table.column("index").to_pylist()[0] == 66
 
     report = export_lerobot(
-        src, tmp_path / "ok", ExportConfig(vcodec="h264", only_success=True, task_prompt="canonical")
+        src,
+        tmp_path / "ok",
+        ExportConfig(vcodec="h264", only_success=True, task_prompt="canonical", version="v2.1"),
     )
     assert report.episodes == 1 and len(report.skipped) == 2
     assert _jsonl(tmp_path / "ok/meta/tasks.jsonl") == [{"task_index": 0, "task": "canon"}]
@@ -379,3 +377,21 @@ def test_old_spelling_still_exports_and_says_where_it_moved(tmp_path: Path) -> N
     assert "moved to `pde data export-lerobot`" in old.stderr
     assert "wrote 1 episodes, 33 frames, 1 tasks" in old.stdout
     assert (tmp_path / "ds/meta/info.json").is_file()
+
+
+def test_an_overlapped_episode_exports_only_the_rows_that_ran(tmp_path: Path) -> None:
+    ep = make_episode_file(0, "put_green_container_in_bowl", n_chunks=3, success=True)
+    for i, chunk in enumerate(ep.chunks):
+        chunk.actions = np.arange(10, dtype=np.float32)[:, None].repeat(7, 1) + 100 * i  # row r: r + 100 i
+    ep.chunks[0].rows_run = (0, 6)  # preempted after 6 rows
+    ep.chunks[1].rows_run = (2, 7)  # 2 rows in the past, preempted after row 6
+    ep.chunks[2].rows_run = (3, 10)  # 3 rows in the past, ran to its end
+    write_episode(tmp_path / "src/episodes/000.episode", ep)
+    report = export_lerobot(tmp_path / "src", tmp_path / "out", ExportConfig(vcodec="h264", version="v2.1"))
+    assert report.frames == 6 + 5 + 7
+    table = pq.read_table(tmp_path / "out/data/chunk-000/episode_000000.parquet")
+    ran = [*range(0, 6), *range(2, 7), *range(3, 10)]
+    assert table.column("chunk_row").to_pylist() == ran
+    assert table.column("chunk_index").to_pylist() == [0] * 6 + [1] * 5 + [2] * 7
+    actions = np.array(table.column("action").to_pylist())[:, 0]
+    assert actions.tolist() == [r + 100 * c for c, r in zip([0] * 6 + [1] * 5 + [2] * 7, ran, strict=True)]

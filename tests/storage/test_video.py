@@ -54,3 +54,16 @@ def test_episode_settings_pad_odd_sizes_and_refuse_bad_input(tmp_path: Path) -> 
         write_video(tmp_path / "bad.mp4", _frames(3), 2.0, EPISODE_VIDEO, repeats=[1, 1])
     with pytest.raises(ValueError, match="no frames"):
         write_video(tmp_path / "bad.mp4", [], 2.0, EPISODE_VIDEO)
+
+
+def test_an_episode_video_runs_at_the_rate_its_chunks_ran() -> None:
+    """One frame per chunk: 10 Hz over 10-row chunks is 1 fps; chunks that ran 5 rows each
+    (overlapped inference) are 2 fps, or the video would play at half speed."""
+    from pde_storage.media import frame_rate_hz
+    from tests.storage.factories import make_episode_file
+
+    ep = make_episode_file(0, "t", n_chunks=4, rows=10)
+    assert frame_rate_hz(ep) == pytest.approx(1.0)
+    for chunk in ep.chunks:
+        chunk.rows_run = (3, 8)
+    assert frame_rate_hz(ep) == pytest.approx(2.0)
