@@ -1,6 +1,8 @@
 """``pde learner export-policy --format lerobot``: a π0.5 policy as LeRobot 0.6.1's checkpoint
-directory (files, keys and step configs as LeRobot's sources write and read them), which this
-project's reader loads back to the same actions; LoRA merged; what LeRobot cannot express refused."""
+directory (files, keys and step configs as LeRobot's sources write and read them, and equal to the
+files LeRobot 0.6.1 itself saved for the same policy: tests/fixtures/pi05_lerobot/, recorded by
+bench/check_pi05_lerobot.py), which this project's reader loads back to the same actions; LoRA
+merged; what LeRobot cannot express refused."""
 
 import json
 import shutil
