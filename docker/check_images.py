@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import secrets
 import shutil
 import socket
@@ -62,7 +63,9 @@ NOT_BUILT = {
 }
 ROBOT_STACK, WORKSTATION_STACK = "docker-compose.robot.yml", "docker-compose.workstation.yml"
 WORKSTATION_SERVICES = ("postgres", "supervisor", "operator_ui")
+PID_MAX = Path("/proc/sys/kernel/pid_max")
 HEALTHY_TIMEOUT_S = 300.0
+HEALTHCHECK_TIMEOUT = "60s"
 HEALTH_PUMP_PERIOD_S = 3.0
 # podman's own runtime choice (crun) refuses this machine's hybrid cgroups; the default open-files
 # ulimit is refused too (shared/CONTAINERS.md).
@@ -95,6 +98,9 @@ class Result:
     checks: list[Check] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     stood_in: list[str] = field(default_factory=list)
+    # what this machine made the run change in the stacks as committed: stack file -> the override
+    # file's content (host_limits() and override() say why)
+    adjusted: dict[str, object] = field(default_factory=dict)
     not_built: dict[str, str] = field(default_factory=lambda: dict(NOT_BUILT))
     error: str = ""
 
@@ -301,26 +307,14 @@ class Stack:
     file: str
     project: str
     env_file: Path
+    overrides: tuple[Path, ...] = ()
 
     def compose(
         self, r: Runner, *args: str, log: str, check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        return r.run(
-            [
-                "docker-compose",
-                "-p",
-                self.project,
-                "--env-file",
-                str(self.env_file),
-                "-f",
-                str(REPO / self.file),
-                *args,
-            ],
-            log,
-            check=check,
-            timeout_s=900,
-            capture=False,
-        )
+        files = [a for f in (REPO / self.file, *self.overrides) for a in ("-f", str(f))]
+        base = ["docker-compose", "-p", self.project, "--env-file", str(self.env_file), *files]
+        return r.run([*base, *args], log, check=check, timeout_s=900, capture=False)
 
     def container(self, service: str) -> str:
         return f"{self.project}_{service}_1"
@@ -328,6 +322,36 @@ class Stack:
 
 def write_env(path: Path, values: dict[str, str]) -> Path:
     path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return path
+
+
+def host_limits() -> dict[str, dict[str, int]]:
+    """The robot server's ulimits (rtprio 99, memlock unlimited in the stack) capped at this
+    machine's hard limits, which a container cannot exceed: where the checks run without
+    CAP_SYS_RESOURCE (rtprio 0 here) runc refuses the container otherwise. The sim backend needs no
+    real-time scheduling; on a robot PC the stack's own limits apply. podman also adds open-files
+    and process limits above the hard ones once any ulimit is set: named here at the hard limits."""
+    limits = {
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+        # runc here refuses a process limit above pid_max, though the hard limit is higher
+        "nproc": min(resource.getrlimit(resource.RLIMIT_NPROC)[1], int(PID_MAX.read_text())),
+        "rtprio": resource.getrlimit(resource.RLIMIT_RTPRIO)[1],
+        "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK)[1],
+    }
+    return {k: {"soft": v, "hard": v} for k, v in limits.items()}
+
+
+def override(path: Path, services: dict[str, dict[str, object]]) -> Path:
+    """A compose override file (JSON is YAML) with ``services``' changes, and every healthcheck's
+    timeout at HEALTHCHECK_TIMEOUT: a `pde health` process, which starts Python and connects, takes
+    over 10 s on two cores shared with other work (the stacks give it 4-8 s)."""
+    doc = {
+        "services": {
+            name: {"healthcheck": {"timeout": HEALTHCHECK_TIMEOUT}} | change
+            for name, change in services.items()
+        }
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
 
 
@@ -383,9 +407,11 @@ def make_stacks(r: Runner) -> tuple[Stack, Stack, dict[str, str]]:
     }
     ws_env = write_env(r.work / "workstation.env", ws)
     tag = secrets.token_hex(3)
+    robot_override = override(r.work / "robot.override.yml", {"robot_server": {"ulimits": host_limits()}})
+    ws_override = override(r.work / "workstation.override.yml", {s: {} for s in WORKSTATION_SERVICES})
     return (
-        Stack(ROBOT_STACK, f"pdecheck{tag}robot", robot_env),
-        Stack(WORKSTATION_STACK, f"pdecheck{tag}ws", ws_env),
+        Stack(ROBOT_STACK, f"pdecheck{tag}robot", robot_env, (robot_override,)),
+        Stack(WORKSTATION_STACK, f"pdecheck{tag}ws", ws_env, (ws_override,)),
         ws,
     )
 
@@ -394,9 +420,9 @@ def health(r: Runner, container: str) -> str:
     return r.out(["podman", "inspect", "--format", "{{.State.Health.Status}}", container])
 
 
-def wait_healthy(r: Runner, containers: Sequence[str]) -> Check:
-    deadline = time.monotonic() + HEALTHY_TIMEOUT_S
-    t0 = time.monotonic()
+def wait_healthy(r: Runner, containers: Sequence[str], t_up: float) -> Check:
+    """Every one of ``containers`` healthy, within HEALTHY_TIMEOUT_S of ``t_up`` (when `up` returned)."""
+    deadline = t_up + HEALTHY_TIMEOUT_S
     states: dict[str, str] = {}
     while time.monotonic() < deadline:
         states = {c: health(r, c) for c in containers}
@@ -404,7 +430,7 @@ def wait_healthy(r: Runner, containers: Sequence[str]) -> Check:
             return Check(
                 f"healthy: {', '.join(containers)}",
                 True,
-                f"all healthy {time.monotonic() - t0:.0f} s after `up` returned",
+                f"all healthy {since(t_up):.0f} s after both stacks' `up` returned",
             )
         time.sleep(2)
     return Check(f"healthy: {', '.join(containers)}", False, f"after {HEALTHY_TIMEOUT_S:.0f} s: {states}")
@@ -455,6 +481,9 @@ def check_page(port: str) -> list[Check]:
 
 def run_stacks(r: Runner, result: Result) -> None:
     robot, ws, ws_values = make_stacks(r)
+    for stack in (robot, ws):
+        for path in stack.overrides:
+            result.adjusted[stack.file] = json.loads(path.read_text())
     with podman_service(r), health_pump(r):
         try:
             for stack, services in ((robot, ()), (ws, WORKSTATION_SERVICES)):
@@ -468,8 +497,9 @@ def run_stacks(r: Runner, result: Result) -> None:
                         f"returned after {up_s} s",
                     )
                 )
-            result.checks.append(wait_healthy(r, [robot.container("robot_server")]))
-            result.checks.append(wait_healthy(r, [ws.container(s) for s in WORKSTATION_SERVICES]))
+            t_up = time.monotonic()
+            result.checks.append(wait_healthy(r, [robot.container("robot_server")], t_up))
+            result.checks.append(wait_healthy(r, [ws.container(s) for s in WORKSTATION_SERVICES], t_up))
             result.checks.append(check_chunk(r, ws))
             result.checks.extend(check_page(ws_values["UI_PORT"]))
         except Failed as e:

@@ -11,7 +11,7 @@ chown postgres:postgres "$PGDATA" /var/run/postgresql
 chmod 700 "$PGDATA"
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
     pwfile=$(mktemp) && printf '%s' "$POSTGRES_PASSWORD" > "$pwfile" && chown postgres "$pwfile"
-    runuser -u postgres -- initdb -D "$PGDATA" -U "$user" --pwfile="$pwfile" \
+    runuser -u postgres -- initdb -D "$PGDATA" -U "$user" --pwfile="$pwfile" -E UTF8 --locale=C.UTF-8 \
         --auth-local=trust --auth-host=scram-sha-256
     rm -f "$pwfile"
     if [ "$db" != postgres ]; then
