@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     r = Runner(args.work_dir)
     result = Result(
         started_utc=datetime.now(UTC).isoformat(timespec="seconds"),
-        command="python3 docker/check_images.py " + " ".join(argv or sys.argv[1:]),
+        command=" ".join(["python3 docker/check_images.py", *(argv or sys.argv[1:])]),
     )
     try:
         result.versions.update(tool_versions(r))
