@@ -517,6 +517,7 @@ def run_stacks(r: Runner, result: Result) -> None:
                         f"exit {down.returncode}",
                     )
                 )
+            shutil.rmtree(r.work / "keys")  # this run's link keys, secret ones included
 
 
 def tool_versions(r: Runner) -> dict[str, str]:
