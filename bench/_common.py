@@ -34,6 +34,21 @@ def stats_us(samples_s: list[float] | np.ndarray) -> dict[str, float]:
     }
 
 
+def versions(**modules: Any) -> dict[str, str]:
+    """Each named module's ``__version__``, Python's and this checkout's commit (for checks that run
+    in another venv, e.g. LeRobot's)."""
+    import subprocess
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    return {
+        **{name: str(m.__version__) for name, m in modules.items()},
+        "python": platform.python_version(),
+        "ours": commit.stdout.strip(),
+    }
+
+
 def jpeg_frame(width: int, height: int, seed: int) -> bytes:
     """A JPEG (quality 90) of a smooth random picture: sizes like a real camera frame."""
     import cv2

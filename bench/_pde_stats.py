@@ -234,6 +234,20 @@ SECONDARY = (
 )
 
 
+def target_block(arm_stats: Mapping[str, Any], primary: Mapping[str, Any]) -> dict[str, Any]:
+    """Issue 22 item 7's bar for "PDE helps": the pde_mixed gain at least twice the noise gain, and
+    the seed-level 95% interval of their difference above zero. ``met`` None while either is missing."""
+    a, b = PRIMARY
+    gains = [arm_stats.get(arm, {}).get("gain", {}).get("mean") for arm in PRIMARY]
+    ci = primary.get("ci95")
+    head = {"definition": f"{a} gain >= 2 x {b} gain, and the primary contrast's ci95 above 0"}
+    if None in gains or ci is None:
+        return {**head, "met": None, "gain_ratio": None}
+    ratio = gains[0] / gains[1] if gains[1] else None
+    met = bool(gains[0] >= 2 * gains[1] and ci[0] > 0)
+    return {**head, "met": met, "gain_ratio": ratio, "contrast_ci95_low": ci[0]}
+
+
 def secondary_contrasts(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The ``SECONDARY`` contrasts that have >= 2 runs finished in both arms, paired on (SFT seed,
     RL seed); the others listed with how many pairs they have."""
@@ -436,6 +450,7 @@ def add_blocks(result: dict[str, Any], premise: Mapping[str, Any]) -> dict[str, 
     result["premise"] = dict(premise)
     result["primary_contrast"] = primary_contrast_block(result["arms"])
     result["arm_stats"] = {name: arm_stats(arm["per_seed"]) for name, arm in result["arms"].items()}
+    result["target"] = target_block(result["arm_stats"], result["primary_contrast"])
     result["secondary_contrasts"] = secondary_contrasts(result["arms"])
     result["mechanism"] = mechanism(result["arms"])
     result.setdefault("frozen", {})["premise_and_proposers"] = frozen_block()

@@ -150,6 +150,11 @@ def markdown_table(result: dict[str, Any]) -> str:
     if pc:
         what = gain(pc) if pc["mean"] is not None else f"not yet: {pc['reason']}"
         lines.append(f"\nPrimary contrast, {pc['definition']}, over {pc['n_seeds']} paired runs: {what}")
+    target = result.get("target")
+    if target and target["met"] is not None:
+        ratio = "n/a" if target["gain_ratio"] is None else f"{target['gain_ratio']:.2f}"
+        verdict = "met" if target["met"] else "NOT met"
+        lines.append(f"Target ({target['definition']}): {verdict} (gain ratio {ratio})")
     for sc in result.get("secondary_contrasts", []):
         if sc["mean"] is not None:
             lines.append(f"Exploratory, {sc['meaning']}, over {sc['n_seeds']} paired runs: {gain(sc)}")
@@ -167,7 +172,9 @@ def markdown_table(result: dict[str, Any]) -> str:
     done = result.get("completeness")
     if done:
         lines.append(
-            "Meets issue 22's bar." if done["complete"] else "Incomplete: " + "; ".join(done["missing"])
+            "Complete: the runs, SFT seeds, scenes and budget issue 22 asks for."
+            if done["complete"]
+            else "Incomplete: " + "; ".join(done["missing"])
         )
     return "\n".join(lines)
 

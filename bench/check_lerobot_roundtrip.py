@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import versions  # bench/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT = REPO / "bench" / "results" / "lerobot_roundtrip.json"
@@ -247,16 +247,7 @@ def main() -> int:
         result: dict[str, object] = {
             "what": "our LeRobotDataset v3.0 export loaded, iterated and trained on by LeRobot itself",
             "command": " ".join([sys.executable, "bench/check_lerobot_roundtrip.py", *sys.argv[1:]]),
-            "versions": {
-                "lerobot": lerobot.__version__,
-                "torch": torch.__version__,
-                "datasets": datasets.__version__,
-                "av": av.__version__,
-                "python": platform.python_version(),
-                "ours": subprocess.run(
-                    ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-                ).stdout.strip(),
-            },
+            "versions": versions(lerobot=lerobot, torch=torch, datasets=datasets, av=av),
             "input": {"tasks": TASKS.split(","), "episodes_per_task": 1, "image_size": IMAGE_SIZE},
             "iterate": _iterate(ours),
             "stats": _stats(ours),

@@ -311,6 +311,13 @@ def _export_policy(argv: list[str], settings: LearnerSettings) -> int:
     )
     ap.add_argument("--checkpoints", default=settings.checkpoints)
     ap.add_argument("--out", required=True, help="directory to write (created; files in it are replaced)")
+    ap.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="where LeRobot's pipeline puts the batch (its config.device; a cuda one does not load "
+        "without CUDA)",
+    )
     args = ap.parse_args(argv)
     from learner.checkpoints import CheckpointStore
     from learner.policies.pi05 import Pi05CheckpointError, Pi05Policy
@@ -333,7 +340,7 @@ def _export_policy(argv: list[str], settings: LearnerSettings) -> int:
         )
         return 2
     try:
-        out = export_lerobot(loaded.policy, args.out)
+        out = export_lerobot(loaded.policy, args.out, args.device)
     except Pi05CheckpointError as e:
         print(f"pde learner export-policy: {e}", file=sys.stderr)
         return 2

@@ -54,9 +54,20 @@ class LiveView:
     last_error: str = ""
     estop_reason: str = ""
     limits: str = ""  # the workspace box and dynamics factor in force (limits_text)
+    # Chunks of the newest episode seen executing (seqs increase, so a new seq is a new chunk); kept
+    # between chunks, when the server reports no episode.
+    chunk_episode_id: str = ""
+    episode_chunks: int = 0
+    chunk_seq: int = -1
 
     @staticmethod
     def from_observation(obs: Observation, received_monotonic_s: float, old: LiveView) -> LiveView:
+        chunk_episode, chunks, seq = old.chunk_episode_id, old.episode_chunks, old.chunk_seq
+        if obs.episode_id and obs.executing_chunk_seq >= 0:
+            if obs.episode_id != chunk_episode:
+                chunk_episode, chunks, seq = obs.episode_id, 0, -1
+            if obs.executing_chunk_seq > seq:
+                chunks, seq = chunks + 1, obs.executing_chunk_seq
         return LiveView(
             frames={
                 c.name: CameraFrame(
@@ -76,6 +87,9 @@ class LiveView:
             last_error=old.last_error,
             estop_reason=old.estop_reason,
             limits=old.limits,
+            chunk_episode_id=chunk_episode,
+            episode_chunks=chunks,
+            chunk_seq=seq,
         )
 
 
@@ -184,6 +198,9 @@ class RobotLink:
                 last_error=st.last_error,
                 estop_reason=st.estop_reason,
                 limits=limits_text(st),
+                chunk_episode_id=v.chunk_episode_id,
+                episode_chunks=v.episode_chunks,
+                chunk_seq=v.chunk_seq,
             )
 
     def view(self) -> LiveView:
@@ -222,6 +239,23 @@ class RobotLink:
 
     def status(self) -> Status:
         return self._command(lambda c: c.status())
+
+    def home(
+        self, task: str, seed: int | None, reset_joints_rad: tuple[float, ...] | None, timeout_s: float
+    ) -> None:
+        """Reset the arm (home, or the task's reset pose; a simulator re-lays ``task``'s scene for
+        ``seed``), blocking until it is there. On a client of its own: the motion takes seconds and
+        must never hold back an e-stop (the server serves the e-stop during a reset)."""
+        with RobotClient(
+            self.cmd_endpoint,
+            name="operator-ui-home",
+            timeout_s=self.timeout_s,
+            curve=self.curve,
+            expire_unanswered=True,
+        ) as client:
+            client.server_clock = copy.copy(self._watch_client.server_clock)
+            client.connect()
+            client.reset(task, seed, timeout_s, reset_joints_rad=reset_joints_rad)
 
     def close(self) -> None:
         self._stop.set()

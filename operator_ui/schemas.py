@@ -13,6 +13,7 @@ class LabelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     success: bool
     reason: str = Field("", max_length=500)
+    operator: str = Field("", max_length=100, description="who labels (set once per browser)")
 
 
 class DiscardIn(BaseModel):
@@ -44,19 +45,45 @@ class ResetGuideOut(BaseModel):
 class PauseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     paused: bool
+    practice: bool = Field(False, description="practice mode: paused, and nothing is recorded")
+
+
+class EndIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    success: bool | None = Field(description="the operator's verdict, sent as the label once it ended")
 
 
 class RunProgressOut(BaseModel):
     paused: bool
+    practice: bool  # practice mode: paused, the page refuses whatever would record something
     loop_phase: str
     stages: dict[str, str]  # task -> bootstrap | rl
     episodes_today: int  # created since local midnight (of the page's server)
+    episodes_target: int | None  # UISettings.episodes_target; None: no target
+    target_eta_s: float | None  # (target - today) x cycle_s
     episode_s: float | None  # median wall time of recent ended episodes
+    cycle_s: float | None  # median start-to-start of recent episodes: reset, Start and label included
     labels_until_update: int | None  # labelled RL episodes still needed for the next PPO batch
-    update_eta_s: float | None  # labels_until_update x episode_s
+    update_episodes: int | None  # fewest episodes before the next PPO update, bootstrap included
+    update_episodes_max: int | None  # most (the whole bootstrap search budget); None: no bound
+    update_eta_s: float | None  # update_episodes x cycle_s
+    update_eta_max_s: float | None  # update_episodes_max x cycle_s
+    update_why: str  # what the count is made of
     training: bool  # a PPO update is running
     auto_start: bool
     auto_label: bool
+
+
+class PPOUpdateMark(BaseModel):
+    version: int  # the policy version the update made
+    trained_through_episode_id: int  # the newest episode in its batch (x on the episode-# plots)
+    labelled_episodes: int  # labelled episodes of the task by then (x on the α / pool plots)
+
+
+class VersionSuccess(BaseModel):
+    version: int
+    n_episodes: int  # labelled episodes of the task run by this policy version
+    success_rate: float
 
 
 class CurvesOut(BaseModel):
@@ -65,6 +92,8 @@ class CurvesOut(BaseModel):
     prompt_success: dict[str, list[list[float]]]  # prompt text -> [episode id, cumulative rate]
     alpha: list[list[float]]  # [labelled episodes so far, alpha]
     pool_size: list[list[float]]  # [labelled episodes so far, pool size]
+    ppo_updates: list[PPOUpdateMark]  # markers on the plots
+    success_by_version: list[VersionSuccess]
 
 
 class CamerasOut(BaseModel):
@@ -116,6 +145,7 @@ def label_json(lab: LabelRow) -> dict[str, Any]:
         "reason": lab.reason,
         "authoritative": lab.authoritative,
         "created_at": lab.created_at.isoformat(),
+        "operator": lab.operator,
     }
 
 

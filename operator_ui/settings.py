@@ -60,6 +60,11 @@ class UISettings(BaseSettings):
     """A live-view frame older than this is badged stale on the page."""
     robot_down_s: float = 2.0
     """No observation for this long: the robot server is shown as down."""
+    robot_home_timeout_s: float = 60.0
+    """The page's "home arm" waits this long for the arm to get there."""
+    episodes_target: int = 0
+    """Episodes planned per day (the page shows done / target and when the target is reached);
+    0: no target."""
     label_undo_s: float = 3.0
     """A label waits this long on the page (Undo) before it is sent and the loop moves on."""
     service_stale_s: float = 10.0

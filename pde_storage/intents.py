@@ -6,6 +6,11 @@ from __future__ import annotations
 START_EPISODE = "start_episode"
 # page -> loop: stop the running episode (the robot holds; the episode is aborted with a reason).
 ABORT_EPISODE = "abort_episode"
+# page -> loop: end the running episode now and keep it (not an abort): the robot holds, the episode
+# is stored and awaits its label like any other. payload: {"episode_id", "success" (the operator's
+# verdict, sent by the page as the label once the episode has ended; None: no verdict), "by"}.
+# Taken by learner.loop.takeover.TakeoverActor, between and during chunks.
+END_EPISODE = "end_episode"
 # loop -> supervisor: a prompt of a task in the bootstrap stage has its N labelled rollouts.
 # payload: {"task", "prompt_id", "n_episodes", "success_rate"}
 PROMPT_ROLLOUTS_DONE = "prompt_rollouts_done"

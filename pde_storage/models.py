@@ -109,6 +109,8 @@ class Label(Base):
     source: Mapped[str] = mapped_column(String(20))  # operator | simulator | vlm
     reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Who gave an operator label (the name set once per browser on the page); "" otherwise.
+    operator: Mapped[str] = mapped_column(String(100), default="", server_default="")
 
 
 class Checkpoint(Base):

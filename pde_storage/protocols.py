@@ -6,7 +6,8 @@ Role protocols, grouped by aggregate (``pde_storage.repos``):
 - tasks: ``TaskReader`` (tasks, prompts, state), ``TaskStateWriter``, ``PromptWriter``;
 - episodes: ``EpisodeReader``, ``EpisodeRecorder`` (the loop's running episodes), ``Labeller``,
   ``EpisodeCurator`` (discard, restore, notes), ``PolicyVersionsInUse``;
-- telemetry: ``MetricWriter``, ``MetricReader``, ``CheckpointLog``, ``SupervisorCallLog``;
+- telemetry: ``MetricWriter``, ``MetricReader``, ``CheckpointReader``, ``CheckpointLog``,
+  ``SupervisorCallLog``;
 - messages: ``IntentSender``, ``IntentConsumer``, ``ServiceStates``.
 
 Each service's view is the union of the roles it plays: ``LoopStore`` (``pde loop``),
@@ -115,6 +116,7 @@ class Labeller(Protocol):
         reason: str = "",
         *,
         relabel: bool = False,
+        operator: str = "",
     ) -> LabelRow: ...
 
 
@@ -140,12 +142,16 @@ class MetricReader(Protocol):
 
 
 @runtime_checkable
-class CheckpointLog(Protocol):
+class CheckpointReader(Protocol):
+    def checkpoints(self) -> list[CheckpointRow]: ...
+
+
+@runtime_checkable
+class CheckpointLog(CheckpointReader, Protocol):
     def add_checkpoint(
         self, version: int, path: str | Path, metrics: dict[str, Any] | None = None
     ) -> CheckpointRow: ...
     def latest_checkpoint(self) -> CheckpointRow | None: ...
-    def checkpoints(self) -> list[CheckpointRow]: ...
     def mark_checkpoint_pruned(self, version: int) -> CheckpointRow: ...
 
 
@@ -242,12 +248,14 @@ class OperatorStore(
     Labeller,
     EpisodeCurator,
     MetricReader,
+    CheckpointReader,
     IntentSender,
     ServiceStates,
     Protocol,
 ):
-    """What the operator page uses: everything it shows, the operator's labels, discards and
-    notes, prompt decisions, Start/Abort as intents and the run control as a service state."""
+    """What the operator page uses: everything it shows (the checkpoints: which labels PPO
+    already used, update markers on the curves), the operator's labels, discards and notes,
+    prompt decisions, Start/Abort as intents and the run control as a service state."""
 
     @property
     def dialect(self) -> str: ...

@@ -100,6 +100,7 @@ class LabelRow:
     source: str
     reason: str
     created_at: datetime
+    operator: str = ""  # who gave an operator label ("" for the simulator, the VLM, older labels)
 
     @property
     def authoritative(self) -> bool:

@@ -32,6 +32,20 @@ def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
         _unexpected_skips.append(f"{report.nodeid}: {_skip_reason(report)}")
 
 
+# Tests marked `images` build and run the container images (tests/compose/test_images.py): root,
+# podman and half an hour. Left out of the selection (not skipped) unless PDE_CHECK_IMAGES=1.
+OPT_IN_IMAGES = "PDE_CHECK_IMAGES"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(OPT_IN_IMAGES) == "1":
+        return
+    left_out = [item for item in items if item.get_closest_marker("images")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("images")]
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _note_skip(report)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
+from learner.loop.takeover import TakeoverActor
 from learner.loop.training import BackgroundTrainer, TrainerLike
 from learner.policy_args import add_policy_args, load_init_policy
 from pde_contract.settings import DataLayout
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = EpisodeLoop(
         store,
         client,
-        actor,
+        TakeoverActor(actor, store),  # the page's "end episode now"
         settings,
         BackgroundTrainer(trainer_for_actor(trainer, device, actor_device), save),
         policy_version=loaded.version,

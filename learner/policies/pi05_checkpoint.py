@@ -12,7 +12,9 @@ Layout (LeRobot 0.6.1's ``save_pretrained`` plus the tokenizer and our mapping):
   (``{"norm_stats": {"state": {...}, "actions": {...}}}``, what openpi's converter copies);
 - ``tokenizer.json`` (here or in ``tokenizer/``): the PaliGemma tokenizer, read with ``tokenizers``;
 - ``pde_pi05.json`` (optional, ours): which FR3 state entries and cameras feed the checkpoint's, and
-  the action space (:class:`Pi05Mapping`); without it the defaults below apply when they fit.
+  the action space (:class:`Pi05Mapping`); without it the defaults below apply when they fit. Its
+  ``model_sizes`` holds the size fields LeRobot's config has no name for (``vision_variant``,
+  ``vocab_size``: small test models only; LeRobot fixes So400m and 257152).
 
 Every missing or mismatched piece stops start-up with a message naming the file and what to do.
 """
@@ -31,7 +33,7 @@ from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from learner.policies.pi05_model import UNUSED_CHECKPOINT_KEYS, Pi05Config, Pi05Model
+from learner.policies.pi05_model import PALIGEMMA_VOCAB_SIZE, UNUSED_CHECKPOINT_KEYS, Pi05Config, Pi05Model
 from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, ActionSpace
 
 # openpi's examples/convert_jax_model_to_pytorch.py writes a config.json of its own (action_dim,
@@ -44,6 +46,10 @@ OPENPI_IMAGE_KEYS = tuple(
     f"{IMAGE_PREFIX}{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 )
 MAPPING_FILE = "pde_pi05.json"
+# Pi05Config's size fields that LeRobot's PI05Config lacks, with the values LeRobot fixes; other
+# values are read from pde_pi05.json's MODEL_SIZES_KEY (or from config.json, as tests write it).
+SIZE_FIELDS: dict[str, Any] = {"vision_variant": "so400m", "vocab_size": PALIGEMMA_VOCAB_SIZE}
+MODEL_SIZES_KEY = "model_sizes"
 PREPROCESSOR_FILE = "policy_preprocessor.json"  # LeRobot's pipeline: its relative-actions step config
 # The FR3's action columns by name (pde_contract ActionSpace), as exported action_feature_names.
 ACTION_NAMES: dict[ActionSpace, tuple[str, ...]] = {
@@ -346,13 +352,34 @@ def _cameras_by_name(raw: Any, image_keys: tuple[str, ...], where: Path) -> tupl
 
 
 def _mapping_file(directory: Path, image_keys: tuple[str, ...]) -> tuple[Pi05Mapping | None, dict[str, Any]]:
-    """The mapping ``pde_pi05.json`` gives (None without the file) and the file's raw fields."""
+    """The mapping ``pde_pi05.json`` gives (None without the file, or with none of the mapping's
+    fields, e.g. only ``model_sizes``) and the file's raw fields."""
     path = directory / MAPPING_FILE
     if not path.is_file():
         return None, {}
     raw = _read_json(path)
+    if not {"state_names", "cameras", "action_space"} & set(raw):
+        return None, raw
     cameras = _cameras_by_name(raw.get("cameras"), image_keys, path)
     return Pi05Mapping.from_json_dict({**raw, "cameras": list(cameras)}), raw
+
+
+def _model_sizes(directory: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """pde_pi05.json's ``model_sizes`` (what our export writes for a model smaller than LeRobot
+    builds); a field config.json also gives must agree."""
+    path = directory / MAPPING_FILE
+    sizes = _read_json(path).get(MODEL_SIZES_KEY, {}) if path.is_file() else {}
+    if not isinstance(sizes, dict) or set(sizes) - set(SIZE_FIELDS):
+        raise Pi05CheckpointError(
+            f"{path}: {MODEL_SIZES_KEY} must be an object with some of {sorted(SIZE_FIELDS)}, got {sizes!r}"
+        )
+    clash = {k: (v, config[k]) for k, v in sizes.items() if k in config and config[k] != v}
+    if clash:
+        raise Pi05CheckpointError(
+            f"{path} {MODEL_SIZES_KEY} and config.json disagree on {clash} ({MAPPING_FILE}, config.json): "
+            "keep one"
+        )
+    return sizes
 
 
 def _relative_step(directory: Path) -> dict[str, Any] | None:
@@ -498,6 +525,7 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
     openpi = "action_horizon" in raw and "input_features" not in raw
     if openpi:
         raw = {**{ours: raw[theirs] for theirs, ours in OPENPI_FIELDS.items() if theirs in raw}, **raw}
+    raw = raw | _model_sizes(path, raw)
     try:
         config = Pi05Config.from_json_dict(raw)
     except (TypeError, ValueError) as e:

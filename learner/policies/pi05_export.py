@@ -5,22 +5,25 @@
 
 - ``config.json``: ``type: pi05`` and only fields ``PI05Config`` has (LeRobot refuses others), with
   ``input_features`` (the image inputs and ``observation.state``), ``output_features``,
-  ``normalization_mapping`` and the relative-action fields;
+  ``normalization_mapping``, the relative-action fields and ``device``;
 - ``model.safetensors``: every key of LeRobot's ``PI05Policy.state_dict()``, loaded strictly there
   (a missing key makes LeRobot print a warning and keep random weights): ours under ``model.``,
   LoRA adapters merged into their layers, the VLM's tied ``lm_head`` (the token embedding) and the
   expert's unused one (zeros);
 - ``policy_preprocessor.json`` with LeRobot's π0.5 steps and their configs
-  (rename, batch, relative actions, normaliser, state-to-prompt, tokenizer, device) and its
+  (rename, batch, relative actions, normaliser, state-to-prompt, tokenizer, device: the one the
+  policy runs on, as LeRobot writes ``config.device``; a ``cuda`` pipeline does not load on a
+  machine without CUDA) and its
   statistics file ``policy_preprocessor_step_3_normalizer_processor.safetensors``;
   ``policy_postprocessor.json`` (unnormaliser, absolute actions, device) and
   ``policy_postprocessor_step_0_unnormalizer_processor.safetensors``;
 - ours beside them, which LeRobot does not read: ``tokenizer.json`` and ``pde_pi05.json``, so the
   directory is also an ``--init DIR`` here.
 
-The value head stays behind (LeRobot's π0.5 has none). Only LeRobot's sizes load there (SigLIP
-So400m, a 257152-token vocabulary): a tiny test model's directory carries our two size fields and
-is for this project's reader only.
+The value head stays behind (LeRobot's π0.5 has none). LeRobot builds only its own sizes (SigLIP
+So400m, a 257152-token vocabulary, the two Gemma variants): a smaller test model's two size fields
+LeRobot has no name for go to ``pde_pi05.json`` (``model_sizes``), so ``config.json`` stays one
+LeRobot decodes at any size (bench/check_pi05_lerobot.py gives LeRobot the tiny sizes to build).
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ from learner.policies.pi05 import LoRA, Pi05Policy
 from learner.policies.pi05_checkpoint import (
     ACTION_NAMES,
     MAPPING_FILE,
+    MODEL_SIZES_KEY,
     PREPROCESSOR_FILE,
+    SIZE_FIELDS,
     TIED_LM_HEAD_KEY,
     WEIGHTS_FILE,
     Pi05CheckpointError,
 )
-from learner.policies.pi05_model import PALIGEMMA_VOCAB_SIZE, Pi05Config
+from learner.policies.pi05_model import Pi05Config
 
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
 # LeRobot's state files: "<pipeline>_step_<index>_<registry name>.safetensors".
@@ -51,17 +56,19 @@ NORMALIZER_FILE = "policy_preprocessor_step_3_normalizer_processor.safetensors"
 UNNORMALIZER_FILE = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
 PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"  # hard-coded in LeRobot's processor_pi05.py
 EXPERT_LM_HEAD_KEY = "paligemma_with_expert.gemma_expert.lm_head.weight"
-# Ours, not PI05Config's: written only where they differ from what LeRobot fixes.
-OUR_SIZE_FIELDS = {"vision_variant": "so400m", "vocab_size": PALIGEMMA_VOCAB_SIZE}
+DEVICES = ("cuda", "cpu")
 
 
-def lerobot_config(policy: Pi05Policy) -> dict[str, Any]:
-    """config.json: LeRobot's PI05Config fields for this policy."""
-    cfg: Pi05Config = policy.config
+def model_sizes(cfg: Pi05Config) -> dict[str, Any]:
+    """Our size fields that differ from what LeRobot fixes (pde_pi05.json ``model_sizes``)."""
     raw = cfg.to_json_dict()
-    for name, lerobot_value in OUR_SIZE_FIELDS.items():
-        if raw[name] == lerobot_value:
-            del raw[name]
+    return {name: raw[name] for name, lerobot_value in SIZE_FIELDS.items() if raw[name] != lerobot_value}
+
+
+def lerobot_config(policy: Pi05Policy, device: str = "cuda") -> dict[str, Any]:
+    """config.json: LeRobot's PI05Config fields for this policy (``device``: where it runs)."""
+    cfg: Pi05Config = policy.config
+    raw = {k: v for k, v in cfg.to_json_dict().items() if k not in SIZE_FIELDS}
     stats = policy.stats
     names = ACTION_NAMES[policy.action_space]
     excluded = [n for n, rel in zip(names, policy.relative, strict=False) if not rel]
@@ -82,6 +89,7 @@ def lerobot_config(policy: Pi05Policy) -> dict[str, Any]:
         "use_relative_actions": any(policy.relative),
         "relative_exclude_joints": excluded if any(policy.relative) else ["gripper"],
         "action_feature_names": list(names),
+        "device": device,
     }
 
 
@@ -133,7 +141,7 @@ def lerobot_processors(policy: Pi05Policy, config: dict[str, Any]) -> tuple[dict
                 "tokenizer_name": PALIGEMMA_TOKENIZER,
             },
         },
-        {"registry_name": "device_processor", "config": {"device": "cuda", "float_dtype": None}},
+        {"registry_name": "device_processor", "config": {"device": config["device"], "float_dtype": None}},
     ]
     post = [
         {
@@ -147,9 +155,11 @@ def lerobot_processors(policy: Pi05Policy, config: dict[str, Any]) -> tuple[dict
     return {"name": "policy_preprocessor", "steps": pre}, {"name": "policy_postprocessor", "steps": post}
 
 
-def export_lerobot(policy: Pi05Policy, directory: str | Path) -> Path:
-    """Write ``policy`` as a LeRobot 0.6.1 π0.5 directory (module docstring); Pi05CheckpointError
-    for what LeRobot's π0.5 cannot express."""
+def export_lerobot(policy: Pi05Policy, directory: str | Path, device: str = "cuda") -> Path:
+    """Write ``policy`` as a LeRobot 0.6.1 π0.5 directory (module docstring) whose preprocessor
+    puts the batch on ``device``; Pi05CheckpointError for what LeRobot's π0.5 cannot express."""
+    if device not in DEVICES:
+        raise Pi05CheckpointError(f"device {device!r}: LeRobot's pipeline runs π0.5 on one of {DEVICES}")
     if not policy.statistics_known:
         raise Pi05CheckpointError(
             "the policy has no normalisation statistics: export a policy after SFT (which computes them)"
@@ -161,7 +171,7 @@ def export_lerobot(policy: Pi05Policy, directory: str | Path) -> Path:
         )
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    config = lerobot_config(policy)
+    config = lerobot_config(policy, device)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     save_file(lerobot_weights(policy), str(path / WEIGHTS_FILE))
     pre, post = lerobot_processors(policy, config)
@@ -173,5 +183,8 @@ def export_lerobot(policy: Pi05Policy, directory: str | Path) -> Path:
     save_numpy(as32, str(path / NORMALIZER_FILE))
     save_numpy({k: v for k, v in as32.items() if k.startswith("action.")}, str(path / UNNORMALIZER_FILE))
     (path / "tokenizer.json").write_text(policy.tokenizer_json)
-    (path / MAPPING_FILE).write_text(json.dumps(policy.mapping.to_file_dict(policy.image_keys), indent=1))
+    mapping = policy.mapping.to_file_dict(policy.image_keys)
+    sizes = model_sizes(policy.config)
+    mapping |= {MODEL_SIZES_KEY: sizes} if sizes else {}
+    (path / MAPPING_FILE).write_text(json.dumps(mapping, indent=1))
     return path

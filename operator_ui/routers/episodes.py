@@ -9,7 +9,9 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse
 
 from operator_ui.deps import StoreDep, TokenDep
+from operator_ui.routers.loop import refuse_in_practice
 from operator_ui.schemas import DiscardIn, LabelIn, NoteIn, episode_json, label_json
+from pde_storage import CheckpointRow, EpisodeRow, LabelRow
 
 router = APIRouter(prefix="/api/episodes", tags=["episodes"])
 
@@ -40,29 +42,64 @@ def list_episodes(
     return [episode_json(e) for e in rows]
 
 
+def ppo_use(
+    episode: EpisodeRow, labels: list[LabelRow], checkpoints: list[CheckpointRow]
+) -> dict[str, Any] | None:
+    """The first PPO update that trained on this episode's label, or None: a checkpoint whose batch
+    reached this episode (``trained_through_episode_id``) written after the episode's first
+    authoritative label. A batch holds the labelled RL episodes and the bootstrap successes; a
+    relabel or a discard now does not change that update (the next ones use the new label)."""
+    if episode.stage != "rl" and episode.success is not True:
+        return None
+    first = next((lab.created_at for lab in labels if lab.authoritative), None)
+    if first is None:
+        return None
+    for c in checkpoints:
+        through = c.metrics.get("trained_through_episode_id")
+        if isinstance(through, int | float) and through >= episode.id and c.created_at >= first:
+            return {
+                "version": c.version,
+                "trained_through_episode_id": int(through),
+                "at": c.created_at.isoformat(),
+            }
+    return None
+
+
 @router.get("/{episode_id}")
 def get_episode(episode_id: int, store: StoreDep) -> dict[str, Any]:
     e = store.episode(episode_id)
-    return {**episode_json(e), "labels": [label_json(lab) for lab in store.labels(episode_id)]}
+    labels = store.labels(episode_id)
+    return {
+        **episode_json(e),
+        "labels": [label_json(lab) for lab in labels],
+        "ppo_used": ppo_use(e, labels, store.checkpoints()),
+    }
 
 
 @router.post("/{episode_id}/label", dependencies=[TokenDep])
 def label_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str, Any]:
     """The operator's label of an ended episode; a second one is refused (use relabel)."""
-    lab = store.add_label(episode_id, body.success, source="operator", reason=body.reason)
+    refuse_in_practice(store)
+    lab = store.add_label(
+        episode_id, body.success, source="operator", reason=body.reason, operator=body.operator
+    )
     return {"label": label_json(lab), "episode": episode_json(store.episode(episode_id))}
 
 
 @router.post("/{episode_id}/relabel", dependencies=[TokenDep])
 def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str, Any]:
     """Change a label; the earlier ones stay in the history."""
-    lab = store.add_label(episode_id, body.success, source="operator", reason=body.reason, relabel=True)
+    refuse_in_practice(store)
+    lab = store.add_label(
+        episode_id, body.success, source="operator", reason=body.reason, relabel=True, operator=body.operator
+    )
     return {"label": label_json(lab), "episode": episode_json(store.episode(episode_id))}
 
 
 @router.post("/{episode_id}/discard", dependencies=[TokenDep])
 def discard_episode(episode_id: int, body: DiscardIn, store: StoreDep) -> dict[str, Any]:
     """Keep the episode but leave it out of training and statistics (undo: restore)."""
+    refuse_in_practice(store)
     return episode_json(store.discard_episode(episode_id, body.reason))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
+from operator_ui.schemas import EndIn
 from pde_storage import intents
 from pde_storage.protocols import ServiceStates
 
@@ -22,9 +23,24 @@ def loop_state(store: StoreDep, stale_s: float) -> tuple[dict[str, Any], float |
     return row.state, age, age <= stale_s and row.state.get("phase") != "stopped"
 
 
-def is_paused(store: ServiceStates) -> bool:
+def run_control(store: ServiceStates) -> dict[str, Any]:
     row = store.service_states().get(intents.RUN_CONTROL)
-    return bool(row and row.state.get("paused"))
+    return row.state if row else {}
+
+
+def is_paused(store: ServiceStates) -> bool:
+    return bool(run_control(store).get("paused"))
+
+
+PRACTICE_REFUSAL = (
+    "practice mode: nothing is recorded; leave practice (button 'end practice') first; nothing was changed"
+)
+
+
+def refuse_in_practice(store: ServiceStates) -> None:
+    """Whatever would record something (a start, a label, a discard) is refused in practice mode."""
+    if run_control(store).get("practice"):
+        raise HTTPException(409, PRACTICE_REFUSAL)
 
 
 @router.post("/start", dependencies=[TokenDep])
@@ -42,6 +58,7 @@ def start_episode(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> di
         raise HTTPException(
             409, f"the loop is not waiting for a start (it is {state.get('phase')!r}); nothing was changed"
         )
+    refuse_in_practice(store)
     if is_paused(store):
         raise HTTPException(409, "the run is paused: press 'resume run' first; nothing was changed")
     if robot.view().estopped:
@@ -63,3 +80,16 @@ def abort_episode(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
         raise HTTPException(409, f"no episode is running (loop: {state.get('phase')!r}); nothing was changed")
     intent = store.add_intent(intents.ABORT_EPISODE, {"episode_id": state.get("episode_id")})
     return {"intent_id": intent.id, "episode_id": state.get("episode_id")}
+
+
+@router.post("/end", dependencies=[TokenDep])
+def end_episode(body: EndIn, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+    """End the running episode now and keep it (an abort throws it away): the robot holds, the
+    episode is stored and awaits its label; the page then sends ``success`` as the operator's label.
+    Taken by the loop's actor wrapper (learner/loop/takeover.py) within a chunk's stop check."""
+    state, _, alive = loop_state(store, settings.service_stale_s)
+    if not alive or state.get("phase") != "running" or state.get("episode_id") is None:
+        raise HTTPException(409, f"no episode is running (loop: {state.get('phase')!r}); nothing was changed")
+    payload = {"episode_id": int(state["episode_id"]), "success": body.success, "by": "operator page"}
+    intent = store.add_intent(intents.END_EPISODE, payload)
+    return {"intent_id": intent.id, "episode_id": payload["episode_id"], "success": body.success}

@@ -1,16 +1,18 @@
 """Curves over time: canonical-prompt and per-prompt success (recomputed from the labels, so a
-relabel or a discard moves them), alpha and pool size per task; any metric by name."""
+relabel or a discard moves them), alpha and pool size per task, with a mark per PPO update, and
+success per policy version; any metric by name."""
 
 from __future__ import annotations
 
-from collections import deque
+import bisect
+from collections import defaultdict, deque
 from typing import Any
 
 from fastapi import APIRouter
 
 from operator_ui.deps import StoreDep
-from operator_ui.schemas import CurvesOut
-from pde_storage import CANONICAL_SUCCESS_WINDOW
+from operator_ui.schemas import CurvesOut, PPOUpdateMark, VersionSuccess
+from pde_storage import CANONICAL_SUCCESS_WINDOW, CheckpointRow
 from pde_storage.protocols import EpisodeReader
 
 router = APIRouter(prefix="/api", tags=["metrics"])
@@ -28,6 +30,33 @@ def success_curve(store: EpisodeReader, task: str, prompt_id: int, window: int |
     return points
 
 
+def ppo_update_marks(store: EpisodeReader, checkpoints: list[CheckpointRow]) -> list[PPOUpdateMark]:
+    """One mark per PPO update (a checkpoint after version 0 whose metrics say which episodes its
+    batch reached), placed at that episode on the episode-# plots and at the number of labelled
+    episodes by then on the α / pool plots (whose x the loop records as labelled episodes)."""
+    labelled_ids = sorted(e.id for e in store.episodes(status="labelled"))
+    marks = []
+    for c in checkpoints:
+        through = c.metrics.get("trained_through_episode_id")
+        if c.version > 0 and isinstance(through, int | float):
+            n = bisect.bisect_right(labelled_ids, int(through))
+            marks.append(
+                PPOUpdateMark(version=c.version, trained_through_episode_id=int(through), labelled_episodes=n)
+            )
+    return marks
+
+
+def success_by_version(store: EpisodeReader, task: str) -> list[VersionSuccess]:
+    """Success rate of the task's labelled episodes per policy version that ran them."""
+    by: dict[int, list[bool]] = defaultdict(list)
+    for e in store.episodes(task=task, status="labelled"):
+        by[e.policy_version].append(bool(e.success))
+    return [
+        VersionSuccess(version=v, n_episodes=len(o), success_rate=sum(o) / len(o))
+        for v, o in sorted(by.items())
+    ]
+
+
 @router.get("/tasks/{task}/curves")
 def task_curves(task: str, store: StoreDep) -> CurvesOut:
     canon = store.prompts(task, "canonical")[0]  # 404 for an unknown task
@@ -42,6 +71,8 @@ def task_curves(task: str, store: StoreDep) -> CurvesOut:
         },
         alpha=loop_curves["alpha"],
         pool_size=loop_curves["pool_size"],
+        ppo_updates=ppo_update_marks(store, store.checkpoints()),
+        success_by_version=success_by_version(store, task),
     )
 
 

@@ -8,8 +8,9 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Response
 
-from operator_ui.deps import RobotDep, SettingsDep, TokenDep
+from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.robot_link import RobotLink, fault_blocks_motion, fault_text, observation_age_s
+from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import CamerasOut, EStopIn, EStopOut
 
 router = APIRouter(prefix="/api", tags=["robot"])
@@ -83,6 +84,31 @@ def estop(robot: RobotDep, body: EStopIn | None = None) -> EStopOut:
 def release(robot: RobotDep) -> EStopOut:
     _robot_call(robot.release_estop, "release of the e-stop")
     return EStopOut(estopped=_estopped_now(robot, False))
+
+
+# While the loop resets or runs an episode it moves the arm itself: a page reset then would fight it.
+LOOP_MOVES_ARM = ("starting", "resetting", "running")
+
+
+@router.post("/robot/home", dependencies=[TokenDep])
+def home(robot: RobotDep, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+    """Reset the arm from the page (the loop's own reset: home or the task's reset pose, and in a
+    simulator the scene of the loop's task and seed), only while the loop does not move it."""
+    state, _, alive = loop_state(store, settings.service_stale_s)
+    if alive and state.get("phase") in LOOP_MOVES_ARM:
+        raise HTTPException(
+            409,
+            f"the loop moves the arm now ({state.get('phase')}): abort or end the episode first; "
+            "nothing was changed",
+        )
+    if robot.view().estopped:
+        raise HTTPException(409, "the E-STOP is latched: release it first; nothing was changed")
+    task = str(state.get("task") or "")
+    seed = state.get("seed") if isinstance(state.get("seed"), int) else None
+    spec = settings.catalogue.tasks.get(task)
+    pose = spec.reset_joints_rad if spec else None
+    _robot_call(lambda: robot.home(task, seed, pose, settings.robot_home_timeout_s), "homing the arm")
+    return {"task": task, "seed": seed, "pose": "the task's reset pose" if pose else "home"}
 
 
 @router.get("/robot/status")

@@ -1,25 +1,99 @@
-"""Run progress (stage, episodes today, time per episode, labels until the next PPO update and its
-ETA) and the pause switch the loop reads between episodes."""
+"""Run progress for planning a day (stage, episodes today against the day's target, time per
+episode and per cycle, episodes until the next PPO update counting the bootstrap, and the ETAs)
+and the pause / practice switch the loop reads between episodes."""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from statistics import median
 
 from fastapi import APIRouter
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
-from operator_ui.routers.loop import is_paused, loop_state
+from operator_ui.routers.loop import loop_state, run_control
 from operator_ui.schemas import PauseIn, RunProgressOut
 from pde_storage import intents
+from pde_storage.protocols import TaskReader
 
 router = APIRouter(prefix="/api/run", tags=["run"])
-RECENT_EPISODES = 10  # time per episode: median over this many recent ended episodes
+RECENT_EPISODES = 10  # time per episode and cycle time: medians over this many recent episodes
+
+
+@dataclass(frozen=True)
+class BootstrapBudget:
+    """The supervisor's bootstrap settings the PPO ETA needs (its settings are their one home)."""
+
+    iterations_t0: int
+    candidates_k: int
+    pool_min_m: int
+    source: str  # "PDE_SUPERVISOR_* environment" or "supervisor defaults"
+
+
+@lru_cache(maxsize=1)
+def bootstrap_budget() -> BootstrapBudget:
+    from supervisor.settings import SupervisorSettings
+
+    try:
+        s = SupervisorSettings()
+        return BootstrapBudget(s.iterations_t0, s.candidates_k, s.pool_min_m, "PDE_SUPERVISOR_* environment")
+    except Exception:  # e.g. no API key in this process's environment: the defaults
+        f = SupervisorSettings.model_fields
+        return BootstrapBudget(
+            int(f["iterations_t0"].default),
+            int(f["candidates_k"].default),
+            int(f["pool_min_m"].default),
+            "supervisor defaults",
+        )
+
+
+def bootstrap_left(store: TaskReader, task: str, budget: BootstrapBudget) -> tuple[int, int] | None:
+    """(fewest, most) episodes before ``task`` leaves the bootstrap: the rollouts its canonical
+    prompt and current candidates still need, then whole rounds of K candidates x N rollouts, as
+    few as fill the pool to M (every candidate admitted) or as many as the search budget T0 allows
+    (none admitted). None until the loop has written N."""
+    state = store.task_state(task)
+    n = state.rollouts_per_prompt
+    if n is None:
+        return None
+    prompts = store.prompts(task)
+    now = sum(max(0, n - p.n_finished) for p in prompts if p.status in ("canonical", "candidate"))
+    rounds_left = max(0, budget.iterations_t0 - state.iteration)
+    deficit = budget.pool_min_m - sum(p.status in ("pool", "candidate") for p in prompts)
+    fewest_rounds = min(rounds_left, max(0, -(-deficit // budget.candidates_k)))
+    per_round = budget.candidates_k * n
+    return now + fewest_rounds * per_round, now + rounds_left * per_round
+
+
+def episodes_until_update(store: TaskReader, tasks: list[str], rl_needed: int) -> tuple[int, int | None, str]:
+    """(fewest, most or None, why) episodes before the next PPO update: ``rl_needed`` labelled RL
+    episodes, after the bootstrap when no task is in RL yet (the first task out of it gives the
+    fewest; every task through its whole search budget the most)."""
+    if not tasks or any(store.task_state(t).stage == "rl" for t in tasks):
+        return rl_needed, None, f"{rl_needed} labelled RL episodes"
+    budget = bootstrap_budget()
+    left = [b for t in tasks if (b := bootstrap_left(store, t, budget)) is not None]
+    if len(left) < len(tasks):
+        return (
+            rl_needed,
+            None,
+            f"the bootstrap (length unknown: the loop has not written N), then {rl_needed} RL episodes",
+        )
+    fewest = min(lo for lo, _ in left)
+    most = sum(hi for _, hi in left)
+    why = (
+        f"the bootstrap ({fewest}–{most} episodes: T0 {budget.iterations_t0}, K {budget.candidates_k}, "
+        f"M {budget.pool_min_m}, {budget.source}), then {rl_needed} labelled RL episodes"
+    )
+    return fewest + rl_needed, most + rl_needed, why
 
 
 @router.get("")
 def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
     loop, _, alive = loop_state(store, settings.service_stale_s)
+    control = run_control(store)
     midnight = datetime.now(UTC).astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
     recent = store.episodes(newest_first=True, limit=200)
     today = sum(1 for e in recent if e.created_at >= midnight)
@@ -29,15 +103,35 @@ def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
         if e.finished_at is not None and e.status != "aborted"
     ][:RECENT_EPISODES]
     per_episode_s = median(durations) if durations else None
+    # Start to start of consecutive episodes: the reset, the wait for Start and the label included.
+    starts = [e.created_at for e in recent[: RECENT_EPISODES + 1]]
+    gaps = [(a - b).total_seconds() for a, b in itertools.pairwise(starts)]
+    cycle_s = median(gaps) if gaps else None
     until = loop.get("labels_until_update") if alive else None
+    batch = loop.get("batch_size")
+    rl_needed = until if isinstance(until, int) else batch if isinstance(batch, int) else None
+    fewest = most = None
+    update_why = ""
+    if alive and rl_needed is not None and loop.get("labels_until_update") is not None:
+        tasks = [t.name for t in store.tasks()]
+        fewest, most, update_why = episodes_until_update(store, tasks, rl_needed)
+    target = settings.episodes_target or None
     return RunProgressOut(
-        paused=is_paused(store),
+        paused=bool(control.get("paused")),
+        practice=bool(control.get("practice")),
         loop_phase=str(loop.get("phase", "")) if alive else "not running",
         stages={t.name: store.task_state(t.name).stage for t in store.tasks()},
         episodes_today=today,
+        episodes_target=target,
+        target_eta_s=max(0, target - today) * cycle_s if target and cycle_s else None,
         episode_s=per_episode_s,
+        cycle_s=cycle_s,
         labels_until_update=until if isinstance(until, int) else None,
-        update_eta_s=until * per_episode_s if isinstance(until, int) and per_episode_s else None,
+        update_episodes=fewest,
+        update_episodes_max=most,
+        update_eta_s=fewest * cycle_s if fewest is not None and cycle_s else None,
+        update_eta_max_s=most * cycle_s if most is not None and cycle_s else None,
+        update_why=update_why,
         training=bool(alive and loop.get("training")),
         auto_start=bool(loop.get("auto_start")),
         auto_label=bool(loop.get("auto_label")),
@@ -46,6 +140,11 @@ def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
 
 @router.post("/pause", dependencies=[TokenDep])
 def pause(body: PauseIn, store: StoreDep) -> dict[str, bool]:
-    """paused=true: the loop finishes the episode in hand and waits; false: it goes on."""
-    store.set_service_state(intents.RUN_CONTROL, {"paused": body.paused, "by": "operator page"})
-    return {"paused": body.paused}
+    """paused=true: the loop finishes the episode in hand and waits; false: it goes on.
+    practice=true: paused too, and the page refuses starts, labels and discards (nothing is
+    recorded) while the arm's own buttons (E-STOP, release, home) work."""
+    paused = body.paused or body.practice
+    store.set_service_state(
+        intents.RUN_CONTROL, {"paused": paused, "practice": body.practice, "by": "operator page"}
+    )
+    return {"paused": paused, "practice": body.practice}

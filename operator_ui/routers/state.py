@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from operator_ui.deps import SettingsDep, StoreDep
+from operator_ui.deps import RobotDep, SettingsDep, StoreDep
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import episode_json
 from pde_storage import EpisodeRow
@@ -29,13 +29,24 @@ def awaiting_label(store: EpisodeReader, loop: dict[str, Any]) -> EpisodeRow | N
 
 
 @router.get("/state")
-def state(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, Any]:
     loop, age, alive = loop_state(store, settings.service_stale_s)
     # Only the loop's own episode: "the newest unlabelled one" here once made the page show one
     # episode while the label box asked about another.
     current = None
+    running = None
     if alive and loop.get("episode_id") is not None:
-        current = episode_json(store.episode(int(loop["episode_id"])))
+        ep = store.episode(int(loop["episode_id"]))
+        current = episode_json(ep)
+        if ep.status == "running":
+            # Chunks: counted by the page's server from the robot server's observations of this
+            # episode (the loop writes them at the end); None when it saw none of them.
+            view = robot.view()
+            running = {
+                "episode_id": ep.id,
+                "elapsed_s": (datetime.now(UTC) - ep.created_at).total_seconds(),
+                "chunks": view.episode_chunks if view.chunk_episode_id == str(ep.id) else None,
+            }
     label_me = awaiting_label(store, loop)
     sup = store.service_states().get("supervisor")
     sup_age_s = (datetime.now(UTC) - sup.updated_at).total_seconds() if sup else None
@@ -43,6 +54,7 @@ def state(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
     return {
         "loop": {**loop, "age_s": age, "alive": alive},
         "episode": current,
+        "running": running,
         "awaiting_label": episode_json(label_me) if label_me else None,
         "frame_stale_s": settings.frame_stale_s,
         "label_undo_s": settings.label_undo_s,

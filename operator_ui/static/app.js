@@ -131,6 +131,16 @@ setInterval(showStaleness, 200);
 let current = { phase: null, episode: null };
 let awaiting = null;
 let vlmState = { supervisor_running: false, available: false, proposer: "" };
+let autoLabel = false;
+// The running episode: its chunks (counted by the page's server from the robot server's
+// observations) and the time since it started; the buttons that end it.
+const fmtClock = (s) => `${Math.floor(s / 60)}:${String(Math.floor(s % 60)).padStart(2, "0")}`;
+function showRunning(r) {
+  $("#takeover").hidden = !r;
+  if (!r) return;
+  $("#running-info").textContent = `episode #${r.episode_id} · ${r.chunks === null ? "chunks: — (no observation of it from the robot server)" : `${r.chunks} chunk${r.chunks === 1 ? "" : "s"}`} · ${fmtClock(r.elapsed_s)}`;
+  $("#running-info").dataset.chunks = r.chunks === null ? "" : String(r.chunks);
+}
 async function refreshState() {
   const s = await api("/api/state");
   frameStaleS = s.frame_stale_s;
@@ -147,6 +157,9 @@ async function refreshState() {
   $("#episode-id").textContent = ep ? "#" + ep.id : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
   $("#last-error").textContent = operatorText(loop.last_error || "");
+  autoLabel = !!(loop.alive && loop.auto_label);
+  showRunning(s.running);
+  document.body.classList.toggle("awaiting-start", current.phase === "awaiting_start" && !(loop.alive && loop.auto_start));
   vlmState = s.vlm;
   showAwaiting(s.awaiting_label);
   $("#auto-start-note").hidden = !(loop.alive && loop.auto_start);
@@ -169,7 +182,9 @@ function showAwaiting(ep) {
   for (const b of document.querySelectorAll("#awaiting .labelbar button")) b.dataset.episodeId = ep.id;
   $("#label-success .for").textContent = $("#label-failure .for").textContent = "#" + ep.id;
   $("#vlm").innerHTML = "VLM: " + (ep.vlm_proposal !== null ? fmtLabel(ep.vlm_proposal) + (ep.vlm_reason ? ` <span class="muted">${esc(ep.vlm_reason)}</span>` : "")
-    : vlmState.available ? '<span class="muted">judging…</span>' : `<span class="muted">none (${vlmState.supervisor_running ? "no VLM configured" : "supervisor not running"})</span>`);
+    : !vlmState.supervisor_running ? '<span class="muted">none (supervisor not running)</span>'
+    : vlmState.proposer === "offline" ? '<span class="muted">no VLM (offline proposer)</span>'
+    : vlmState.available ? '<span class="muted">judging…</span>' : '<span class="muted">none (no VLM configured)</span>');
   if (changed) {
     // Opens on the last frame (what the operator judges); the controls replay the episode.
     const cam = ep.videos.external ? "external" : Object.keys(ep.videos)[0];
@@ -199,6 +214,7 @@ function startBlocker() {
   if (!connected) return "no connection to the page's server";
   if (current.phase !== "awaiting_start") return "";  // the phase says what the loop does
   if ($("#estop").classList.contains("latched")) return "E-STOP latched: release it first";
+  if (practice) return "practice mode: nothing is recorded — “end practice” first";
   if (paused) return "run paused: press “resume run” first";
   if (startInFlight) return "waiting for the loop to take the start…";
   return null;
@@ -208,12 +224,16 @@ function updateButtons() {
   $("#start").disabled = blocker !== null;
   $("#start-why").textContent = blocker || "";
   $("#abort").disabled = !connected || current.phase !== "running";
-  const canLabel = connected && awaiting !== null && pending === null;
+  for (const id of ["#end-success", "#end-failure"]) $(id).disabled = !connected || current.phase !== "running" || endSent;
+  $("#home").disabled = !connected || ["starting", "resetting", "running"].includes(current.phase) || $("#estop").classList.contains("latched") || homing;
+  $("#practice").disabled = !connected; $("#practice-end").disabled = !connected;
+  $("#release-banner").disabled = !connected;
+  const canLabel = connected && awaiting !== null && pending === null && !outboxHolds(awaiting.id);
   $("#discard-awaiting").disabled = !canLabel;
   $("#label-success").disabled = !canLabel; $("#label-failure").disabled = !canLabel;
   $("#release").disabled = !connected;
   $("#pause").disabled = !connected;
-  for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel;
+  for (const b of document.querySelectorAll("#detail .labelbar button")) b.disabled = !connected || !detailCanRelabel || pending !== null;
   for (const b of document.querySelectorAll("#detail .reasonbar button")) if (b.id !== "discard") b.disabled = !connected;
 }
 
@@ -257,35 +277,81 @@ $("#cue-notify").onchange = () => { if ($("#cue-notify").checked && window.Notif
 
 // --- run progress and pause -------------------------------------------------------------------
 let paused = false;
+let practice = false;
 const fmtS = (s) => (s === null || s === undefined ? "—" : s < 90 ? `${Math.round(s)} s` : `${Math.round(s / 60)} min`);
 async function refreshProgress() {
   const r = await api("/api/run");
   paused = r.paused;
+  practice = r.practice;
   const stages = Object.entries(r.stages).map(([t, st]) => `${esc(t)}: <b>${st}</b>`).join(", ") || "—";
-  $("#progress").innerHTML = `<span>stage ${stages}</span><span>episodes today <b>${r.episodes_today}</b></span>
-    <span>per episode <b>${fmtS(r.episode_s)}</b></span>
-    <span>next PPO update ${r.labels_until_update === null ? "—" : `in <b>${r.labels_until_update}</b> labelled RL episodes (ETA ${fmtS(r.update_eta_s)})`}</span>
-    ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused ? '<span class="badge paused">PAUSED</span>' : ""}
+  const at = (s) => (s === null ? "" : new Date(Date.now() + 1000 * s).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  const target = r.episodes_target === null ? `<b>${r.episodes_today}</b>`
+    : `<b>${r.episodes_today}/${r.episodes_target}</b>${r.target_eta_s === null ? "" : r.target_eta_s === 0 ? " (target reached)" : ` (target ~${at(r.target_eta_s)})`}`;
+  const update = r.update_episodes === null ? "—"
+    : `in ${r.update_episodes_max === null ? "" : "at least "}<b>${r.update_episodes}</b>${r.update_episodes_max === null ? "" : `–${r.update_episodes_max}`} episodes` +
+      (r.update_eta_s === null ? "" : ` (ETA ${fmtS(r.update_eta_s)}${r.update_eta_max_s === null ? "" : `–${fmtS(r.update_eta_max_s)}`})`);
+  $("#progress").innerHTML = `<span>stage ${stages}</span><span id="episodes-done">episodes today ${target}</span>
+    <span>per episode <b>${fmtS(r.episode_s)}</b></span><span id="cycle" title="start to start of recent episodes: reset, Start and label included">per cycle <b>${fmtS(r.cycle_s)}</b></span>
+    <span id="ppo-eta" title="${esc(r.update_why)}">next PPO update ${update}</span>
+    ${r.training ? '<span class="badge training">PPO update running</span>' : ""}${r.paused && !r.practice ? '<span class="badge paused">PAUSED</span>' : ""}
     ${r.auto_label ? '<span class="badge">auto-label</span>' : ""}`;
+  $("#practice-banner").hidden = !r.practice;
+  $("#practice").hidden = r.practice;
   $("#pause").textContent = r.paused ? "resume run" : "pause run";
   updateButtons();
 }
 $("#pause").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: !paused }); paused = r.paused; updateButtons(); return r; },
   paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
+// Practice: the run pauses (the loop records nothing) and the page's server refuses starts, labels
+// and discards; the arm's own buttons stay real. Ending it resumes the run.
+$("#practice").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: true, practice: true }); practice = r.practice; refreshProgress(); return r; },
+  "practice: the run pauses after the episode in hand and nothing is recorded; E-STOP, release and home arm are real");
+$("#practice-end").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: false, practice: false }); practice = false; refreshProgress(); return r; },
+  "practice over: the run goes on");
+
+// --- take over: end the running episode now, home the arm ---------------------------------------
+// "End now" keeps the episode (abort throws it away): the loop stores what ran and the operator's
+// verdict waits in the outbox until the episode has ended, then goes as its label.
+let endSent = false;
+function endNow(success) {
+  const ep = current.episode;
+  if (current.phase !== "running" || !ep || endSent) return;
+  endSent = true; updateButtons();
+  act(async () => {
+    const r = await post("/api/loop/end", { success });
+    if (!autoLabel) saveOutbox([...loadOutbox(), { key: `${Date.now()}-end-${ep.id}`, kind: "label", episodeId: ep.id, success, operator: operatorInput.value.trim(),
+      reason: "ended early on the page", createdMs: Date.now(), dueMs: 0, error: "", failed: false, waitForEnd: true }]);
+    return r;
+  }, `ending episode #${ep.id} now — ${labelWord(success)}: the arm holds` + (autoLabel ? "; the simulator labels it (auto-label)" : "; the label goes once it is stored"))
+    .finally(() => setTimeout(() => { endSent = false; updateButtons(); }, 2000));
+}
+$("#end-success").onclick = () => endNow(true);
+$("#end-failure").onclick = () => endNow(false);
+// Homing moves the arm: a second click within 5 s confirms, as for the release.
+let homeArmed = null, homing = false;
+function disarmHome() { clearTimeout(homeArmed); homeArmed = null; $("#home").textContent = "home arm"; $("#home").classList.remove("confirm"); }
+$("#home").onclick = () => {
+  if (!homeArmed) { $("#home").textContent = "STAND CLEAR — click again to home"; $("#home").classList.add("confirm"); homeArmed = setTimeout(disarmHome, 5000); return; }
+  disarmHome();
+  homing = true; updateButtons(); toast("homing the arm…");
+  act(() => post("/api/robot/home"), "arm homed").finally(() => { homing = false; updateButtons(); });
+};
 
 // Releasing the e-stop lets the loop move the arm (reset, homing): a second click within 5 s confirms.
 let releaseArmed = null;
 function releaseClicked() {
-  const b = $("#release");
   if (!releaseArmed) {
-    b.textContent = "STAND CLEAR — click again to release"; b.classList.add("confirm");
+    for (const b of [$("#release"), $("#release-banner")]) { b.textContent = "STAND CLEAR — click again to release"; b.classList.add("confirm"); }
     releaseArmed = setTimeout(disarmRelease, 5000);
     return;
   }
   disarmRelease();
   act(() => post("/api/robot/release"), "e-stop released: the arm may move now");
 }
-function disarmRelease() { clearTimeout(releaseArmed); releaseArmed = null; $("#release").textContent = "release e-stop"; $("#release").classList.remove("confirm"); }
+function disarmRelease() {
+  clearTimeout(releaseArmed); releaseArmed = null;
+  for (const b of [$("#release"), $("#release-banner")]) { b.textContent = "release e-stop"; b.classList.remove("confirm"); }
+}
 
 // The start is an intent the loop takes (or refuses) a moment later: the toast reports what the loop
 // did with this very intent (its state's `last_start`), never "started" before it has.
@@ -311,40 +377,138 @@ async function startEpisode() {
   } catch (e) { toast(e.message); if (e.status === 401 || e.status === 403) checkToken(); }
   finally { startInFlight = false; refreshAll(); }
 }
-// A label waits UNDO_MS before it is sent (the loop moves the arm as soon as it has it): U or the
-// Undo button takes it back. Leaving the page sends it at once.
+// --- labels, relabels and discards: held for undo, never lost ------------------------------------
+// Each one is an entry in an outbox kept in this browser's localStorage: held UNDO_MS (the loop
+// moves the arm as soon as it has a label; U or Undo takes it back), then sent. One the page's
+// server did not answer stays in the outbox, shown in a banner, and is sent again every second
+// (and on the next load of the page, even after the browser was closed) until the server takes it.
+// One the server refused (e.g. labelled meanwhile in another tab) stays named in the banner until
+// the operator re-sends or drops it. Labels carry the operator's name, set once per browser.
+const OUTBOX_KEY = "pde-outbox";
+const operatorInput = $("#operator");
+operatorInput.value = localStorage.getItem("pde-operator") || "";
+operatorInput.addEventListener("change", () => { localStorage.setItem("pde-operator", operatorInput.value.trim()); showOperator(); });
+function showOperator() { operatorInput.classList.toggle("bad", operatorInput.value.trim() === ""); }
+showOperator();
 let undoMs = 3000;  // UISettings.label_undo_s, from /api/state
-let pending = null;  // { episodeId, success, reason, timer }
-function labelAwaiting(success, episodeId) {
-  if (!awaiting || !connected || episodeId !== awaiting.id || pending) return;
-  const reason = $("#label-reason").value.trim();
-  pending = { episodeId, success, reason, timer: setTimeout(sendPending, undoMs) };
-  $("#pending-text").textContent = `Labelling #${episodeId} ${success ? "success" : "failure"}${reason ? ` (${reason})` : ""} in ${undoMs / 1000} s — then the arm resets: stand clear`;
+let pending = null;  // the outbox entry in its undo window: { key, timer }
+const loadOutbox = () => { try { return JSON.parse(localStorage.getItem(OUTBOX_KEY) || "[]"); } catch (e) { return []; } };
+const saveOutbox = (list) => { localStorage.setItem(OUTBOX_KEY, JSON.stringify(list)); showOutbox(); };
+const updateEntry = (key, fields) => saveOutbox(loadOutbox().map((x) => (x.key === key ? { ...x, ...fields } : x)));
+const dropEntry = (key) => saveOutbox(loadOutbox().filter((x) => x.key !== key));
+const labelWord = (success) => (success ? "success" : "failure");
+function describe(x) {
+  const who = x.operator ? ` by ${x.operator}` : "";
+  const why = x.reason ? ` (${x.reason})` : "";
+  if (x.kind === "discard") return `discard of #${x.episodeId}${why}`;
+  return `${x.kind === "relabel" ? "relabel" : "label"} #${x.episodeId} ${labelWord(x.success)}${why}${who}`;
+}
+// Holds one action for undo; `warn` (PPO already used the label) is repeated in the held text.
+function hold(kind, episodeId, fields, warn = "") {
+  if (practice) { toast(`practice: that would have been the ${describe({ kind, episodeId, ...fields })}; nothing was sent`); return; }
+  if (pending) { toast(`one change at a time: ${describe(loadOutbox().find((x) => x.key === pending.key) || {})} is still held (Undo or send now)`); return; }
+  const x = { key: `${Date.now()}-${Math.random().toString(36).slice(2)}`, kind, episodeId, operator: operatorInput.value.trim(), reason: "", ...fields, createdMs: Date.now(), dueMs: Date.now() + undoMs, error: "", failed: false };
+  saveOutbox([...loadOutbox(), x]);
+  pending = { key: x.key, timer: setTimeout(sendPending, undoMs) };
+  const then = kind === "label" ? " — then the arm resets: stand clear" : "";
+  const what = kind === "label" ? `Labelling #${episodeId} ${labelWord(x.success)}${x.reason ? ` (${x.reason})` : ""}`
+    : kind === "relabel" ? `Relabelling #${episodeId} ${labelWord(x.success)}` : `Discarding #${episodeId} (${x.reason})`;
+  $("#pending-text").textContent = `${what} in ${undoMs / 1000} s${then}${x.operator ? "" : " · no name set: labels say who gave them, set yours at the top"}${warn ? " · " + warn : ""}`;
   $("#pending").hidden = false;
   updateButtons();
+}
+function labelAwaiting(success, episodeId) {
+  if (!awaiting || !connected || episodeId !== awaiting.id || pending || outboxHolds(episodeId)) return;
+  hold("label", episodeId, { success, reason: $("#label-reason").value.trim() });
 }
 function sendPending() {
   const p = pending; if (!p) return;
   clearTimeout(p.timer); pending = null; $("#pending").hidden = true;
+  updateEntry(p.key, { dueMs: 0 });
   $("#label-reason").value = "";
-  act(() => post(`/api/episodes/${p.episodeId}/label`, { success: p.success, reason: p.reason }), `episode #${p.episodeId} labelled ${p.success ? "success" : "failure"}`).finally(updateButtons);
+  updateButtons();
+  flushOutbox();
 }
 function undoPending() {
   if (!pending) return;
   clearTimeout(pending.timer);
-  toast(`label of #${pending.episodeId} undone: nothing was sent`);
+  const x = loadOutbox().find((e) => e.key === pending.key);
+  dropEntry(pending.key);
+  toast(`${x ? describe(x) : "change"} undone: nothing was sent`);
   pending = null; $("#pending").hidden = true; updateButtons();
 }
+// An outbox entry still to be sent for this episode (its label buttons stay disabled meanwhile).
+const outboxHolds = (episodeId) => loadOutbox().some((x) => x.episodeId === episodeId);
+const ENDPOINT = { label: "label", relabel: "relabel", discard: "discard" };
+const entryBody = (x) => (x.kind === "discard" ? { reason: x.reason } : { success: x.success, reason: x.reason, operator: x.operator });
+// A label or discard that may have reached the server already (sent as the page closed) is done
+// when the episode says so; the server's 409 alone cannot tell that from a real conflict.
+async function alreadyDone(x) {
+  const e = await api(`/api/episodes/${x.episodeId}`);
+  return x.kind === "discard" ? e.status === "discarded" : x.kind === "label" && e.status === "labelled" && e.success === x.success;
+}
+// Every tab of the page flushes the same outbox: an entry is sent once due (another tab's held
+// label waits out its undo window there) and claimed first, so two tabs do not both send it.
+const TAB = Math.random().toString(36).slice(2);
+const CLAIM_MS = 5000;
+function claim(key) {
+  const x = loadOutbox().find((e) => e.key === key);
+  if (!x || (x.claimTab && x.claimTab !== TAB && Date.now() - x.claimMs < CLAIM_MS)) return false;
+  updateEntry(key, { claimTab: TAB, claimMs: Date.now() });
+  return true;
+}
+let flushing = false;
+async function flushOutbox() {
+  if (flushing) return;
+  flushing = true;
+  try {
+    for (const x of loadOutbox()) {
+      if ((pending && x.key === pending.key) || x.failed || Date.now() < (x.dueMs || 0) || !claim(x.key)) continue;
+      if (x.waitForEnd) {  // "end now": its label goes once the loop has stored the episode
+        let status = "running";
+        try { status = (await api(`/api/episodes/${x.episodeId}`)).status; } catch (e) { break; }
+        if (status === "running") continue;
+        updateEntry(x.key, { waitForEnd: false });
+      }
+      try {
+        await post(`/api/episodes/${x.episodeId}/${ENDPOINT[x.kind]}`, entryBody(x));
+        dropEntry(x.key);
+        toast(`${describe(x)}: sent${x.error ? " (after the page's server came back)" : ""}`);
+        refreshAll();
+      } catch (e) {
+        if (e.status === undefined) { updateEntry(x.key, { error: "NOT SENT yet — the page's server does not answer; kept in this browser and sent when it is back" }); break; }
+        if (e.status === 401 || e.status === 403) { updateEntry(x.key, { error: `NOT SENT yet — the token is refused (${e.status}); sent once the token works` }); checkToken(); break; }
+        let done = false;
+        if (e.status === 409) try { done = await alreadyDone(x); } catch (e2) { /* kept as failed */ }
+        if (done) { dropEntry(x.key); refreshAll(); }
+        else updateEntry(x.key, { failed: true, error: `NOT SENT — refused: ${e.message}` });
+      }
+    }
+  } finally { flushing = false; }
+}
+function showOutbox() {
+  const waiting = loadOutbox().filter((x) => !(pending && x.key === pending.key) && (x.error || x.failed));
+  const box = $("#outbox-banner");
+  box.hidden = !waiting.length;
+  box.innerHTML = waiting.map((x) => `<div data-key="${esc(x.key)}" data-episode-id="${x.episodeId}"><b>${esc(describe(x))}</b>: ${esc(x.error)}
+    ${x.failed ? `<button class="small resend">re-send</button> <button class="small drop">drop it</button>` : ""}</div>`).join("");
+  for (const b of box.querySelectorAll("button.resend")) b.onclick = () => { updateEntry(b.parentElement.dataset.key, { failed: false, error: "sending again…" }); flushOutbox(); };
+  for (const b of box.querySelectorAll("button.drop")) b.onclick = () => { dropEntry(b.parentElement.dataset.key); toast("dropped: nothing was sent"); };
+}
+window.addEventListener("storage", (ev) => { if (ev.key === OUTBOX_KEY) showOutbox(); });  // another tab
+setInterval(flushOutbox, 1000);
+// Leaving the page sends the held label or discard at once (the loop waits for it); it also stays
+// in the outbox, and the next load checks whether it arrived before sending it again.
 window.addEventListener("pagehide", () => {
   if (!pending) return;
-  const tok = tokenInput.value.trim();
-  fetch(`/api/episodes/${pending.episodeId}/label`, { method: "POST", keepalive: true, body: JSON.stringify({ success: pending.success, reason: pending.reason }),
-    headers: { "Content-Type": "application/json", Authorization: "Bearer " + tok } });
+  const x = loadOutbox().find((e) => e.key === pending.key);
+  if (!x || x.kind === "relabel") return;  // a relabel sent twice would be two rows: it waits for the next load
+  fetch(`/api/episodes/${x.episodeId}/${ENDPOINT[x.kind]}`, { method: "POST", keepalive: true, body: JSON.stringify(entryBody(x)),
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + tokenInput.value.trim() } });
 });
 function discardAwaiting() {
-  if (!awaiting) return;
-  const id = awaiting.id, reason = $("#label-reason").value.trim() || "bad reset";
-  act(() => post(`/api/episodes/${id}/discard`, { reason }), `episode #${id} discarded (${reason}); restore it from its history entry`);
+  if (!awaiting || pending || outboxHolds(awaiting.id)) return;
+  hold("discard", awaiting.id, { reason: $("#label-reason").value.trim() || "bad reset" });
 }
 function estop() {
   act(async () => {
@@ -361,6 +525,7 @@ $("#send-label").onclick = sendPending;
 $("#discard-awaiting").onclick = discardAwaiting;
 $("#estop").onclick = estop;
 $("#release").onclick = releaseClicked;
+$("#release-banner").onclick = releaseClicked;
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
 document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
@@ -443,7 +608,10 @@ async function showDetail(id) {
       `<figure><video controls muted preload="auto" data-camera="${esc(cam)}" src="${url}"></video><figcaption>${esc(cam)}</figcaption></figure>`).join("") || '<p class="muted">no video (the episode did not end)</p>';
     $("#note").value = e.note;
   }
-  $("#detail-labels tbody").innerHTML = e.labels.map((l) => `<tr><td>${new Date(l.created_at).toLocaleString()}</td><td>${l.source}${l.authoritative ? "" : " (proposal)"}</td><td>${fmtLabel(l.success)}</td><td>${esc(l.reason)}</td></tr>`).join("");
+  $("#detail-labels tbody").innerHTML = e.labels.map((l) => `<tr><td>${new Date(l.created_at).toLocaleString()}</td><td>${l.source}${l.authoritative ? "" : " (proposal)"}</td><td>${fmtLabel(l.success)}</td><td>${esc(l.operator || "—")}</td><td>${esc(l.reason)}</td></tr>`).join("");
+  detailPpoWarning = e.ppo_used ? `PPO already trained on this label (the update to policy v${e.ppo_used.version}, episodes up to #${e.ppo_used.trained_through_episode_id}): a change now does not undo that update; later updates use the new label` : "";
+  $("#detail-ppo").hidden = !detailPpoWarning;
+  $("#detail-ppo").textContent = detailPpoWarning;
   const discarded = e.status === "discarded";
   $("#detail-discarded").hidden = !discarded;
   $("#detail-discarded").textContent = discarded ? `Discarded ${new Date(e.discarded_at).toLocaleString()}: ${e.discard_reason} — not used for training or statistics.` : "";
@@ -453,17 +621,19 @@ async function showDetail(id) {
   updateButtons();
   if (firstOpen) $("#detail").scrollIntoView({ behavior: "instant", block: "nearest" });
 }
+let detailPpoWarning = "";
 function relabel(success) {
   if (detailId === null) return;
-  const id = detailId, reason = $("#relabel-reason").value.trim() || "relabelled on the page";
-  act(async () => { const r = await post(`/api/episodes/${id}/relabel`, { success, reason }); $("#relabel-reason").value = ""; await showDetail(id); return r; }, `episode ${id} relabelled`);
+  hold("relabel", detailId, { success, reason: $("#relabel-reason").value.trim() || "relabelled on the page" }, detailPpoWarning);
+  $("#relabel-reason").value = "";
 }
 $("#relabel-success").onclick = () => relabel(true);
 $("#relabel-failure").onclick = () => relabel(false);
 $("#discard").onclick = () => {
   const id = detailId, reason = $("#discard-reason").value.trim();
   if (!reason) { toast("say why the episode is discarded (e.g. bad reset); nothing was changed"); $("#discard-reason").focus(); return; }
-  act(async () => { const r = await post(`/api/episodes/${id}/discard`, { reason }); $("#discard-reason").value = ""; await showDetail(id); return r; }, `episode ${id} discarded; restore undoes it`);
+  hold("discard", id, { reason }, detailPpoWarning);
+  $("#discard-reason").value = "";
 };
 $("#restore").onclick = () => { const id = detailId; act(async () => { const r = await post(`/api/episodes/${id}/restore`); await showDetail(id); return r; }, `episode ${id} restored`); };
 $("#save-note").onclick = () => { const id = detailId; act(() => api(`/api/episodes/${id}/note`, { method: "PUT", body: JSON.stringify({ note: $("#note").value }) }), `note on episode ${id} saved`); };
@@ -484,15 +654,23 @@ async function refreshPools() {
   $("#pools").innerHTML = parts.join("") || '<p class="muted">no tasks yet (the loop creates them)</p>';
   for (const b of document.querySelectorAll("#pools button.admit")) b.onclick = () => act(() => post(`/api/prompts/${b.dataset.promptId}/admit`), "prompt admitted to the pool");
   const curves = await Promise.all(tasks.map(async (t) => [t.name, await api(`/api/tasks/${encodeURIComponent(t.name)}/curves`)]));
-  $("#curves").innerHTML = curves.map(([name, c]) => `<h3>${esc(name)}</h3><div class="plots">
-    ${plot(`canonical-prompt success (last ${c.canonical_window})`, [["canonical", c.canonical_success]], 0, 1, "episode #", "canonical-prompt success")}
-    ${plot("success per prompt (cumulative)", Object.entries(c.prompt_success), 0, 1, "episode #")}
-    ${plot("α", [["α", c.alpha]], 0, 1, "labelled episodes")}${plot("pool size", [["pool", c.pool_size]], 0, null, "labelled episodes")}</div>`).join("");
+  $("#curves").innerHTML = curves.map(([name, c]) => {
+    const byEpisode = c.ppo_updates.map((m) => ({ x: m.trained_through_episode_id, label: `v${m.version}` }));
+    const byLabelled = c.ppo_updates.map((m) => ({ x: m.labelled_episodes, label: `v${m.version}` }));
+    const versions = c.success_by_version.map((v) => `<span data-version="${v.version}">policy v${v.version}: <b>${Math.round(100 * v.success_rate)}%</b> of ${v.n_episodes}</span>`).join(" · ");
+    return `<h3>${esc(name)}</h3><div class="plots">
+    ${plot(`canonical-prompt success (last ${c.canonical_window})`, [["canonical", c.canonical_success]], 0, 1, "episode #", "canonical-prompt success", byEpisode)}
+    ${plot("success per prompt (cumulative)", Object.entries(c.prompt_success), 0, 1, "episode #", undefined, byEpisode)}
+    ${plot("α", [["α", c.alpha]], 0, 1, "labelled episodes", undefined, byLabelled)}${plot("pool size", [["pool", c.pool_size]], 0, null, "labelled episodes", undefined, byLabelled)}</div>
+    <p class="by-version" data-task="${esc(name)}">success per policy version: ${versions || "—"}${c.ppo_updates.length ? " · dashed lines: PPO updates (the newest episode in each batch)" : ""}</p>`;
+  }).join("");
 }
 
 // One SVG line per series ([name, [[x, y], ...]]); `key` names the plot for tests (data-title).
 const COLOURS = ["#2456d6", "#d66a24", "#1f7a3a", "#8a2be2", "#b3261e", "#008b8b"];
-function plot(title, series, yMin, yMax, xLabel, key = title) {
+// Several series get a legend (colour → name) under the plot; `marks` ([{x, label}]) are dashed
+// vertical lines, the PPO updates.
+function plot(title, series, yMin, yMax, xLabel, key = title, marks = []) {
   const W = 300, H = 140, L = 34, R = 8, T = 18, B = 20;
   const all = series.flatMap(([, pts]) => pts);
   const n = series.length === 1 ? series[0][1].length : all.length;
@@ -507,12 +685,17 @@ function plot(title, series, yMin, yMax, xLabel, key = title) {
     return `<path d="${d}" fill="none" stroke="${c}" stroke-width="2"><title>${esc(name)}</title></path>` +
       (pts.length <= 200 ? pts.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(name)}: ${(+p[1]).toFixed(2)} at ${xLabel} ${p[0]}</title></circle>`).join("") : "");
   }).join("");
+  const ppo = marks.filter((m) => m.x >= x0 && m.x <= x1).map((m) => `<g class="ppo-mark" data-version="${esc(m.label)}"><line x1="${sx(m.x).toFixed(1)}" y1="${T}" x2="${sx(m.x).toFixed(1)}" y2="${H - B}" stroke="#8a2be2" stroke-dasharray="3 3"/>` +
+    `<text x="${(sx(m.x) + (sx(m.x) > W - R - 24 ? -2 : 2)).toFixed(1)}" y="${T + 9}" text-anchor="${sx(m.x) > W - R - 24 ? "end" : "start"}" style="fill:#8a2be2">${esc(m.label)}</text><title>PPO update to ${esc(m.label)} (batch through ${xLabel} ${m.x})</title></g>`).join("");
   const last = series.length === 1 ? ` (last ${(+ys[ys.length - 1]).toFixed(2)})` : "";
-  return `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="${n}">
+  const svg = `<svg class="plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" data-title="${esc(key)}" data-points="${n}">
     <text x="${L}" y="12">${esc(title)}${last}</text>
     <line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#ccd"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#ccd"/>
     <text x="2" y="${T + 8}">${(+hi).toFixed(2)}</text><text x="2" y="${H - B}">${(+lo).toFixed(2)}</text>
-    <text x="${L}" y="${H - 4}">${esc(xLabel)} ${x0}</text><text x="${W - R - 40}" y="${H - 4}">${x1}</text>${lines}</svg>`;
+    <text x="${L}" y="${H - 4}">${esc(xLabel)} ${x0}</text><text x="${W - R - 40}" y="${H - 4}">${x1}</text>${ppo}${lines}</svg>`;
+  if (series.length < 2) return svg;
+  const legend = series.map(([name], k) => `<span><i style="background:${COLOURS[k % COLOURS.length]}"></i>${esc(name)}</span>`).join("");
+  return `<figure>${svg}<figcaption class="legend" data-for="${esc(key)}">${legend}</figcaption></figure>`;
 }
 
 // --- health ----------------------------------------------------------------------------------
@@ -544,6 +727,7 @@ async function refreshHealth() {
 // --- polling ---------------------------------------------------------------------------------
 const every = (ms, fn) => { const run = () => fn().catch(() => {}).finally(() => setTimeout(run, ms)); run(); };
 function refreshAll() { refreshState().catch(() => {}); refreshHistory().catch(() => {}); if (detailId !== null) showDetail(detailId).catch(() => {}); }
+showOutbox();
 every(300, refreshState);
 every(1500, refreshHistory);
 every(1000, refreshHealth);  // a dead service is on the banner within robot_down_s + 1 s

@@ -321,10 +321,15 @@ class EpisodeRepository(Repository):
         reason: str = "",
         *,
         relabel: bool = False,
+        operator: str = "",
     ) -> LabelRow:
         """Label an ended episode. Operator/simulator labels decide success; a second one needs
-        ``relabel=True`` and the earlier ones stay as history. VLM labels are proposals."""
+        ``relabel=True`` and the earlier ones stay as history. VLM labels are proposals.
+        ``operator``: who gave it (an operator label's name, up to 100 characters)."""
         check_choice("label source", source, LABEL_SOURCES)
+        operator = operator.strip()
+        if len(operator) > 100:
+            raise InvalidArgumentError(f"operator name is {len(operator)} characters; at most 100")
         if not isinstance(success, bool | np.bool_):
             raise InvalidArgumentError(f"success must be true or false, got {success!r}")
         with self._write() as s:
@@ -344,21 +349,35 @@ class EpisodeRepository(Repository):
                     "use relabel to change it (the earlier label is kept as history)"
                 )
             now = utc_now()
-            lab = Label(episode_id=e.id, success=bool(success), source=source, reason=reason, created_at=now)
+            lab = Label(
+                episode_id=e.id,
+                success=bool(success),
+                source=source,
+                reason=reason,
+                created_at=now,
+                operator=operator,
+            )
             s.add(lab)
             if authoritative:
                 e.success, e.status, e.labelled_at = bool(success), "labelled", now
             s.flush()
-            return LabelRow(
-                lab.id, lab.episode_id, lab.success, lab.source, lab.reason, as_utc(lab.created_at)
-            )
+            return self._label_row(lab)
 
     def labels(self, episode_id: int) -> list[LabelRow]:
         with self._read() as s:
             if s.get(Episode, episode_id) is None:
                 raise NotFoundError(f"unknown episode id {episode_id}")
             q = select(Label).where(Label.episode_id == episode_id).order_by(Label.id)
-            return [
-                LabelRow(lab.id, lab.episode_id, lab.success, lab.source, lab.reason, as_utc(lab.created_at))
-                for lab in s.scalars(q)
-            ]
+            return [self._label_row(lab) for lab in s.scalars(q)]
+
+    @staticmethod
+    def _label_row(lab: Label) -> LabelRow:
+        return LabelRow(
+            lab.id,
+            lab.episode_id,
+            lab.success,
+            lab.source,
+            lab.reason,
+            as_utc(lab.created_at),
+            lab.operator or "",
+        )

@@ -97,6 +97,17 @@ def test_secondary_contrasts_pair_only_runs_both_arms_finished(stats: ModuleType
     assert oracle["n_seeds"] == 0 and oracle["mean"] is None and oracle["ci95"] is None
 
 
+def test_target_needs_twice_the_noise_gain_and_an_interval_above_zero(stats: ModuleType) -> None:
+    def verdict(pde: float, noise: float, low: float) -> object:
+        arm = {"pde_mixed": {"gain": {"mean": pde}}, "noise": {"gain": {"mean": noise}}}
+        return stats.target_block(arm, {"ci95": [low, 1.0]})["met"]
+
+    assert verdict(0.4, 0.2, 0.01) is True
+    assert verdict(0.39, 0.2, 0.01) is False  # not twice
+    assert verdict(0.4, 0.2, -0.01) is False  # interval reaches zero
+    assert stats.target_block({"noise": {"gain": {"mean": 0.2}}}, {"ci95": None})["met"] is None
+
+
 def test_mechanism_reads_alpha_pool_share_and_success_per_update(stats: ModuleType) -> None:
     its = [
         {

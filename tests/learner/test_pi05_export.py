@@ -1,19 +1,25 @@
 """``pde learner export-policy --format lerobot``: a π0.5 policy as LeRobot 0.6.1's checkpoint
-directory (files, keys and step configs as LeRobot's sources write and read them), which this
-project's reader loads back to the same actions; LoRA merged; what LeRobot cannot express refused."""
+directory (files, keys and step configs as LeRobot's sources write and read them, and equal to the
+files LeRobot 0.6.1 itself saved for the same policy: tests/fixtures/pi05_lerobot/, recorded by
+bench/check_pi05_lerobot.py), which this project's reader loads back to the same actions; LoRA
+merged; what LeRobot cannot express refused."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from safetensors.numpy import load_file as load_numpy
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from learner.checkpoints import CheckpointStore
 from learner.main import main
 from learner.policies.pi05 import Pi05CheckpointError, Pi05Options, load_pi05
+from learner.policies.pi05_checkpoint import WEIGHTS_FILE
 from learner.policies.pi05_export import NORMALIZER_FILE, UNNORMALIZER_FILE, export_lerobot
+from learner.policies.pi05_model import TINY_CONFIG, Pi05Config, Pi05Model
 from learner.policies.vla import make_test_policy
 from learner.synthetic import synthetic_observation
 from tests.learner.pi05_tiny import (
@@ -21,6 +27,7 @@ from tests.learner.pi05_tiny import (
     JOINT_ACTION_NAMES,
     make_joint_checkpoint,
     make_tiny_checkpoint,
+    tiny_tokenizer_json,
 )
 
 PROMPT = "put the green container in the bowl"
@@ -58,9 +65,13 @@ def test_the_export_has_lerobots_files_keys_and_steps_and_loads_back_to_the_same
     policy = load_pi05(make_joint_checkpoint(tmp_path / "src", relative))
     out = export_lerobot(policy, tmp_path / "lerobot")
     config = json.loads((out / "config.json").read_text())
-    # Only PI05Config's fields (LeRobot refuses others) but the two a tiny model needs.
-    assert set(config) - LEROBOT_PI05_FIELDS == {"vision_variant", "vocab_size"}
+    # Only PI05Config's fields (LeRobot refuses others), also at a size LeRobot does not build: the
+    # sizes it has no field for are ours, in pde_pi05.json.
+    assert set(config) <= LEROBOT_PI05_FIELDS
+    sizes = json.loads((out / "pde_pi05.json").read_text())["model_sizes"]
+    assert sizes == {"vision_variant": "dummy", "vocab_size": 512}
     assert config["type"] == "pi05" and config["n_action_steps"] == config["chunk_size"]
+    assert config["device"] == "cuda"
     assert list(config["input_features"]) == [*IMAGE_KEYS, "observation.state"]
     assert config["output_features"] == {"action": {"type": "ACTION", "shape": [8]}}
     assert config["use_relative_actions"] and config["relative_exclude_joints"] == ["gripper_width_m"]
@@ -120,9 +131,12 @@ def test_the_cli_exports_a_policy_checkpoint_and_refuses_what_lerobot_cannot_tak
     store = CheckpointStore(tmp_path / "ck")
     store.save(load_pi05(make_tiny_checkpoint(tmp_path / "src")), 3)
     argv = ["export-policy", "--format", "lerobot", "--checkpoints", str(tmp_path / "ck")]
-    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "out"), "--device", "cpu"]) == 0
     assert json.loads(capsys.readouterr().out)["version"] == 3
-    assert (tmp_path / "out" / "policy_postprocessor.json").is_file()
+    # LeRobot's pipeline puts the batch where config.device says; a cuda one does not load without CUDA.
+    pre = json.loads((tmp_path / "out" / "policy_preprocessor.json").read_text())
+    assert pre["steps"][-1]["config"]["device"] == "cpu"
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["device"] == "cpu"
     small = CheckpointStore(tmp_path / "small")
     small.save(make_test_policy(), 0)
     argv = ["export-policy", "--format", "lerobot", "--checkpoints", str(tmp_path / "small")]
@@ -133,3 +147,59 @@ def test_the_cli_exports_a_policy_checkpoint_and_refuses_what_lerobot_cannot_tak
     (d / "config.json").write_text(json.dumps(raw | {"discrete_state_input": False}))
     with pytest.raises(Pi05CheckpointError, match="always writes the state"):
         export_lerobot(load_pi05(d), tmp_path / "y")
+
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pi05_lerobot"
+# Ours for LeRobot's: the FR3's action names where a LeRobot dataset's stood (the mask is the same).
+RENAMED = {"action_feature_names", "relative_exclude_joints", "action_names", "exclude_joints"}
+
+
+def _lerobot_saved(directory: Path) -> Path:
+    """The π0.5 LeRobot 0.6.1 saved (bench/check_pi05_lerobot.py) with random weights of its shapes
+    and what a lab adds: the tokenizer, and pde_pi05.json with the two tiny sizes."""
+    shutil.copytree(FIXTURE, directory)
+    raw = json.loads((directory / "config.json").read_text())
+    sizes = {"vision_variant": "dummy", "vocab_size": TINY_CONFIG.vocab_size}
+    model = Pi05Model(Pi05Config.from_json_dict(raw | sizes))
+    save_file(
+        {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(directory / WEIGHTS_FILE)
+    )
+    (directory / "tokenizer.json").write_text(tiny_tokenizer_json())
+    (directory / "pde_pi05.json").write_text(json.dumps({"model_sizes": sizes}))
+    return directory
+
+
+def _without_names(x):
+    if isinstance(x, dict):
+        return {k: _without_names(v) for k, v in x.items() if k not in RENAMED}
+    return [_without_names(v) for v in x] if isinstance(x, list) else x
+
+
+def test_lerobots_own_save_loads_and_exports_back_to_the_files_lerobot_wrote(tmp_path):
+    saved = _lerobot_saved(tmp_path / "saved")
+    policy = load_pi05(saved)
+    # pde_pi05.json without a mapping (only model_sizes): the defaults, cameras by name.
+    assert policy.mapping.cameras == ("external", "wrist")
+    assert policy.relative == (True,) * 7 + (False,)  # LeRobot's exclude "gripper" in "gripper.pos"
+    assert policy.stats["action"].mode == "MEAN_STD"
+    out = export_lerobot(policy, tmp_path / "out", device="cpu")
+    for name in ("config.json", "policy_preprocessor.json", "policy_postprocessor.json"):
+        ours, theirs = (json.loads((d / name).read_text()) for d in (out, saved))
+        if name == "config.json":  # LeRobot writes all of PI05Config; ours the same where ours has it
+            theirs = {k: v for k, v in theirs.items() if k in ours}
+        assert _without_names(ours) == _without_names(theirs), name
+    for name in (NORMALIZER_FILE, UNNORMALIZER_FILE):
+        ours, theirs = load_numpy(str(out / name)), load_numpy(str(saved / name))
+        assert set(ours) <= set(theirs)
+        for key, value in ours.items():
+            np.testing.assert_allclose(value, theirs[key], rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def test_model_sizes_that_contradict_config_json_are_refused(tmp_path):
+    d = make_tiny_checkpoint(tmp_path / "src")
+    (d / "pde_pi05.json").write_text(json.dumps({"model_sizes": {"vocab_size": 256}}))
+    with pytest.raises(Pi05CheckpointError, match="disagree"):
+        load_pi05(d)
+    (d / "pde_pi05.json").write_text(json.dumps({"model_sizes": {"depth": 1}}))
+    with pytest.raises(Pi05CheckpointError, match="model_sizes must be"):
+        load_pi05(d)

@@ -11,9 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from playwright.sync_api import FloatRect, Page
+
+from pde_storage import Store
 from tests.helpers import free_port, pde_command, subprocess_env
+from tests.storage.factories import finish_with_videos, make_episode_file
 
 CHROMIUM = "/usr/bin/chromium"
+TASK = "put_green_container_in_bowl"
 # Screenshots of the page go to a scratch folder; set PDE_SCREENSHOT_DIR=bench/results/screenshots
 # to refresh the committed ones (tests never rewrite tracked files by default).
 SHOTS = Path(os.environ.get("PDE_SCREENSHOT_DIR", Path(tempfile.gettempdir()) / "pde-screenshots"))
@@ -41,9 +46,9 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 def ui_server(
     db_url: str, data_dir: Path, token: str, robot_endpoint: str, **settings: str
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`pde ui` as a process (``settings``: more PDE_UI_* variables); yields its base URL and the
-    process (to kill it in a test)."""
-    port = free_port()
+    """`pde ui` as a process (``settings``: more PDE_UI_* variables; PDE_UI_PORT a port to reuse
+    after a kill, else a free one); yields its base URL and the process (to kill it in a test)."""
+    port = int(settings.pop("PDE_UI_PORT", "0")) or free_port()
     log = data_dir / "ui.log"
     env = subprocess_env(
         PDE_UI_DATABASE_URL=db_url,
@@ -131,3 +136,38 @@ def sim_robot_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def ended_episodes(store: Store, n: int, stage: str = "bootstrap") -> list[int]:
+    """``n`` episodes of TASK that ended with a video and await their label (no loop needed)."""
+    store.ensure_task(TASK, "put the green container in the bowl")
+    ids = []
+    for _ in range(n):
+        ep = store.create_episode(TASK, store.prompts(TASK)[0].id, 0, stage)
+        finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
+        ids.append(ep.id)
+    return ids
+
+
+def box_of(page: Page, selector: str) -> FloatRect:
+    box = page.locator(selector).bounding_box()
+    assert box is not None, f"{selector} is not rendered"
+    return box
+
+
+def inside_viewport(box: FloatRect, width: int, height: int) -> bool:
+    return (
+        box["x"] >= 0
+        and box["y"] >= 0
+        and box["x"] + box["width"] <= width
+        and box["y"] + box["height"] <= height
+    )
+
+
+def overlap(a: FloatRect, b: FloatRect) -> bool:
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )

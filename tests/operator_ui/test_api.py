@@ -265,3 +265,37 @@ def test_the_reset_guide_shows_the_tasks_reset_instructions(
     link.close()
     assert guide["instructions"] == "Bowl on the left mark.\nContainer right."
     assert guide["instructions_file"] == str(tasks)
+
+
+def test_operator_name_end_now_home_and_practice(client: TestClient, store: Store) -> None:
+    eid = _episode(store)
+    r = client.post(f"/api/episodes/{eid}/label", json={"success": True, "operator": "ana"}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["label"]["operator"] == "ana", r.text
+    assert store.labels(eid)[0].operator == "ana"
+    r = client.post(
+        f"/api/episodes/{eid}/relabel", json={"success": False, "operator": "x" * 101}, headers=AUTH
+    )
+    assert r.status_code == 422 and len(store.labels(eid)) == 1
+    # End now and home need the loop's state: no episode running -> 409; the loop moving -> 409.
+    r = client.post("/api/loop/end", json={"success": True}, headers=AUTH)
+    assert r.status_code == 409 and "no episode is running" in r.text
+    running = _episode(store, finish=False)
+    store.set_service_state("loop", {"phase": "running", "episode_id": running, "task": TASK})
+    r = client.post("/api/loop/end", json={"success": False}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    [intent] = store.pending_intents(intents.END_EPISODE)
+    assert intent.payload == {"episode_id": running, "success": False, "by": "operator page"}
+    r = client.post("/api/robot/home", headers=AUTH)
+    assert r.status_code == 409 and "the loop moves the arm now" in r.text
+    assert client.post("/api/robot/home").status_code == 401
+    # Practice: paused, and starts, labels, relabels and discards are refused.
+    r = client.post("/api/run/pause", json={"paused": False, "practice": True}, headers=AUTH)
+    assert r.json() == {"paused": True, "practice": True}
+    assert client.get("/api/run").json()["practice"] is True
+    for path, body in (
+        (f"/api/episodes/{eid}/relabel", {"success": True}),
+        (f"/api/episodes/{eid}/discard", {"reason": "bad reset"}),
+    ):
+        r = client.post(path, json=body, headers=AUTH)
+        assert r.status_code == 409 and "practice mode" in r.text, (path, r.text)
+    assert len(store.labels(eid)) == 1 and store.episode(eid).status == "labelled"

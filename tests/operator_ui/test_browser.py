@@ -87,6 +87,8 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
             timeout=15_000,
         )
         page.locator("#relabel-success").click()
+        expect(page.locator("#pending")).to_contain_text(f"Relabelling #{ep.id} success")
+        page.locator("#send-label").click()
         expect(page.locator("#detail-labels tbody tr")).to_have_count(3, timeout=5_000)
         assert store.episode(ep.id).success is True
         # The curves and the pool table follow the labels.
@@ -96,11 +98,12 @@ def test_start_label_history_video_relabel(page: Page, tmp_path: Path) -> None:
         expect(page.locator("#pools")).to_contain_text("1/1", timeout=10_000)
         page.screenshot(path=str(SHOTS / "operator_history_detail.png"), full_page=True)
 
-        # Without the token the page shows the refusal and nothing changes.
+        # Without the token the page shows the refusal, keeps the relabel, and nothing changes.
         page.fill("#token", "")
         page.dispatch_event("#token", "change")
         page.locator("#relabel-failure").click()
-        expect(page.locator("#toast")).to_contain_text("401", timeout=5_000)
+        page.locator("#send-label").click()
+        expect(page.locator("#outbox-banner")).to_contain_text("the token is refused (401)", timeout=5_000)
         assert store.episode(ep.id).success is True and len(store.labels(ep.id)) == 3
         page.goto("about:blank")  # drop the video connections before the server goes
     loop.stop()

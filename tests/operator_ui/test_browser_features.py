@@ -61,6 +61,8 @@ def test_undo_reason_discard_restore_note_paging_filters(page: Page, tmp_path: P
 
         # Discard the awaiting episode (bad reset): kept, out of training, the next one is asked.
         page.locator("#discard-awaiting").click()
+        expect(page.locator("#pending")).to_contain_text(f"Discarding #{second} (bad reset)")
+        page.locator("#send-label").click()
         expect(awaiting).to_have_attribute("data-episode-id", str(third), timeout=15_000)
         assert (store.episode(second).status, store.episode(second).discard_reason) == (
             "discarded",

@@ -8,32 +8,20 @@ import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import FloatRect, Page, expect
+from playwright.sync_api import Page, expect
 
 from pde_storage import Store
 from tests.helpers import free_port
-from tests.operator_ui.browser import SHOTS, kill, ui_server
+from tests.operator_ui.browser import SHOTS, box_of, ended_episodes, inside_viewport, kill, overlap, ui_server
 from tests.operator_ui.conftest import TOKEN
-from tests.storage.factories import finish_with_videos, make_episode_file
 
 pytestmark = [pytest.mark.browser]
-TASK = "put_green_container_in_bowl"
-
-
-def _ended_episodes(store: Store, n: int) -> list[int]:
-    store.ensure_task(TASK, "put the green container in the bowl")
-    ids = []
-    for _ in range(n):
-        ep = store.create_episode(TASK, store.prompts(TASK)[0].id, 0, "bootstrap")
-        finish_with_videos(store, ep.id, make_episode_file(ep.id, TASK, n_chunks=3))
-        ids.append(ep.id)
-    return ids
 
 
 def test_connection_lost_banner_greys_pills_and_disables_actions(page: Page, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/pde.db"
     with Store.open(url, tmp_path / "media") as store:
-        [eid] = _ended_episodes(store, 1)
+        [eid] = ended_episodes(store, 1)
     with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, proc):
         page.goto(f"{base}/#token={TOKEN}")
         expect(page.locator("#awaiting")).to_have_attribute("data-episode-id", str(eid), timeout=15_000)
@@ -61,7 +49,7 @@ def test_connection_lost_banner_greys_pills_and_disables_actions(page: Page, tmp
 def test_keys_label_only_the_episode_shown_as_awaiting(page: Page, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/pde.db"
     store = Store.open(url, tmp_path / "media")
-    first, second = _ended_episodes(store, 2)
+    first, second = ended_episodes(store, 2)
     store.add_label(first, False, source="operator")
     estops: list[str] = []
     page.on("request", lambda r: estops.append(r.url) if r.url.endswith("/api/robot/estop") else None)
@@ -123,35 +111,11 @@ def test_token_is_checked_on_load_and_a_wrong_link_keeps_a_good_token(page: Page
         page.goto("about:blank")
 
 
-def _box(page: Page, selector: str) -> FloatRect:
-    box = page.locator(selector).bounding_box()
-    assert box is not None, f"{selector} is not rendered"
-    return box
-
-
-def _inside_viewport(box: FloatRect, width: int, height: int) -> bool:
-    return (
-        box["x"] >= 0
-        and box["y"] >= 0
-        and box["x"] + box["width"] <= width
-        and box["y"] + box["height"] <= height
-    )
-
-
-def _overlap(a: FloatRect, b: FloatRect) -> bool:
-    return not (
-        a["x"] + a["width"] <= b["x"]
-        or b["x"] + b["width"] <= a["x"]
-        or a["y"] + a["height"] <= b["y"]
-        or b["y"] + b["height"] <= a["y"]
-    )
-
-
 def test_phone_width_keeps_estop_and_labels_on_screen(page: Page, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/pde.db"
     w, h = 390, 844
     with Store.open(url, tmp_path / "media") as store:
-        _ended_episodes(store, 3)
+        ended_episodes(store, 3)
     page.set_viewport_size({"width": w, "height": h})
     with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
         page.goto(f"{base}/#token={TOKEN}")
@@ -160,14 +124,14 @@ def test_phone_width_keeps_estop_and_labels_on_screen(page: Page, tmp_path: Path
         assert page.evaluate("document.documentElement.scrollWidth") <= w
         for scroll in ("window.scrollTo(0, 0)", "window.scrollTo(0, document.body.scrollHeight)"):
             page.evaluate(scroll)
-            estop = _box(page, "#estop")
-            assert _inside_viewport(estop, w, h), estop
+            estop = box_of(page, "#estop")
+            assert inside_viewport(estop, w, h), estop
             for button in ("#label-success", "#label-failure"):
-                assert _inside_viewport(_box(page, button), w, h), button
-                assert not _overlap(_box(page, button), estop), button
+                assert inside_viewport(box_of(page, button), w, h), button
+                assert not overlap(box_of(page, button), estop), button
         page.evaluate("window.scrollTo(0, 0)")
         for covered in ("#token", "#release"):
-            assert not _overlap(_box(page, covered), _box(page, "#estop")), covered
+            assert not overlap(box_of(page, covered), box_of(page, "#estop")), covered
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "operator_phone_awaiting_label.png"))
         page.goto("about:blank")
