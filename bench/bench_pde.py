@@ -120,6 +120,10 @@ def plot_arms(arms: dict[str, Any], title: str, path: Path) -> None:
     cv2.imwrite(str(path), img)
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"  # None: e.g. no pool rollout in any update yet
+
+
 def markdown_table(result: dict[str, Any]) -> str:
     """One row per arm (runs, pooled start and end with Wilson 95% intervals, the mean gain over runs
     with its seed-level 95% t interval), and the primary contrast under it: for the README."""
@@ -166,8 +170,8 @@ def markdown_table(result: dict[str, Any]) -> str:
         lines.append(
             f"`{name}`: first PPO update after {m['mean_env_episodes_at_first_update']:.0f} episodes "
             f"(mean), {m['mean_updates']:.1f} updates, alpha {first:.2f} -> {last:.2f}, pool prompts "
-            f"{m['mean_pool_prompt_share']:.0%} of RL rollouts at {m['mean_pool_success']:.0%} success "
-            f"(canonical prompt in training: {m['mean_canonical_success_train']:.0%})"
+            f"{_pct(m['mean_pool_prompt_share'])} of RL rollouts at {_pct(m['mean_pool_success'])} success "
+            f"(canonical prompt in training: {_pct(m['mean_canonical_success_train'])})"
         )
     done = result.get("completeness")
     if done:

@@ -389,7 +389,8 @@ def test_the_merge_joins_premise_contrast_and_completeness_from_synthetic_parts(
     assert "sha256" in merged["frozen"]["premise_and_proposers"]
     table = bench_pde.markdown_table(merged)
     assert "| `pde_mixed` | 6 (0, 2) |" in table and "+0.175 [+0.077, +0.273]" in table
-    assert "Meets issue 22's bar." in table
+    assert "Complete: the runs, SFT seeds, scenes and budget issue 22 asks for." in table
+    assert ": met (gain ratio" in table and "Exploratory" not in table  # no pde_canonical/oracle runs here
 
     # A benchmark still in parts: one noise run missing, the contrast over the 5 pairs left
     (parts / "noise-sft2-seed2.json").unlink()
