@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # The last commit before the sim's control tick was made cheaper (robot_server/sim/ik.py,
-# robot_server/robots/sim/robot_sim.py): the reference path.
+# robot_server/robots/sim/robot_sim.py) and the actor read a fast-paced chunk's end from the
+# observation stream (learner/actor.py): the reference path.
 REFERENCE = "82d8d08"
 DEFAULT_CKPT = ROOT / "data/paper_regime/sft-p0.075-seed0/policy-000000.pt"
 TASK = "put_green_container_in_front_of_camera"
@@ -209,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             f"--sft-checkpoint {args.sft_checkpoint}: no such file (scripts/premise.sh makes one)"
         )
+    # A SIGTERM unwinds like Ctrl-C, so the reference worktree is removed (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = "python bench/bench_episode_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)
     head = git("rev-parse", "HEAD")
     reference = git("rev-parse", args.reference)

@@ -50,6 +50,15 @@ class RobotClientLike(Protocol):
     def latest_observation(self, timeout_s: float = 1.0) -> Observation: ...
 
 
+def _server_silent(seq: int, silent_s: float) -> RobotServerError:
+    # Shown on the page: what the operator does, not the client's link-key hints.
+    return RobotServerError(
+        ErrorCode.TIMEOUT,
+        f"the robot server has not answered for {silent_s:.1f} s during chunk {seq}: "
+        "is `pde robot-server` running?",
+    )
+
+
 class ActorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PDE_ACTOR_")
 
@@ -68,7 +77,8 @@ class ActorSettings(BaseSettings):
     stop_check_period_s: float = 0.1
     """While a chunk runs, ``should_stop`` (SIGTERM, the page's abort) is asked this often."""
     poll_period_s: float = 0.005
-    """Status polling period while a chunk executes."""
+    """Status polling period while a chunk executes (a fast-paced server's chunk end is read from
+    its observation stream instead: it publishes every tick)."""
     reset_before_episode: bool = True
     """Send Reset(task, seed) before the first chunk (sim re-lays the scene; hardware homes)."""
     stop_on_success: bool = True
@@ -183,12 +193,7 @@ class Actor:
                     raise
                 if silent_s >= cfg.server_silent_s:
                     log.error("chunk %d: no status reply for %.1f s: %s", seq, silent_s, e)
-                    # Shown on the page: what the operator does, not the client's link-key hints.
-                    raise RobotServerError(
-                        ErrorCode.TIMEOUT,
-                        f"the robot server has not answered for {silent_s:.1f} s during chunk {seq}: "
-                        "is `pde robot-server` running?",
-                    ) from e
+                    raise _server_silent(seq, silent_s) from e
                 log.warning("chunk %d: status poll timed out, polling again: %s", seq, e)
                 continue
             last_reply_s = time.monotonic()
@@ -199,6 +204,48 @@ class Actor:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"chunk {seq} still executing after {self.settings.chunk_timeout_s} s")
             time.sleep(self.settings.poll_period_s)
+
+    def _chunk_end_observation(
+        self, seq: int, newer_than_seq: int, should_stop: Callable[[], bool]
+    ) -> Observation | None:
+        """The first observation after chunk ``seq`` has run (what the next chunk is inferred
+        from); None when ``should_stop()`` said stop first."""
+        info = self.client.info
+        if info is not None and info.pacing == "fast":
+            return self._chunk_end_on_stream(seq, should_stop)
+        if not self._wait_chunk_done(seq, should_stop):
+            return None
+        return self._fresh_observation(newer_than_seq, after_chunk_seq=seq)
+
+    def _chunk_end_on_stream(self, seq: int, should_stop: Callable[[], bool]) -> Observation | None:
+        """A fast-paced server publishes an observation on every tick, so the stream itself says
+        when chunk ``seq`` has run (the contract: ``last_chunk_seq`` is it, no rows remaining, not
+        executing); waiting on it takes no Status round trips, which were ~16 a chunk and a large
+        share of both processes' CPU in a sim episode (bench/bench_episode_throughput.py). The
+        observation is the one the Status wait then read: the newest, published by the tick that
+        ran the chunk's last row."""
+        cfg = self.settings
+        deadline = time.monotonic() + cfg.chunk_timeout_s
+        next_stop_check_s = time.monotonic() + cfg.stop_check_period_s
+        while True:
+            try:
+                obs = self.client.latest_observation(timeout_s=cfg.obs_timeout_s)
+            except RobotServerError as e:
+                if e.code is not ErrorCode.TIMEOUT:
+                    raise
+                log.error("chunk %d: no observation for %.1f s: %s", seq, cfg.obs_timeout_s, e)
+                raise _server_silent(seq, cfg.obs_timeout_s) from e
+            if obs.estopped:
+                raise RuntimeError(f"e-stop latched during the episode: {self.client.status().estop_reason}")
+            if obs.last_chunk_seq == seq and obs.executing_chunk_seq != seq and obs.steps_remaining == 0:
+                return obs
+            now = time.monotonic()
+            if now >= next_stop_check_s:
+                next_stop_check_s = now + cfg.stop_check_period_s
+                if should_stop():
+                    return None
+            if now > deadline:
+                raise TimeoutError(f"chunk {seq} still executing after {cfg.chunk_timeout_s} s")
 
     def _overlapping(self) -> bool:
         info = self.client.info
@@ -268,11 +315,12 @@ class Actor:
                             break
                         obs = self._fresh_observation(obs.seq)
                     else:
-                        if not self._wait_chunk_done(seq, should_stop):
+                        ended = self._chunk_end_observation(seq, obs.seq, should_stop)
+                        if ended is None:
                             self.client.stop()
                             running = None
                             break
-                        obs = self._fresh_observation(obs.seq, after_chunk_seq=seq)
+                        obs = ended
                     success = obs.task_success
                     if success and cfg.stop_on_success:
                         if not overlapping:
@@ -314,10 +362,11 @@ class Actor:
                 running = _Running(record, accepted, len(chunk.actions))
             if running is not None:
                 # The last chunk runs to its end (its record already says so).
-                if not self._wait_chunk_done(running.accepted.seq, should_stop):
+                ended = self._chunk_end_observation(running.accepted.seq, obs.seq, should_stop)
+                if ended is None:
                     self.client.stop()
                 else:
-                    obs = self._fresh_observation(obs.seq, after_chunk_seq=running.accepted.seq)
+                    obs = ended
                     success = obs.task_success
         finally:
             self.client.stop_heartbeat()
