@@ -15,8 +15,9 @@ machine weighs on both alike.
 Cost is CPU time, not wall time: the worker process's (loop, actor, trainer, store) plus its robot
 server's (physics, IK, rendering, messaging), read from /proc when the part ends. Also recorded:
 the evaluation episodes' outcomes on both sides (fixed scenes and sampling seeds: equal when the
-change leaves episodes bit-identical and no inference was late for the server's idle tick), a hash of a fixed in-process sim trajectory per side, and the
-top entries of a cProfile of that trajectory (the server's control tick: where its time goes).
+change leaves episodes bit-identical and no inference was late for the server's idle tick), a
+hash of a fixed in-process sim trajectory per side, and the top entries of a cProfile of that
+trajectory (the server's control tick: where its time goes).
 """
 
 from __future__ import annotations
