@@ -77,6 +77,15 @@ class RobotClientLike(Protocol):
     def latest_observation(self, timeout_s: float = 1.0) -> Observation: ...
 
 
+def _server_silent(seq: int, silent_s: float) -> RobotServerError:
+    # Shown on the page: what the operator does, not the client's link-key hints.
+    return RobotServerError(
+        ErrorCode.TIMEOUT,
+        f"the robot server has not answered for {silent_s:.1f} s during chunk {seq}: "
+        "is `pde robot-server` running?",
+    )
+
+
 class ActorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PDE_ACTOR_", populate_by_name=True)
 
@@ -95,7 +104,8 @@ class ActorSettings(BaseSettings):
     stop_check_period_s: float = 0.1
     """While a chunk runs, ``should_stop`` (SIGTERM, the page's abort) is asked this often."""
     poll_period_s: float = 0.005
-    """Status polling period while a chunk executes."""
+    """Status polling period while a chunk executes (a fast-paced server's chunk end is read from
+    its observation stream instead: it publishes every tick)."""
     reset_before_episode: bool = True
     """Send Reset(task, seed) before the first chunk (sim re-lays the scene; hardware homes)."""
     stop_on_success: bool = True
@@ -287,12 +297,7 @@ class Actor:
                     raise
                 if silent_s >= cfg.server_silent_s:
                     log.error("chunk %d: no status reply for %.1f s: %s", seq, silent_s, e)
-                    # Shown on the page: what the operator does, not the client's link-key hints.
-                    raise RobotServerError(
-                        ErrorCode.TIMEOUT,
-                        f"the robot server has not answered for {silent_s:.1f} s during chunk {seq}: "
-                        "is `pde robot-server` running?",
-                    ) from e
+                    raise _server_silent(seq, silent_s) from e
                 log.warning("chunk %d: status poll timed out, polling again: %s", seq, e)
                 continue
             last_reply_s = time.monotonic()
@@ -303,6 +308,51 @@ class Actor:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"chunk {seq} still executing after {self.settings.chunk_timeout_s} s")
             time.sleep(self.settings.poll_period_s)
+
+    def _chunk_end_observation(
+        self, seq: int, newer_than_seq: int, should_stop: Callable[[], bool]
+    ) -> Observation | None:
+        """The first observation after chunk ``seq`` has run (what the next chunk is inferred
+        from); None when ``should_stop()`` said stop first."""
+        if self._fast_paced():
+            return self._chunk_end_on_stream(seq, should_stop)
+        if self._wait_chunk_done(seq, should_stop) is _Waited.STOPPED:
+            return None
+        return self._fresh_observation(newer_than_seq, after_chunk_seq=seq)
+
+    def _fast_paced(self) -> bool:
+        info = self.client.info
+        return info is not None and info.pacing == "fast"
+
+    def _chunk_end_on_stream(self, seq: int, should_stop: Callable[[], bool]) -> Observation | None:
+        """A fast-paced server publishes an observation on every tick, so the stream itself says
+        when chunk ``seq`` has run (the contract: ``last_chunk_seq`` is it, no rows remaining, not
+        executing); waiting on it takes no Status round trips, which were ~16 a chunk and a large
+        share of both processes' CPU in a sim episode (bench/bench_episode_throughput.py). The
+        observation is the one the Status wait then read: the newest, published by the tick that
+        ran the chunk's last row."""
+        cfg = self.settings
+        deadline = time.monotonic() + cfg.chunk_timeout_s
+        next_stop_check_s = time.monotonic() + cfg.stop_check_period_s
+        while True:
+            try:
+                obs = self.client.latest_observation(timeout_s=cfg.obs_timeout_s)
+            except RobotServerError as e:
+                if e.code is not ErrorCode.TIMEOUT:
+                    raise
+                log.error("chunk %d: no observation for %.1f s: %s", seq, cfg.obs_timeout_s, e)
+                raise _server_silent(seq, cfg.obs_timeout_s) from e
+            if obs.estopped:
+                raise RuntimeError(f"e-stop latched during the episode: {self.client.status().estop_reason}")
+            if obs.last_chunk_seq == seq and obs.executing_chunk_seq != seq and obs.steps_remaining == 0:
+                return obs
+            now = time.monotonic()
+            if now >= next_stop_check_s:
+                next_stop_check_s = now + cfg.stop_check_period_s
+                if should_stop():
+                    return None
+            if now > deadline:
+                raise TimeoutError(f"chunk {seq} still executing after {cfg.chunk_timeout_s} s")
 
     def _overlapping(self) -> bool:
         info = self.client.info
@@ -457,29 +507,38 @@ class Actor:
                     break
                 if running is not None:
                     seq = running.accepted.seq
-                    lead = 0  # sync: the chunk runs to its end
-                    if overlapping:
-                        lead = inference_lead_ticks(
-                            max(recent_inference_s), cfg.control_rate_hz, cfg.overlap_margin_ticks
-                        )
-                    waited = self._wait_chunk_done(seq, should_stop, rows_left=lead, takeover=watch)
-                    if waited is _Waited.STOPPED:
-                        self.client.stop()
-                        running = None
-                        break
-                    if waited is _Waited.TAKEOVER:
-                        assert person is not None
-                        running, obs, stopped = self._take_over(
-                            person, watch, episode_id, running, obs, should_stop, recorded
-                        )
-                        if stopped:
+                    if not overlapping and watch.person is None and self._fast_paced():
+                        # the sim: the chunk's end read off the observation stream (no Status polls)
+                        ended = self._chunk_end_on_stream(seq, should_stop)
+                        if ended is None:
+                            self.client.stop()
+                            running = None
                             break
-                        if running is not None:
-                            continue  # the person sent no row: the policy's chunk goes on
-                    elif overlapping:
-                        obs = self._fresh_observation(obs.seq)
+                        obs = ended
                     else:
-                        obs = self._fresh_observation(obs.seq, after_chunk_seq=seq)
+                        lead = 0  # sync: the chunk runs to its end
+                        if overlapping:
+                            lead = inference_lead_ticks(
+                                max(recent_inference_s), cfg.control_rate_hz, cfg.overlap_margin_ticks
+                            )
+                        waited = self._wait_chunk_done(seq, should_stop, rows_left=lead, takeover=watch)
+                        if waited is _Waited.STOPPED:
+                            self.client.stop()
+                            running = None
+                            break
+                        if waited is _Waited.TAKEOVER:
+                            assert person is not None
+                            running, obs, stopped = self._take_over(
+                                person, watch, episode_id, running, obs, should_stop, recorded
+                            )
+                            if stopped:
+                                break
+                            if running is not None:
+                                continue  # the person sent no row: the policy's chunk goes on
+                        elif overlapping:
+                            obs = self._fresh_observation(obs.seq)
+                        else:
+                            obs = self._fresh_observation(obs.seq, after_chunk_seq=seq)
                     success = obs.task_success
                     if success and cfg.stop_on_success:
                         if not overlapping:
@@ -530,10 +589,11 @@ class Actor:
                 running = _Running(record, accepted, len(chunk.actions))
             if running is not None:
                 # The last chunk runs to its end (its record already says so).
-                if self._wait_chunk_done(running.accepted.seq, should_stop) is _Waited.STOPPED:
+                ended = self._chunk_end_observation(running.accepted.seq, obs.seq, should_stop)
+                if ended is None:
                     self.client.stop()
                 else:
-                    obs = self._fresh_observation(obs.seq, after_chunk_seq=running.accepted.seq)
+                    obs = ended
                     success = obs.task_success
         finally:
             self.client.stop_heartbeat()

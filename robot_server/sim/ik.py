@@ -5,6 +5,8 @@ touched."""
 
 from __future__ import annotations
 
+import math
+
 import mujoco
 import numpy as np
 
@@ -14,6 +16,22 @@ from robot_server.sim import fr3
 
 # The IK's own answers keep the margin the safety layer keeps joint targets at (by default).
 IK_JOINT_MARGIN_RAD = SafetyLimits().joint_margin_rad
+
+
+# The IK runs ~15 iterations per control tick, so its small-vector arithmetic is written with
+# ufuncs and dot products that give numpy's exact bits at a fraction of np.clip's and
+# np.linalg.norm's Python dispatch (tests/robot_server/sim/test_sim_speedups.py swaps the numpy
+# calls back in and checks that trajectories are bit-identical).
+
+
+def clip(x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """``np.clip(x, lower, upper)`` for float arrays: the same ufuncs (max, then min), same NaNs."""
+    return np.minimum(np.maximum(x, lower), upper)
+
+
+def norm(v: np.ndarray) -> float:
+    """``np.linalg.norm(v)`` of a 1-D float vector: what it computes (sqrt of v.dot(v))."""
+    return math.sqrt(v.dot(v))
 
 
 def quat_xyzw_of_mujoco_matrix(mat: np.ndarray) -> np.ndarray:
@@ -57,10 +75,14 @@ class DifferentialIK:
 
     def forward(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """TCP (position, quaternion [x, y, z, w]) at joint angles ``q``."""
+        pos = self.position(q)
+        return pos, quat_xyzw_of_mujoco_matrix(self.data.site_xmat[self.site_id])
+
+    def position(self, q: np.ndarray) -> np.ndarray:
+        """TCP position at joint angles ``q`` (``forward`` without the orientation)."""
         self.data.qpos[self.qpos_adr] = q
         mujoco.mj_kinematics(self.model, self.data)
-        pos = self.data.site_xpos[self.site_id].copy()
-        return pos, quat_xyzw_of_mujoco_matrix(self.data.site_xmat[self.site_id])
+        return self.data.site_xpos[self.site_id].copy()
 
     def solve(
         self,
@@ -72,7 +94,7 @@ class DifferentialIK:
         """Joint angles near ``q_seed`` that put the TCP at the target. With ``max_step_rad`` no joint
         ends further than that from ``q_seed`` (a velocity limit times the control period): the
         answer is then the best reachable within one tick, never a jump to another configuration."""
-        q = np.clip(np.asarray(q_seed, dtype=np.float64).copy(), fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD)
+        q = clip(np.asarray(q_seed, dtype=np.float64).copy(), fr3.JOINT_LOWER_RAD, fr3.JOINT_UPPER_RAD)
         # Every joint stays IK_JOINT_MARGIN_RAD inside its limits (as the safety layer keeps joint
         # targets): a joint already closer may stay or move out, never further in.
         lower = np.minimum(fr3.JOINT_LOWER_RAD + IK_JOINT_MARGIN_RAD, q)
@@ -85,7 +107,7 @@ class DifferentialIK:
         for it in range(1, self.max_iterations + 1):  # noqa: B007 - the count is reported
             pos, quat = self.forward(q)
             err = np.concatenate([pos_target - pos, rotvec_between(quat, quat_target_xyzw)])
-            err_norm = float(np.linalg.norm(err))
+            err_norm = norm(err)
             if err_norm < self.tolerance:
                 break
             mujoco.mj_comPos(self.model, self.data)
@@ -98,7 +120,7 @@ class DifferentialIK:
             dq = jac.T @ self._chol_solve(chol, err)
             pull = self.nullspace_gain * (fr3.HOME_Q_RAD - q)
             dq += pull - jac.T @ self._chol_solve(chol, jac @ pull)  # (I - J+ J) pull
-            q = np.clip(q + dq, lower, upper)
+            q = clip(q + dq, lower, upper)
         self.last_error_norm = err_norm
         self.last_iterations = it
         return q

@@ -1,5 +1,6 @@
 import time
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -72,6 +73,7 @@ class FakeRobotClient:
         self.obs_seq += 1
         obs = synthetic_observation(self.rng, 20, seq=self.obs_seq)
         obs.tick = 10 * self.obs_seq
+        obs.last_chunk_seq = self.chunks[-1].seq if self.chunks else -1  # every chunk has run
         if self.obs_seq == self.drop_camera_at_obs:
             obs.cameras = obs.cameras[1:]  # a frame missing from one observation
         if self.succeed_after is not None:
@@ -308,3 +310,52 @@ def test_takeover_needs_an_ee_delta_policy():
         actor.run_episode(
             episode_id="ep1", task="t", canonical_prompt="p", rollout_prompt="p", max_chunks=1, person=person
         )
+
+
+class StreamingFakeClient(FakeRobotClient):
+    """A fast-paced server's stream: each chunk is seen executing for two observations, then ended
+    (``last_chunk_seq`` it, nothing remaining); Status calls are counted."""
+
+    def __init__(self, estop_at_obs: int = -1) -> None:
+        super().__init__()
+        self.estop_at_obs = estop_at_obs
+        self.status_calls = 0
+        self.seen_running = 0  # observations of the current chunk still executing
+        self.info = ServerInfo(
+            protocol_version=4, server_name="fake", backend="sim", control_rate_hz=10.0,
+            action_spaces=[ActionSpace.EE_DELTA], cameras=[], obs_endpoint="", heartbeat_timeout_s=0.2,
+            pacing="fast",
+        )  # fmt: skip
+
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
+        self.seen_running = 0
+        return super().submit_chunk(chunk)
+
+    def status(self) -> Status:
+        self.status_calls += 1
+        return msgspec.structs.replace(super().status(), estopped=True, estop_reason="button")
+
+    def latest_observation(self, timeout_s: float = 1.0) -> Observation:
+        obs = super().latest_observation(timeout_s)
+        obs.estopped = self.obs_seq == self.estop_at_obs
+        if self.chunks and self.seen_running < 2:
+            self.seen_running += 1
+            obs.executing_chunk_seq, obs.steps_remaining = self.chunks[-1].seq, 4 - 2 * self.seen_running
+        return obs
+
+
+def test_a_fast_paced_server_s_stream_ends_each_chunk_without_status_polls():
+    client = StreamingFakeClient()
+    actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.0))
+    ep = actor.run_episode(episode_id="e", task="t", canonical_prompt="a", rollout_prompt="a", max_chunks=3)
+    assert len(ep.chunks) == 3 and client.status_calls == 0
+    # each chunk after the first is inferred from the observation after its predecessor ended
+    assert [c.observation.seq for c in ep.chunks] == [1, 4, 7]
+    assert all(c.observation.executing_chunk_seq == -1 for c in ep.chunks)
+
+
+def test_an_e_stop_on_the_stream_ends_the_episode_with_its_reason():
+    client = StreamingFakeClient(estop_at_obs=3)
+    actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.0))
+    with pytest.raises(RuntimeError, match="e-stop latched during the episode: button"):
+        actor.run_episode(episode_id="e", task="t", canonical_prompt="a", rollout_prompt="a", max_chunks=3)

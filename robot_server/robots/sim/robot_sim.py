@@ -23,7 +23,7 @@ import numpy as np
 from pde_contract.messages import RobotState
 from robot_server.robots.base import Robot, RobotError, RobotNotConnectedError, RobotTarget
 from robot_server.sim import fr3
-from robot_server.sim.ik import DifferentialIK, quat_xyzw_of_mujoco_matrix
+from robot_server.sim.ik import DifferentialIK, norm, quat_xyzw_of_mujoco_matrix
 from robot_server.sim.tasks.base import Task
 from robot_server.sim.world import SimWorld
 
@@ -41,9 +41,20 @@ def _repeats(target: RobotTarget, nxt: RobotTarget) -> bool:
         if a is None or b is None:
             if a is not b:
                 return False
-        elif not np.allclose(a, b, rtol=0.0, atol=1e-9):
+        elif not same_within(a, b, 1e-9):
             return False
     return True
+
+
+def same_within(a: np.ndarray, b: np.ndarray, atol: float) -> bool:
+    """``np.allclose(a, b, rtol=0.0, atol=atol)`` for finite arrays (a target's are), without its
+    ~50 us of Python per call (run every control tick)."""
+    return bool((np.abs(np.subtract(a, b)) <= atol).all())
+
+
+def clip_scalar(x: float, lower: float, upper: float) -> float:
+    """``float(np.clip(x, lower, upper))`` for floats (max, then min), run every physics substep."""
+    return min(max(x, lower), upper)
 
 
 class SimRobot(Robot):
@@ -169,7 +180,7 @@ class SimRobot(Robot):
         half, quarter, ... or none of it) along which the TCP moves at most ``max_tcp_step_m`` and,
         for a pose target, stays within ``tcp_tube_m`` of the line from where it is to the target."""
         q0 = self._q_cmd
-        p0 = self.ik.forward(q0)[0]
+        p0 = self.ik.position(q0)
         outside0 = self._outside_box_m(p0)
         dq = q_goal - q0
         line = None if pos_goal is None else pos_goal - p0
@@ -177,15 +188,15 @@ class SimRobot(Robot):
         for scale in (1.0, 0.5, 0.25, 0.125):
             ok = True
             for s in (0.25, 0.5, 0.75, 1.0):  # the servos ramp along the joint-space line
-                p = self.ik.forward(q0 + s * scale * dq)[0]
-                if np.linalg.norm(p - p0) > self.max_tcp_step_m or self._outside_box_m(p) > max(
+                p = self.ik.position(q0 + s * scale * dq)
+                if norm(p - p0) > self.max_tcp_step_m or self._outside_box_m(p) > max(
                     outside0, 0.001
                 ):
                     ok = False
                     break
                 if line is not None:
                     t = min(1.0, max(0.0, float((p - p0) @ line) / line_len2)) if line_len2 > 0 else 0.0
-                    if np.linalg.norm(p - (p0 + t * line)) > self.tcp_tube_m:
+                    if norm(p - (p0 + t * line)) > self.tcp_tube_m:
                         ok = False
                         break
             if ok:
@@ -200,6 +211,7 @@ class SimRobot(Robot):
         w = self.world
         m, d = w.model, w.data
         q_start = self._q_cmd
+        q_delta = q_goal - q_start
         ramp_steps = n_steps if ease_in else max(1, n_steps // 2)
         grip_goal = min(max(gripper_width_m / 2, 0.0), fr3.GRIPPER_MAX_WIDTH_M / 2)
         grip_step = w.config.gripper_speed_m_s / 2 * w.timestep_s
@@ -210,9 +222,14 @@ class SimRobot(Robot):
             alpha = min(1.0, (i + 1) / ramp_steps)
             if ease_in:
                 alpha = 1.0 - (1.0 - alpha) ** 2
-            d.ctrl[w.arm_actuator_ids] = q_start + alpha * (q_goal - q_start)
-            self._gripper_ctrl += float(np.clip(grip_goal - self._gripper_ctrl, -grip_step, grip_step))
+            d.ctrl[w.arm_actuator_ids] = q_start + alpha * q_delta
+            self._gripper_ctrl += clip_scalar(grip_goal - self._gripper_ctrl, -grip_step, grip_step)
             d.ctrl[w.gripper_actuator_id] = self._gripper_ctrl
+            if alpha == 1.0 and self._gripper_ctrl == grip_goal:
+                # Ramp done, gripper there: every later substep writes these same setpoints, so
+                # MuJoCo runs them in one call (its own loop of mj_step: the same state, bit for bit).
+                mujoco.mj_step(m, d, n_steps - i)
+                break
             mujoco.mj_step(m, d)
         # Positions, sites and contacts consistent with the new qpos (for state and rendering).
         mujoco.mj_fwdPosition(m, d)
@@ -224,7 +241,7 @@ class SimRobot(Robot):
         if self._box is None:
             return 0.0
         lo, hi = self._box
-        return float(np.linalg.norm(np.maximum(lo - p, 0.0) + np.maximum(p - hi, 0.0)))
+        return norm(np.maximum(lo - p, 0.0) + np.maximum(p - hi, 0.0))
 
     def hold(self) -> None:
         w = self.world
