@@ -369,6 +369,14 @@ class Actor:
         try:
             return self.client.submit_chunk(chunk)
         except RobotServerError as e:
+            if e.code is ErrorCode.TIMEOUT:
+                # the server died between chunks (a fast-paced one can finish a chunk before it
+                # goes): the same words as a silence while a chunk runs, for the page
+                log.error("chunk %d: %s", chunk.seq, e)
+                raise RobotServerError(
+                    ErrorCode.TIMEOUT,
+                    f"the robot server has not answered chunk {chunk.seq}: is `pde robot-server` running?",
+                ) from e
             if e.code is not ErrorCode.STALE or chunk.first_row_tick < 0:
                 raise
             log.warning("chunk %d: %s; starting it from row 0", chunk.seq, e)
