@@ -140,7 +140,9 @@ def main() -> int:
 
     from learner.checkpoints import CheckpointStore
     from learner.policies.vla import SmallVLAPolicy, VLAConfig
+    from pde_contract.service_state import LOOP_ROW, LoopPhase, LoopState
     from pde_storage import Store
+    from pde_storage.service_states import read_state
     from tests.helpers import free_port, pde_command, subprocess_env
 
     torch.manual_seed(0)
@@ -189,12 +191,12 @@ def main() -> int:
             )
 
             def phase() -> str | None:
-                s = store.service_states().get("loop")
-                return None if s is None else s.state.get("phase")
+                s, _ = read_state(store, LOOP_ROW, LoopState)
+                return None if s is None else s.phase
 
             for i in range(args.trials):
                 _wait(
-                    lambda: phase() == "awaiting_start",
+                    lambda: phase() == LoopPhase.AWAITING_START,
                     120,
                     f"the loop to await start #{i} (loop log: {tmp / 'loop.log'})",
                 )

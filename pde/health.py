@@ -23,10 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pde_contract.link import ENV_SERVER_SECRET_KEY, ClientCurve, LinkKeyError, client_curve_from_env
+from pde_contract.service_state import LOOP_ROW, SERVICE_STATES, SUPERVISOR_ROW, SupervisorState, decode_state
 from pde_contract.settings import resolve_database_url
 
 # service -> name of its row in the store's service_states table
-HEARTBEAT_ROWS = {"learner": "loop", "supervisor": "supervisor"}
+HEARTBEAT_ROWS = {"learner": LOOP_ROW, "supervisor": SUPERVISOR_ROW}
 DEFAULT_MAX_AGE_S = 30.0
 STUCK_POLL_S = 600.0  # a supervisor poll never takes this long unless something hangs
 
@@ -116,15 +117,16 @@ def check_heartbeat(service: str, database_url: str | None, max_age_s: float) ->
         raise Unhealthy(f"cannot read the database {database_url.split('@')[-1]}: {e}") from e
     finally:
         store.close()
-    if row is None:
+    state = decode_state(row.state, SERVICE_STATES[row_name]) if row is not None else None
+    if row is None or state is None:
         raise Unhealthy(f"{service} has not written its heartbeat ({row_name!r}) to the database yet")
     age_s = (datetime.now(UTC) - row.updated_at).total_seconds()
-    phase = str(row.state.get("phase", ""))
+    phase = str(state.phase)
     if phase == "stopped":
         raise Unhealthy(f"{service} says it stopped ({age_s:.0f} s ago)")
     if age_s > max_age_s:
         raise Unhealthy(f"{service}'s last heartbeat is {age_s:.0f} s old (limit {max_age_s:.0f} s)")
-    poll_s = float(row.state.get("poll_running_s", 0.0))
+    poll_s = state.poll_running_s if isinstance(state, SupervisorState) else 0.0
     if poll_s > STUCK_POLL_S:  # alive (its heartbeat has its own thread) but its work is stuck
         raise Unhealthy(
             f"{service} is alive but one poll has been running for {poll_s:.0f} s (limit "

@@ -14,6 +14,5 @@ END_EPISODE = "end_episode"
 # loop -> supervisor: a prompt of a task in the bootstrap stage has its N labelled rollouts.
 # payload: {"task", "prompt_id", "n_episodes", "success_rate"}
 PROMPT_ROLLOUTS_DONE = "prompt_rollouts_done"
-# page -> loop, as a service-state row (not an intent: it is a switch, read before each episode):
-# {"paused": bool}. While set, the loop finishes the episode in hand and waits before the next reset.
-RUN_CONTROL = "_run_control"
+# page -> loop: pause and practice are not intents but a switch read before each episode:
+# pde_contract.service_state.RunControl, read by pde_storage.service_states.run_control.

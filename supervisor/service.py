@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pde_contract.episodes import read_episode
+from pde_contract.service_state import SupervisorPhase, SupervisorState
 from pde_contract.tasks import load_tasks
 from pde_storage import EpisodeRow
 from pde_storage.heartbeat import Heartbeat
 from pde_storage.intents import PROMPT_ROLLOUTS_DONE
 from pde_storage.protocols import SupervisorStore
+from pde_storage.service_states import write_state
 from supervisor.dedup import DuplicateFilter, Embedder
 from supervisor.frames import rollout_frames
 from supervisor.pool import (
@@ -475,7 +477,7 @@ class SupervisorService:
                 c.kind, c.model, c.prompt_tokens, c.completion_tokens, c.cost_usd, c.latency_s, c.ok, error
             )
 
-    def publish(self, force: bool = False, phase: str = "running") -> None:
+    def publish(self, force: bool = False, phase: SupervisorPhase = "running") -> None:
         """Service state for the page and health checks; the confusion matrix every PUBLISH_S."""
         with self._publish_lock:  # the poll loop and the heartbeat thread both publish
             now = time.monotonic()
@@ -490,24 +492,22 @@ class SupervisorService:
             poll_started, poll_ended = self._poll_started, self._poll_ended
             poll_running_s = round(time.time() - poll_started, 1) if poll_started > poll_ended else 0.0
             self._last_publish = time.monotonic()
-            self.store.set_service_state(
-                SERVICE_NAME,
-                {
-                    "phase": phase,
-                    "proposer": self.proposer.source,
-                    "eta": self.settings.eta,  # the page flags rejected prompts whose labels now reach it
-                    "vlm_available": self.health.available,
-                    "last_vlm_error": self.health.last_error,
-                    "inflight": sorted(f"{k}:{v}" for k, v in inflight),
-                    "confusion": self._confusion,
-                    "analysis": dict(self.last_analysis),
-                    **dict(self.counters),
-                    # A poll still running long after it started shows here, not as a dead service.
-                    "poll_running_s": poll_running_s,
-                    "last_poll_end_time": poll_ended,
-                    "time": time.time(),
-                },
+            state = SupervisorState(
+                phase=phase,
+                proposer=self.proposer.source,
+                eta=self.settings.eta,  # the page flags rejected prompts whose labels now reach it
+                vlm_available=self.health.available,
+                last_vlm_error=self.health.last_error,
+                inflight=sorted(f"{k}:{v}" for k, v in inflight),
+                confusion=self._confusion,
+                analysis=dict(self.last_analysis),
+                **self.counters,
+                # A poll still running long after it started shows here, not as a dead service.
+                poll_running_s=poll_running_s,
+                last_poll_end_time=poll_ended,
+                time=time.time(),
             )
+            write_state(self.store, SERVICE_NAME, state)
 
 
 # --- worker-side functions: files and the VLM only, never the store ---------------------------------

@@ -20,9 +20,11 @@ from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
+from pde_contract.service_state import LastStart, LoopPhase, LoopState
 from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, intents
 from pde_storage.heartbeat import Heartbeat
 from pde_storage.protocols import LoopStore
+from pde_storage.service_states import run_control, write_state
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +101,16 @@ class EpisodeLoop:
         self.rng = random.Random(settings.seed)
         self.stop_event = threading.Event()
         self.episodes_run = 0
-        self._state: dict[str, Any] = {}
+        self._state: LoopState | None = None
         self._state_lock = threading.Lock()
         # Shown on the page until fixed: a robot error until the robot resets again, a failed PPO
         # update until an update succeeds.
         self.robot_error = ""
         self.training_error = ""
         self.rl_labels_ready = 0  # labelled RL episodes waiting for the next PPO batch
-        # What the loop did with the last Start from the page: {"intent_id", "episode_id"} or
-        # {"intent_id", "refused"}; published with every state, so the page reports the truth.
-        self.last_start: dict[str, Any] | None = None
+        # What the loop did with the last Start from the page; published with every state, so the
+        # page reports the truth.
+        self.last_start: LastStart | None = None
         self._scene_seed = 0
         self._scene_uses = 0  # episodes run on _scene_seed so far (settings.rollouts_per_scene)
 
@@ -118,32 +120,34 @@ class EpisodeLoop:
 
     # --- state for the page -------------------------------------------------------------------
 
-    def _publish(self, phase: str, **fields: Any) -> None:
-        state = {
-            "phase": phase,
-            "pid": os.getpid(),
-            "policy_version": self.policy_version,
-            "training": bool(self.trainer and self.trainer.busy),
-            "auto_start": self.settings.auto_start,
-            "auto_label": self.settings.auto_label,
-            "last_error": self.last_error,
-            "last_start": self.last_start,
-            "batch_size": self.settings.batch_size,
-            "labels_until_update": max(0, self.settings.batch_size - self.rl_labels_ready)
+    def _publish(self, phase: LoopPhase, **fields: Any) -> None:
+        state = LoopState(
+            phase=phase,
+            pid=os.getpid(),
+            policy_version=self.policy_version,
+            training=bool(self.trainer and self.trainer.busy),
+            auto_start=self.settings.auto_start,
+            auto_label=self.settings.auto_label,
+            last_error=self.last_error,
+            last_start=self.last_start,
+            batch_size=self.settings.batch_size,
+            labels_until_update=max(0, self.settings.batch_size - self.rl_labels_ready)
             if self.trainer is not None
             else None,
             **fields,
-        }
+        )
         with self._state_lock:  # never let a heartbeat write an older phase after this one
             self._state = state
-            self.store.set_service_state(SERVICE_NAME, state)
+            write_state(self.store, SERVICE_NAME, state)
 
     def _beat(self) -> None:
         """Keeps the state row fresh while an episode, a reset or a video encode takes long (the
         page and `pde health learner` call a silent loop dead)."""
         with self._state_lock:
+            if self._state is None:
+                return
             training = bool(self.trainer and self.trainer.busy)
-            self.store.set_service_state(SERVICE_NAME, {**self._state, "training": training})
+            write_state(self.store, SERVICE_NAME, msgspec.structs.replace(self._state, training=training))
 
     def _wait(self, what: Callable[[], Any]) -> Any:
         """Poll ``what`` until it returns something truthy; raises LoopStopped on stop()."""
@@ -179,7 +183,7 @@ class EpisodeLoop:
     def run(self) -> int:
         """Episodes until stop() or settings.max_episodes; returns how many ran."""
         self.recover()
-        self._publish("starting")
+        self._publish(LoopPhase.STARTING)
         beat = Heartbeat("loop heartbeat", self.settings.heartbeat_period_s, self._beat, join_timeout_s=5.0)
         beat.start()
         try:
@@ -192,7 +196,7 @@ class EpisodeLoop:
             pass
         finally:
             beat.stop()
-            self._publish("stopped")
+            self._publish(LoopPhase.STOPPED)
         return self.episodes_run
 
     def stop(self) -> None:
@@ -205,17 +209,18 @@ class EpisodeLoop:
             self._swap_weights()
 
     def _paused(self) -> bool:
-        row = self.store.service_states().get(intents.RUN_CONTROL)
-        return bool(row and row.state.get("paused"))
+        return run_control(self.store).paused
 
     def step(self) -> EpisodeRow | None:
         if self._paused():
-            self._publish("paused", detail="paused on the page: resume there to go on")
+            self._publish(LoopPhase.PAUSED, detail="paused on the page: resume there to go on")
             self._wait(lambda: not self._paused())
         self._swap_weights()
         plan = self._choose()
         if plan is None:
-            self._publish("waiting_for_supervisor", detail="every task waits for the supervisor's candidates")
+            self._publish(
+                LoopPhase.WAITING_FOR_SUPERVISOR, detail="every task waits for the supervisor's candidates"
+            )
             # Polled with a throwaway generator: the episodes' draws must not depend on how often
             # the loop looked while it waited (the run would not be reproducible from its seed).
             self._wait(
@@ -237,7 +242,7 @@ class EpisodeLoop:
             "why": plan.why,
             "seed": seed,
         }
-        self._publish("resetting", **plan_fields)
+        self._publish(LoopPhase.RESETTING, **plan_fields)
         pose = self.settings.catalogue.get(plan.task).reset_joints_rad  # None: the robot's home
         try:
             self.robot.reset(plan.task, seed, reset_joints_rad=pose)
@@ -254,12 +259,12 @@ class EpisodeLoop:
         if not self.settings.auto_start:
             status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
             uptime_at_reset_s = self._robot_uptime_s()
-            self._publish("awaiting_start", **plan_fields)
+            self._publish(LoopPhase.AWAITING_START, **plan_fields)
             intent = self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
             refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
             if refusal:
                 # The page waits for this answer to its Start (never "episode started" on a refusal).
-                self.last_start = {"intent_id": intent.id, "refused": refusal}
+                self.last_start = LastStart(intent_id=intent.id, refused=refusal)
                 self._robot_error(refusal, plan_fields)
                 return None
             start_intent_id = intent.id
@@ -321,9 +326,9 @@ class EpisodeLoop:
     ) -> EpisodeRow | None:
         ep = self.store.create_episode(plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=seed)
         if start_intent_id is not None:
-            self.last_start = {"intent_id": start_intent_id, "episode_id": ep.id}
+            self.last_start = LastStart(intent_id=start_intent_id, episode_id=ep.id)
         self.episodes_run += 1
-        self._publish("running", episode_id=ep.id, **plan_fields)
+        self._publish(LoopPhase.RUNNING, episode_id=ep.id, **plan_fields)
         abort_requested: list[str] = []
 
         def should_stop() -> bool:
@@ -366,7 +371,7 @@ class EpisodeLoop:
     def _robot_error(self, message: str, plan_fields: dict[str, Any]) -> None:
         log.error("%s", message)
         self.robot_error = message
-        self._publish("robot_error", **plan_fields)
+        self._publish(LoopPhase.ROBOT_ERROR, **plan_fields)
         deadline = time.monotonic() + self.settings.error_backoff_s
         self._wait(lambda: time.monotonic() >= deadline)
 
@@ -383,7 +388,7 @@ class EpisodeLoop:
                 else "no success check reported: failure",
             )
         else:
-            self._publish("awaiting_label", episode_id=episode_id, **plan_fields)
+            self._publish(LoopPhase.AWAITING_LABEL, episode_id=episode_id, **plan_fields)
             # discarded on the page (bad reset, someone in the scene): no label, go on
             self._wait(lambda: self.store.episode(episode_id).status in ("labelled", "aborted", "discarded"))
         self._after_label(self.store.episode(episode_id))
@@ -477,10 +482,7 @@ class EpisodeLoop:
             self.trainer.join()
             self._swap_weights()
             return
-        self._publish(
-            self._state.get("phase", "running"),
-            **{k: v for k, v in self._state.items() if k not in ("phase", "training")},
-        )
+        self._beat()  # the page shows the update running
 
     def _relabelled_search_successes(self, chosen: list[EpisodeRow]) -> list[tuple[EpisodeRow, EpisodeFile]]:
         """``relabel_search_successes``: for each task whose first RL episode is in this batch

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.robot_link import RobotLink, observation_age_s
 from operator_ui.settings import UISettings
+from pde_contract.service_state import LOOP_ROW, SERVICE_STATES, LoopPhase, decode_state, encode_state
 from pde_storage.protocols import OperatorStore
 
 router = APIRouter(tags=["health"])
@@ -72,18 +73,24 @@ def _service_entries(
     store: OperatorStore, settings: UISettings
 ) -> tuple[dict[str, Any], list[dict[str, str]]]:
     now = datetime.now(UTC)
-    rows = {n: r for n, r in store.service_states().items() if not n.startswith("_")}
+    rows = store.service_states()
     entries: dict[str, Any] = {}
+    phases: dict[str, str] = {}
     problems = []
-    for name, row in rows.items():
+    for name, kind in SERVICE_STATES.items():
+        row = rows.get(name)
+        state = decode_state(row.state, kind) if row else None
+        if row is None or state is None:
+            continue
         age_s = (now - row.updated_at).total_seconds()
-        stopped = row.state.get("phase") == "stopped"
+        stopped = state.phase == "stopped"
         ok = age_s <= settings.service_stale_s and not stopped
         entries[name] = {
             "ok": ok,
-            "detail": f"{row.state.get('phase', '')} · last heard {age_s:.0f} s ago",
-            "state": row.state,
+            "detail": f"{state.phase} · last heard {age_s:.0f} s ago",
+            "state": encode_state(state),
         }
+        phases[name] = state.phase
         if not ok and name in START:
             problems.append(
                 problem(name, "stopped" if stopped else f"not running: last heard {age_s:.0f} s ago")
@@ -93,7 +100,7 @@ def _service_entries(
         problems.append(problem("loop", "not running: it never wrote its state to this database"))
     elif (
         loop["ok"]
-        and loop["state"].get("phase") == "waiting_for_supervisor"
+        and phases[LOOP_ROW] == LoopPhase.WAITING_FOR_SUPERVISOR
         and not entries.get("supervisor", {}).get("ok")
     ):
         problems = [p for p in problems if p["service"] != "supervisor"]

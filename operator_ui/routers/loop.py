@@ -9,27 +9,27 @@ from fastapi import APIRouter, HTTPException
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.schemas import EndIn
+from pde_contract.service_state import LOOP_ROW, LoopPhase, LoopState
 from pde_storage import intents
 from pde_storage.protocols import ServiceStates
+from pde_storage.service_states import read_state, run_control
 
 router = APIRouter(prefix="/api/loop", tags=["loop"])
 
 
-def loop_state(store: StoreDep, stale_s: float) -> tuple[dict[str, Any], float | None, bool]:
-    row = store.service_states().get("loop")
-    if row is None:
-        return {}, None, False
-    age = (datetime.now(UTC) - row.updated_at).total_seconds()
-    return row.state, age, age <= stale_s and row.state.get("phase") != "stopped"
+def loop_state(store: ServiceStates, stale_s: float) -> tuple[LoopState | None, float | None, bool]:
+    """The loop's state (None: it never wrote one this version reads), its age and whether the
+    loop is alive (fresh and not stopped)."""
+    state, updated_at = read_state(store, LOOP_ROW, LoopState)
+    if state is None or updated_at is None:
+        return None, None, False
+    age = (datetime.now(UTC) - updated_at).total_seconds()
+    return state, age, age <= stale_s and state.phase != LoopPhase.STOPPED
 
 
-def run_control(store: ServiceStates) -> dict[str, Any]:
-    row = store.service_states().get(intents.RUN_CONTROL)
-    return row.state if row else {}
-
-
-def is_paused(store: ServiceStates) -> bool:
-    return bool(run_control(store).get("paused"))
+def phase_name(state: LoopState | None) -> str | None:
+    """For messages: the phase as its plain string."""
+    return str(state.phase) if state else None
 
 
 PRACTICE_REFUSAL = (
@@ -39,7 +39,7 @@ PRACTICE_REFUSAL = (
 
 def refuse_in_practice(store: ServiceStates) -> None:
     """Whatever would record something (a start, a label, a discard) is refused in practice mode."""
-    if run_control(store).get("practice"):
+    if run_control(store).practice:
         raise HTTPException(409, PRACTICE_REFUSAL)
 
 
@@ -54,12 +54,12 @@ def start_episode(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> di
         raise HTTPException(
             409, "the episode loop is not running (start `pde learner run`); nothing was changed"
         )
-    if state.get("phase") != "awaiting_start":
+    if state is None or state.phase != LoopPhase.AWAITING_START:
         raise HTTPException(
-            409, f"the loop is not waiting for a start (it is {state.get('phase')!r}); nothing was changed"
+            409, f"the loop is not waiting for a start (it is {phase_name(state)!r}); nothing was changed"
         )
     refuse_in_practice(store)
-    if is_paused(store):
+    if run_control(store).paused:
         raise HTTPException(409, "the run is paused: press 'resume run' first; nothing was changed")
     if robot.view().estopped:
         raise HTTPException(
@@ -69,17 +69,17 @@ def start_episode(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> di
         )
     if store.pending_intents(intents.START_EPISODE):
         raise HTTPException(409, "a start is already pending; nothing was changed")
-    intent = store.add_intent(intents.START_EPISODE, {"by": "operator page", "task": state.get("task")})
-    return {"intent_id": intent.id, "task": state.get("task"), "prompt": state.get("prompt")}
+    intent = store.add_intent(intents.START_EPISODE, {"by": "operator page", "task": state.task})
+    return {"intent_id": intent.id, "task": state.task, "prompt": state.prompt}
 
 
 @router.post("/abort", dependencies=[TokenDep])
 def abort_episode(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
     state, _, alive = loop_state(store, settings.service_stale_s)
-    if not alive or state.get("phase") != "running":
-        raise HTTPException(409, f"no episode is running (loop: {state.get('phase')!r}); nothing was changed")
-    intent = store.add_intent(intents.ABORT_EPISODE, {"episode_id": state.get("episode_id")})
-    return {"intent_id": intent.id, "episode_id": state.get("episode_id")}
+    if not alive or state is None or state.phase != LoopPhase.RUNNING:
+        raise HTTPException(409, f"no episode is running (loop: {phase_name(state)!r}); nothing was changed")
+    intent = store.add_intent(intents.ABORT_EPISODE, {"episode_id": state.episode_id})
+    return {"intent_id": intent.id, "episode_id": state.episode_id}
 
 
 @router.post("/end", dependencies=[TokenDep])
@@ -88,8 +88,8 @@ def end_episode(body: EndIn, store: StoreDep, settings: SettingsDep) -> dict[str
     episode is stored and awaits its label; the page then sends ``success`` as the operator's label.
     Taken by the loop's actor wrapper (learner/loop/takeover.py) within a chunk's stop check."""
     state, _, alive = loop_state(store, settings.service_stale_s)
-    if not alive or state.get("phase") != "running" or state.get("episode_id") is None:
-        raise HTTPException(409, f"no episode is running (loop: {state.get('phase')!r}); nothing was changed")
-    payload = {"episode_id": int(state["episode_id"]), "success": body.success, "by": "operator page"}
+    if not alive or state is None or state.phase != LoopPhase.RUNNING or state.episode_id is None:
+        raise HTTPException(409, f"no episode is running (loop: {phase_name(state)!r}); nothing was changed")
+    payload = {"episode_id": state.episode_id, "success": body.success, "by": "operator page"}
     intent = store.add_intent(intents.END_EPISODE, payload)
     return {"intent_id": intent.id, "episode_id": payload["episode_id"], "success": body.success}

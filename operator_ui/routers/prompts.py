@@ -9,17 +9,18 @@ from fastapi import APIRouter, HTTPException
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
 from operator_ui.schemas import ResetGuideOut, prompt_json
+from pde_contract.service_state import SUPERVISOR_ROW, SupervisorState
 from pde_storage import PromptRow
 from pde_storage.protocols import ServiceStates
+from pde_storage.service_states import read_state
 
 router = APIRouter(prefix="/api", tags=["prompts"])
 
 
 def supervisor_eta(store: ServiceStates) -> float | None:
     """The supervisor's admission threshold, when its published state carries it."""
-    row = store.service_states().get("supervisor")
-    eta = row.state.get("eta") if row else None
-    return float(eta) if isinstance(eta, int | float) else None
+    sup, _ = read_state(store, SUPERVISOR_ROW, SupervisorState)
+    return sup.eta if sup else None
 
 
 def rejudge_note(p: PromptRow, eta: float | None) -> str:

@@ -12,6 +12,7 @@ from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.robot_link import RobotLink, fault_blocks_motion, fault_text, observation_age_s
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import CamerasOut, EStopIn, EStopOut
+from pde_contract.service_state import LOOP_MOVES_ARM
 
 router = APIRouter(prefix="/api", tags=["robot"])
 T = TypeVar("T")
@@ -86,25 +87,21 @@ def release(robot: RobotDep) -> EStopOut:
     return EStopOut(estopped=_estopped_now(robot, False))
 
 
-# While the loop resets or runs an episode it moves the arm itself: a page reset then would fight it.
-LOOP_MOVES_ARM = ("starting", "resetting", "running")
-
-
 @router.post("/robot/home", dependencies=[TokenDep])
 def home(robot: RobotDep, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
     """Reset the arm from the page (the loop's own reset: home or the task's reset pose, and in a
     simulator the scene of the loop's task and seed), only while the loop does not move it."""
     state, _, alive = loop_state(store, settings.service_stale_s)
-    if alive and state.get("phase") in LOOP_MOVES_ARM:
+    if alive and state is not None and state.phase in LOOP_MOVES_ARM:
         raise HTTPException(
             409,
-            f"the loop moves the arm now ({state.get('phase')}): abort or end the episode first; "
+            f"the loop moves the arm now ({state.phase}): abort or end the episode first; "
             "nothing was changed",
         )
     if robot.view().estopped:
         raise HTTPException(409, "the E-STOP is latched: release it first; nothing was changed")
-    task = str(state.get("task") or "")
-    seed = state.get("seed") if isinstance(state.get("seed"), int) else None
+    task = (state.task if state else None) or ""
+    seed = state.seed if state else None
     spec = settings.catalogue.tasks.get(task)
     pose = spec.reset_joints_rad if spec else None
     _robot_call(lambda: robot.home(task, seed, pose, settings.robot_home_timeout_s), "homing the arm")

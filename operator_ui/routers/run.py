@@ -13,10 +13,11 @@ from statistics import median
 from fastapi import APIRouter
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
-from operator_ui.routers.loop import loop_state, run_control
+from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import PauseIn, RunProgressOut
-from pde_storage import intents
+from pde_contract.service_state import RUN_CONTROL_ROW, RunControl
 from pde_storage.protocols import TaskReader
+from pde_storage.service_states import run_control, write_state
 
 router = APIRouter(prefix="/api/run", tags=["run"])
 RECENT_EPISODES = 10  # time per episode and cycle time: medians over this many recent episodes
@@ -107,19 +108,19 @@ def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
     starts = [e.created_at for e in recent[: RECENT_EPISODES + 1]]
     gaps = [(a - b).total_seconds() for a, b in itertools.pairwise(starts)]
     cycle_s = median(gaps) if gaps else None
-    until = loop.get("labels_until_update") if alive else None
-    batch = loop.get("batch_size")
-    rl_needed = until if isinstance(until, int) else batch if isinstance(batch, int) else None
+    until = loop.labels_until_update if alive and loop else None
+    batch = loop.batch_size if loop else None
+    rl_needed = until if until is not None else batch
     fewest = most = None
     update_why = ""
-    if alive and rl_needed is not None and loop.get("labels_until_update") is not None:
+    if alive and rl_needed is not None and until is not None:
         tasks = [t.name for t in store.tasks()]
         fewest, most, update_why = episodes_until_update(store, tasks, rl_needed)
     target = settings.episodes_target or None
     return RunProgressOut(
-        paused=bool(control.get("paused")),
-        practice=bool(control.get("practice")),
-        loop_phase=str(loop.get("phase", "")) if alive else "not running",
+        paused=control.paused,
+        practice=control.practice,
+        loop_phase=str(loop.phase) if alive and loop else "not running",
         stages={t.name: store.task_state(t.name).stage for t in store.tasks()},
         episodes_today=today,
         episodes_target=target,
@@ -132,9 +133,9 @@ def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
         update_eta_s=fewest * cycle_s if fewest is not None and cycle_s else None,
         update_eta_max_s=most * cycle_s if most is not None and cycle_s else None,
         update_why=update_why,
-        training=bool(alive and loop.get("training")),
-        auto_start=bool(loop.get("auto_start")),
-        auto_label=bool(loop.get("auto_label")),
+        training=bool(alive and loop and loop.training),
+        auto_start=bool(loop and loop.auto_start),
+        auto_label=bool(loop and loop.auto_label),
     )
 
 
@@ -144,7 +145,5 @@ def pause(body: PauseIn, store: StoreDep) -> dict[str, bool]:
     practice=true: paused too, and the page refuses starts, labels and discards (nothing is
     recorded) while the arm's own buttons (E-STOP, release, home) work."""
     paused = body.paused or body.practice
-    store.set_service_state(
-        intents.RUN_CONTROL, {"paused": paused, "practice": body.practice, "by": "operator page"}
-    )
+    write_state(store, RUN_CONTROL_ROW, RunControl(paused=paused, practice=body.practice, by="operator page"))
     return {"paused": paused, "practice": body.practice}

@@ -11,17 +11,19 @@ from fastapi import APIRouter
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import episode_json
+from pde_contract.service_state import SUPERVISOR_ROW, LoopPhase, LoopState, SupervisorState, encode_state
 from pde_storage import EpisodeRow
 from pde_storage.protocols import EpisodeReader
+from pde_storage.service_states import read_state
 
 router = APIRouter(prefix="/api", tags=["state"])
 
 
-def awaiting_label(store: EpisodeReader, loop: dict[str, Any]) -> EpisodeRow | None:
+def awaiting_label(store: EpisodeReader, loop: LoopState | None) -> EpisodeRow | None:
     """The episode the page asks the operator to label: the one the loop waits for, else the
     oldest unlabelled one (the order the loop asks for them after a restart)."""
-    if loop.get("phase") == "awaiting_label" and loop.get("episode_id") is not None:
-        ep = store.episode(int(loop["episode_id"]))
+    if loop is not None and loop.phase == LoopPhase.AWAITING_LABEL and loop.episode_id is not None:
+        ep = store.episode(loop.episode_id)
         if ep.status == "awaiting_label":
             return ep
     waiting = store.episodes(status="awaiting_label", limit=1)
@@ -35,8 +37,8 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, 
     # episode while the label box asked about another.
     current = None
     running = None
-    if alive and loop.get("episode_id") is not None:
-        ep = store.episode(int(loop["episode_id"]))
+    if alive and loop is not None and loop.episode_id is not None:
+        ep = store.episode(loop.episode_id)
         current = episode_json(ep)
         if ep.status == "running":
             # Chunks: counted by the page's server from the robot server's observations of this
@@ -48,11 +50,11 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, 
                 "chunks": view.episode_chunks if view.chunk_episode_id == str(ep.id) else None,
             }
     label_me = awaiting_label(store, loop)
-    sup = store.service_states().get("supervisor")
-    sup_age_s = (datetime.now(UTC) - sup.updated_at).total_seconds() if sup else None
+    sup, sup_updated_at = read_state(store, SUPERVISOR_ROW, SupervisorState)
+    sup_age_s = (datetime.now(UTC) - sup_updated_at).total_seconds() if sup_updated_at else None
     sup_alive = sup_age_s is not None and sup_age_s <= settings.service_stale_s
     return {
-        "loop": {**loop, "age_s": age, "alive": alive},
+        "loop": {**(encode_state(loop) if loop else {}), "age_s": age, "alive": alive},
         "episode": current,
         "running": running,
         "awaiting_label": episode_json(label_me) if label_me else None,
@@ -61,7 +63,7 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, 
         # Whether a VLM proposal can still come: "VLM: —" alone cannot tell waiting from none.
         "vlm": {
             "supervisor_running": sup_alive,
-            "available": bool(sup.state.get("vlm_available")) if sup_alive and sup else False,
-            "proposer": str(sup.state.get("proposer", "")) if sup else "",
+            "available": sup.vlm_available if sup_alive and sup else False,
+            "proposer": sup.proposer if sup else "",
         },
     }

@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 from operator_ui.app import create_app
 from operator_ui.robot_link import RobotLink
 from operator_ui.settings import UISettings, check_exposure
+from pde_contract.service_state import RUN_CONTROL_ROW, RunControl
 from pde_storage import Store, intents
+from pde_storage.service_states import write_state
 from tests.helpers import free_port, pde_command, subprocess_env
 from tests.operator_ui.conftest import AUTH, TOKEN
 from tests.storage.factories import finish_with_videos, make_episode_file
@@ -93,10 +95,10 @@ def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> No
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 409 and "'running'" in r.text
     store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "prompt": CANON})
-    store.set_service_state(intents.RUN_CONTROL, {"paused": True})
+    write_state(store, RUN_CONTROL_ROW, RunControl(paused=True))
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 409 and "resume run" in r.text
-    store.set_service_state(intents.RUN_CONTROL, {"paused": False})
+    write_state(store, RUN_CONTROL_ROW, RunControl(paused=False))
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 200 and r.json()["task"] == TASK
     r = client.post("/api/loop/start", headers=AUTH)

@@ -126,7 +126,7 @@ def test_relabel_moves_the_curves_and_flags_a_rejected_prompt(page: Page, tmp_pa
 
     c1, c2, r1 = labelled(canon, False), labelled(canon, False), labelled(cand, False)
     store.set_prompt_status(cand, "rejected")
-    store.set_service_state("supervisor", {"phase": "idle", "eta": 0.1})  # its published threshold
+    store.set_service_state("supervisor", {"phase": "running", "eta": 0.1})  # its published threshold
     with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
         page.goto(f"{base}/#token={TOKEN}")
         curve = page.locator('svg.plot[data-title="canonical-prompt success"]')
@@ -159,7 +159,7 @@ def test_progress_pause_resume_cues_and_vlm_state(page: Page, tmp_path: Path) ->
 
     from learner.loop.core import EpisodeLoop
     from learner.loop.settings import LoopSettings
-    from pde_storage import intents
+    from pde_storage.service_states import run_control
     from tests.learner.loop.doubles import FakeActor, FakeRobot
 
     url = f"sqlite:///{tmp_path}/pde.db"
@@ -190,7 +190,7 @@ def test_progress_pause_resume_cues_and_vlm_state(page: Page, tmp_path: Path) ->
             expect(page.locator("#awaiting")).to_be_visible(timeout=15_000)
             page.locator("#pause").click()  # takes effect after the episode in hand
             expect(page.locator("#pause")).to_have_text("resume run", timeout=10_000)
-            assert store.service_states()[intents.RUN_CONTROL].state["paused"] is True
+            assert run_control(store).paused is True
             [ep] = store.episodes()
             expect(page).to_have_title(f"(!) label #{ep.id} — PDE operator", timeout=5_000)
             expect(page.locator("#vlm")).to_contain_text("supervisor not running")
@@ -202,7 +202,7 @@ def test_progress_pause_resume_cues_and_vlm_state(page: Page, tmp_path: Path) ->
             page.screenshot(path=str(SHOTS / "operator_paused.png"), full_page=True)
             page.locator("#pause").click()
             expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
-            assert store.service_states()[intents.RUN_CONTROL].state["paused"] is False
+            assert run_control(store).paused is False
             assert [e.status for e in store.episodes()] == ["labelled"]
             actor.n_chunks = 10**6  # an episode that runs until it is aborted
             page.keyboard.press("Enter")

@@ -73,7 +73,7 @@ def test_progress_eta_curves_running_episode_and_offline_proposer(page: Page, tm
             "batch_size": 4,
         },
     )
-    store.set_service_state("supervisor", {"phase": "idle", "proposer": "offline", "vlm_available": True})
+    store.set_service_state("supervisor", {"phase": "running", "proposer": "offline", "vlm_available": True})
     with (
         sim_robot_server(tmp_path) as endpoint,
         ui_server(

@@ -12,7 +12,9 @@ import pytest
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer
+from pde_contract.service_state import LOOP_ROW, LoopState
 from pde_storage import Store, intents
+from pde_storage.service_states import read_state
 from tests.learner.loop.doubles import FakeActor, FakeRestartingRobot, FakeRobot, FakeTrainer
 
 TASK = "put_green_container_in_bowl"
@@ -51,8 +53,8 @@ def _run_in_thread(loop: EpisodeLoop) -> threading.Thread:
 
 
 def _phase(store: Store) -> str | None:
-    s = store.service_states().get("loop")
-    return None if s is None else s.state.get("phase")
+    s, _ = read_state(store, LOOP_ROW, LoopState)
+    return None if s is None else s.phase
 
 
 def test_bootstrap_canonical_baseline_then_candidates(store: Store) -> None:
