@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep
-from operator_ui.routers.loop import loop_state
+from operator_ui.routers.loop import loop_state, person_source
 from operator_ui.schemas import episode_json
 from pde_storage import EpisodeRow
 from pde_storage.protocols import EpisodeReader
@@ -52,7 +52,7 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, 
     sup_age_s = (datetime.now(UTC) - sup.updated_at).total_seconds() if sup else None
     sup_alive = sup_age_s is not None and sup_age_s <= settings.service_stale_s
     return {
-        "loop": {**loop, "age_s": age, "alive": alive},
+        "loop": {**loop, "age_s": age, "alive": alive, "person": person_source(store, loop)},
         "episode": current,
         "running": running,
         "awaiting_label": episode_json(label_me) if label_me else None,

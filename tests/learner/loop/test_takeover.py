@@ -1,13 +1,22 @@
 """The page's "end episode now" through the actor wrapper (learner/loop/takeover.py), with the
 real store and the loop's FakeActor: the episode stops early and is kept; an end meant for an
-earlier episode is dropped."""
+earlier episode is dropped. "Take control": the person source and the page's request reach the
+actor."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from learner.loop.takeover import TakeoverActor
+from pde_contract.episodes import EpisodeFile
 from pde_storage import Store, intents
+from teleop.base import TeleopSource
+from teleop.scripted import ScriptedSource
 from tests.learner.loop.doubles import FakeActor
 
 TASK = "put_green_container_in_bowl"
@@ -29,3 +38,62 @@ def test_an_end_for_this_episode_stops_it_and_one_for_another_is_dropped(tmp_pat
         assert store.pending_intents(intents.END_EPISODE) == []
         store.add_intent(intents.END_EPISODE, {"episode_id": 8, "success": True})
         assert _run(actor, 8) == 1  # stopped before the first chunk; the file keeps what ran
+
+
+class PersonActorFake:
+    """Fake of learner.actor.Actor's takeover side, without a robot: before each chunk it asks
+    ``takeover_requested`` and, when a take is asked for, reads the person's rows until the take
+    ends."""
+
+    def __init__(self, n_chunks: int) -> None:
+        self.inner = FakeActor(n_chunks=n_chunks)
+        self.n_chunks = n_chunks
+        self.people: list[TeleopSource | None] = []
+        self.takes: list[list[np.ndarray]] = []
+
+    def run_episode(
+        self,
+        *,
+        person: TeleopSource | None = None,
+        takeover_requested: Callable[[], bool] | None = None,
+        **episode: Any,
+    ) -> EpisodeFile:
+        self.people.append(person)
+        for _ in range(self.n_chunks if person is not None and takeover_requested is not None else 0):
+            if takeover_requested is not None and takeover_requested():
+                assert person is not None
+                person.start_take(gripper_width_m=0.08)
+                rows = []
+                while not (cmd := person.read(0.1)).end:
+                    rows.append(cmd.ee_delta_row())
+                self.takes.append(rows)
+        return self.inner.run_episode(**episode)
+
+    def set_policy(self, policy: Any) -> None:
+        self.inner.set_policy(policy)
+
+
+def test_take_control_reaches_the_actor_for_this_episode_only(tmp_path: Path) -> None:
+    row = np.array([0.01, 0, 0, 0, 0, 0, 0.08])
+    person = ScriptedSource([row, row])
+    with Store.open(f"sqlite:///{tmp_path}/pde.db", tmp_path / "media") as store, person:
+        store.add_intent(intents.TAKE_CONTROL, {"episode_id": 1})  # from before this loop: dropped
+        fake = PersonActorFake(n_chunks=4)
+        actor = TakeoverActor(fake, store, person)
+        published = store.service_states()[intents.TAKEOVER_STATE].state
+        assert published == {"person": "scripted", "pid": os.getpid()}
+        assert _run(actor, 1) == 4 and fake.people == [person] and fake.takes == []
+        store.add_intent(intents.TAKE_CONTROL, {"episode_id": 6, "by": "operator page"})  # too late
+        assert _run(actor, 7) == 4 and fake.takes == []
+        store.add_intent(intents.TAKE_CONTROL, {"episode_id": 7, "by": "operator page"})
+        assert _run(actor, 7) == 4
+        assert len(fake.takes) == 1 and np.array_equal(np.stack(fake.takes[0]), np.stack([row, row]))
+        assert store.pending_intents(intents.TAKE_CONTROL) == []
+
+
+def test_without_a_person_nothing_is_offered(tmp_path: Path) -> None:
+    with Store.open(f"sqlite:///{tmp_path}/pde.db", tmp_path / "media") as store:
+        inner = FakeActor(n_chunks=2)  # no person= keyword at all: the actor is called as before
+        actor = TakeoverActor(inner, store)
+        assert store.service_states()[intents.TAKEOVER_STATE].state["person"] is None
+        assert _run(actor, 3) == 2
