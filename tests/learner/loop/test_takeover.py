@@ -6,18 +6,14 @@ actor."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from learner.loop.takeover import TakeoverActor
-from pde_contract.episodes import EpisodeFile
 from pde_storage import Store, intents
-from teleop.base import TeleopSource
 from teleop.scripted import ScriptedSource
-from tests.learner.loop.doubles import FakeActor
+from tests.learner.loop.doubles import FakeActor, PersonActorFake
 
 TASK = "put_green_container_in_bowl"
 
@@ -38,39 +34,6 @@ def test_an_end_for_this_episode_stops_it_and_one_for_another_is_dropped(tmp_pat
         assert store.pending_intents(intents.END_EPISODE) == []
         store.add_intent(intents.END_EPISODE, {"episode_id": 8, "success": True})
         assert _run(actor, 8) == 1  # stopped before the first chunk; the file keeps what ran
-
-
-class PersonActorFake:
-    """Fake of learner.actor.Actor's takeover side, without a robot: before each chunk it asks
-    ``takeover_requested`` and, when a take is asked for, reads the person's rows until the take
-    ends."""
-
-    def __init__(self, n_chunks: int) -> None:
-        self.inner = FakeActor(n_chunks=n_chunks)
-        self.n_chunks = n_chunks
-        self.people: list[TeleopSource | None] = []
-        self.takes: list[list[np.ndarray]] = []
-
-    def run_episode(
-        self,
-        *,
-        person: TeleopSource | None = None,
-        takeover_requested: Callable[[], bool] | None = None,
-        **episode: Any,
-    ) -> EpisodeFile:
-        self.people.append(person)
-        for _ in range(self.n_chunks if person is not None and takeover_requested is not None else 0):
-            if takeover_requested is not None and takeover_requested():
-                assert person is not None
-                person.start_take(gripper_width_m=0.08)
-                rows = []
-                while not (cmd := person.read(0.1)).end:
-                    rows.append(cmd.ee_delta_row())
-                self.takes.append(rows)
-        return self.inner.run_episode(**episode)
-
-    def set_policy(self, policy: Any) -> None:
-        self.inner.set_policy(policy)
 
 
 def test_take_control_reaches_the_actor_for_this_episode_only(tmp_path: Path) -> None:
