@@ -17,6 +17,7 @@ from learner.loop.settings import LoopSettings
 from learner.loop.takeover import TakeoverActor
 from learner.loop.training import BackgroundTrainer, TrainerLike
 from learner.policy_args import add_policy_args, load_init_policy
+from pde_contract.messages import ActionSpace
 from pde_contract.settings import DataLayout
 from pde_storage import ConflictError, Store
 from teleop.base import TeleopError
@@ -165,7 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pde loop: {e}", file=sys.stderr)
         return 2
     try:
-        person = person_source(TeleopSettings())  # PDE_TELEOP_PERSON: who may take over, if anyone
+        teleop = TeleopSettings()  # PDE_TELEOP_PERSON: who may take over, if anyone
+        if teleop.person != "none" and loaded.policy.action_space is not ActionSpace.EE_DELTA:
+            raise TeleopError(
+                f"a person takes over with ee_delta rows, but the policy acts in "
+                f"{loaded.policy.action_space.value}"
+            )
+        person = person_source(teleop)
     except (TeleopError, ValueError) as e:  # ValueError: a PDE_TELEOP_PERSON it does not know
         print(
             f"pde loop: the person source (PDE_TELEOP_PERSON): {e}; or set PDE_TELEOP_PERSON=none",
