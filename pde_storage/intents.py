@@ -11,6 +11,13 @@ ABORT_EPISODE = "abort_episode"
 # verdict, sent by the page as the label once the episode has ended; None: no verdict), "by"}.
 # Taken by learner.loop.takeover.TakeoverActor, between and during chunks.
 END_EPISODE = "end_episode"
+# page -> loop: a person takes over the running episode now (the configured teleop source drives
+# until it ends the take; then the policy goes on). payload: {"episode_id", "by"}. Taken by
+# TakeoverActor, which is asked by the actor at every poll while the policy drives.
+TAKE_CONTROL = "take_control"
+# loop -> page, as a service-state row: {"person": the person source's name or None, "pid"} (the
+# loop's pid: the row speaks for that loop only). The page offers "take control" only with a person.
+TAKEOVER_STATE = "takeover"
 # loop -> supervisor: a prompt of a task in the bootstrap stage has its N labelled rollouts.
 # payload: {"task", "prompt_id", "n_episodes", "success_rate"}
 PROMPT_ROLLOUTS_DONE = "prompt_rollouts_done"

@@ -108,6 +108,12 @@ def _tasks_file() -> str:
     return _Tasks().tasks_file
 
 
+def person_source(settings: TeleopSettings) -> TeleopSource | None:
+    """Who may take over from the policy during RL (``PDE_TELEOP_PERSON``), connected; None for
+    ``none``. Raises TeleopError saying what to fix when the device is missing."""
+    return None if settings.person == "none" else _make_source(settings.person, settings)
+
+
 def _make_source(name: str, settings: TeleopSettings) -> TeleopSource:
     from teleop.guiding import HandGuidingSource
     from teleop.keyboard import KeyboardSource, TerminalKeys

@@ -5,6 +5,7 @@ per tick (keyboard) asks for; the robot server's safety limits still clip every 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +25,10 @@ class TeleopSettings(BaseSettings):
     demos_dir: str = ""
     """Where `pde record` writes takes (teleop/takes.py). Empty: <data_dir>/demos (DataLayout),
     where `pde learner sft` reads."""
+    person: Literal["none", "spacemouse"] = "none"
+    """Who may take over from the policy during `pde learner run` (learner/loop/takeover.py):
+    ``spacemouse`` (moving the cap past its deadband takes over, as does the page's "take control"
+    button), or ``none`` (no takeovers; the page hides the button)."""
     max_speed_m_s: float = Field(default=0.10, gt=0, le=0.5)
     """TCP speed at full deflection of the SpaceMouse."""
     max_rotation_rad_s: float = Field(default=0.6, gt=0, le=3.0)

@@ -17,8 +17,12 @@ from learner.loop.settings import LoopSettings
 from learner.loop.takeover import TakeoverActor
 from learner.loop.training import BackgroundTrainer, TrainerLike
 from learner.policy_args import add_policy_args, load_init_policy
+from pde_contract.messages import ActionSpace
 from pde_contract.settings import DataLayout
 from pde_storage import ConflictError, Store
+from teleop.base import TeleopError
+from teleop.main import person_source
+from teleop.settings import TeleopSettings
 
 if TYPE_CHECKING:
     import torch
@@ -161,6 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     except LinkKeyError as e:
         print(f"pde loop: {e}", file=sys.stderr)
         return 2
+    try:
+        teleop = TeleopSettings()  # PDE_TELEOP_PERSON: who may take over, if anyone
+        if teleop.person != "none" and loaded.policy.action_space is not ActionSpace.EE_DELTA:
+            raise TeleopError(
+                f"a person takes over with ee_delta rows, but the policy acts in "
+                f"{loaded.policy.action_space.value}"
+            )
+        person = person_source(teleop)
+    except (TeleopError, ValueError) as e:  # ValueError: a PDE_TELEOP_PERSON it does not know
+        print(
+            f"pde loop: the person source (PDE_TELEOP_PERSON): {e}; or set PDE_TELEOP_PERSON=none",
+            file=sys.stderr,
+        )
+        store.close()
+        return 2
     client = RobotClient(settings.robot_cmd_endpoint, name="learner", timeout_s=2.0, curve=robot_keys)
     try:
         info = client.connect()
@@ -227,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = EpisodeLoop(
         store,
         client,
-        TakeoverActor(actor, store),  # the page's "end episode now"
+        TakeoverActor(actor, store, person),  # the page's "end episode now" and "take control"
         settings,
         BackgroundTrainer(trainer_for_actor(trainer, device, actor_device), save),
         policy_version=loaded.version,
@@ -250,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if stop_followers is not None:
             stop_followers()
+        if person is not None:
+            person.disconnect()
         client.close()
         store.close()
     log.info("stopped after %d episode(s)", n)

@@ -11,7 +11,7 @@ from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.schemas import EndIn
 from pde_contract.service_state import LOOP_ROW, LoopPhase, LoopState
 from pde_storage import intents
-from pde_storage.protocols import ServiceStates
+from pde_storage.protocols import IntentSender, ServiceStates
 from pde_storage.service_states import read_state, run_control
 
 router = APIRouter(prefix="/api/loop", tags=["loop"])
@@ -30,6 +30,20 @@ def loop_state(store: ServiceStates, stale_s: float) -> tuple[LoopState | None, 
 def phase_name(state: LoopState | None) -> str | None:
     """For messages: the phase as its plain string."""
     return str(state.phase) if state else None
+
+
+def running_loop(store: StoreDep, stale_s: float) -> LoopState:
+    """The loop's state while it runs an episode; else a 409."""
+    state, _, alive = loop_state(store, stale_s)
+    if not alive or state is None or state.phase != LoopPhase.RUNNING or state.episode_id is None:
+        raise HTTPException(409, f"no episode is running (loop: {phase_name(state)!r}); nothing was changed")
+    return state
+
+
+def refuse_pending(store: IntentSender, kind: str, what: str) -> None:
+    """One request of a kind at a time: a second click while the loop has not taken the first."""
+    if store.pending_intents(kind):
+        raise HTTPException(409, f"{what} is already pending; nothing was changed")
 
 
 PRACTICE_REFUSAL = (
@@ -67,8 +81,7 @@ def start_episode(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> di
             "the E-STOP is latched: when the area is clear, press 'release e-stop', then Start; "
             "nothing was changed",
         )
-    if store.pending_intents(intents.START_EPISODE):
-        raise HTTPException(409, "a start is already pending; nothing was changed")
+    refuse_pending(store, intents.START_EPISODE, "a start")
     intent = store.add_intent(intents.START_EPISODE, {"by": "operator page", "task": state.task})
     return {"intent_id": intent.id, "task": state.task, "prompt": state.prompt}
 
@@ -87,9 +100,35 @@ def end_episode(body: EndIn, store: StoreDep, settings: SettingsDep) -> dict[str
     """End the running episode now and keep it (an abort throws it away): the robot holds, the
     episode is stored and awaits its label; the page then sends ``success`` as the operator's label.
     Taken by the loop's actor wrapper (learner/loop/takeover.py) within a chunk's stop check."""
-    state, _, alive = loop_state(store, settings.service_stale_s)
-    if not alive or state is None or state.phase != LoopPhase.RUNNING or state.episode_id is None:
-        raise HTTPException(409, f"no episode is running (loop: {phase_name(state)!r}); nothing was changed")
+    state = running_loop(store, settings.service_stale_s)
     payload = {"episode_id": state.episode_id, "success": body.success, "by": "operator page"}
     intent = store.add_intent(intents.END_EPISODE, payload)
     return {"intent_id": intent.id, "episode_id": payload["episode_id"], "success": body.success}
+
+
+def person_source(store: ServiceStates, loop: LoopState | None) -> str | None:
+    """The name of the running loop's person source (who may take over, PDE_TELEOP_PERSON), or None:
+    published by learner/loop/takeover.py; a row from another loop process does not count."""
+    row = store.service_states().get(intents.TAKEOVER_STATE)
+    if row is None or loop is None or not loop.pid or row.state.get("pid") != loop.pid:
+        return None
+    person = row.state.get("person")
+    return str(person) if person else None
+
+
+@router.post("/take-control", dependencies=[TokenDep])
+def take_control(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+    """A person takes over the running episode now: the loop's person source drives until it
+    ends the take, then the policy goes on (learner/actor.py). Only with a person source."""
+    state = running_loop(store, settings.service_stale_s)
+    person = person_source(store, state)
+    if person is None:
+        raise HTTPException(
+            409,
+            "no person source is configured for this run: restart `pde learner run` with "
+            "PDE_TELEOP_PERSON=spacemouse (docs/teleop.md); nothing was changed",
+        )
+    refuse_pending(store, intents.TAKE_CONTROL, "a take-over")
+    payload = {"episode_id": state.episode_id, "by": "operator page"}
+    intent = store.add_intent(intents.TAKE_CONTROL, payload)
+    return {"intent_id": intent.id, "episode_id": payload["episode_id"], "person": person}

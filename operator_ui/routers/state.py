@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep
-from operator_ui.routers.loop import loop_state
+from operator_ui.routers.loop import loop_state, person_source
 from operator_ui.schemas import episode_json
 from pde_contract.service_state import SUPERVISOR_ROW, LoopPhase, LoopState, SupervisorState, encode_state
 from pde_storage import EpisodeRow
@@ -54,7 +54,12 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, 
     sup_age_s = (datetime.now(UTC) - sup_updated_at).total_seconds() if sup_updated_at else None
     sup_alive = sup_age_s is not None and sup_age_s <= settings.service_stale_s
     return {
-        "loop": {**(encode_state(loop) if loop else {}), "age_s": age, "alive": alive},
+        "loop": {
+            **(encode_state(loop) if loop else {}),
+            "age_s": age,
+            "alive": alive,
+            "person": person_source(store, loop),
+        },
         "episode": current,
         "running": running,
         "awaiting_label": episode_json(label_me) if label_me else None,

@@ -128,7 +128,7 @@ setInterval(showStaleness, 200);
 // --- now -------------------------------------------------------------------------------------
 // S/F and the label buttons label `awaiting.id`, the episode shown in the "awaiting label" box
 // (with its video): never "whatever is current" on the server when the key arrives.
-let current = { phase: null, episode: null };
+let current = { phase: null, episode: null, person: null };
 let awaiting = null;
 let vlmState = { supervisor_running: false, available: false, proposer: "" };
 let autoLabel = false;
@@ -146,7 +146,7 @@ async function refreshState() {
   frameStaleS = s.frame_stale_s;
   undoMs = 1000 * s.label_undo_s;
   const loop = s.loop || {}; const ep = s.episode;
-  current = { phase: loop.alive ? loop.phase : null, episode: ep };
+  current = { phase: loop.alive ? loop.phase : null, episode: ep, person: loop.alive ? loop.person : null };
   const phase = $("#phase");
   phase.textContent = loop.alive ? loop.phase : (loop.phase ? `not running (last: ${loop.phase})` : "not running");
   phase.className = "phase " + (loop.alive ? loop.phase : "stopped");
@@ -225,6 +225,8 @@ function updateButtons() {
   $("#start-why").textContent = blocker || "";
   $("#abort").disabled = !connected || current.phase !== "running";
   for (const id of ["#end-success", "#end-failure"]) $(id).disabled = !connected || current.phase !== "running" || endSent;
+  $("#take-control").hidden = !current.person;  // only when the loop has a person source
+  $("#take-control").disabled = !connected || current.phase !== "running" || takeSent;
   $("#home").disabled = !connected || ["starting", "resetting", "running"].includes(current.phase) || $("#estop").classList.contains("latched") || homing;
   $("#practice").disabled = !connected; $("#practice-end").disabled = !connected;
   $("#release-banner").disabled = !connected;
@@ -325,6 +327,16 @@ function endNow(success) {
   }, `ending episode #${ep.id} now — ${labelWord(success)}: the arm holds` + (autoLabel ? "; the simulator labels it (auto-label)" : "; the label goes once it is stored"))
     .finally(() => setTimeout(() => { endSent = false; updateButtons(); }, 2000));
 }
+// "Take control": the run's person source (PDE_TELEOP_PERSON) drives until its take ends, then the
+// policy goes on; the episode keeps both (the person's rows are left out of PPO).
+let takeSent = false;
+$("#take-control").onclick = () => {
+  const ep = current.episode;
+  if (current.phase !== "running" || !ep || !current.person || takeSent) return;
+  takeSent = true; updateButtons();
+  act(() => post("/api/loop/take-control", {}), `episode #${ep.id}: take control with the ${current.person} — the policy hands over at the next tick`)
+    .finally(() => setTimeout(() => { takeSent = false; updateButtons(); }, 2000));
+};
 $("#end-success").onclick = () => endNow(true);
 $("#end-failure").onclick = () => endNow(false);
 // Homing moves the arm: a second click within 5 s confirms, as for the release.

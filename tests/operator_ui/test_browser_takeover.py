@@ -1,24 +1,30 @@
 """Take over and finish (issue 26 item 5), in headless Chromium against `pde ui` as a process and
 the episode loop in this process: "end episode now — success" stops the running episode and keeps
 it, labelled by the operator (through the loop's actor wrapper, learner/loop/takeover.py); practice
-mode pauses the run and the page's server refuses what would record something; on a phone, Start,
+mode pauses the run and the page's server refuses what would record something; "take control"
+(shown only with a person source) hands the episode to the person; on a phone, Start,
 home arm and the e-stop's release are in reach (item 8)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from playwright.sync_api import Page, expect
 
-from learner.loop.core import EpisodeLoop
+from learner.loop.core import ActorLike, EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.takeover import TakeoverActor
 from pde_contract.client import RobotClient
-from pde_storage import Store
+from pde_storage import Store, intents
+from teleop.base import TeleopSource
+from teleop.scripted import ScriptedSource
 from tests.helpers import free_port
-from tests.learner.loop.doubles import FakeActor, FakeRobot
+from tests.learner.loop.doubles import FakeActor, FakeRobot, PersonActorFake
 from tests.operator_ui.browser import (
     SHOTS,
     TASK,
@@ -34,9 +40,12 @@ pytestmark = [pytest.mark.browser]
 LONG_EPISODE_CHUNKS = 1000  # 0.1 s each: the episode runs until the page ends it
 
 
-def test_end_now_keeps_the_episode_with_the_operators_label_and_practice_records_nothing(
-    page: Page, tmp_path: Path
-) -> None:
+@contextmanager
+def loop_and_page(
+    tmp_path: Path, actor: ActorLike, person: TeleopSource | None = None
+) -> Iterator[tuple[Store, str]]:
+    """The episode loop (waiting for Start, episodes of up to LONG_EPISODE_CHUNKS) with ``actor``
+    behind the takeover wrapper, in a thread, and `pde ui` as a process: (store, page's base URL)."""
     url = f"sqlite:///{tmp_path}/pde.db"
     store = Store.open(url, tmp_path / "media")
     settings = LoopSettings.model_validate(
@@ -49,57 +58,89 @@ def test_end_now_keeps_the_episode_with_the_operators_label_and_practice_records
             "rollouts_per_prompt": 10,
         }
     )
-    actor = FakeActor(chunk_time_s=0.1, n_chunks=LONG_EPISODE_CHUNKS)
-    loop = EpisodeLoop(store, FakeRobot(), TakeoverActor(actor, store), settings)
+    loop = EpisodeLoop(store, FakeRobot(), TakeoverActor(actor, store, person), settings)
     t = threading.Thread(target=loop.run, daemon=True)
     t.start()
     try:
         with ui_server(url, tmp_path, TOKEN, f"tcp://127.0.0.1:{free_port()}") as (base, _):
-            page.goto(f"{base}/#token={TOKEN}")
-            page.fill("#operator", "ana")
-            page.dispatch_event("#operator", "change")
-            expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
-            expect(page.locator("#takeover")).to_be_hidden()
-            page.locator("#start").click()
-            expect(page.locator("#phase")).to_have_text("running", timeout=15_000)
-            info = page.locator("#running-info")
-            expect(info).to_contain_text("episode #1", timeout=10_000)
-            expect(info).to_contain_text("0:0")  # elapsed m:ss
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SHOTS / "operator_running_takeover.png"), full_page=True)
-            page.locator("#end-success").click()
-            # The episode ends, is stored with what ran, and the page sends the operator's verdict.
-            expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
-            expect(page.locator("#outbox-banner")).to_be_hidden()
-            ep = store.episode(1)
-            assert (ep.status, ep.success) == ("labelled", True)
-            assert 1 <= ep.n_chunks < LONG_EPISODE_CHUNKS and ep.video_paths
-            [lab] = store.labels(1)
-            assert (lab.operator, lab.source, lab.reason) == ("ana", "operator", "ended early on the page")
-
-            # Practice: the run pauses, Start is refused with the reason, nothing is recorded.
-            page.locator("#practice").click()
-            expect(page.locator("#practice-banner")).to_be_visible(timeout=10_000)
-            expect(page.locator("#start")).to_be_disabled()
-            expect(page.locator("#start-why")).to_contain_text("practice")
-            page.keyboard.press("Enter")
-            r = page.request.post(f"{base}/api/loop/start", headers={"Authorization": f"Bearer {TOKEN}"})
-            assert r.status == 409 and "practice" in r.text(), r.text()
-            r = page.request.post(
-                f"{base}/api/episodes/1/relabel",
-                headers={"Authorization": f"Bearer {TOKEN}"},
-                data={"success": False},
-            )
-            assert r.status == 409 and "practice" in r.text(), r.text()
-            assert len(store.episodes()) == 1 and len(store.labels(1)) == 1
-            page.locator("#practice-end").click()
-            expect(page.locator("#practice-banner")).to_be_hidden(timeout=10_000)
-            expect(page.locator("#start")).to_be_enabled(timeout=10_000)
-            page.goto("about:blank")
+            yield store, base
     finally:
         loop.stop()
         t.join(10)
         store.close()
+
+
+def test_end_now_keeps_the_episode_with_the_operators_label_and_practice_records_nothing(
+    page: Page, tmp_path: Path
+) -> None:
+    actor = FakeActor(chunk_time_s=0.1, n_chunks=LONG_EPISODE_CHUNKS)
+    with loop_and_page(tmp_path, actor) as (store, base):
+        page.goto(f"{base}/#token={TOKEN}")
+        page.fill("#operator", "ana")
+        page.dispatch_event("#operator", "change")
+        expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+        expect(page.locator("#takeover")).to_be_hidden()
+        page.locator("#start").click()
+        expect(page.locator("#phase")).to_have_text("running", timeout=15_000)
+        info = page.locator("#running-info")
+        expect(info).to_contain_text("episode #1", timeout=10_000)
+        expect(info).to_contain_text("0:0")  # elapsed m:ss
+        expect(page.locator("#take-control")).to_be_hidden()  # no person source in this run
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "operator_running_takeover.png"), full_page=True)
+        page.locator("#end-success").click()
+        # The episode ends, is stored with what ran, and the page sends the operator's verdict.
+        expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
+        expect(page.locator("#outbox-banner")).to_be_hidden()
+        ep = store.episode(1)
+        assert (ep.status, ep.success) == ("labelled", True)
+        assert 1 <= ep.n_chunks < LONG_EPISODE_CHUNKS and ep.video_paths
+        [lab] = store.labels(1)
+        assert (lab.operator, lab.source, lab.reason) == ("ana", "operator", "ended early on the page")
+
+        # Practice: the run pauses, Start is refused with the reason, nothing is recorded.
+        page.locator("#practice").click()
+        expect(page.locator("#practice-banner")).to_be_visible(timeout=10_000)
+        expect(page.locator("#start")).to_be_disabled()
+        expect(page.locator("#start-why")).to_contain_text("practice")
+        page.keyboard.press("Enter")
+        r = page.request.post(f"{base}/api/loop/start", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status == 409 and "practice" in r.text(), r.text()
+        r = page.request.post(
+            f"{base}/api/episodes/1/relabel",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            data={"success": False},
+        )
+        assert r.status == 409 and "practice" in r.text(), r.text()
+        assert len(store.episodes()) == 1 and len(store.labels(1)) == 1
+        page.locator("#practice-end").click()
+        expect(page.locator("#practice-banner")).to_be_hidden(timeout=10_000)
+        expect(page.locator("#start")).to_be_enabled(timeout=10_000)
+        page.goto("about:blank")
+
+
+def test_take_control_hands_the_running_episode_to_the_person(page: Page, tmp_path: Path) -> None:
+    row = np.array([0.01, 0, 0, 0, 0, 0, 0.08])
+    actor = PersonActorFake(n_chunks=LONG_EPISODE_CHUNKS, chunk_time_s=0.1)
+    with ScriptedSource([row, row, row]) as person, loop_and_page(tmp_path, actor, person) as (store, base):
+        page.goto(f"{base}/#token={TOKEN}")
+        expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+        page.locator("#start").click()
+        expect(page.locator("#phase")).to_have_text("running", timeout=15_000)
+        take = page.locator("#take-control")
+        expect(take).to_be_visible(timeout=10_000)
+        expect(take).to_be_enabled()
+        take.click()
+        expect(page.locator("#toast")).to_contain_text("take control with the scripted", timeout=10_000)
+        for _ in range(100):  # the loop's actor takes the intent at its next stop check
+            if actor.takes:
+                break
+            page.wait_for_timeout(100)
+        assert len(actor.takes) == 1 and len(actor.takes[0]) == 3
+        page.locator("#end-failure").click()
+        expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
+        assert store.pending_intents(intents.TAKE_CONTROL) == []
+        page.goto("about:blank")
 
 
 def test_phone_start_home_and_release_in_reach(page: Page, tmp_path: Path) -> None:

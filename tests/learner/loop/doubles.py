@@ -9,7 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from pde_contract.episodes import EpisodeFile
+from teleop.base import TeleopSource
 from tests.storage.factories import make_episode_file
 
 
@@ -108,6 +111,41 @@ class FakeActor:
 
     def set_policy(self, policy: Any) -> None:
         self.policies.append(policy)
+
+
+class PersonActorFake:
+    """Fake of learner.actor.Actor's takeover side, without a robot: a FakeActor episode that, at
+    each chunk's stop check, asks ``takeover_requested`` and, when a take is asked for, reads the
+    person's rows until the take ends (recorded in ``takes``)."""
+
+    def __init__(self, n_chunks: int, chunk_time_s: float = 0.0) -> None:
+        self.inner = FakeActor(n_chunks=n_chunks, chunk_time_s=chunk_time_s)
+        self.people: list[TeleopSource | None] = []
+        self.takes: list[list[np.ndarray]] = []
+
+    def run_episode(
+        self,
+        *,
+        should_stop: Callable[[], bool] = lambda: False,
+        person: TeleopSource | None = None,
+        takeover_requested: Callable[[], bool] | None = None,
+        **episode: Any,
+    ) -> EpisodeFile:
+        self.people.append(person)
+
+        def take_then_stop_check() -> bool:
+            if person is not None and takeover_requested is not None and takeover_requested():
+                person.start_take(gripper_width_m=0.08)
+                rows = []
+                while not (cmd := person.read(0.1)).end:
+                    rows.append(cmd.ee_delta_row())
+                self.takes.append(rows)
+            return should_stop()
+
+        return self.inner.run_episode(should_stop=take_then_stop_check, **episode)
+
+    def set_policy(self, policy: Any) -> None:
+        self.inner.set_policy(policy)
 
 
 class FakeTrainer:
