@@ -367,7 +367,9 @@ class _LatestOnlySubscriber:
     stream and replaces the held message with each newer one, so a reader that was away gets the
     newest, never a queued stale one, and no drain thread or hand-off is needed. Conflation keeps
     single-frame messages only, hence the observation wire format (``OBS_TOPIC`` + msgpack in one
-    frame, see ``pde_contract.messages``).
+    frame, see ``pde_contract.messages``). A multi-frame message on a conflating socket can abort
+    libzmq itself (seen: a protocol 1 server's two-frame observation killed the test process), so
+    a server of another protocol must be refused at Hello, before this socket connects.
     """
 
     def __init__(self, ctx: zmq.Context, endpoint: str, curve: ClientCurve | None = None) -> None:
