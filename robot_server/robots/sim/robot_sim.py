@@ -225,9 +225,10 @@ class SimRobot(Robot):
             d.ctrl[w.arm_actuator_ids] = q_start + alpha * q_delta
             self._gripper_ctrl += clip_scalar(grip_goal - self._gripper_ctrl, -grip_step, grip_step)
             d.ctrl[w.gripper_actuator_id] = self._gripper_ctrl
-            if alpha == 1.0 and self._gripper_ctrl == grip_goal:
+            if hand is None and alpha == 1.0 and self._gripper_ctrl == grip_goal:
                 # Ramp done, gripper there: every later substep writes these same setpoints, so
                 # MuJoCo runs them in one call (its own loop of mj_step: the same state, bit for bit).
+                # Not while a hand pushes: its force is set anew before every step.
                 mujoco.mj_step(m, d, n_steps - i)
                 break
             mujoco.mj_step(m, d)
