@@ -189,9 +189,7 @@ class SimRobot(Robot):
             ok = True
             for s in (0.25, 0.5, 0.75, 1.0):  # the servos ramp along the joint-space line
                 p = self.ik.position(q0 + s * scale * dq)
-                if norm(p - p0) > self.max_tcp_step_m or self._outside_box_m(p) > max(
-                    outside0, 0.001
-                ):
+                if norm(p - p0) > self.max_tcp_step_m or self._outside_box_m(p) > max(outside0, 0.001):
                     ok = False
                     break
                 if line is not None:

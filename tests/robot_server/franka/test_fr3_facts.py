@@ -212,4 +212,3 @@ def test_errors_found_at_connect_latch_instead_of_clearing_silently(fci_sim: Fci
         assert arm.recoveries == 1 and robot.fault() is None
     finally:
         robot.disconnect()
-
