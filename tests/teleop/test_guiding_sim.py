@@ -3,7 +3,6 @@ limp arm), the recorder sampling the measured state over the real client, and SF
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from teleop.guiding import HandGuidingSource
 from teleop.main import run_session
 from teleop.recorder import Recorder
 from teleop.takes import counts_per_task
-from tests.helpers import free_port, pde_command, subprocess_env
+from tests.helpers import free_port
+from tests.teleop.tiny_sft import train_tiny_sft
 
 TASK = load_tasks(None).get("put_green_container_in_bowl")
 PATH_M = [[0.06, 0.0, 0.0], [0.06, 0.04, -0.03]]  # the hand's path from where it grabs
@@ -86,12 +86,4 @@ def test_guided_takes_hold_the_measured_motion_and_train_sft(
         guided = HandGuidingSource(max_ticks=TICKS)
         run_session(recorder, guided, TASK, 2, demos, lambda _q: next(answers), lambda _s: None, 1)
     assert counts_per_task(demos) == {TASK.name: (2, 0)}
-    sft = subprocess.run(
-        pde_command(
-            "learner", "sft", "--demos", str(demos), "--checkpoints", str(tmp_path / "ckpt"),
-            "--steps", "2", "--batch-size", "4", "--image-size", "16", "--chunk-len", "4",
-        ),
-        capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240,
-    )  # fmt: skip
-    assert sft.returncode == 0, sft.stderr
-    assert (tmp_path / "ckpt" / "policy-000000.pt").is_file()
+    train_tiny_sft(demos, tmp_path / "ckpt")

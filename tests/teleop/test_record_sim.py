@@ -5,7 +5,6 @@ rows go through the server one chunk each and are counted, five scripted demonst
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +20,8 @@ from teleop.main import run_session
 from teleop.recorder import Recorder
 from teleop.scripted import ScriptedSource
 from teleop.takes import LOG_NAME, counts_per_task
-from tests.helpers import pde_command, subprocess_env
 from tests.learner.test_actor_sim import sim_server, sim_server_group  # noqa: F401  (the fixtures)
+from tests.teleop.tiny_sft import train_tiny_sft
 
 TASK = load_tasks(None).get("put_bowl_on_top_rack")
 
@@ -99,15 +98,7 @@ def test_five_scripted_demos_train_sft_and_export_to_lerobot(recorder: Recorder,
     assert len(twins) == 5 and all(read_episode(p).action_space is ActionSpace.JOINT_ABS for p in twins)
     assert "5 kept, 1 discarded" in said[-1]
 
-    sft = subprocess.run(
-        pde_command(
-            "learner", "sft", "--demos", str(demos), "--checkpoints", str(tmp_path / "ckpt"),
-            "--steps", "2", "--batch-size", "4", "--image-size", "16", "--chunk-len", "4",
-        ),
-        capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240,
-    )  # fmt: skip
-    assert sft.returncode == 0, sft.stderr
-    assert (tmp_path / "ckpt" / "policy-000000.pt").is_file()
+    train_tiny_sft(demos, tmp_path / "ckpt")
 
     out = tmp_path / "lerobot"
     assert record_main(["--export-lerobot", str(out), "--demos", str(demos), "--vcodec", "h264"]) == 0
