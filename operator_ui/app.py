@@ -11,11 +11,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from operator_ui.record_session import RecordSession
 from operator_ui.robot_link import RobotLink
-from operator_ui.routers import episodes, health, loop, metrics, prompts, robot, run, state
+from operator_ui.routers import episodes, health, loop, metrics, prompts, robot, run, state, teleop
 from operator_ui.settings import UISettings
 from pde_contract.link import ClientCurve
+from pde_contract.settings import DataLayout
 from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
+from teleop.settings import TeleopSettings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -26,7 +29,13 @@ def create_app(
     store: Store | None = None,
     robot_link: RobotLink | None = None,
     robot_keys: ClientCurve | None = None,
+    teleop_settings: TeleopSettings | None = None,
 ) -> FastAPI:
+    """``teleop_settings``: PDE_TELEOP_* (the page's keys and gamepad, and where its takes go:
+    PDE_TELEOP_DEMOS_DIR, else <PDE_UI_DATA_DIR>/demos)."""
+    teleop_settings = teleop_settings or TeleopSettings()
+    demos = teleop_settings.demos if teleop_settings.demos_dir else DataLayout(settings.data_dir).demos
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.store = store or Store.open(settings.database_url, settings.media_dir)
@@ -34,6 +43,13 @@ def create_app(
             settings.robot_cmd_endpoint, settings.robot_timeout_s, curve=robot_keys
         )
         app.state.robot.start()
+        app.state.record = RecordSession(
+            app.state.robot.cmd_endpoint,
+            teleop_settings,
+            demos,
+            settings.media_dir / "record",
+            curve=app.state.robot.curve,
+        )
         try:
             yield
         finally:
@@ -55,7 +71,7 @@ def create_app(
     app.add_exception_handler(NotFoundError, _error(404))
     app.add_exception_handler(ConflictError, _error(409))
     app.add_exception_handler(InvalidArgumentError, _error(422))
-    for r in (state, episodes, loop, prompts, metrics, robot, health, run):
+    for r in (state, episodes, loop, prompts, metrics, robot, health, run, teleop):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 

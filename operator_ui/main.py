@@ -10,6 +10,7 @@ from typing import Any
 
 from operator_ui.settings import UISettings, check_exposure
 from pde_contract.link import client_curve_from_env
+from teleop.settings import TeleopSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = UISettings(**overrides)
         check_exposure(settings)
         robot_keys = client_curve_from_env()  # PDE_ROBOT_LINK_*: the robot link's CURVE keys
+        teleop = TeleopSettings()  # PDE_TELEOP_*: the page's keys and gamepad, its takes' folder
     except ValueError as e:
         print(f"pde ui: {e}", file=sys.stderr)
         return 2
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     raise_file_limit()
     # Open video downloads must not hold a shutdown for long.
     uvicorn.run(
-        create_app(settings, token, robot_keys=robot_keys),
+        create_app(settings, token, robot_keys=robot_keys, teleop_settings=teleop),
         host=settings.host,
         port=settings.port,
         log_level="warning",

@@ -163,3 +163,67 @@ def prompt_json(p: PromptRow) -> dict[str, Any]:
         "n_finished": p.n_finished,
         "success_rate": p.success_rate,
     }
+
+
+# --- teleoperation and recording from the page (operator_ui/routers/teleop.py) -------------------
+
+
+class TeleopCommandIn(BaseModel):
+    """The page's keys and gamepad as it holds control (teleop/page.py: PageCommand)."""
+
+    model_config = ConfigDict(extra="forbid")
+    axes: list[float] = Field(min_length=6, max_length=6, description="x, y, z, rx, ry, rz in [-1, 1]")
+    gripper_presses: int = Field(ge=0, description="gripper presses since the page loaded")
+    end_presses: int = Field(ge=0, description="'hand back' presses since the page loaded")
+    device: str = Field("keyboard", max_length=200, description="keyboard, or gamepad: <its id>")
+
+
+class TeleopOut(BaseModel):
+    """The one teleop configuration the page needs (TeleopSettings), and who holds control."""
+
+    send_period_ms: int
+    watchdog_ms: int
+    deadband: float
+    max_speed_m_s: float
+    max_rotation_rad_s: float
+    holder: str | None  # "record" (a page take records), "takeover" (the loop's page person), None
+
+
+class RecordResetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(min_length=1, max_length=200)
+    seed: int | None = Field(None, description="sim: the scene's seed (None: the simulator's choice)")
+
+
+class RecordSaveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    keep: bool
+    note: str = Field("", max_length=2000)
+
+
+class TaskCounts(BaseModel):
+    kept: int
+    discarded: int
+
+
+class LastTakeOut(BaseModel):
+    task: str
+    rows: int
+    rows_dropped: int
+    rows_clipped: int
+    watchdog_stops: int
+    task_success: bool | None
+    videos: dict[str, str]  # camera -> URL of the take's video
+    kept: bool | None  # None: waits for keep or discard
+    files: list[str]
+
+
+class RecordOut(BaseModel):
+    phase: str  # idle | resetting | ready | recording | recorded
+    task: str | None
+    rows: int
+    error: str
+    last: LastTakeOut | None
+    demos_dir: str
+    counts: dict[str, TaskCounts]
+    tasks: list[str]  # what can be recorded: the tasks file's (or the built-in ten)

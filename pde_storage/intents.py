@@ -18,6 +18,10 @@ TAKE_CONTROL = "take_control"
 # loop -> page, as a service-state row: {"person": the person source's name or None, "pid"} (the
 # loop's pid: the row speaks for that loop only). The page offers "take control" only with a person.
 TAKEOVER_STATE = "takeover"
+# page -> loop, as a service-state row: the page's keys and gamepad while it holds control of a
+# takeover (PDE_TELEOP_PERSON=page): {"seq", "axes", "gripper_presses", "end_presses", "device"},
+# written by operator_ui/routers/teleop.py, read each tick by learner/loop/takeover.py.
+PAGE_TELEOP_STATE = "teleop_page"
 # loop -> supervisor: a prompt of a task in the bootstrap stage has its N labelled rollouts.
 # payload: {"task", "prompt_id", "n_episodes", "success_rate"}
 PROMPT_ROLLOUTS_DONE = "prompt_rollouts_done"

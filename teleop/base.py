@@ -11,7 +11,8 @@ it by hand, and the recorder samples the measured pose instead (its commands car
 
 Implementations, side by side: ``spacemouse.SpaceMouseSource`` (a HID device; tests fake the
 device only), ``keyboard.KeyboardSource`` (key presses from a terminal, or scripted),
-``guiding.HandGuidingSource`` and ``scripted.ScriptedSource`` (rows from a script: tests, bench).
+``page.PageSource`` (the operator page's keys and gamepad), ``guiding.HandGuidingSource`` and
+``scripted.ScriptedSource`` (rows from a script: tests, bench).
 """
 
 from __future__ import annotations
@@ -107,6 +108,13 @@ class TeleopSource(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.disconnect()
+
+
+def remove_deadband(deflection: np.ndarray, deadband: float) -> np.ndarray:
+    """Deflections in [-1, 1] below ``deadband`` become 0; the rest is rescaled to start from 0
+    (so the arm never jumps as a hand leaves the stick or cap)."""
+    v = np.clip(np.asarray(deflection, dtype=np.float64), -1.0, 1.0)
+    return np.sign(v) * np.maximum(np.abs(v) - deadband, 0.0) / (1.0 - deadband)
 
 
 class GripperToggle:

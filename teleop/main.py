@@ -19,7 +19,8 @@ from pathlib import Path
 
 from pde_contract.settings import tasks_file_field
 from pde_contract.tasks import TaskSpec, load_tasks
-from teleop.base import TeleopSource
+from teleop.base import TeleopError, TeleopSource
+from teleop.page import PageCommand
 from teleop.recorder import Recorder
 from teleop.settings import TeleopSettings
 
@@ -82,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pde_contract.client import RobotClient, RobotServerError
     from pde_contract.link import client_curve_for_command
-    from teleop.base import TeleopError
 
     curve = client_curve_for_command("pde record")  # PDE_ROBOT_LINK_*: the robot link's CURVE keys
 
@@ -108,9 +108,22 @@ def _tasks_file() -> str:
     return _Tasks().tasks_file
 
 
-def person_source(settings: TeleopSettings) -> TeleopSource | None:
+def person_source(
+    settings: TeleopSettings, page_commands: Callable[[], PageCommand | None] | None = None
+) -> TeleopSource | None:
     """Who may take over from the policy during RL (``PDE_TELEOP_PERSON``), connected; None for
-    ``none``. Raises TeleopError saying what to fix when the device is missing."""
+    ``none``. Raises TeleopError saying what to fix when the device is missing. ``page``: the
+    page's keys and gamepad, as ``page_commands`` reads them (learner/loop/takeover.py)."""
+    if settings.person == "page":
+        from teleop.page import PageSource
+
+        if page_commands is None:
+            raise TeleopError(
+                "PDE_TELEOP_PERSON=page needs the page's commands (the loop reads the database)"
+            )
+        source = PageSource(page_commands, settings)
+        source.connect()
+        return source
     return None if settings.person == "none" else _make_source(settings.person, settings)
 
 

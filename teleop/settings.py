@@ -25,17 +25,20 @@ class TeleopSettings(BaseSettings):
     demos_dir: str = ""
     """Where `pde record` writes takes (teleop/takes.py). Empty: <data_dir>/demos (DataLayout),
     where `pde learner sft` reads."""
-    person: Literal["none", "spacemouse"] = "none"
+    person: Literal["none", "spacemouse", "page"] = "none"
     """Who may take over from the policy during `pde learner run` (learner/loop/takeover.py):
     ``spacemouse`` (moving the cap past its deadband takes over, as does the page's "take control"
-    button), or ``none`` (no takeovers; the page hides the button)."""
+    button), ``page`` (the page's "take control" button, then its keys and gamepad drive:
+    teleop/page.py), or ``none`` (no takeovers; the page hides the button)."""
     max_speed_m_s: float = Field(default=0.10, gt=0, le=0.5)
-    """TCP speed at full deflection of the SpaceMouse."""
+    """TCP speed at full deflection of the SpaceMouse or a gamepad stick, and while a page key is
+    held."""
     max_rotation_rad_s: float = Field(default=0.6, gt=0, le=3.0)
-    """TCP angular speed at full deflection of the SpaceMouse."""
+    """TCP angular speed at full deflection (SpaceMouse, gamepad) or a held page key."""
     deadband: float = Field(default=0.10, ge=0, lt=1)
-    """Deflections below this fraction of full scale count as zero; above it they are rescaled to
-    start from zero, so the arm never jumps when a hand leaves the cap."""
+    """Deflections below this fraction of full scale count as zero (SpaceMouse, gamepad sticks);
+    above it they are rescaled to start from zero, so the arm never jumps when a hand leaves the
+    cap or stick."""
     spacemouse_full_scale: float = Field(default=350.0, gt=0)
     """Raw HID axis value of a full deflection (3Dconnexion devices report about +-350)."""
     spacemouse_axis_order: tuple[int, int, int, int, int, int] = (0, 1, 2, 3, 4, 5)
@@ -53,6 +56,11 @@ class TeleopSettings(BaseSettings):
     """TCP translation per key press (one control tick)."""
     keyboard_step_rad: float = Field(default=0.05, gt=0, le=0.3)
     """TCP rotation per key press (one control tick)."""
+    page_send_period_ms: int = Field(default=50, ge=10, le=500)
+    """How often the operator page sends its keys' and gamepad's state while it holds control."""
+    page_watchdog_ms: int = Field(default=300, ge=50, le=2000)
+    """No command from the page for this long (a closed tab, a lost network): zero motion, until
+    the next command. At least twice ``page_send_period_ms``."""
     gripper_open_m: float = Field(default=DEFAULT_GRIPPER_OPEN_M, gt=0, le=DEFAULT_GRIPPER_OPEN_M)
     """Width the gripper opens to when toggled open."""
     gripper_closed_m: float = Field(default=0.0, ge=0)
@@ -71,6 +79,17 @@ class TeleopSettings(BaseSettings):
     def _a_permutation(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if sorted(v) != list(range(6)):
             raise ValueError(f"spacemouse_axis_order {v} must name each of the axes 0..5 once")
+        return v
+
+    @field_validator("page_watchdog_ms")
+    @classmethod
+    def _watchdog_past_two_sends(cls, v: int, info: object) -> int:
+        period = getattr(info, "data", {}).get("page_send_period_ms", 50)
+        if v < 2 * period:
+            raise ValueError(
+                f"page_watchdog_ms {v} must be at least twice page_send_period_ms {period}: one late "
+                "command would stop the arm"
+            )
         return v
 
     @field_validator("gripper_closed_m")

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from teleop.base import GripperToggle, TeleopCommand, TeleopError, TeleopSource
+from teleop.base import GripperToggle, TeleopCommand, TeleopError, TeleopSource, remove_deadband
 from teleop.settings import TeleopSettings
 
 # 3Dconnexion's USB vendor ids: its own, and Logitech's for the older devices.
@@ -74,9 +74,7 @@ def _int16s(report: Sequence[int], first: int, count: int) -> list[int]:
 def shape_axes(raw: np.ndarray, settings: TeleopSettings) -> np.ndarray:
     """Raw axis values -> [-1, 1] per robot axis: full-scale normalised, deadband removed (the rest
     rescaled to start at 0), reordered and signed into the base frame."""
-    v = np.clip(np.asarray(raw, dtype=np.float64) / settings.spacemouse_full_scale, -1.0, 1.0)
-    db = settings.deadband
-    v = np.sign(v) * np.maximum(np.abs(v) - db, 0.0) / (1.0 - db)
+    v = remove_deadband(np.asarray(raw, dtype=np.float64) / settings.spacemouse_full_scale, settings.deadband)
     return v[list(settings.spacemouse_axis_order)] * np.asarray(settings.spacemouse_axis_signs)
 
 

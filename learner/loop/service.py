@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
-from learner.loop.takeover import TakeoverActor
+from learner.loop.takeover import StorePageCommands, TakeoverActor
 from learner.loop.training import BackgroundTrainer, TrainerLike
 from learner.policy_args import add_policy_args, load_init_policy
 from pde_contract.messages import ActionSpace
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"a person takes over with ee_delta rows, but the policy acts in "
                 f"{loaded.policy.action_space.value}"
             )
-        person = person_source(teleop)
+        person = person_source(teleop, page_commands=StorePageCommands(store))
     except (TeleopError, ValueError) as e:  # ValueError: a PDE_TELEOP_PERSON it does not know
         print(
             f"pde loop: the person source (PDE_TELEOP_PERSON): {e}; or set PDE_TELEOP_PERSON=none",

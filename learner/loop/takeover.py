@@ -11,12 +11,14 @@ like any other. The page sends the operator's verdict as the label once the epis
 it to the actor as ``person=`` and a ``TAKE_CONTROL`` intent for this episode as
 ``takeover_requested``; the person then drives until the source ends the take (learner/actor.py).
 The wrapper publishes whether a person source exists (``TAKEOVER_STATE``), so the page offers the
-button only then."""
+button only then. With ``PDE_TELEOP_PERSON=page`` the person is the page's keys and gamepad
+(teleop/page.py), read from the database row the page's server writes (``StorePageCommands``)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,7 +26,8 @@ from learner.loop.core import ActorLike
 from pde_contract.episodes import EpisodeFile
 from pde_storage import intents
 from pde_storage.protocols import IntentConsumer, ServiceStates
-from teleop.base import TeleopSource
+from teleop.base import TeleopError, TeleopSource
+from teleop.page import PageCommand
 
 log = logging.getLogger("pde.loop")
 
@@ -87,3 +90,38 @@ class TakeoverActor:
 
     def set_policy(self, policy: Any) -> None:
         self.actor.set_policy(policy)
+
+
+class StorePageCommands:
+    """The page's newest teleop command (``intents.PAGE_TELEOP_STATE``, written by the page's
+    server), stamped with this process's clock when its number changes: the page source's
+    watchdog then measures the page's silence here, and the two machines' clocks never mix. A
+    command already there at the first read is of unknown age: stamped 0, so it never moves the
+    arm."""
+
+    def __init__(self, store: ServiceStates, clock_unix_s: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._clock = clock_unix_s
+        self._seq: object = None
+        self._command: PageCommand | None = None
+        self._first = True
+
+    def __call__(self) -> PageCommand | None:
+        row = self.store.service_states().get(intents.PAGE_TELEOP_STATE)
+        first, self._first = self._first, False
+        if row is None or row.state.get("seq") == self._seq:
+            return self._command
+        st = row.state
+        self._seq = st.get("seq")
+        try:
+            self._command = PageCommand.checked(
+                list(st["axes"]),
+                int(st["gripper_presses"]),
+                int(st["end_presses"]),
+                str(st.get("device", "")),
+                received_unix_s=0.0 if first else self._clock(),
+            )
+        except (KeyError, TypeError, ValueError, TeleopError) as e:  # a row this version cannot read
+            log.warning("ignored the page's teleop command %s: %s", st, e)
+            self._command = None
+        return self._command

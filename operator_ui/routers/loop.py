@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.schemas import EndIn
@@ -58,7 +58,9 @@ def refuse_in_practice(store: ServiceStates) -> None:
 
 
 @router.post("/start", dependencies=[TokenDep])
-def start_episode(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, Any]:
+def start_episode(
+    request: Request, store: StoreDep, settings: SettingsDep, robot: RobotDep
+) -> dict[str, Any]:
     """Only while the loop waits for it, the run is not paused and the E-STOP is not latched: a
     click at another time must not start a later episode, nor one the robot aborts at once. The
     answer says the intent was queued; what the loop did with it comes back in its state
@@ -73,6 +75,10 @@ def start_episode(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> di
             409, f"the loop is not waiting for a start (it is {phase_name(state)!r}); nothing was changed"
         )
     refuse_in_practice(store)
+    if request.app.state.record.busy:  # the page's record session (routers/teleop.py)
+        raise HTTPException(
+            409, "a take is being recorded on the page: keep or discard it first; nothing was changed"
+        )
     if run_control(store).paused:
         raise HTTPException(409, "the run is paused: press 'resume run' first; nothing was changed")
     if robot.view().estopped:
@@ -126,7 +132,7 @@ def take_control(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
         raise HTTPException(
             409,
             "no person source is configured for this run: restart `pde learner run` with "
-            "PDE_TELEOP_PERSON=spacemouse (docs/teleop.md); nothing was changed",
+            "PDE_TELEOP_PERSON=spacemouse or page (docs/teleop.md); nothing was changed",
         )
     refuse_pending(store, intents.TAKE_CONTROL, "a take-over")
     payload = {"episode_id": state.episode_id, "by": "operator page"}

@@ -6,13 +6,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException, Request, Response
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.robot_link import RobotLink, fault_blocks_motion, fault_text, observation_age_s
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import CamerasOut, EStopIn, EStopOut
-from pde_contract.service_state import LOOP_MOVES_ARM
+from operator_ui.settings import UISettings
+from pde_contract.service_state import LOOP_MOVES_ARM, LoopState
+from pde_storage.protocols import ServiceStates
 
 router = APIRouter(prefix="/api", tags=["robot"])
 T = TypeVar("T")
@@ -87,10 +89,9 @@ def release(robot: RobotDep) -> EStopOut:
     return EStopOut(estopped=_estopped_now(robot, False))
 
 
-@router.post("/robot/home", dependencies=[TokenDep])
-def home(robot: RobotDep, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
-    """Reset the arm from the page (the loop's own reset: home or the task's reset pose, and in a
-    simulator the scene of the loop's task and seed), only while the loop does not move it."""
+def arm_free(store: ServiceStates, settings: UISettings, robot: RobotLink) -> LoopState | None:
+    """The loop's state when the page may move the arm: the loop does not (it resets or runs an
+    episode) and the E-STOP is not latched; else a 409 saying which."""
     state, _, alive = loop_state(store, settings.service_stale_s)
     if alive and state is not None and state.phase in LOOP_MOVES_ARM:
         raise HTTPException(
@@ -100,6 +101,16 @@ def home(robot: RobotDep, store: StoreDep, settings: SettingsDep) -> dict[str, A
         )
     if robot.view().estopped:
         raise HTTPException(409, "the E-STOP is latched: release it first; nothing was changed")
+    return state
+
+
+@router.post("/robot/home", dependencies=[TokenDep])
+def home(request: Request, robot: RobotDep, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+    """Reset the arm from the page (the loop's own reset: home or the task's reset pose, and in a
+    simulator the scene of the loop's task and seed), only while the loop does not move it."""
+    state = arm_free(store, settings, robot)
+    if request.app.state.record.moving:
+        raise HTTPException(409, "a take is being recorded on the page: stop it first; nothing was changed")
     task = (state.task if state else None) or ""
     seed = state.seed if state else None
     spec = settings.catalogue.tasks.get(task)

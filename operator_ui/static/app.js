@@ -334,7 +334,11 @@ $("#take-control").onclick = () => {
   const ep = current.episode;
   if (current.phase !== "running" || !ep || !current.person || takeSent) return;
   takeSent = true; updateButtons();
-  act(() => post("/api/loop/take-control", {}), `episode #${ep.id}: take control with the ${current.person} — the policy hands over at the next tick`)
+  act(async () => {
+    const r = await post("/api/loop/take-control", {});
+    if (current.person === "page") { teleop.takeoverEpisode = ep.id; refreshTeleop(); }  // this page's keys drive
+    return r;
+  }, `episode #${ep.id}: take control with the ${current.person} — the policy hands over at the next tick`)
     .finally(() => setTimeout(() => { takeSent = false; updateButtons(); }, 2000));
 };
 $("#end-success").onclick = () => endNow(true);
@@ -565,6 +569,133 @@ document.addEventListener("keydown", (ev) => {
   else if (key === "u") undoPending();
 });
 
+// --- teleoperation from this page: keys and a gamepad ------------------------------------------
+// While the page holds control (a take of the record panel records, or the operator took control
+// of a running episode with PDE_TELEOP_PERSON=page) it sends its input state every send period:
+// six deflections in [-1, 1] (x, y, z, rx, ry, rz in the robot base frame; a held key is a full
+// deflection) and two counters (gripper presses, hand-back presses). The server applies the one
+// teleop configuration (deadband, speeds: teleop/page.py) and its watchdog stops the arm when the
+// commands stop. Keys never collide with the shortcuts above (E-STOP Esc/Space, Enter, S, F, U)
+// and never act while the focus is in a field.
+const TELEOP_AXIS_KEYS = {
+  ArrowUp: [0, 1], ArrowDown: [0, -1], ArrowLeft: [1, 1], ArrowRight: [1, -1], PageUp: [2, 1], PageDown: [2, -1],
+  j: [3, 1], l: [3, -1], i: [4, 1], k: [4, -1], q: [5, 1], e: [5, -1],
+};
+const TELEOP_GRIPPER_KEY = "g", TELEOP_END_KEY = "h";
+const PAD_GRIPPER_BUTTON = 0, PAD_END_BUTTON = 1;  // A, B on the standard layout
+const teleop = { config: null, holder: null, takeoverEpisode: null, held: new Set(), gripper: 0, end: 0, padButtons: [], device: "keyboard", inFlight: false, error: "", timer: null };
+const controlling = () => teleop.holder === "record" || (teleop.holder === "takeover" && teleop.takeoverEpisode !== null);
+function teleopKey(ev) { return ev.key.length === 1 ? ev.key.toLowerCase() : ev.key; }
+document.addEventListener("keydown", (ev) => {
+  if (!controlling() || ev.ctrlKey || ev.altKey || ev.metaKey) return;
+  if (ev.target instanceof Element && ev.target.closest(KEY_IGNORING)) return;
+  const key = teleopKey(ev);
+  if (key in TELEOP_AXIS_KEYS) { ev.preventDefault(); teleop.held.add(key); teleop.device = "keyboard"; sendTeleop(); }
+  else if (key === TELEOP_GRIPPER_KEY && !ev.repeat) { teleop.gripper += 1; teleop.device = "keyboard"; sendTeleop(); }
+  else if (key === TELEOP_END_KEY && !ev.repeat) handBack();
+});
+document.addEventListener("keyup", (ev) => { if (teleop.held.delete(teleopKey(ev)) && controlling()) sendTeleop(); });
+window.addEventListener("blur", () => { teleop.held.clear(); });  // a key let go elsewhere never arrives
+function handBack() {
+  if (!controlling()) return;
+  teleop.end += 1; teleop.held.clear(); sendTeleop();
+  if (teleop.holder === "takeover") { teleop.takeoverEpisode = null; toast("handed back: the policy goes on at its next chunk"); showTeleop(); }
+}
+function gamepadAxes(axes) {
+  const pads = navigator.getGamepads ? Array.from(navigator.getGamepads()).filter((p) => p && p.connected) : [];
+  const pad = pads[0];
+  if (!pad) return;
+  const a = (i) => Number(pad.axes[i] || 0);
+  const stick = [-a(1), -a(0), -a(3), 0, 0, -a(2)];  // left stick x/y, right stick z/yaw
+  const pressed = (i) => !!(pad.buttons[i] && pad.buttons[i].pressed);
+  if (pressed(PAD_GRIPPER_BUTTON) && !teleop.padButtons[PAD_GRIPPER_BUTTON]) teleop.gripper += 1;
+  const endNow = pressed(PAD_END_BUTTON) && !teleop.padButtons[PAD_END_BUTTON];
+  teleop.padButtons = pad.buttons.map((b) => !!(b && b.pressed));
+  if (stick.some((v) => Math.abs(v) > 0.01) || endNow) teleop.device = "gamepad: " + pad.id;
+  stick.forEach((v, i) => { axes[i] += v; });
+  if (endNow) handBack();
+}
+function teleopAxes() {
+  const axes = [0, 0, 0, 0, 0, 0];
+  for (const key of teleop.held) { const [i, sign] = TELEOP_AXIS_KEYS[key]; axes[i] += sign; }
+  gamepadAxes(axes);
+  return axes.map((v) => Math.max(-1, Math.min(1, v)));
+}
+async function sendTeleop() {
+  if (!controlling() || teleop.inFlight) return;
+  teleop.inFlight = true;
+  const axes = teleopAxes();
+  try {
+    await post("/api/teleop/command", { axes, gripper_presses: teleop.gripper, end_presses: teleop.end, device: teleop.device });
+    teleop.error = "";
+  } catch (e) { teleop.error = e.message; }
+  finally { teleop.inFlight = false; }
+  const st = $("#teleop-status");
+  st.dataset.axes = axes.join(",");
+  showTeleop();
+}
+function showTeleop() {
+  const st = $("#teleop-status");
+  st.hidden = !controlling();
+  st.classList.toggle("silent", !!teleop.error);
+  st.dataset.device = teleop.device;
+  st.textContent = teleop.error ? `NOT SENT — ${teleop.error}` : `you hold control (${teleop.holder === "record" ? "recording a take" : "took over the episode"}) · ${teleop.device} · arrows, PgUp/PgDn, I/J/K/L, Q/E move, G gripper, H ${teleop.holder === "record" ? "ends the take" : "hands back"}`;
+  $("#hand-back").hidden = !(teleop.holder === "takeover" && teleop.takeoverEpisode !== null);
+}
+async function refreshTeleop() {
+  const t = await api("/api/teleop");
+  teleop.config = t;
+  const was = controlling();
+  teleop.holder = t.holder;
+  if (teleop.holder !== "takeover" || !current.episode || current.episode.id !== teleop.takeoverEpisode) teleop.takeoverEpisode = null;
+  if (controlling() && !teleop.timer) teleop.timer = setInterval(sendTeleop, t.send_period_ms);
+  if (!controlling() && teleop.timer) { clearInterval(teleop.timer); teleop.timer = null; teleop.held.clear(); }
+  if (was !== controlling()) showTeleop();
+}
+$("#hand-back").onclick = handBack;
+
+// --- pde record from the page: reset, record, stop, keep or discard --------------------------------
+let rec = { phase: "idle" };
+let recVideoKey = "";
+async function refreshRecord() {
+  rec = await api("/api/record");
+  const sel = $("#rec-task");
+  if (sel.options.length !== rec.tasks.length) sel.innerHTML = rec.tasks.map((t) => `<option>${esc(t)}</option>`).join("");
+  $("#rec-phase").textContent = rec.phase;
+  $("#rec-phase").className = "phase " + rec.phase;
+  const busy = ["resetting", "recording"].includes(rec.phase);
+  $("#rec-reset").disabled = !connected || busy || rec.phase === "recorded";
+  $("#rec-start").disabled = !connected || rec.phase !== "ready";
+  $("#rec-stop").disabled = !connected || rec.phase !== "recording";
+  $("#rec-keep").disabled = $("#rec-discard").disabled = !connected || rec.phase !== "recorded";
+  $("#rec-info").textContent = rec.phase === "recording" ? `recording ${rec.task}: ${rec.rows} rows` : rec.phase === "ready" ? `${rec.task}: at its reset pose — record` : rec.phase === "resetting" ? `resetting the arm for ${rec.task}…` : `takes go to ${rec.demos_dir}`;
+  $("#rec-error").textContent = rec.error ? operatorText(rec.error) : "";
+  $("#rec-counts tbody").innerHTML = Object.entries(rec.counts).map(([t, c]) => `<tr data-task="${esc(t)}"><td>${esc(t)}</td><td class="kept">${c.kept}</td><td class="discarded">${c.discarded}</td></tr>`).join("")
+    || '<tr><td colspan="3" class="muted">no takes yet</td></tr>';
+  const last = rec.last;
+  $("#rec-last").hidden = !last;
+  if (last) {
+    $("#rec-last-meta").textContent = `${last.task} · ${last.rows} rows, ${last.rows_dropped} dropped, ${last.rows_clipped} clipped, ${last.watchdog_stops} held by the watchdog`
+      + (last.task_success === null ? "" : ` · the simulator's check: ${last.task_success ? "success" : "failure"}`)
+      + (last.kept === null ? " · keep or discard it" : last.kept ? " · kept" : " · discarded");
+    const cam = last.videos.external ? "external" : Object.keys(last.videos)[0];
+    const key = cam ? last.videos[cam] : "";
+    if (key !== recVideoKey) {
+      recVideoKey = key;
+      $("#rec-video").innerHTML = cam ? `<video controls muted preload="auto" data-camera="${esc(cam)}" src="${key}"></video>` : '<p class="muted">no video</p>';
+    }
+  }
+}
+$("#rec-reset").onclick = () => act(() => post("/api/record/reset", { task: $("#rec-task").value }), "resetting the arm for the take…").then(refreshRecord);
+$("#rec-start").onclick = () => act(() => post("/api/record/start"), "recording: you hold control (keys or gamepad)").then(() => { refreshRecord(); refreshTeleop(); });
+$("#rec-stop").onclick = () => act(() => post("/api/record/stop"), "take stopped").then(refreshRecord);
+function saveTake(keep) {
+  act(() => post("/api/record/save", { keep, note: $("#rec-note").value.trim() }), keep ? "take kept" : "take discarded")
+    .then(() => { $("#rec-note").value = ""; refreshRecord(); });
+}
+$("#rec-keep").onclick = () => saveTake(true);
+$("#rec-discard").onclick = () => saveTake(false);
+
 // --- history and detail -----------------------------------------------------------------------
 // Paged newest first: `pageStack` holds the before_id of each page shown so far (null: newest).
 const PAGE_SIZE = 50;
@@ -745,4 +876,6 @@ every(1500, refreshHistory);
 every(1000, refreshHealth);  // a dead service is on the banner within robot_down_s + 1 s
 every(4000, refreshPools);
 every(2000, refreshProgress);
+every(300, refreshTeleop);
+every(500, refreshRecord);
 adoptHashToken();
