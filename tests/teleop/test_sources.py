@@ -12,6 +12,7 @@ from pde_contract.messages import ACTION_DIMS, ActionSpace
 from teleop.base import TeleopCommand, TeleopNotConnectedError, TeleopSource
 from teleop.guiding import HandGuidingSource
 from teleop.keyboard import KeyboardSource, ScriptedKeys
+from teleop.page import PageCommand, PageCommandBox, PageSource
 from teleop.scripted import ScriptedSource
 from teleop.settings import TeleopSettings
 from teleop.spacemouse import SpaceMouseSource
@@ -26,6 +27,7 @@ SOURCES: dict[str, Callable[[], TeleopSource]] = {
     "keyboard": lambda: KeyboardSource(lambda: ScriptedKeys([["w"], ["w"]]), SETTINGS),
     "guiding": lambda: HandGuidingSource(max_ticks=5),
     "scripted": lambda: ScriptedSource([np.zeros(7)] * 3),
+    "page": lambda: PageSource(PageCommandBox().latest, SETTINGS),
 }
 
 
@@ -143,6 +145,88 @@ def test_spacemouse_start_take_forgets_presses_from_before() -> None:
 def test_spacemouse_settings_refuse_an_axis_order_that_is_no_permutation() -> None:
     with pytest.raises(ValueError, match="spacemouse_axis_order"):
         TeleopSettings(spacemouse_axis_order=(0, 0, 2, 3, 4, 5))
+
+
+# --- the operator page's keys and gamepad -------------------------------------------------------
+
+
+class _PageClock:
+    """The page source's wall clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _page(**settings: object) -> tuple[PageSource, PageCommandBox, _PageClock]:
+    box, clock = PageCommandBox(), _PageClock()
+    source = PageSource(box.latest, TeleopSettings(**settings), clock)  # type: ignore[arg-type]
+    source.connect()
+    source.start_take(OPEN_M)
+    return source, box, clock
+
+
+def _send(box: PageCommandBox, clock: _PageClock, axes: list[float], gripper: int = 0, end: int = 0) -> None:
+    box.put(PageCommand.checked(axes, gripper, end, "keyboard", clock.now_s))
+
+
+def test_page_deflection_is_speed_with_the_one_deadband() -> None:
+    source, box, clock = _page(deadband=0.1, max_speed_m_s=0.1, max_rotation_rad_s=0.5)
+    _send(box, clock, [1, -1, 0, 0, 0, 0.55])  # two held keys, a stick half way round
+    cmd = source.read(PERIOD_S)
+    np.testing.assert_allclose(cmd.translation_m, [0.1 * PERIOD_S, -0.1 * PERIOD_S, 0.0])
+    np.testing.assert_allclose(cmd.rotation_rad, [0.0, 0.0, 0.5 * 0.5 * PERIOD_S])
+    _send(box, clock, [0.05, 0, -0.08, 0, 0, 0])  # a resting stick: inside the deadband
+    assert not source.read(PERIOD_S).ee_delta_row()[:6].any()
+
+
+def test_page_watchdog_gives_zero_motion_when_the_page_goes_silent() -> None:
+    source, box, clock = _page(page_watchdog_ms=300)
+    _send(box, clock, [1, 0, 0, 0, 0, 0])
+    clock.now_s += 0.25
+    assert source.read(PERIOD_S).translation_m[0] > 0  # within the watchdog: the key still held
+    clock.now_s += 0.1  # 350 ms without a command
+    cmd = source.read(PERIOD_S)
+    assert not cmd.ee_delta_row()[:6].any() and not cmd.end and source.watchdog_stops == 1
+    _send(box, clock, [0, 1, 0, 0, 0, 0])  # the page is back: its command drives again
+    assert source.read(PERIOD_S).translation_m[1] > 0
+
+
+def test_page_counters_toggle_the_gripper_once_per_press_and_end_the_take() -> None:
+    source, box, clock = _page()
+    _send(box, clock, [0] * 6, gripper=1)
+    assert source.read(PERIOD_S).gripper_width_m == CLOSED_M
+    assert source.read(PERIOD_S).gripper_width_m == CLOSED_M  # the same command again: no toggle
+    _send(box, clock, [0] * 6, gripper=3)  # two presses between ticks: closed, open, closed
+    assert source.read(PERIOD_S).gripper_width_m == CLOSED_M
+    _send(box, clock, [0] * 6, gripper=3, end=1)
+    assert source.read(PERIOD_S).end
+
+
+def test_page_start_take_forgets_presses_from_before() -> None:
+    source, box, clock = _page()
+    _send(box, clock, [0] * 6, gripper=5, end=2)  # a previous take's presses
+    source.start_take(OPEN_M)
+    cmd = source.read(PERIOD_S)
+    assert not cmd.end and cmd.gripper_width_m == OPEN_M
+
+
+def test_page_commands_refuse_what_the_page_never_sends() -> None:
+    from teleop.base import TeleopError
+
+    with pytest.raises(TeleopError, match=r"\[-1, 1\]"):
+        PageCommand.checked([2, 0, 0, 0, 0, 0], 0, 0, "keyboard")
+    with pytest.raises(TeleopError, match="6 numbers"):
+        PageCommand.checked([0, 0, 0], 0, 0, "keyboard")
+    with pytest.raises(TeleopError, match="negative"):
+        PageCommand.checked([0] * 6, -1, 0, "keyboard")
+
+
+def test_page_settings_refuse_a_watchdog_one_late_command_would_trip() -> None:
+    with pytest.raises(ValueError, match="page_watchdog_ms"):
+        TeleopSettings(page_send_period_ms=100, page_watchdog_ms=150)
 
 
 # --- keyboard, guiding, scripted ---------------------------------------------------------------

@@ -60,3 +60,37 @@ def test_without_a_person_nothing_is_offered(tmp_path: Path) -> None:
         actor = TakeoverActor(inner, store)
         assert store.service_states()[intents.TAKEOVER_STATE].state["person"] is None
         assert _run(actor, 3) == 2
+
+
+def test_the_page_person_reads_the_pages_commands_from_the_database_on_its_own_clock(tmp_path: Path) -> None:
+    """PDE_TELEOP_PERSON=page: the page's server writes its newest command into a row, the loop's
+    page source reads it each tick, stamped when its number changes (the watchdog's clock)."""
+    from learner.loop.takeover import StorePageCommands
+    from teleop.main import person_source
+    from teleop.page import PageSource
+    from teleop.settings import TeleopSettings
+
+    now = [100.0]
+
+    def write(seq: str, axes: list[float], end: int = 0) -> None:
+        row = {"seq": seq, "axes": axes, "gripper_presses": 0, "end_presses": end, "device": "keyboard"}
+        store.set_service_state(intents.PAGE_TELEOP_STATE, row)
+
+    with Store.open(f"sqlite:///{tmp_path}/pde.db", tmp_path / "media") as store:
+        write("a:1", [1, 0, 0, 0, 0, 0])  # left from an earlier takeover: of unknown age
+        settings = TeleopSettings(person="page", page_watchdog_ms=300)
+        commands = StorePageCommands(store, lambda: now[0])
+        configured = person_source(settings, commands)
+        assert isinstance(configured, PageSource) and configured.is_connected
+        person = PageSource(commands, settings, lambda: now[0])  # the same, on the test's clock
+        person.connect()
+        person.start_take(0.08)
+        assert not person.read(0.1).translation_m.any()  # the old command never moves the arm
+        write("a:2", [0, 1, 0, 0, 0, 0])
+        assert person.read(0.1).translation_m[1] > 0
+        now[0] += 0.5  # the page went silent: the same number for 500 ms
+        assert not person.read(0.1).translation_m.any()
+        write("a:3", [0, 0, 0, 0, 0, 0], end=1)
+        assert person.read(0.1).end
+        store.set_service_state(intents.PAGE_TELEOP_STATE, {"seq": "a:4", "axes": "bad"})
+        assert commands() is None  # a row it cannot read: no command, logged
