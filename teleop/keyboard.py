@@ -9,7 +9,8 @@ press is a step: ``keyboard_step_m`` / ``keyboard_step_rad`` per press. Keys (ba
 
 Where the presses come from is the ``KeyInput`` boundary: ``TerminalKeys`` reads the controlling
 terminal; ``ScriptedKeys`` replays presses tick by tick (tests, benchmarks). The operator page's
-keys are meant to arrive through the same boundary.
+keys have a source of their own (``teleop/page.py``): a browser reports holds, so there a held key
+is a speed.
 """
 
 from __future__ import annotations

@@ -97,7 +97,8 @@ class PageSource(TeleopSource):
         self._gripper = GripperToggle(self.settings.gripper_open_m, self.settings.gripper_closed_m)
         self._gripper_seen = 0
         self._end_seen = 0
-        self.watchdog_stops = 0  # reads that gave zero motion because the page went silent
+        self._before_take: PageCommand | None = None
+        self.watchdog_stops = 0  # ticks of a take held because the page went silent in it
 
     def _fresh(self) -> PageCommand | None:
         cmd = self._latest()
@@ -114,6 +115,7 @@ class PageSource(TeleopSource):
         cmd = self._latest()
         self._gripper_seen = cmd.gripper_presses if cmd else 0
         self._end_seen = cmd.end_presses if cmd else 0
+        self._before_take = cmd
         self._gripper.start(gripper_width_m)
         self.watchdog_stops = 0
 
@@ -121,7 +123,9 @@ class PageSource(TeleopSource):
         self._require_connected()
         cmd = self._fresh()
         if cmd is None:
-            self.watchdog_stops += self._latest() is not None
+            # counted once the page spoke during the take (not while it has yet to start sending)
+            latest = self._latest()
+            self.watchdog_stops += latest is not None and latest is not self._before_take
             return TeleopCommand(gripper_width_m=self._gripper.width_m)
         # a counter that went back is a reloaded page: its count starts again from there
         toggles = cmd.gripper_presses - self._gripper_seen if cmd.gripper_presses >= self._gripper_seen else 0
