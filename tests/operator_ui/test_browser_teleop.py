@@ -15,13 +15,18 @@ import numpy as np
 import pytest
 from playwright.sync_api import Page, expect
 
+from learner.loop.takeover import StorePageCommands
 from learner.sft import action_windows, select_demo_files
 from pde_contract.client import RobotClient
 from pde_contract.episodes import read_episode
 from pde_contract.messages import ActionSpace
+from teleop.base import TeleopCommand, TeleopSource
+from teleop.page import PageSource
 from teleop.takes import LOG_NAME
+from tests.learner.loop.doubles import PersonActorFake
 from tests.operator_ui.browser import SHOTS, TASK, sim_robot_server, ui_process
 from tests.operator_ui.conftest import TOKEN
+from tests.operator_ui.test_browser_takeover import LONG_EPISODE_CHUNKS, loop_and_page
 
 pytestmark = [pytest.mark.browser]
 # A gamepad for the page: the browser's Gamepad API answered by a stub (no device here).
@@ -218,3 +223,66 @@ def test_a_take_kept_on_the_page_is_an_episode_the_sft_reader_loads(
     assert len(windows) == len(episode.chunks) and windows[0].shape == (4, 7)
     log = [json.loads(line) for line in (demos / LOG_NAME).read_text().splitlines()]
     assert log[-1]["kept"] is True and log[-1]["note"] == "a page take" and log[-1]["source"] == "teleop:page"
+
+
+class _PacedPagePerson(TeleopSource):
+    """The loop's page person (``PDE_TELEOP_PERSON=page``), read once per control tick as the
+    actor does (the actor fake reads as fast as it can), keeping what it read."""
+
+    name = "page"
+
+    def __init__(self, inner: PageSource) -> None:
+        self.inner = inner
+        self.read_rows: list[np.ndarray] = []
+
+    def _open(self) -> None:
+        self.inner.connect()
+
+    def start_take(self, gripper_width_m: float) -> None:
+        self.inner.start_take(gripper_width_m)
+
+    def read(self, period_s: float) -> TeleopCommand:
+        time.sleep(period_s)
+        cmd = self.inner.read(period_s)
+        self.read_rows.append(cmd.ee_delta_row())
+        return cmd
+
+
+def test_take_control_with_the_page_person_drives_with_the_pages_keys_until_hand_back(
+    page: Page, tmp_path: Path
+) -> None:
+    """Through the database: the page's server writes its commands into the `teleop_page` row, the
+    loop's page source reads them (learner/loop/takeover.py: StorePageCommands)."""
+    feed: list[StorePageCommands] = []
+    person = _PacedPagePerson(PageSource(lambda: feed[0]() if feed else None))
+    actor = PersonActorFake(n_chunks=LONG_EPISODE_CHUNKS, chunk_time_s=0.1)
+    with person, loop_and_page(tmp_path, actor, person) as (store, base):
+        feed.append(StorePageCommands(store))
+        page.goto(f"{base}/#token={TOKEN}")
+        expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+        page.locator("#start").click()
+        expect(page.locator("#phase")).to_have_text("running", timeout=15_000)
+        page.locator("#take-control").click()
+        expect(page.locator("#hand-back")).to_be_visible(timeout=10_000)
+        expect(page.locator("#teleop-status")).to_contain_text("took over the episode")
+        page.keyboard.down("ArrowUp")
+        arm_wait = time.monotonic() + WAIT_S
+        while not any(r[0] > 0 for r in person.read_rows):  # the person read the key's motion
+            assert time.monotonic() < arm_wait, "the loop's page person never read the held key"
+            time.sleep(0.05)
+        page.keyboard.up("ArrowUp")
+        _all_still_sent(page)
+        n = len(person.read_rows)
+        while len(person.read_rows) < n + 2:  # rows read after the zeros were sent
+            assert time.monotonic() < arm_wait, "the take stopped reading"
+            time.sleep(0.05)
+        page.keyboard.press("h")  # hand back
+        expect(page.locator("#hand-back")).to_be_hidden(timeout=10_000)
+        while not actor.takes:
+            assert time.monotonic() < arm_wait, "the take did not end at hand back"
+            time.sleep(0.05)
+        [take] = actor.takes
+        assert any(r[0] > 0 for r in take) and not np.any(take[-1][:6])  # moved, then still
+        page.locator("#end-failure").click()
+        expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
+        page.goto("about:blank")
