@@ -24,7 +24,7 @@ from pde_contract.link import ClientCurve
 from pde_contract.messages import ActionSpace
 from pde_contract.tasks import TaskSpec
 from teleop.base import TeleopError
-from teleop.page import PageCommand, PageCommandBox, PageSource
+from teleop.page import PageCommandBox, PageSource
 from teleop.recorder import Recorder, Take
 from teleop.settings import TeleopSettings
 from teleop.takes import counts_per_task, save_take
@@ -91,6 +91,7 @@ class RecordSession:
         self._last: LastTake | None = None
         self._worker: threading.Thread | None = None
         self._takes = 0
+        self._source: PageSource | None = None  # the take's, while one records
 
     # --- what the page sees ----------------------------------------------------------------------
 
@@ -134,9 +135,9 @@ class RecordSession:
             task = self._task
             assert task is not None
             self._phase, self._rows, self._error = RecordPhase.RECORDING, 0, ""
+            source = self._source = PageSource(self.box.latest, self.settings)
 
         def take(rec: Recorder) -> None:
-            source = PageSource(self.box.latest, self.settings)
             with source:
                 taken = rec.record(source, task, on_row=self._count_row)
             self._took(taken, source.watchdog_stops)
@@ -144,14 +145,11 @@ class RecordSession:
         self._run(take, RecordPhase.RECORDED)
 
     def stop(self) -> None:
-        """End the take at its next tick, whatever the page sends meanwhile: one more hand-back
-        press than the page has counted, and no motion."""
+        """End the take at its next tick, whatever the page sends meanwhile."""
         with self._lock:
             self._require(RecordPhase.RECORDING, what="stop")
-            latest = self.box.latest()
-            ended = latest.end_presses + 1 if latest else 1
-            presses = latest.gripper_presses if latest else 0
-            self.box.put(PageCommand.checked([0.0] * 6, presses, ended, "stop button"))
+            assert self._source is not None
+            self._source.request_end()
 
     def save(self, keep: bool, note: str) -> list[Path]:
         with self._lock:

@@ -98,6 +98,7 @@ class PageSource(TeleopSource):
         self._gripper_seen = 0
         self._end_seen = 0
         self._before_take: PageCommand | None = None
+        self._end_requested = threading.Event()
         self.watchdog_stops = 0  # ticks of a take held because the page went silent in it
 
     def _fresh(self) -> PageCommand | None:
@@ -116,11 +117,19 @@ class PageSource(TeleopSource):
         self._gripper_seen = cmd.gripper_presses if cmd else 0
         self._end_seen = cmd.end_presses if cmd else 0
         self._before_take = cmd
+        self._end_requested.clear()
         self._gripper.start(gripper_width_m)
         self.watchdog_stops = 0
 
+    def request_end(self) -> None:
+        """End the take at the next read, whatever the page sends meanwhile (the page's stop
+        button, through its server)."""
+        self._end_requested.set()
+
     def read(self, period_s: float) -> TeleopCommand:
         self._require_connected()
+        if self._end_requested.is_set():
+            return TeleopCommand(gripper_width_m=self._gripper.width_m, end=True)
         cmd = self._fresh()
         if cmd is None:
             # counted once the page spoke during the take (not while it has yet to start sending)

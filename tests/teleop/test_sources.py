@@ -205,6 +205,16 @@ def test_page_counters_toggle_the_gripper_once_per_press_and_end_the_take() -> N
     assert source.read(PERIOD_S).end
 
 
+def test_page_stop_ends_the_take_whatever_the_page_sends_after_it() -> None:
+    source, box, clock = _page()
+    source.request_end()  # the stop button, through the page's server
+    _send(box, clock, [1, 0, 0, 0, 0, 0])  # the page's next command, sent meanwhile
+    cmd = source.read(PERIOD_S)
+    assert cmd.end and not cmd.ee_delta_row()[:6].any()
+    source.start_take(OPEN_M)  # the next take is not stopped
+    assert not source.read(PERIOD_S).end
+
+
 def test_page_start_take_forgets_presses_from_before() -> None:
     source, box, clock = _page()
     _send(box, clock, [0] * 6, gripper=5, end=2)  # a previous take's presses
