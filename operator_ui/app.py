@@ -53,6 +53,7 @@ def create_app(
         try:
             yield
         finally:
+            app.state.record.close()
             if robot_link is None:
                 app.state.robot.close()
             if store is None:

@@ -219,6 +219,10 @@ class RecordSession:
         self._worker = threading.Thread(target=body, name="ui-record", daemon=True)
         self._worker.start()
 
-    def join(self, timeout_s: float | None = None) -> None:
+    def close(self, timeout_s: float = 5.0) -> None:
+        """The page's server stops: a take in progress ends (not saved), and its worker with it."""
+        with self._lock:
+            if self._phase is RecordPhase.RECORDING and self._source is not None:
+                self._source.request_end()
         if self._worker is not None:
             self._worker.join(timeout_s)

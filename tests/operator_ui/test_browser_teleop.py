@@ -286,3 +286,27 @@ def test_take_control_with_the_page_person_drives_with_the_pages_keys_until_hand
         page.locator("#end-failure").click()
         expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
         page.goto("about:blank")
+
+
+def test_space_still_stops_the_arm_while_the_page_holds_control(
+    page: Page, servers: tuple[str, Path, Arm]
+) -> None:
+    """The E-STOP keys come first: Space during a take latches the E-STOP, the take stops with the
+    reason, and the page no longer holds control."""
+    base, _, arm = servers
+    _open(page, base)
+    _record_a_take(page)
+    page.keyboard.down("ArrowDown")
+    page.keyboard.press("Space")
+    page.keyboard.up("ArrowDown")
+    expect(page.locator("#estop")).to_have_class("latched", timeout=10_000)
+    assert arm.client.status().estopped
+    expect(page.locator("#rec-phase")).to_have_text("idle", timeout=WAIT_S * 1000)
+    expect(page.locator("#rec-error")).to_contain_text("e-stop", timeout=10_000)
+    expect(page.locator("#teleop-status")).to_be_hidden()
+    r = page.request.post(
+        f"{base}/api/record/reset", headers={"Authorization": f"Bearer {TOKEN}"}, data={"task": TASK}
+    )
+    assert r.status == 409 and "E-STOP is latched" in r.text()
+    arm.client.release_estop()
+    page.goto("about:blank")
