@@ -103,7 +103,7 @@ def intent_type(kind: str) -> type[IntentBase]:
 def decode_intent(kind: str, payload: dict[str, Any], expected: type[IntentT]) -> IntentT:
     """A stored row as ``expected``; IntentError saying what is wrong when it is not one."""
     if intent_type(kind) is not expected:
-        raise IntentError(f"a {kind!r} intent was read as {kind_of(expected)!r}")
+        raise IntentError(f"an intent of kind {kind!r} was read as {kind_of(expected)!r}")
     try:
         return msgspec.convert({k: v for k, v in payload.items() if k != "kind"}, expected)
     except msgspec.ValidationError as e:
