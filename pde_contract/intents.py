@@ -12,7 +12,7 @@ Pause and practice are not intents but a switch read before each episode:
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import msgspec
 
@@ -69,6 +69,7 @@ class PromptRolloutsDone(IntentBase, tag="prompt_rollouts_done", frozen=True):
     success_rate: float | None = None
 
 
+# Every kind: a new intent is added here, and so becomes known to every reader.
 Intent = StartEpisode | AbortEpisode | EndEpisode | TakeControl | PromptRolloutsDone
 IntentT = TypeVar("IntentT", bound=IntentBase)
 
@@ -81,9 +82,7 @@ def kind_of(kind: type[IntentBase]) -> str:
     return tag
 
 
-INTENT_KINDS: dict[str, type[IntentBase]] = {
-    kind_of(k): k for k in (StartEpisode, AbortEpisode, EndEpisode, TakeControl, PromptRolloutsDone)
-}
+INTENT_KINDS: dict[str, type[IntentBase]] = {kind_of(k): k for k in get_args(Intent)}
 
 
 def encode_intent(intent: IntentBase) -> tuple[str, dict[str, Any]]:
