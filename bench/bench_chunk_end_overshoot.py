@@ -92,7 +92,7 @@ def _rig(ce: Any, backend: str, speed: float) -> tuple[Any, list[Any]]:
             max_tcp_step_m=limits.max_step_translation_m,
             workspace_m=(limits.workspace_min_m, limits.workspace_max_m),
         )
-        sampler = ce.PhysicsStepSampler(world.tcp_site_id, world.arm_qpos_adr, world.lock)
+        sampler = ce.PhysicsStepSampler(world.tcp_site_id, world.arm_qpos_adr, world.lock, world.data)
         realtime = False  # chunk rows back to back; idle (settling) ticks still at 10 Hz
     rate_hz = 10.0 * speed
     ticks = ce.TickStates()

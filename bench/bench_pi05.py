@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import write_result  # bench/ is on sys.path when run as a script
 
-from learner.actor import ActorSettings
+from learner.actor import ActorSettings, policy_trace
 from learner.policies.base import ChunkSample, Policy
 from learner.policies.pi05 import Pi05Options, Pi05Policy
 from learner.policies.pi05_checkpoint import FeatureStats, Pi05Checkpoint, Pi05Mapping
@@ -265,7 +265,7 @@ def rollout_batch(
             s = policy.sample(policy.preprocess(observations[sl]), prompts[sl])
             for j, i in enumerate(range(sl.start, sl.stop)):
                 records[i].append(
-                    ChunkRecord(observation=observations[i], actions=s.actions[j], extras=s.extras(j))
+                    ChunkRecord(observation=observations[i], actions=s.actions[j], trace=policy_trace(s, j))
                 )
     return [
         (

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner.policies.base import ROLLOUT_EXTRAS, ObsBatch, PairEvaluation, Policy
+from learner.policies.base import ObsBatch, PairEvaluation, Policy
 from learner.ppo import (
     PPOConfig,
     clipped_policy_loss,
@@ -69,23 +69,13 @@ def advantage_groups(episodes: Sequence[EpisodeFile]) -> list[Hashable]:
 
 
 def recorded_trace(chunk: ChunkRecord, where: str) -> PolicyTrace:
-    """The chunk's policy trace; episodes recorded before ``PolicyTrace`` existed carry it as
-    named ``extras`` arrays."""
-    if chunk.trace is not None:
-        return chunk.trace
-    missing = [key for key in ROLLOUT_EXTRAS if key not in chunk.extras]
-    if missing:
+    """The chunk's policy trace (``read_episode`` gives format-1 files theirs)."""
+    if chunk.trace is None:
         raise ValueError(
-            f"{where} has no policy trace (nor extras {missing}): PPO trains on episodes recorded by "
+            f"{where} has no policy trace: PPO trains on episodes recorded by "
             "the learner's actor (demonstrations are for `pde learner sft`)"
         )
-    x = chunk.extras
-    return PolicyTrace(
-        log_prob=float(np.asarray(x["log_prob"]).reshape(-1)[0]),
-        log_prob_elements=x.get("log_prob_elements"),
-        value=float(np.asarray(x["value"]).reshape(-1)[0]),
-        chain=np.asarray(x["chain"]),
-    )
+    return chunk.trace
 
 
 def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:

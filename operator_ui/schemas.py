@@ -1,12 +1,109 @@
-"""JSON shapes of the page's API (rows from the store with file paths turned into URLs)."""
+"""JSON shapes of the page's API: what it accepts (``...In``) and what it answers (``...Out``,
+each endpoint's response model, so /api/docs shows real schemas). The answers are built from the
+store's rows and the services' typed messages; a message the page passes on whole (the loop's and
+the supervisor's state) and the rows it shows whole (episodes, labels, prompts) get their models
+from the record's own fields (``record_model``).
+tests/operator_ui/test_page_fields.py fails when app.js reads a field no model has."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import types
+from datetime import datetime
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from pde_contract.service_state import LoopPhase, LoopState, SupervisorState
 from pde_storage import EpisodeRow, LabelRow, PromptRow
+from pde_storage.rows import EpisodeStatus, LabelSource, PromptStatus, Stage
+
+
+def _pydantic_type(tp: Any) -> Any:
+    """``tp`` with every msgspec Struct in it replaced by its ``struct_model``."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return struct_model(tp)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is None or origin is Literal or not args:
+        return tp
+    mapped = tuple(_pydantic_type(a) for a in args)
+    return Union[mapped] if origin in (Union, types.UnionType) else origin[mapped]  # noqa: UP007
+
+
+def _record_fields(record: type) -> dict[str, tuple[Any, Any]]:
+    """name -> (type, pydantic default) of a msgspec message or a row dataclass."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if issubclass(record, msgspec.Struct):
+        for f in msgspec.structs.fields(record):
+            if f.default_factory is not msgspec.NODEFAULT:
+                out[f.encode_name] = (f.type, Field(default_factory=f.default_factory))
+            else:
+                out[f.encode_name] = (f.type, ... if f.default is msgspec.NODEFAULT else f.default)
+        return out
+    if not dataclasses.is_dataclass(record):
+        raise TypeError(f"{record.__name__} is neither a msgspec Struct nor a dataclass")
+    hints = get_type_hints(record)
+    for d in dataclasses.fields(record):
+        if d.default_factory is not dataclasses.MISSING:
+            out[d.name] = (hints[d.name], Field(default_factory=d.default_factory))
+        else:
+            out[d.name] = (hints[d.name], ... if d.default is dataclasses.MISSING else d.default)
+    return out
+
+
+def record_model(
+    record: type,
+    name: str,
+    *,
+    exclude: tuple[str, ...] = (),
+    fields: dict[str, tuple[Any, Any]] | None = None,
+) -> type[BaseModel]:
+    """A pydantic model with the fields, types and defaults of a typed record (a msgspec message
+    or one of the store's rows), less ``exclude``, with ``fields`` (name -> (type, default)) added
+    or retyped: the record stays the one home of its fields."""
+    own = {k: (_pydantic_type(t), d) for k, (t, d) in _record_fields(record).items() if k not in exclude}
+    definitions: dict[str, Any] = {**own, **(fields or {})}
+    return create_model(
+        name, __doc__=record.__doc__, __config__=ConfigDict(from_attributes=True), **definitions
+    )
+
+
+@cache
+def struct_model(struct: type[msgspec.Struct]) -> type[BaseModel]:
+    """A message's ``record_model`` (one per message: nested ones are shared)."""
+    return record_model(struct, f"{struct.__name__}Out")
+
+
+def state_out(message: msgspec.Struct) -> BaseModel:
+    """A message as its ``struct_model``."""
+    return struct_model(type(message)).model_validate(msgspec.to_builtins(message))
+
+
+# Built at import from the records; mypy sees plain models.
+if TYPE_CHECKING:
+    LoopStateOut: TypeAlias = BaseModel
+    SupervisorStateOut: TypeAlias = BaseModel
+    EpisodeFields: TypeAlias = BaseModel
+    LabelOut: TypeAlias = BaseModel
+    PromptFields: TypeAlias = BaseModel
+else:
+    LoopStateOut = struct_model(LoopState)
+    SupervisorStateOut = struct_model(SupervisorState)
+    # The row's file paths stay on the server: the page gets the videos as URLs.
+    EpisodeFields = record_model(
+        EpisodeRow,
+        "EpisodeFields",
+        exclude=("file_path", "video_paths"),
+        fields={"stage": (Stage, ...), "status": (EpisodeStatus, ...), "videos": (dict[str, str], ...)},
+    )
+    LabelOut = record_model(
+        LabelRow, "LabelOut", fields={"source": (LabelSource, ...), "authoritative": (bool, ...)}
+    )
+    PromptFields = record_model(
+        PromptRow, "PromptFields", fields={"status": (PromptStatus, ...), "success_rate": (float | None, ...)}
+    )
 
 
 class LabelIn(BaseModel):
@@ -110,59 +207,176 @@ class CamerasOut(BaseModel):
     episode_id: str
 
 
-def episode_json(e: EpisodeRow) -> dict[str, Any]:
-    return {
-        "id": e.id,
-        "task": e.task,
-        "rollout_prompt": e.rollout_prompt,
-        "canonical_prompt": e.canonical_prompt,
-        "prompt_id": e.prompt_id,
-        "policy_version": e.policy_version,
-        "stage": e.stage,
-        "status": e.status,
-        "success": e.success,
-        "vlm_proposal": e.vlm_proposal,
-        "vlm_reason": e.vlm_reason,
-        "videos": {cam: f"/api/episodes/{e.id}/video/{cam}" for cam in sorted(e.video_paths)},
-        "created_at": e.created_at.isoformat(),
-        "finished_at": e.finished_at.isoformat() if e.finished_at else None,
-        "labelled_at": e.labelled_at.isoformat() if e.labelled_at else None,
-        "abort_reason": e.abort_reason,
-        "seed": e.seed,
-        "n_chunks": e.n_chunks,
-        "discarded_at": e.discarded_at.isoformat() if e.discarded_at else None,
-        "discard_reason": e.discard_reason,
-        "note": e.note,
-    }
+class EpisodeOut(EpisodeFields):
+    """An episode as the page shows it (``EpisodeRow``): its videos as URLs (camera -> URL of
+    its mp4), never the files' paths."""
+
+    @classmethod
+    def of(cls, e: EpisodeRow, **more: Any) -> Self:
+        """From the store's row; ``more``: the fields a subclass adds."""
+        videos = {cam: f"/api/episodes/{e.id}/video/{cam}" for cam in sorted(e.video_paths)}
+        return cls.model_validate({**vars(e), "videos": videos, **more})
 
 
-def label_json(lab: LabelRow) -> dict[str, Any]:
-    return {
-        "id": lab.id,
-        "episode_id": lab.episode_id,
-        "success": lab.success,
-        "source": lab.source,
-        "reason": lab.reason,
-        "authoritative": lab.authoritative,
-        "created_at": lab.created_at.isoformat(),
-        "operator": lab.operator,
-    }
+class PPOUseOut(BaseModel):
+    """The first PPO update that trained on an episode's label."""
+
+    version: int
+    trained_through_episode_id: int
+    at: datetime
 
 
-def prompt_json(p: PromptRow) -> dict[str, Any]:
-    return {
-        "id": p.id,
-        "task": p.task,
-        "text": p.text,
-        "status": p.status,
-        "source": p.source,
-        "iteration": p.iteration,
-        "summary": p.summary,
-        "n_episodes": p.n_episodes,
-        "n_success": p.n_success,
-        "n_finished": p.n_finished,
-        "success_rate": p.success_rate,
-    }
+class EpisodeDetailOut(EpisodeOut):
+    labels: list[LabelOut]  # oldest first, relabels included
+    ppo_used: PPOUseOut | None
+
+
+class LabelledOut(BaseModel):
+    label: LabelOut
+    episode: EpisodeOut
+
+
+class PromptOut(PromptFields):
+    """A prompt (``PromptRow``) with its success rate."""
+
+    rejudge: str = ""  # a rejected prompt whose labels now reach eta: what the operator may do
+
+
+class TaskOut(BaseModel):
+    name: str
+    canonical_prompt: str
+    stage: Stage
+    iteration: int
+    alpha: float
+    ema_success: float | None
+    pool_size: int
+
+
+class IntentOut(BaseModel):
+    """A request queued for a service; what it did with it comes back in its state."""
+
+    intent_id: int
+
+
+class StartOut(IntentOut):
+    task: str | None
+    prompt: str | None
+
+
+class AbortOut(IntentOut):
+    episode_id: int | None
+
+
+class EndOut(IntentOut):
+    episode_id: int
+    success: bool | None
+
+
+class TakeControlOut(IntentOut):
+    episode_id: int
+    person: str
+
+
+class LoopOut(LoopStateOut):
+    """The loop's state (its ``LoopState``) as the page reads it, with its age and whether it is
+    alive; without a state (the loop never wrote one this version reads) the phase is None."""
+
+    phase: LoopPhase | None = None
+    age_s: float | None = None
+    alive: bool = False
+    person: str | None = None  # who may take over (learner/loop/takeover.py); None: nobody
+
+
+class RunningOut(BaseModel):
+    episode_id: int
+    elapsed_s: float
+    chunks: int | None  # counted from the robot server's observations; None: it saw none of them
+
+
+class VLMOut(BaseModel):
+    """Whether a VLM proposal can still come: "VLM: —" alone cannot tell waiting from none."""
+
+    supervisor_running: bool
+    available: bool
+    proposer: str
+
+
+class StateOut(BaseModel):
+    loop: LoopOut
+    episode: EpisodeOut | None  # the loop's own episode (running or awaiting its label)
+    running: RunningOut | None
+    awaiting_label: EpisodeOut | None  # the episode the page asks the operator to label
+    frame_stale_s: float
+    label_undo_s: float
+    vlm: VLMOut
+
+
+class PauseOut(BaseModel):
+    paused: bool
+    practice: bool
+
+
+class HomeOut(BaseModel):
+    task: str
+    seed: int | None
+    pose: str  # "home" or "the task's reset pose"
+
+
+class RobotStatusOut(BaseModel):
+    backend: str
+    connected: bool
+    estopped: bool
+    estop_reason: str
+    episode_id: str
+    holding: bool
+    steps_remaining: int
+    task: str
+    last_error: str
+    fault: str  # "" without a fault, else what happened and what to do
+    fault_blocking: bool
+    guiding: bool
+
+
+class MetricPointOut(BaseModel):
+    step: int
+    value: float
+    time: datetime
+
+
+class OkOut(BaseModel):
+    ok: bool
+
+
+class ServiceHealthOut(BaseModel):
+    ok: bool
+    detail: str
+
+
+class RobotHealthOut(ServiceHealthOut):
+    estopped: bool | None
+    fault: str
+    fault_blocking: bool
+    guiding: bool
+    estop_reason: str
+    limits: str
+
+
+class ServiceStateHealthOut(ServiceHealthOut):
+    state: LoopStateOut | SupervisorStateOut  # the service's own row
+
+
+class ProblemOut(BaseModel):
+    """One banner line: which service, what is wrong, and how to start it again."""
+
+    service: str
+    title: str
+    what: str
+    action: str
+
+
+class HealthOut(BaseModel):
+    services: dict[str, RobotHealthOut | ServiceStateHealthOut | ServiceHealthOut]
+    problems: list[ProblemOut]
 
 
 # --- teleoperation and recording from the page (operator_ui/routers/teleop.py) -------------------
@@ -176,6 +390,20 @@ class TeleopCommandIn(BaseModel):
     gripper_presses: int = Field(ge=0, description="gripper presses since the page loaded")
     end_presses: int = Field(ge=0, description="'hand back' presses since the page loaded")
     device: str = Field("keyboard", max_length=200, description="keyboard, or gamepad: <its id>")
+
+
+class TeleopCommandOut(BaseModel):
+    to: Literal["record", "takeover"]  # who drives with it: the page's take, or the loop's page person
+
+
+class RecordStepOut(BaseModel):
+    phase: str  # what the session does now (GET /api/record says when it is done)
+    task: str | None = None
+
+
+class RecordSaveOut(BaseModel):
+    kept: bool
+    files: list[str]  # the ee_delta take first, then its joint_abs twin
 
 
 class TeleopOut(BaseModel):

@@ -6,6 +6,9 @@ was sent, and, for a policy's rollout, a ``PolicyTrace`` (what PPO needs of the 
 log-probability, value, the stored denoising chain) and the chunk's timing. Metadata (labels,
 prompts, policy versions) lives in the database; this file holds the bulky arrays and is enough on
 its own to train from.
+
+Format 2 (``EPISODE_FORMAT_VERSION``) records the trace as ``PolicyTrace`` only. Format-1 files
+still read: ``read_episode`` upgrades them as it reads them (``_upgrade_v1``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from typing import Literal
 import msgspec
 import numpy as np
 
-from pde_contract.codec import packb, unpackb
+from pde_contract.codec import CodecError, packb, unpackb
 from pde_contract.files import atomic_write_bytes
 from pde_contract.messages import ActionSpace, Observation
 
-EPISODE_FORMAT_VERSION = 1
+EPISODE_FORMAT_VERSION = 2
 
 
 class PolicyTrace(msgspec.Struct, kw_only=True):
@@ -48,9 +51,6 @@ class ChunkRecord(msgspec.Struct, kw_only=True):
     # Recordings without a policy (demonstrations) keep the default; EpisodeFile.source says who
     # recorded them. Files from before the field read as all "policy".
     commanded_by: Literal["policy", "person"] = "policy"
-    # Other named per-chunk arrays. Episodes recorded before PolicyTrace carry theirs here
-    # ("log_prob", "log_prob_elements", "value", "chain"); the trainer still reads them.
-    extras: dict[str, np.ndarray] = {}
 
 
 def rows_that_ran(chunk: ChunkRecord) -> tuple[int, int]:
@@ -115,10 +115,59 @@ def write_episode(path: str | Path, episode: EpisodeFile) -> None:
     atomic_write_bytes(path, packb(episode))
 
 
-def read_episode(path: str | Path) -> EpisodeFile:
-    episode: EpisodeFile = unpackb(Path(path).read_bytes(), EpisodeFile)
-    if episode.format_version != EPISODE_FORMAT_VERSION:
-        raise ValueError(
-            f"{path}: episode format {episode.format_version}, this code reads {EPISODE_FORMAT_VERSION}"
-        )
+class _FormatVersion(msgspec.Struct):
+    """An episode file's version alone: decoding skips the rest (microseconds for a whole file)."""
+
+    format_version: int
+
+
+class _ChunkExtrasV1(msgspec.Struct):
+    extras: dict[str, np.ndarray] = {}
+
+
+class _EpisodeExtrasV1(msgspec.Struct):
+    """What format 1 had beyond format 2: ``ChunkRecord.extras``, named per-chunk arrays."""
+
+    chunks: list[_ChunkExtrasV1]
+
+
+def _upgrade_v1(data: bytes) -> EpisodeFile:
+    """A format-1 file as format 2. Format 1 is format 2 plus ``ChunkRecord.extras``; episodes
+    recorded before ``PolicyTrace`` carry their trace there ("log_prob" and "value" as one-element
+    arrays, "chain", and, from when it was recorded, "log_prob_elements"), which becomes the chunk's
+    ``trace`` as the format-1 trainer read it. Other extras (none was ever written) are dropped, and
+    a chunk whose extras lack the trace keeps none: PPO refuses it, as it did then."""
+    episode: EpisodeFile = unpackb(data, EpisodeFile)  # skips the extras
+    old: _EpisodeExtrasV1 = unpackb(data, _EpisodeExtrasV1)
+    for chunk, extras in zip(episode.chunks, (c.extras for c in old.chunks), strict=True):
+        if chunk.trace is None and all(key in extras for key in ("log_prob", "value", "chain")):
+            chunk.trace = PolicyTrace(
+                log_prob=float(np.asarray(extras["log_prob"]).reshape(-1)[0]),
+                log_prob_elements=extras.get("log_prob_elements"),
+                value=float(np.asarray(extras["value"]).reshape(-1)[0]),
+                chain=np.asarray(extras["chain"]),
+            )
+    episode.format_version = EPISODE_FORMAT_VERSION
     return episode
+
+
+def read_episode(path: str | Path) -> EpisodeFile:
+    """Read an episode file of this format or of format 1 (upgraded as it is read)."""
+    data = Path(path).read_bytes()
+    try:
+        version = unpackb(data, _FormatVersion).format_version
+    except CodecError as e:
+        raise ValueError(f"{path}: not an episode file ({e})") from e
+    if version == EPISODE_FORMAT_VERSION:
+        return unpackb(data, EpisodeFile)
+    if version == 1:
+        return _upgrade_v1(data)
+    what_to_do = (
+        "it was written by newer code: update this checkout to read it"
+        if version > EPISODE_FORMAT_VERSION
+        else "no such format was ever written: the file is not one of this project's episodes"
+    )
+    raise ValueError(
+        f"{path}: episode format {version}; this code reads formats 1 and {EPISODE_FORMAT_VERSION} "
+        f"({what_to_do})"
+    )

@@ -1,5 +1,6 @@
 """What the services publish about themselves in the shared database's ``service_states`` table,
-as typed messages: the episode loop's state, the supervisor's state and the page's run control.
+as typed messages: the episode loop's state, the supervisor's state, the page's run control and
+who may take over from the policy.
 
 Writers build a Struct and store ``encode_state(s)``; readers call ``decode_state(row, T)``, which
 returns None for a row it cannot read (no phase, an unknown phase, a field of the wrong type):
@@ -21,6 +22,10 @@ LOOP_ROW = "loop"
 SUPERVISOR_ROW = "supervisor"
 # page -> loop: a switch, not an intent: read before each episode.
 RUN_CONTROL_ROW = "_run_control"
+# loop -> page: who may take over from the policy (learner/loop/takeover.py).
+TAKEOVER_ROW = "takeover"
+# page -> loop: the page's keys and gamepad while it holds a takeover (PDE_TELEOP_PERSON=page).
+PAGE_TELEOP_ROW = "teleop_page"
 
 
 class LoopPhase(StrEnum):
@@ -126,7 +131,37 @@ class RunControl(msgspec.Struct, kw_only=True):
     by: str = ""
 
 
-def encode_state(state: LoopState | SupervisorState | RunControl) -> dict[str, Any]:
+class TakeoverState(msgspec.Struct, kw_only=True):
+    """Who may take over from the policy (``TAKEOVER_ROW``), written by the loop's actor wrapper
+    at start. The page offers "take control" only with a person, and only while the loop whose
+    pid this is runs (a row of an earlier loop process does not count)."""
+
+    pid: int
+    person: str | None = None
+    """the person source's name (PDE_TELEOP_PERSON, teleop/settings.py); None: nobody"""
+
+
+class PageTeleopState(msgspec.Struct, kw_only=True):
+    """The page's newest teleop command while it holds a takeover (``PAGE_TELEOP_ROW``), written by
+    the page's server (operator_ui/routers/teleop.py) at each command, read once per control tick
+    by the loop's page person (learner/loop/takeover.py: StorePageCommands; teleop/page.py)."""
+
+    seq: str
+    """changes with every command: the loop stamps a new one with its own clock (its watchdog)"""
+    axes: list[float]
+    """x, y, z, rx, ry, rz deflections in [-1, 1], robot base frame"""
+    gripper_presses: int
+    """gripper presses since the page loaded"""
+    end_presses: int
+    """hand-back presses since the page loaded"""
+    device: str = ""
+    """keyboard, or gamepad: <the browser's id of the pad>"""
+
+
+ServiceMessage = LoopState | SupervisorState | RunControl | TakeoverState | PageTeleopState
+
+
+def encode_state(state: ServiceMessage) -> dict[str, Any]:
     """The JSON object stored in the row."""
     out: dict[str, Any] = msgspec.to_builtins(state)
     return out

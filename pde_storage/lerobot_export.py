@@ -28,8 +28,8 @@ on the frames where ``chunk_row == 0`` with an action horizon of T reproduces ex
 saw and did (sample those indices with a ``SubsetRandomSampler``); the other rows see a stale
 observation. LeRobot ignores these two columns for policy inputs (only ``observation*`` and
 ``action*`` keys become policy features). Rows are the chunks as sent; a chunk that a later one
-preempted (policy rollouts) is exported whole. Per-chunk ``extras`` (log-probabilities, values,
-denoising chains) are not exported.
+preempted (policy rollouts) is exported whole. Per-chunk policy traces (``PolicyTrace``: log-probabilities,
+values, denoising chains) are not exported.
 
 ``observation.state`` is 15 floats in the learner's order (``learner.policies.observations``): TCP
 position (m), TCP quaternion xyzw, gripper width (m), joint positions (rad). ``action`` is the

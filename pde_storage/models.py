@@ -159,6 +159,9 @@ class Intent(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     consumed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Why a reader could not take it (an unknown kind, a malformed payload); such a row is
+    # consumed, so nobody retries it, and kept to be seen.
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ServiceState(Base):

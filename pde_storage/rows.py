@@ -3,9 +3,11 @@ mutate the database by accident or trip over expired sessions)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal
+
+from pde_contract.intents import IntentT
 
 Stage = Literal["bootstrap", "rl"]
 PromptStatus = Literal["canonical", "candidate", "pool", "rejected"]
@@ -141,12 +143,24 @@ class SupervisorCallRow:
 
 
 @dataclass(frozen=True)
-class IntentRow:
+class IntentRow(Generic[IntentT]):
+    """A stored intent, read as its message (pde_contract.intents)."""
+
+    id: int
+    intent: IntentT
+    created_at: datetime
+    consumed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class FailedIntentRow:
+    """A stored intent no reader could take, and why (an unknown kind, a malformed payload)."""
+
     id: int
     kind: str
-    payload: dict[str, Any] = field(default_factory=dict)
-    created_at: datetime | None = None
-    consumed_at: datetime | None = None
+    payload: dict[str, Any]
+    error: str
+    created_at: datetime
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,16 @@ from datetime import datetime
 
 from pde_contract.service_state import (
     RUN_CONTROL_ROW,
-    LoopState,
     RunControl,
+    ServiceMessage,
     State,
-    SupervisorState,
     decode_state,
     encode_state,
 )
 from pde_storage.protocols import ServiceStates
 
 
-def write_state(store: ServiceStates, name: str, state: LoopState | SupervisorState | RunControl) -> None:
+def write_state(store: ServiceStates, name: str, state: ServiceMessage) -> None:
     store.set_service_state(name, encode_state(state))
 
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pde_contract.episodes import read_episode
+from pde_contract.intents import PromptRolloutsDone
 from pde_contract.service_state import SupervisorPhase, SupervisorState
 from pde_contract.tasks import load_tasks
 from pde_storage import EpisodeRow
 from pde_storage.heartbeat import Heartbeat
-from pde_storage.intents import PROMPT_ROLLOUTS_DONE
 from pde_storage.protocols import SupervisorStore
 from pde_storage.service_states import write_state
 from supervisor.dedup import DuplicateFilter, Embedder
@@ -241,10 +241,8 @@ class SupervisorService:
     def _take_loop_reports(self) -> None:
         """The loop says when it has rolled a candidate out N times (before it has written its N
         on the task row, this is how the supervisor knows)."""
-        while (intent := self.store.take_intent(PROMPT_ROLLOUTS_DONE)) is not None:
-            pid = intent.payload.get("prompt_id")
-            if isinstance(pid, int):
-                self._loop_done.add(pid)
+        while (row := self.store.take_intent(PromptRolloutsDone)) is not None:
+            self._loop_done.add(row.intent.prompt_id)
 
     def _step_task(self, task: str, canonical: str) -> None:
         state = self.store.task_state(task)

@@ -20,8 +20,9 @@ from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
+from pde_contract.intents import AbortEpisode, PromptRolloutsDone, StartEpisode
 from pde_contract.service_state import LastStart, LoopPhase, LoopState
-from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, intents
+from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow
 from pde_storage.heartbeat import Heartbeat
 from pde_storage.protocols import LoopStore
 from pde_storage.service_states import run_control, write_state
@@ -175,8 +176,8 @@ class EpisodeLoop:
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
             log.warning("marked interrupted episode(s) %s aborted", aborted)
-        self.store.discard_intents(intents.START_EPISODE)
-        self.store.discard_intents(intents.ABORT_EPISODE)
+        self.store.discard_intents(StartEpisode)
+        self.store.discard_intents(AbortEpisode)
 
     # --- one episode ----------------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ class EpisodeLoop:
             status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
             uptime_at_reset_s = self._robot_uptime_s()
             self._publish(LoopPhase.AWAITING_START, **plan_fields)
-            intent = self._wait(lambda: self.store.take_intent(intents.START_EPISODE))
+            intent = self._wait(lambda: self.store.take_intent(StartEpisode))
             refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
             if refusal:
                 # The page waits for this answer to its Start (never "episode started" on a refusal).
@@ -335,8 +336,8 @@ class EpisodeLoop:
             if self.stop_event.is_set():
                 abort_requested.append("the loop was asked to stop mid-episode")
             elif (
-                self.store.pending_intents(intents.ABORT_EPISODE)  # a read: no write lock per chunk
-                and self.store.take_intent(intents.ABORT_EPISODE) is not None
+                self.store.pending_intents(AbortEpisode)  # a read: no write lock per chunk
+                and self.store.take_intent(AbortEpisode) is not None
             ):
                 abort_requested.append("the operator aborted the episode from the page")
             return bool(abort_requested)
@@ -352,14 +353,14 @@ class EpisodeLoop:
                 seed=seed,
             )
         except Exception as e:
-            self.store.discard_intents(intents.ABORT_EPISODE)
+            self.store.discard_intents(AbortEpisode)
             self.store.abort_episode(
                 ep.id, f"robot or policy error during the episode: {type(e).__name__}: {e}"
             )
             self._robot_error(f"episode {ep.id} aborted: {e}", plan_fields)
             return self.store.episode(ep.id)
         # An abort clicked as the episode ended must not stop the next one.
-        self.store.discard_intents(intents.ABORT_EPISODE)
+        self.store.discard_intents(AbortEpisode)
         if abort_requested:
             self.store.abort_episode(ep.id, abort_requested[0])
             return self.store.episode(ep.id)
@@ -418,13 +419,12 @@ class EpisodeLoop:
         state = self.store.task_state(ep.task)
         if state.stage == "bootstrap" and prompt.n_episodes == self.settings.rollouts_per_prompt:
             self.store.add_intent(
-                intents.PROMPT_ROLLOUTS_DONE,
-                {
-                    "task": ep.task,
-                    "prompt_id": prompt.id,
-                    "n_episodes": prompt.n_episodes,
-                    "success_rate": prompt.success_rate,
-                },
+                PromptRolloutsDone(
+                    task=ep.task,
+                    prompt_id=prompt.id,
+                    n_episodes=prompt.n_episodes,
+                    success_rate=prompt.success_rate,
+                )
             )
         self._record_curves(ep.task)
         self._maybe_start_update()

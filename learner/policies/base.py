@@ -66,20 +66,6 @@ class ChunkSample:
     value: np.ndarray  # [B]
     chain: np.ndarray  # [B, K+1, T, D] normalised; chain[:, -1] is the executed chunk
 
-    def extras(self, i: int) -> dict[str, np.ndarray]:
-        """What PPO needs of sample ``i``, as stored in ChunkRecord.extras (keys: ROLLOUT_EXTRAS)."""
-        return {
-            "log_prob": self.log_prob[i : i + 1].copy(),
-            "log_prob_elements": self.log_prob_elements[i].copy(),
-            "value": self.value[i : i + 1].copy(),
-            "chain": self.chain[i].copy(),
-        }
-
-
-# Keys of ChunkRecord.extras that the trainer needs; "log_prob_elements" is optional (episodes
-# recorded before it existed train with old per-element log-probs re-evaluated at the update start).
-ROLLOUT_EXTRAS = ("chain", "log_prob", "value")
-
 
 @dataclass
 class ChunkEvaluation:

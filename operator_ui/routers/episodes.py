@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse
 
 from operator_ui.deps import StoreDep, TokenDep
 from operator_ui.routers.loop import refuse_in_practice
-from operator_ui.schemas import DiscardIn, LabelIn, NoteIn, episode_json, label_json
+from operator_ui.schemas import (
+    DiscardIn,
+    EpisodeDetailOut,
+    EpisodeOut,
+    LabelIn,
+    LabelledOut,
+    LabelOut,
+    NoteIn,
+    PPOUseOut,
+)
 from pde_storage import CheckpointRow, EpisodeRow, LabelRow
+from pde_storage.protocols import EpisodeReader
 
 router = APIRouter(prefix="/api/episodes", tags=["episodes"])
 
@@ -26,7 +36,7 @@ def list_episodes(
     label: Literal["success", "failure", "none"] | None = None,
     before_id: int | None = Query(None, ge=1, description="page: episodes older than this id"),
     limit: int = Query(50, ge=1, le=1000),
-) -> list[dict[str, Any]]:
+) -> list[EpisodeOut]:
     """Newest first; pass the last id of a page as ``before_id`` for the next (older) page."""
     rows = store.episodes(
         task=task or None,
@@ -39,12 +49,12 @@ def list_episodes(
         success={"success": True, "failure": False}.get(label or ""),
         unlabelled=label == "none",
     )
-    return [episode_json(e) for e in rows]
+    return [EpisodeOut.of(e) for e in rows]
 
 
 def ppo_use(
     episode: EpisodeRow, labels: list[LabelRow], checkpoints: list[CheckpointRow]
-) -> dict[str, Any] | None:
+) -> PPOUseOut | None:
     """The first PPO update that trained on this episode's label, or None: a checkpoint whose batch
     reached this episode (``trained_through_episode_id``) written after the episode's first
     authoritative label. A batch holds the labelled RL episodes and the bootstrap successes; a
@@ -57,60 +67,62 @@ def ppo_use(
     for c in checkpoints:
         through = c.metrics.get("trained_through_episode_id")
         if isinstance(through, int | float) and through >= episode.id and c.created_at >= first:
-            return {
-                "version": c.version,
-                "trained_through_episode_id": int(through),
-                "at": c.created_at.isoformat(),
-            }
+            return PPOUseOut(version=c.version, trained_through_episode_id=int(through), at=c.created_at)
     return None
 
 
 @router.get("/{episode_id}")
-def get_episode(episode_id: int, store: StoreDep) -> dict[str, Any]:
+def get_episode(episode_id: int, store: StoreDep) -> EpisodeDetailOut:
     e = store.episode(episode_id)
     labels = store.labels(episode_id)
-    return {
-        **episode_json(e),
-        "labels": [label_json(lab) for lab in labels],
-        "ppo_used": ppo_use(e, labels, store.checkpoints()),
-    }
+    return EpisodeDetailOut.of(
+        e,
+        labels=[LabelOut.model_validate(lab) for lab in labels],
+        ppo_used=ppo_use(e, labels, store.checkpoints()),
+    )
+
+
+def labelled(store: EpisodeReader, lab: LabelRow) -> LabelledOut:
+    return LabelledOut(
+        label=LabelOut.model_validate(lab), episode=EpisodeOut.of(store.episode(lab.episode_id))
+    )
 
 
 @router.post("/{episode_id}/label", dependencies=[TokenDep])
-def label_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str, Any]:
+def label_episode(episode_id: int, body: LabelIn, store: StoreDep) -> LabelledOut:
     """The operator's label of an ended episode; a second one is refused (use relabel)."""
     refuse_in_practice(store)
     lab = store.add_label(
         episode_id, body.success, source="operator", reason=body.reason, operator=body.operator
     )
-    return {"label": label_json(lab), "episode": episode_json(store.episode(episode_id))}
+    return labelled(store, lab)
 
 
 @router.post("/{episode_id}/relabel", dependencies=[TokenDep])
-def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> dict[str, Any]:
+def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> LabelledOut:
     """Change a label; the earlier ones stay in the history."""
     refuse_in_practice(store)
     lab = store.add_label(
         episode_id, body.success, source="operator", reason=body.reason, relabel=True, operator=body.operator
     )
-    return {"label": label_json(lab), "episode": episode_json(store.episode(episode_id))}
+    return labelled(store, lab)
 
 
 @router.post("/{episode_id}/discard", dependencies=[TokenDep])
-def discard_episode(episode_id: int, body: DiscardIn, store: StoreDep) -> dict[str, Any]:
+def discard_episode(episode_id: int, body: DiscardIn, store: StoreDep) -> EpisodeOut:
     """Keep the episode but leave it out of training and statistics (undo: restore)."""
     refuse_in_practice(store)
-    return episode_json(store.discard_episode(episode_id, body.reason))
+    return EpisodeOut.of(store.discard_episode(episode_id, body.reason))
 
 
 @router.post("/{episode_id}/restore", dependencies=[TokenDep])
-def restore_episode(episode_id: int, store: StoreDep) -> dict[str, Any]:
-    return episode_json(store.restore_episode(episode_id))
+def restore_episode(episode_id: int, store: StoreDep) -> EpisodeOut:
+    return EpisodeOut.of(store.restore_episode(episode_id))
 
 
 @router.put("/{episode_id}/note", dependencies=[TokenDep])
-def set_note(episode_id: int, body: NoteIn, store: StoreDep) -> dict[str, Any]:
-    return episode_json(store.set_episode_note(episode_id, body.note))
+def set_note(episode_id: int, body: NoteIn, store: StoreDep) -> EpisodeOut:
+    return EpisodeOut.of(store.set_episode_note(episode_id, body.note))
 
 
 @router.get("/{episode_id}/video/{camera}")

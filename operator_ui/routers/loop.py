@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
-from operator_ui.schemas import EndIn
-from pde_contract.service_state import LOOP_ROW, LoopPhase, LoopState
-from pde_storage import intents
+from operator_ui.schemas import AbortOut, EndIn, EndOut, StartOut, TakeControlOut
+from pde_contract.intents import AbortEpisode, EndEpisode, IntentBase, StartEpisode, TakeControl
+from pde_contract.service_state import LOOP_ROW, TAKEOVER_ROW, LoopPhase, LoopState, TakeoverState
 from pde_storage.protocols import IntentSender, ServiceStates
 from pde_storage.service_states import read_state, run_control
 
@@ -32,15 +31,15 @@ def phase_name(state: LoopState | None) -> str | None:
     return str(state.phase) if state else None
 
 
-def running_loop(store: StoreDep, stale_s: float) -> LoopState:
-    """The loop's state while it runs an episode; else a 409."""
+def running_episode(store: StoreDep, stale_s: float) -> tuple[LoopState, int]:
+    """The loop's state and its episode while it runs one; else a 409."""
     state, _, alive = loop_state(store, stale_s)
     if not alive or state is None or state.phase != LoopPhase.RUNNING or state.episode_id is None:
         raise HTTPException(409, f"no episode is running (loop: {phase_name(state)!r}); nothing was changed")
-    return state
+    return state, state.episode_id
 
 
-def refuse_pending(store: IntentSender, kind: str, what: str) -> None:
+def refuse_pending(store: IntentSender, kind: type[IntentBase], what: str) -> None:
     """One request of a kind at a time: a second click while the loop has not taken the first."""
     if store.pending_intents(kind):
         raise HTTPException(409, f"{what} is already pending; nothing was changed")
@@ -58,9 +57,7 @@ def refuse_in_practice(store: ServiceStates) -> None:
 
 
 @router.post("/start", dependencies=[TokenDep])
-def start_episode(
-    request: Request, store: StoreDep, settings: SettingsDep, robot: RobotDep
-) -> dict[str, Any]:
+def start_episode(request: Request, store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StartOut:
     """Only while the loop waits for it, the run is not paused and the E-STOP is not latched: a
     click at another time must not start a later episode, nor one the robot aborts at once. The
     answer says the intent was queued; what the loop did with it comes back in its state
@@ -87,46 +84,44 @@ def start_episode(
             "the E-STOP is latched: when the area is clear, press 'release e-stop', then Start; "
             "nothing was changed",
         )
-    refuse_pending(store, intents.START_EPISODE, "a start")
-    intent = store.add_intent(intents.START_EPISODE, {"by": "operator page", "task": state.task})
-    return {"intent_id": intent.id, "task": state.task, "prompt": state.prompt}
+    refuse_pending(store, StartEpisode, "a start")
+    row = store.add_intent(StartEpisode(task=state.task))
+    return StartOut(intent_id=row.id, task=state.task, prompt=state.prompt)
 
 
 @router.post("/abort", dependencies=[TokenDep])
-def abort_episode(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+def abort_episode(store: StoreDep, settings: SettingsDep) -> AbortOut:
     state, _, alive = loop_state(store, settings.service_stale_s)
     if not alive or state is None or state.phase != LoopPhase.RUNNING:
         raise HTTPException(409, f"no episode is running (loop: {phase_name(state)!r}); nothing was changed")
-    intent = store.add_intent(intents.ABORT_EPISODE, {"episode_id": state.episode_id})
-    return {"intent_id": intent.id, "episode_id": state.episode_id}
+    row = store.add_intent(AbortEpisode(episode_id=state.episode_id))
+    return AbortOut(intent_id=row.id, episode_id=state.episode_id)
 
 
 @router.post("/end", dependencies=[TokenDep])
-def end_episode(body: EndIn, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+def end_episode(body: EndIn, store: StoreDep, settings: SettingsDep) -> EndOut:
     """End the running episode now and keep it (an abort throws it away): the robot holds, the
     episode is stored and awaits its label; the page then sends ``success`` as the operator's label.
     Taken by the loop's actor wrapper (learner/loop/takeover.py) within a chunk's stop check."""
-    state = running_loop(store, settings.service_stale_s)
-    payload = {"episode_id": state.episode_id, "success": body.success, "by": "operator page"}
-    intent = store.add_intent(intents.END_EPISODE, payload)
-    return {"intent_id": intent.id, "episode_id": payload["episode_id"], "success": body.success}
+    episode_id = running_episode(store, settings.service_stale_s)[1]
+    row = store.add_intent(EndEpisode(episode_id=episode_id, success=body.success))
+    return EndOut(intent_id=row.id, episode_id=episode_id, success=body.success)
 
 
 def person_source(store: ServiceStates, loop: LoopState | None) -> str | None:
     """The name of the running loop's person source (who may take over, PDE_TELEOP_PERSON), or None:
     published by learner/loop/takeover.py; a row from another loop process does not count."""
-    row = store.service_states().get(intents.TAKEOVER_STATE)
-    if row is None or loop is None or not loop.pid or row.state.get("pid") != loop.pid:
+    takeover, _ = read_state(store, TAKEOVER_ROW, TakeoverState)
+    if takeover is None or loop is None or not loop.pid or takeover.pid != loop.pid:
         return None
-    person = row.state.get("person")
-    return str(person) if person else None
+    return takeover.person or None
 
 
 @router.post("/take-control", dependencies=[TokenDep])
-def take_control(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+def take_control(store: StoreDep, settings: SettingsDep) -> TakeControlOut:
     """A person takes over the running episode now: the loop's person source drives until it
     ends the take, then the policy goes on (learner/actor.py). Only with a person source."""
-    state = running_loop(store, settings.service_stale_s)
+    state, episode_id = running_episode(store, settings.service_stale_s)
     person = person_source(store, state)
     if person is None:
         raise HTTPException(
@@ -134,7 +129,6 @@ def take_control(store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
             "no person source is configured for this run: restart `pde learner run` with "
             "PDE_TELEOP_PERSON=spacemouse or page (docs/teleop.md); nothing was changed",
         )
-    refuse_pending(store, intents.TAKE_CONTROL, "a take-over")
-    payload = {"episode_id": state.episode_id, "by": "operator page"}
-    intent = store.add_intent(intents.TAKE_CONTROL, payload)
-    return {"intent_id": intent.id, "episode_id": payload["episode_id"], "person": person}
+    refuse_pending(store, TakeControl, "a take-over")
+    row = store.add_intent(TakeControl(episode_id=episode_id))
+    return TakeControlOut(intent_id=row.id, episode_id=episode_id, person=person)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict, deque
-from typing import Any
 
 from fastapi import APIRouter
 
 from operator_ui.deps import StoreDep
-from operator_ui.schemas import CurvesOut, PPOUpdateMark, VersionSuccess
+from operator_ui.schemas import CurvesOut, MetricPointOut, PPOUpdateMark, VersionSuccess
 from pde_storage import CANONICAL_SUCCESS_WINDOW, CheckpointRow
 from pde_storage.protocols import EpisodeReader
 
@@ -82,5 +81,5 @@ def metric_names(store: StoreDep) -> list[str]:
 
 
 @router.get("/metrics/{name:path}")
-def metric(name: str, store: StoreDep) -> list[dict[str, Any]]:
-    return [{"step": s, "value": v, "time": t.isoformat()} for s, v, t in store.metrics(name)]
+def metric(name: str, store: StoreDep) -> list[MetricPointOut]:
+    return [MetricPointOut(step=s, value=v, time=t) for s, v, t in store.metrics(name)]

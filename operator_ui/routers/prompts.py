@@ -3,15 +3,16 @@ lifted to the admission threshold is flagged, and the operator may admit it whil
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from fastapi import APIRouter, HTTPException
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
-from operator_ui.schemas import ResetGuideOut, prompt_json
+from operator_ui.schemas import PromptOut, ResetGuideOut, TaskOut
 from pde_contract.service_state import SUPERVISOR_ROW, SupervisorState
 from pde_storage import PromptRow
 from pde_storage.protocols import ServiceStates
+from pde_storage.rows import Stage
 from pde_storage.service_states import read_state
 
 router = APIRouter(prefix="/api", tags=["prompts"])
@@ -33,40 +34,43 @@ def rejudge_note(p: PromptRow, eta: float | None) -> str:
 
 
 @router.get("/tasks")
-def list_tasks(store: StoreDep) -> list[dict[str, Any]]:
+def list_tasks(store: StoreDep) -> list[TaskOut]:
     out = []
     for t in store.tasks():
         st = store.task_state(t.name)
         pool = store.prompts(t.name, "pool")
         out.append(
-            {
-                "name": t.name,
-                "canonical_prompt": t.canonical_prompt,
-                "stage": st.stage,
-                "iteration": st.iteration,
-                "alpha": st.alpha,
-                "ema_success": st.ema_success,
-                "pool_size": len(pool),
-            }
+            TaskOut(
+                name=t.name,
+                canonical_prompt=t.canonical_prompt,
+                stage=cast(Stage, st.stage),  # the store writes only Stage values
+                iteration=st.iteration,
+                alpha=st.alpha,
+                ema_success=st.ema_success,
+                pool_size=len(pool),
+            )
         )
     return out
 
 
 @router.get("/tasks/{task}/prompts")
-def task_prompts(task: str, store: StoreDep) -> list[dict[str, Any]]:
+def task_prompts(task: str, store: StoreDep) -> list[PromptOut]:
     eta = supervisor_eta(store)
-    return [{**prompt_json(p), "rejudge": rejudge_note(p, eta)} for p in store.prompts(task)]
+    return [
+        PromptOut.model_validate(p).model_copy(update={"rejudge": rejudge_note(p, eta)})
+        for p in store.prompts(task)
+    ]
 
 
 @router.post("/prompts/{prompt_id}/admit", dependencies=[TokenDep])
-def admit_prompt(prompt_id: int, store: StoreDep) -> dict[str, Any]:
+def admit_prompt(prompt_id: int, store: StoreDep) -> PromptOut:
     """The operator's override of a rejection, only while the task's pool is still open."""
     p = store.prompt(prompt_id)
     if p.status != "rejected":
         raise HTTPException(409, f"prompt {prompt_id} is {p.status}, not rejected; nothing was changed")
     if store.task_state(p.task).stage != "bootstrap":
         raise HTTPException(409, f"task {p.task} is in RL: its pool is frozen; nothing was changed")
-    return prompt_json(store.set_prompt_status(prompt_id, "pool"))
+    return PromptOut.model_validate(store.set_prompt_status(prompt_id, "pool"))
 
 
 @router.get("/tasks/{task}/reset-guide")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
+import msgspec
 from fastapi import APIRouter, HTTPException, Request, Response
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep, TokenDep
 from operator_ui.robot_link import RobotLink, fault_blocks_motion, fault_text, observation_age_s
 from operator_ui.routers.loop import loop_state
-from operator_ui.schemas import CamerasOut, EStopIn, EStopOut
+from operator_ui.schemas import CamerasOut, EStopIn, EStopOut, HomeOut, RobotStatusOut
 from operator_ui.settings import UISettings
 from pde_contract.service_state import LOOP_MOVES_ARM, LoopState
 from pde_storage.protocols import ServiceStates
@@ -105,7 +106,7 @@ def arm_free(store: ServiceStates, settings: UISettings, robot: RobotLink) -> Lo
 
 
 @router.post("/robot/home", dependencies=[TokenDep])
-def home(request: Request, robot: RobotDep, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
+def home(request: Request, robot: RobotDep, store: StoreDep, settings: SettingsDep) -> HomeOut:
     """Reset the arm from the page (the loop's own reset: home or the task's reset pose, and in a
     simulator the scene of the loop's task and seed), only while the loop does not move it."""
     state = arm_free(store, settings, robot)
@@ -116,23 +117,13 @@ def home(request: Request, robot: RobotDep, store: StoreDep, settings: SettingsD
     spec = settings.catalogue.tasks.get(task)
     pose = spec.reset_joints_rad if spec else None
     _robot_call(lambda: robot.home(task, seed, pose, settings.robot_home_timeout_s), "homing the arm")
-    return {"task": task, "seed": seed, "pose": "the task's reset pose" if pose else "home"}
+    return HomeOut(task=task, seed=seed, pose="the task's reset pose" if pose else "home")
 
 
 @router.get("/robot/status")
-def status(robot: RobotDep) -> dict[str, Any]:
+def status(robot: RobotDep) -> RobotStatusOut:
     st = _robot_call(robot.status, "status request")
-    return {
-        "backend": st.backend,
-        "connected": st.connected,
-        "estopped": st.estopped,
-        "estop_reason": st.estop_reason,
-        "episode_id": st.episode_id,
-        "holding": st.holding,
-        "steps_remaining": st.steps_remaining,
-        "task": st.task,
-        "last_error": st.last_error,
-        "fault": fault_text(st),
-        "fault_blocking": fault_blocks_motion(st),
-        "guiding": st.guiding,
-    }
+    # The Status's own fields by name; the fault as the operator's text.
+    return RobotStatusOut.model_validate(
+        {**msgspec.structs.asdict(st), "fault": fault_text(st), "fault_blocking": fault_blocks_motion(st)}
+    )

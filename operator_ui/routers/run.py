@@ -14,7 +14,7 @@ from fastapi import APIRouter
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
 from operator_ui.routers.loop import loop_state
-from operator_ui.schemas import PauseIn, RunProgressOut
+from operator_ui.schemas import PauseIn, PauseOut, RunProgressOut
 from pde_contract.service_state import RUN_CONTROL_ROW, RunControl
 from pde_storage.protocols import TaskReader
 from pde_storage.service_states import run_control, write_state
@@ -140,10 +140,10 @@ def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
 
 
 @router.post("/pause", dependencies=[TokenDep])
-def pause(body: PauseIn, store: StoreDep) -> dict[str, bool]:
+def pause(body: PauseIn, store: StoreDep) -> PauseOut:
     """paused=true: the loop finishes the episode in hand and waits; false: it goes on.
     practice=true: paused too, and the page refuses starts, labels and discards (nothing is
     recorded) while the arm's own buttons (E-STOP, release, home) work."""
     paused = body.paused or body.practice
     write_state(store, RUN_CONTROL_ROW, RunControl(paused=paused, practice=body.practice, by="operator page"))
-    return {"paused": paused, "practice": body.practice}
+    return PauseOut(paused=paused, practice=body.practice)

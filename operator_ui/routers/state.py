@@ -4,13 +4,12 @@ the one episode that awaits the operator's label."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from fastapi import APIRouter
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep
 from operator_ui.routers.loop import loop_state, person_source
-from operator_ui.schemas import episode_json
+from operator_ui.schemas import EpisodeOut, LoopOut, RunningOut, StateOut, VLMOut
 from pde_contract.service_state import SUPERVISOR_ROW, LoopPhase, LoopState, SupervisorState, encode_state
 from pde_storage import EpisodeRow
 from pde_storage.protocols import EpisodeReader
@@ -31,7 +30,7 @@ def awaiting_label(store: EpisodeReader, loop: LoopState | None) -> EpisodeRow |
 
 
 @router.get("/state")
-def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, Any]:
+def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StateOut:
     loop, age, alive = loop_state(store, settings.service_stale_s)
     # Only the loop's own episode: "the newest unlabelled one" here once made the page show one
     # episode while the label box asked about another.
@@ -39,36 +38,37 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> dict[str, 
     running = None
     if alive and loop is not None and loop.episode_id is not None:
         ep = store.episode(loop.episode_id)
-        current = episode_json(ep)
+        current = EpisodeOut.of(ep)
         if ep.status == "running":
             # Chunks: counted by the page's server from the robot server's observations of this
             # episode (the loop writes them at the end); None when it saw none of them.
             view = robot.view()
-            running = {
-                "episode_id": ep.id,
-                "elapsed_s": (datetime.now(UTC) - ep.created_at).total_seconds(),
-                "chunks": view.episode_chunks if view.chunk_episode_id == str(ep.id) else None,
-            }
+            running = RunningOut(
+                episode_id=ep.id,
+                elapsed_s=(datetime.now(UTC) - ep.created_at).total_seconds(),
+                chunks=view.episode_chunks if view.chunk_episode_id == str(ep.id) else None,
+            )
     label_me = awaiting_label(store, loop)
     sup, sup_updated_at = read_state(store, SUPERVISOR_ROW, SupervisorState)
     sup_age_s = (datetime.now(UTC) - sup_updated_at).total_seconds() if sup_updated_at else None
     sup_alive = sup_age_s is not None and sup_age_s <= settings.service_stale_s
-    return {
-        "loop": {
-            **(encode_state(loop) if loop else {}),
-            "age_s": age,
-            "alive": alive,
-            "person": person_source(store, loop),
-        },
-        "episode": current,
-        "running": running,
-        "awaiting_label": episode_json(label_me) if label_me else None,
-        "frame_stale_s": settings.frame_stale_s,
-        "label_undo_s": settings.label_undo_s,
-        # Whether a VLM proposal can still come: "VLM: —" alone cannot tell waiting from none.
-        "vlm": {
-            "supervisor_running": sup_alive,
-            "available": sup.vlm_available if sup_alive and sup else False,
-            "proposer": sup.proposer if sup else "",
-        },
-    }
+    return StateOut(
+        loop=LoopOut.model_validate(
+            {
+                **(encode_state(loop) if loop else {}),
+                "age_s": age,
+                "alive": alive,
+                "person": person_source(store, loop),
+            }
+        ),
+        episode=current,
+        running=running,
+        awaiting_label=EpisodeOut.of(label_me) if label_me else None,
+        frame_stale_s=settings.frame_stale_s,
+        label_undo_s=settings.label_undo_s,
+        vlm=VLMOut(
+            supervisor_running=sup_alive,
+            available=sup.vlm_available if sup_alive and sup else False,
+            proposer=sup.proposer if sup else "",
+        ),
+    )

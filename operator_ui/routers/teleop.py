@@ -3,7 +3,7 @@
 ``POST /api/teleop/command`` takes the page's input state while it holds control and hands it to
 whoever drives with it: the page's record session (``operator_ui/record_session.py``, in this
 process), else the running loop's page person (``PDE_TELEOP_PERSON=page``): then it goes into the
-database row ``intents.PAGE_TELEOP_STATE`` that the loop's ``PageSource`` reads each tick
+database row ``PAGE_TELEOP_ROW`` (``PageTeleopState``) that the loop's ``PageSource`` reads each tick
 (learner/loop/takeover.py). Either way the rows run through the robot server's safety path, one
 per control tick (teleop/recorder.py, learner/actor.py).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse
@@ -26,13 +26,16 @@ from operator_ui.schemas import (
     RecordOut,
     RecordResetIn,
     RecordSaveIn,
+    RecordSaveOut,
+    RecordStepOut,
     TaskCounts,
     TeleopCommandIn,
+    TeleopCommandOut,
     TeleopOut,
 )
-from pde_contract.service_state import LoopPhase
-from pde_storage import intents
+from pde_contract.service_state import PAGE_TELEOP_ROW, LoopPhase, PageTeleopState
 from pde_storage.protocols import ServiceStates
+from pde_storage.service_states import write_state
 from teleop.base import TeleopError
 from teleop.page import PageCommand
 
@@ -81,26 +84,24 @@ def teleop_config(record: RecordDep, store: StoreDep, settings: SettingsDep) -> 
 @router.post("/teleop/command", dependencies=[TokenDep])
 def teleop_command(
     body: TeleopCommandIn, record: RecordDep, store: StoreDep, settings: SettingsDep
-) -> dict[str, Any]:
+) -> TeleopCommandOut:
     try:
         cmd = PageCommand.checked(body.axes, body.gripper_presses, body.end_presses, body.device)
     except TeleopError as e:
         raise HTTPException(422, f"{e}; nothing was sent") from e
     if record.holds_control:
         record.box.put(cmd)
-        return {"to": "record"}
+        return TeleopCommandOut(to="record")
     if _page_person_running(store, settings.service_stale_s):
-        store.set_service_state(
-            intents.PAGE_TELEOP_STATE,
-            {
-                "seq": f"{_WRITER}:{next(_written)}",
-                "axes": list(cmd.axes),
-                "gripper_presses": cmd.gripper_presses,
-                "end_presses": cmd.end_presses,
-                "device": cmd.device,
-            },
+        state = PageTeleopState(
+            seq=f"{_WRITER}:{next(_written)}",
+            axes=list(cmd.axes),
+            gripper_presses=cmd.gripper_presses,
+            end_presses=cmd.end_presses,
+            device=cmd.device,
         )
-        return {"to": "takeover"}
+        write_state(store, PAGE_TELEOP_ROW, state)
+        return TeleopCommandOut(to="takeover")
     raise HTTPException(
         409,
         "the page holds no control: record a take (the record panel) or take control of a running "
@@ -147,7 +148,7 @@ def record_state(record: RecordDep, settings: SettingsDep) -> RecordOut:
 @router.post("/record/reset", dependencies=[TokenDep])
 def record_reset(
     body: RecordResetIn, record: RecordDep, store: StoreDep, settings: SettingsDep, robot: RobotDep
-) -> dict[str, Any]:
+) -> RecordStepOut:
     """The arm to the task's reset pose (the sim also lays out its scene); the page polls
     ``GET /api/record`` until the session is ``ready``."""
     try:
@@ -159,38 +160,36 @@ def record_reset(
         record.reset(task, body.seed)
     except RecordRefused as e:
         raise _refused(e) from e
-    return {"phase": "resetting", "task": task.name}
+    return RecordStepOut(phase="resetting", task=task.name)
 
 
 @router.post("/record/start", dependencies=[TokenDep])
-def record_start(
-    record: RecordDep, store: StoreDep, settings: SettingsDep, robot: RobotDep
-) -> dict[str, Any]:
+def record_start(record: RecordDep, store: StoreDep, settings: SettingsDep, robot: RobotDep) -> RecordStepOut:
     """The take records from now, driven by the page's keys and gamepad, until stopped."""
     arm_free(store, settings, robot)
     try:
         record.record()
     except RecordRefused as e:
         raise _refused(e) from e
-    return {"phase": "recording"}
+    return RecordStepOut(phase="recording")
 
 
 @router.post("/record/stop", dependencies=[TokenDep])
-def record_stop(record: RecordDep) -> dict[str, Any]:
+def record_stop(record: RecordDep) -> RecordStepOut:
     try:
         record.stop()
     except RecordRefused as e:
         raise _refused(e) from e
-    return {"phase": "stopping"}
+    return RecordStepOut(phase="stopping")
 
 
 @router.post("/record/save", dependencies=[TokenDep])
-def record_save(body: RecordSaveIn, record: RecordDep) -> dict[str, Any]:
+def record_save(body: RecordSaveIn, record: RecordDep) -> RecordSaveOut:
     try:
         paths = record.save(body.keep, body.note)
     except RecordRefused as e:
         raise _refused(e) from e
-    return {"kept": body.keep, "files": [str(p) for p in paths]}
+    return RecordSaveOut(kept=body.keep, files=[str(p) for p in paths])
 
 
 @router.get("/record/video/{camera}")

@@ -141,15 +141,20 @@ class PolledSampler(ArmSampler):
 
 class PhysicsStepSampler(ArmSampler):
     """Reads the MuJoCo sim at every physics step (2 ms) through MuJoCo's control callback: the
-    sim advances only inside ``command()``, so a thread would see it once per tick."""
+    sim advances only inside ``command()``, so a thread would see it once per tick. MuJoCo's
+    callback is process-wide: steps of any other model or data in the process (another world, the
+    IK solver's scratch data) are ignored, or they would add foreign samples or index out of range."""
 
-    def __init__(self, tcp_site_id: int, arm_qpos_adr: np.ndarray, lock: Any) -> None:
+    def __init__(self, tcp_site_id: int, arm_qpos_adr: np.ndarray, lock: Any, data: Any) -> None:
         super().__init__()
+        self._data = data
         self._site = tcp_site_id
         self._qpos = np.asarray(arm_qpos_adr)
         self._lock = lock  # the sim world's: no physics step runs while the callback changes
 
     def _callback(self, model: Any, data: Any) -> None:
+        if data is not self._data:
+            return
         self.samples.add(data.time, data.site_xpos[self._site], data.qpos[self._qpos])
 
     def start(self) -> None:

@@ -1,15 +1,96 @@
-"""Episode files written before a field existed still read, with the field's default."""
+"""Episode files written before a field existed still read, with the field's default; format-1 files
+(tests/fixtures/episode_v1, written by the format-1 code) read as format 2."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pde_contract.codec import packb, unpackb
-from pde_contract.episodes import ChunkRecord, EpisodeFile, read_episode, rows_commanded_by
+from pde_contract.episodes import (
+    EPISODE_FORMAT_VERSION,
+    ChunkRecord,
+    EpisodeFile,
+    PolicyTrace,
+    read_episode,
+    rows_commanded_by,
+    write_episode,
+)
 from pde_contract.messages import ActionSpace
-from tests.storage.factories import make_observation
+from tests.storage.factories import make_episode_file, make_observation
+
+EPISODE_V1 = Path(__file__).resolve().parents[1] / "fixtures" / "episode_v1"
+
+
+@functools.cache
+def format_1_traces() -> dict[str, list[PolicyTrace | None]]:
+    """What the format-1 trainer made of each chunk of the fixture's files (make_fixture.py)."""
+    data = (EPISODE_V1 / "expected_traces.msgpack").read_bytes()
+    traces: dict[str, list[PolicyTrace | None]] = unpackb(data, dict[str, list[PolicyTrace | None]])
+    return traces
+
+
+def assert_same_trace(got: PolicyTrace | None, want: PolicyTrace | None) -> None:
+    assert (got is None) == (want is None)
+    if got is not None and want is not None:
+        assert got.log_prob == want.log_prob and got.value == want.value
+        assert got.chain.dtype == want.chain.dtype
+        np.testing.assert_array_equal(got.chain, want.chain)
+        if want.log_prob_elements is None:
+            assert got.log_prob_elements is None
+        else:
+            assert got.log_prob_elements is not None
+            assert got.log_prob_elements.dtype == want.log_prob_elements.dtype
+            np.testing.assert_array_equal(got.log_prob_elements, want.log_prob_elements)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["rollout_extras.episode", "rollout_extras_no_elements.episode", "rollout_trace.episode", "demo.episode"],
+)
+def test_a_format_1_file_reads_with_the_trace_the_format_1_trainer_read(name: str) -> None:
+    assert unpackb((EPISODE_V1 / name).read_bytes(), dict)["format_version"] == 1
+    episode = read_episode(EPISODE_V1 / name)
+    assert episode.format_version == EPISODE_FORMAT_VERSION == 2
+    want = format_1_traces()[name]
+    assert len(episode.chunks) == len(want)
+    for chunk, trace in zip(episode.chunks, want, strict=True):
+        assert_same_trace(chunk.trace, trace)
+    assert (name == "demo.episode") == (want[0] is None)
+
+
+def test_an_upgraded_format_1_file_writes_as_format_2(tmp_path: Path) -> None:
+    write_episode(tmp_path / "up.episode", read_episode(EPISODE_V1 / "rollout_extras.episode"))
+    raw = unpackb((tmp_path / "up.episode").read_bytes(), dict)
+    assert raw["format_version"] == 2 and not any("extras" in c for c in raw["chunks"])
+    for chunk, trace in zip(
+        read_episode(tmp_path / "up.episode").chunks, format_1_traces()["rollout_extras.episode"], strict=True
+    ):
+        assert_same_trace(chunk.trace, trace)
+
+
+@pytest.mark.parametrize(
+    ("version", "advice"), [(3, "written by newer code"), (0, "not one of this project")]
+)
+def test_an_unknown_format_is_refused_saying_what_to_do(tmp_path: Path, version: int, advice: str) -> None:
+    raw = unpackb(packb(make_episode_file(1, "t", n_chunks=1)), dict)
+    raw["format_version"] = version
+    path = tmp_path / "x.episode"
+    path.write_bytes(packb(raw))
+    with pytest.raises(
+        ValueError, match=rf"x.episode: episode format {version}; this code reads formats 1 and 2.*{advice}"
+    ):
+        read_episode(path)
+
+
+def test_a_file_that_is_not_an_episode_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.episode"
+    path.write_bytes(packb({"hello": 1}))
+    with pytest.raises(ValueError, match=r"notes.episode: not an episode file .*format_version"):
+        read_episode(path)
 
 
 def test_a_file_from_before_takeovers_reads_as_all_policy(tmp_path: Path) -> None:

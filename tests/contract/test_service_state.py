@@ -11,6 +11,7 @@ from pde_contract.service_state import (
     LoopState,
     RunControl,
     SupervisorState,
+    TakeoverState,
     decode_state,
     encode_state,
 )
@@ -54,3 +55,11 @@ def test_run_control_has_one_paused() -> None:
         "practice": True,
         "by": "operator page",
     }
+
+
+def test_takeover_state_names_its_loop() -> None:
+    row = json.loads(json.dumps(encode_state(TakeoverState(pid=42, person="spacemouse"))))
+    assert row == {"pid": 42, "person": "spacemouse"}
+    assert decode_state(row, TakeoverState) == TakeoverState(pid=42, person="spacemouse")
+    assert decode_state({"pid": 42}, TakeoverState) == TakeoverState(pid=42)  # nobody may take over
+    assert decode_state({"person": "spacemouse"}, TakeoverState) is None  # whose loop? none: absent

@@ -109,7 +109,7 @@ def test_episode_records_every_chunk_for_ppo():
     assert ep.canonical_prompt == "put the green container in the bowl"
     for rec, sent in zip(ep.chunks, client.chunks, strict=True):
         assert np.array_equal(rec.actions, sent.actions) and sent.actions.shape == (4, 7)
-        assert rec.trace is not None and rec.extras == {}
+        assert rec.trace is not None
         # per-chunk timing, copied into the database's chunks rows by the store
         assert rec.inference_s is not None and rec.inference_s >= 0
         assert rec.sent_time_s == sent.sent_time_s > 0

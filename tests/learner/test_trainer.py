@@ -8,7 +8,8 @@ from learner.policies.vla import make_test_policy
 from learner.ppo import RATIO_VARIANTS, PPOConfig
 from learner.synthetic import synthetic_episode
 from learner.trainer import Trainer, build_rollout_batch
-from pde_contract.episodes import ChunkRecord
+from pde_contract.episodes import ChunkRecord, read_episode
+from tests.contract.test_episodes import EPISODE_V1, format_1_traces
 
 CANON = "put the green container in the bowl"
 
@@ -79,38 +80,35 @@ def test_update_raises_likelihood_of_successful_chunks(head):
     assert mean_logp(good) - mean_logp(bad) > before
 
 
-def test_demo_episodes_without_policy_extras_are_refused():
+def test_demo_episodes_without_a_policy_trace_are_refused():
     policy = make_test_policy("flow")
     (ep, r), *_ = _batch(policy, CANON)
     for c in ep.chunks:
-        c.trace, c.extras = None, {}
+        c.trace = None
     with pytest.raises(ValueError, match=r"no policy trace.*sft"):
         Trainer(policy).update([(ep, r)])
 
 
-def test_episodes_recorded_before_the_typed_trace_still_train():
-    # Older episode files carry the trace as named extras arrays, as the actor wrote them then.
-    from learner.trainer import build_rollout_batch
-
-    policy = make_test_policy("flow")
-    batch = _batch(policy, "drop the green box into the bowl")
-    legacy = []
-    for ep, r in batch:
-        old = copy.deepcopy(ep)
-        for c in old.chunks:
-            t, c.trace = c.trace, None
-            assert t is not None
-            c.extras = {
-                "log_prob": np.array([t.log_prob], np.float32),
-                "log_prob_elements": t.log_prob_elements,
-                "value": np.array([t.value], np.float32),
-                "chain": t.chain,
-            }
-        legacy.append((old, r))
-    new_rb, old_rb = build_rollout_batch(policy, batch), build_rollout_batch(policy, legacy)
-    for name in ("chains", "old_log_probs", "old_log_prob_elements"):
-        assert torch.equal(getattr(new_rb, name), getattr(old_rb, name)), name
-    np.testing.assert_array_equal(new_rb.old_values, old_rb.old_values)
+@pytest.mark.parametrize("name", ["rollout_extras.episode", "rollout_extras_no_elements.episode"])
+def test_format_1_episodes_with_the_trace_in_extras_train_as_they_did(name):
+    # Files the format-1 actor wrote (trace as extras arrays) give the batch the format-1 trainer
+    # built from them: its recorded traces (tests/fixtures/episode_v1/expected_traces.msgpack).
+    episode = read_episode(EPISODE_V1 / name)
+    expected = [t for t in format_1_traces()[name] if t is not None]
+    assert len(expected) == len(episode.chunks)
+    policy = make_test_policy("flow", chunk_len=4, flow_steps=5)  # the fixture's policy
+    rb = build_rollout_batch(policy, [(episode, 1.0)])
+    np.testing.assert_array_equal(rb.chains.numpy(), np.stack([t.chain for t in expected]))
+    np.testing.assert_array_equal(rb.old_log_probs.numpy(), [t.log_prob for t in expected])
+    np.testing.assert_array_equal(rb.old_values, [t.value for t in expected])
+    elements = [t.log_prob_elements for t in expected]
+    recorded = np.stack([e if e is not None else np.full((4, 7), np.nan, np.float32) for e in elements])
+    np.testing.assert_array_equal(rb.old_log_prob_elements.numpy(), recorded)
+    torch.manual_seed(0)
+    stats = Trainer(policy, PPOConfig(minibatch_size=4)).update([(episode, 1.0), (episode, 0.0)])
+    assert np.isfinite(stats["pg_loss"]) and stats["n_chunks"] == 2 * len(expected)
+    # per-element log-probs from before they were recorded: theta_old's, as then
+    assert stats["old_log_prob_reevaluated_frac"] == (1.0 if elements[0] is None else 0.0)
 
 
 def test_policy_snapshot_is_an_independent_copy():

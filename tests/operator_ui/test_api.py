@@ -13,8 +13,9 @@ from fastapi.testclient import TestClient
 from operator_ui.app import create_app
 from operator_ui.robot_link import RobotLink
 from operator_ui.settings import UISettings, check_exposure
+from pde_contract.intents import EndEpisode, StartEpisode
 from pde_contract.service_state import RUN_CONTROL_ROW, RunControl
-from pde_storage import Store, intents
+from pde_storage import Store
 from pde_storage.service_states import write_state
 from tests.helpers import free_port, pde_command, subprocess_env
 from tests.operator_ui.conftest import AUTH, TOKEN
@@ -87,7 +88,7 @@ def test_bad_requests_get_4xx_and_change_nothing(client: TestClient, store: Stor
     assert client.get("/api/tasks/nope/prompts").status_code == 404
     assert client.get(f"/api/episodes/{done}/video/thermal").status_code == 404
     assert _snapshot(store) == before
-    assert store.pending_intents(intents.START_EPISODE) == []
+    assert store.pending_intents(StartEpisode) == []
 
 
 def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> None:
@@ -103,7 +104,7 @@ def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> No
     assert r.status_code == 200 and r.json()["task"] == TASK
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 409 and "already pending" in r.text
-    assert len(store.pending_intents(intents.START_EPISODE)) == 1
+    assert len(store.pending_intents(StartEpisode)) == 1
     state = client.get("/api/state").json()
     assert state["loop"]["phase"] == "awaiting_start" and state["loop"]["alive"] is True
 
@@ -285,8 +286,8 @@ def test_operator_name_end_now_home_and_practice(client: TestClient, store: Stor
     store.set_service_state("loop", {"phase": "running", "episode_id": running, "task": TASK})
     r = client.post("/api/loop/end", json={"success": False}, headers=AUTH)
     assert r.status_code == 200, r.text
-    [intent] = store.pending_intents(intents.END_EPISODE)
-    assert intent.payload == {"episode_id": running, "success": False, "by": "operator page"}
+    [row] = store.pending_intents(EndEpisode)
+    assert row.intent == EndEpisode(episode_id=running, success=False, by="operator page")
     r = client.post("/api/robot/home", headers=AUTH)
     assert r.status_code == 409 and "the loop moves the arm now" in r.text
     assert client.post("/api/robot/home").status_code == 401

@@ -20,7 +20,8 @@ from learner.loop.core import ActorLike, EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.takeover import TakeoverActor
 from pde_contract.client import RobotClient
-from pde_storage import Store, intents
+from pde_contract.intents import TakeControl
+from pde_storage import Store
 from teleop.base import TeleopSource
 from teleop.scripted import ScriptedSource
 from tests.helpers import free_port
@@ -139,7 +140,7 @@ def test_take_control_hands_the_running_episode_to_the_person(page: Page, tmp_pa
         assert len(actor.takes) == 1 and len(actor.takes[0]) == 3
         page.locator("#end-failure").click()
         expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
-        assert store.pending_intents(intents.TAKE_CONTROL) == []
+        assert store.pending_intents(TakeControl) == []
         page.goto("about:blank")
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from pde_storage import Store, intents
+from pde_contract.service_state import PAGE_TELEOP_ROW, TAKEOVER_ROW
+from pde_storage import Store
 from tests.operator_ui.conftest import AUTH
 from tests.operator_ui.test_api import _episode
 
@@ -27,15 +28,15 @@ def test_commands_go_only_to_whoever_holds_control(client: TestClient, store: St
     # the running loop's person is the page: the command goes into the row its source reads
     running = _episode(store, finish=False)
     store.set_service_state("loop", {"phase": "running", "episode_id": running, "pid": LOOP_PID})
-    store.set_service_state(intents.TAKEOVER_STATE, {"person": "page", "pid": LOOP_PID})
+    store.set_service_state(TAKEOVER_ROW, {"person": "page", "pid": LOOP_PID})
     assert client.get("/api/teleop").json()["holder"] == "takeover"
     sent = {**STILL, "axes": [1, 0, 0, 0, 0, -0.5], "gripper_presses": 2, "device": "gamepad: FakePad"}
     r = client.post("/api/teleop/command", json=sent, headers=AUTH)
     assert r.status_code == 200 and r.json() == {"to": "takeover"}
-    row = store.service_states()[intents.PAGE_TELEOP_STATE].state
+    row = store.service_states()[PAGE_TELEOP_ROW].state
     assert row["axes"] == [1, 0, 0, 0, 0, -0.5] and row["gripper_presses"] == 2 and row["seq"]
     client.post("/api/teleop/command", json=STILL, headers=AUTH)
-    assert store.service_states()[intents.PAGE_TELEOP_STATE].state["seq"] != row["seq"]
+    assert store.service_states()[PAGE_TELEOP_ROW].state["seq"] != row["seq"]
 
 
 def test_the_record_session_refuses_steps_out_of_order(client: TestClient, store: Store) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -12,9 +15,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, text
 
+from pde_contract.intents import AbortEpisode, EndEpisode, StartEpisode, TakeControl
 from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
 from pde_storage.db import head_revision, normalise_url
-from pde_storage.models import Base
+from pde_storage.models import Base, Intent
 from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
@@ -323,14 +327,50 @@ def test_policy_versions_in_use_are_those_of_episodes_in_play(store: Store) -> N
 
 
 def test_intents_are_consumed_once(store: Store) -> None:
-    assert store.take_intent("start_episode") is None
-    a = store.add_intent("start_episode", {"by": "operator"})
-    store.add_intent("start_episode")
-    assert len(store.pending_intents("start_episode")) == 2
-    got = store.take_intent("start_episode")
-    assert got is not None and got.id == a.id and got.payload == {"by": "operator"}
-    assert store.discard_intents("start_episode") == 1
-    assert store.take_intent("start_episode") is None
+    assert store.take_intent(StartEpisode) is None
+    a = store.add_intent(StartEpisode(by="operator", task=TASK))
+    store.add_intent(StartEpisode())
+    store.add_intent(AbortEpisode(episode_id=3))
+    assert len(store.pending_intents(StartEpisode)) == 2
+    got = store.take_intent(StartEpisode)
+    assert got is not None and got.id == a.id and got.intent == StartEpisode(by="operator", task=TASK)
+    assert got.consumed_at is not None
+    assert store.discard_intents(StartEpisode) == 1
+    assert store.take_intent(StartEpisode) is None
+    [abort] = store.pending_intents(AbortEpisode)  # another kind: untouched
+    assert abort.intent.episode_id == 3
+
+
+def _raw_intent(store: Store, kind: str, payload: dict[str, Any]) -> int:
+    """A row as another version (or a person with SQL) might have written it."""
+    with store.backend.write() as s:
+        row = Intent(kind=kind, payload=payload, created_at=datetime.now(UTC), consumed_at=None)
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def test_a_malformed_or_unknown_intent_is_failed_with_why_not_lost(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad_end = _raw_intent(store, "end_episode", {"success": True})  # no episode_id
+    good_end = store.add_intent(EndEpisode(episode_id=5, success=False)).id
+    bad_take = _raw_intent(store, "take_control", {"episode_id": "seven"})
+    unknown = _raw_intent(store, "open_gripper", {"width_m": 0.08})
+    with caplog.at_level(logging.ERROR, logger="pde.storage"):
+        got = store.take_intent(EndEpisode)  # the malformed one on the way is failed, not handed out
+        assert store.pending_intents(TakeControl) == []  # a read finds it: failed, not left pending
+        [gone] = store.fail_unknown_intents()
+    assert got is not None and got.id == good_end and got.intent.success is False
+    assert gone.id == unknown and "unknown intent kind 'open_gripper'" in gone.error
+    failed = {f.id: f for f in store.failed_intents()}
+    assert set(failed) == {bad_end, bad_take, unknown}
+    assert "Object missing required field `episode_id`" in failed[bad_end].error
+    assert "Expected `int`, got `str` - at `$.episode_id`" in failed[bad_take].error
+    assert failed[bad_take].payload == {"episode_id": "seven"}  # kept as it was written
+    assert [r.getMessage() for r in caplog.records if f"#{bad_take} " in r.getMessage()], caplog.text
+    assert len(caplog.records) == 3  # once each
+    assert store.take_intent(EndEpisode) is None and store.fail_unknown_intents() == []
 
 
 def test_service_states(store: Store) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pde_contract.intents import PromptRolloutsDone
 from pde_storage import Store
 from supervisor.dedup import MiniLMEmbedder
 from supervisor.service import SupervisorService
@@ -310,10 +311,10 @@ def test_loop_report_judges_a_candidate_with_fewer_rollouts(store: Any, embedder
     try:
         service.step()
         assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "candidate"
-        store.add_intent("prompt_rollouts_done", {"task": TASK, "prompt_id": cand.id, "n_episodes": 1})
+        store.add_intent(PromptRolloutsDone(task=TASK, prompt_id=cand.id, n_episodes=1))
         service.step()
         assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "pool"
-        assert store.pending_intents("prompt_rollouts_done") == []
+        assert store.pending_intents(PromptRolloutsDone) == []
     finally:
         service.close()
 

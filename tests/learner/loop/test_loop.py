@@ -12,8 +12,9 @@ import pytest
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer
+from pde_contract.intents import AbortEpisode, PromptRolloutsDone, StartEpisode
 from pde_contract.service_state import LOOP_ROW, LoopState
-from pde_storage import Store, intents
+from pde_storage import Store
 from pde_storage.service_states import read_state
 from tests.learner.loop.doubles import FakeActor, FakeRestartingRobot, FakeRobot, FakeTrainer
 
@@ -66,13 +67,13 @@ def test_bootstrap_canonical_baseline_then_candidates(store: Store) -> None:
     assert [e.rollout_prompt for e in eps] == [CANON, CANON]
     assert [(e.status, e.success) for e in eps] == [("labelled", True), ("labelled", False)]
     assert [lab.source for lab in store.labels(eps[0].id)] == ["simulator"]
-    done = store.pending_intents(intents.PROMPT_ROLLOUTS_DONE)
-    assert [d.payload["prompt_id"] for d in done] == [eps[0].prompt_id]
-    assert done[0].payload["success_rate"] == 0.5
+    done = store.pending_intents(PromptRolloutsDone)
+    assert [d.intent.prompt_id for d in done] == [eps[0].prompt_id]
+    assert done[0].intent.success_rate == 0.5
     # The supervisor proposes two candidates: each gets N = 2 rollouts, fewest-first.
     a = store.add_prompt(TASK, "drop the green box into the bowl")
     b = store.add_prompt(TASK, "lift the green container and place it in the bowl")
-    _until(lambda: len(store.pending_intents(intents.PROMPT_ROLLOUTS_DONE)) == 3)
+    _until(lambda: len(store.pending_intents(PromptRolloutsDone)) == 3)
     loop.stop()
     t.join(5)
     assert not t.is_alive()
@@ -92,7 +93,7 @@ def test_operator_mode_waits_for_start_and_label(store: Store) -> None:
     time.sleep(0.1)
     assert store.episodes() == [] and actor.calls == []  # nothing moves before the operator says so
     assert len(robot.resets) == 1  # home / scene re-laid while the operator resets the scene
-    store.add_intent(intents.START_EPISODE)
+    store.add_intent(StartEpisode())
     _until(lambda: _phase(store) == "awaiting_label")
     [ep] = store.episodes()
     assert ep.status == "awaiting_label" and ep.video_paths
@@ -106,7 +107,7 @@ def test_operator_abort_marks_episode_aborted(store: Store) -> None:
     loop = EpisodeLoop(store, FakeRobot(), actor, _settings(max_episodes=1, max_chunks=200))
     t = _run_in_thread(loop)
     actor.started.wait(5)
-    store.add_intent(intents.ABORT_EPISODE)
+    store.add_intent(AbortEpisode())
     t.join(10)
     [ep] = store.episodes()
     assert ep.status == "aborted" and "operator aborted" in ep.abort_reason
@@ -239,7 +240,7 @@ def test_heartbeat_stays_fresh_during_a_long_episode(store: Store) -> None:
         return (row.updated_at - first).total_seconds() >= 0.3
 
     _until(refreshed_while_running, timeout_s=3.0)
-    store.add_intent(intents.ABORT_EPISODE)  # seen; no need to sit through the rest
+    store.add_intent(AbortEpisode())  # seen; no need to sit through the rest
     t.join(20)
     assert _phase(store) == "stopped"
 
@@ -367,14 +368,14 @@ def test_robot_server_restart_while_waiting_for_start_resets_again(store: Store)
     t = _run_in_thread(loop)
     _wait_for(lambda: _phase(store) == "awaiting_start")
     robot.restart()
-    refused = store.add_intent(intents.START_EPISODE)
+    refused = store.add_intent(StartEpisode())
     _wait_for(lambda: len(robot.resets) == 2)  # reset again, no episode started on the old reset
     assert store.episodes() == []
     # The page reads what became of its Start from the loop's state: refused, and why.
     last = store.service_states()["loop"].state["last_start"]
     assert last["intent_id"] == refused.id and "restarted" in last["refused"]
     _wait_for(lambda: _phase(store) == "awaiting_start")
-    started = store.add_intent(intents.START_EPISODE)
+    started = store.add_intent(StartEpisode())
     t.join(10)
     [ep] = store.episodes()
     assert ep.status == "labelled"
@@ -388,14 +389,14 @@ def test_start_while_the_estop_is_latched_is_refused_not_run(store: Store) -> No
     t = _run_in_thread(loop)
     _wait_for(lambda: _phase(store) == "awaiting_start")
     robot.estopped = True  # latched after the reset, before the operator's Start
-    refused = store.add_intent(intents.START_EPISODE)
+    refused = store.add_intent(StartEpisode())
     _wait_for(lambda: store.service_states()["loop"].state.get("last_start") is not None)
     last = store.service_states()["loop"].state["last_start"]
     assert last["intent_id"] == refused.id and "e-stop latched" in last["refused"]
     assert store.episodes() == []
     robot.estopped = False
     _wait_for(lambda: _phase(store) == "awaiting_start")
-    store.add_intent(intents.START_EPISODE)
+    store.add_intent(StartEpisode())
     t.join(10)
     assert [e.status for e in store.episodes()] == ["labelled"]
 

@@ -30,7 +30,10 @@ def rig() -> Iterator[ce.ChunkEndRig]:
     ex.start()
     try:
         yield ce.ChunkEndRig(
-            ex, ce.PhysicsStepSampler(world.tcp_site_id, world.arm_qpos_adr, world.lock), ticks, LIMITS
+            ex,
+            ce.PhysicsStepSampler(world.tcp_site_id, world.arm_qpos_adr, world.lock, world.data),
+            ticks,
+            LIMITS,
         )
     finally:
         ex.close()
@@ -44,3 +47,19 @@ def test_overshoot_at_a_chunk_end_at_5cm_per_tick(rig: ce.ChunkEndRig, case: ce.
     # the measured TCP keeps to the per-tick step (the sim's setpoint does; servo tracking adds
     # at most 1 mm here)
     assert figures["tcp_step_per_tick_max_m"] <= LIMITS.max_step_translation_m + 0.001, figures
+
+
+def test_the_physics_sampler_ignores_other_mujoco_data(rig: ce.ChunkEndRig) -> None:
+    """MuJoCo's control callback is process-wide: a step of another model while the sampler runs
+    must not add a sample (this one has enough sites and joints for the rig's indices to be valid)."""
+    import mujoco
+
+    bodies = "".join(f'<body><joint/><geom size=".1"/><site name="s{i}"/></body>' for i in range(64))
+    other = mujoco.MjModel.from_xml_string(f"<mujoco><worldbody>{bodies}</worldbody></mujoco>")
+    sampler = rig.sampler
+    sampler.start()
+    try:
+        mujoco.mj_step(other, mujoco.MjData(other))
+    finally:
+        sampler.stop()
+    assert sampler.samples.time_s == []
