@@ -8,6 +8,9 @@ Per take: Enter resets the arm to the task's pose (the sim also lays out the sce
 reset the scene by hand first), the take records until the operator ends it (the SpaceMouse's end
 button, Enter on the keyboard or while guiding), then keep or discard, with a note. Files:
 ``teleop/takes.py``, by default in ``<data dir>/demos`` where ``pde learner sft`` reads.
+
+The operator page offers the same per take (its "Record demonstrations" panel, driven by the page's
+keys or a gamepad): ``operator_ui/record_session.py``, with this recorder and these files.
 """
 
 from __future__ import annotations
