@@ -436,13 +436,11 @@ def run_arm(
         torch.manual_seed(seed)
         trainer = Trainer(CheckpointStore.load(loaded.path).policy, settings.ppo, device="cpu")
         client = RobotClient(endpoint, name=f"bench-{arm_name}-{seed}", timeout_s=10.0)
-        info = client.connect()
+        client.connect()  # the server's control rate and pacing, for the actor
         actor = Actor(
             loaded.policy,
             client,
-            ActorSettings(
-                control_rate_hz=info.control_rate_hz, reset_before_episode=False, obs_timeout_s=10.0
-            ),
+            ActorSettings(reset_before_episode=False, obs_timeout_s=10.0),
         )
         keeper = CheckpointKeeper(checkpoints, loop_store, settings.checkpoint_retention())
         in_use = [0]  # the actor's version, for the keeper's pruning

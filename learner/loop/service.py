@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     actor = Actor(
         loaded.policy.to(actor_device),
         client,
-        ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False),
+        ActorSettings(reset_before_episode=False),
     )
 
     keeper = CheckpointKeeper(checkpoints, store, settings.checkpoint_retention())
