@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from bench.pde_arm import ARM_KINDS, BenchSettings, loop_settings
 from learner.loop.settings import LoopSettings
 from learner.ppo_config import PPOConfig
 from tests.helpers import REPO_ROOT, subprocess_env
@@ -65,19 +64,6 @@ def test_the_defaults_are_the_ones_the_loop_trained_with() -> None:
         ratio_variant="mixed", learning_rate=3e-5, value_learning_rate=1e-3, noise_learning_rate=0.0, seed=0
     )
     assert _settings().ppo == before == PPOConfig()
-
-
-@pytest.mark.parametrize("arm", sorted(ARM_KINDS))
-def test_the_benchmark_arms_get_the_ppo_they_had(arm: str) -> None:
-    bench, a = BenchSettings(), ARM_KINDS[arm]
-    settings = loop_settings(a, bench, 3, database_url="sqlite://")
-    assert settings.ppo == PPOConfig(
-        ratio_variant=a.ratio_variant,
-        learning_rate=bench.learning_rate,
-        value_learning_rate=1e-3,
-        noise_learning_rate=0.0,
-        seed=3,
-    )
 
 
 def test_the_ppo_seed_is_the_loops_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
