@@ -259,14 +259,14 @@ def run_seed(
     eval_seeds = [EVAL_SEED_BASE + i for i in range(args.eval_episodes)]
     out: dict[str, Any] = {"seed": seed}
     with RobotClient(cmd_endpoint=endpoint, name=f"bench-{seed}", timeout_s=10.0) as client:
-        info = client.connect()
-        actor = Actor(policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0))
+        client.connect()  # the server's control rate and pacing, for the actor
+        actor = Actor(policy, client, ActorSettings(obs_timeout_s=10.0))
         # Evaluation on fixed scenes: sampled chunks (what PPO optimises) and the mean chunk (no
         # sampling noise: tells a better mean apart from less exploration noise).
         mean_actor = Actor(
             policy,
             client,
-            ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0, deterministic=True),
+            ActorSettings(obs_timeout_s=10.0, deterministic=True),
         )
 
         def evaluate(tag: str) -> tuple[float, float]:

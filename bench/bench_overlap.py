@@ -81,15 +81,13 @@ def main(argv: list[str]) -> int:
         ServerProcess(spec) as srv,
         RobotClient(srv.cmd_endpoint, name="bench-overlap", timeout_s=5.0) as client,
     ):
-        info = client.connect()
+        client.connect()  # the server's control rate and pacing, for the actor
         for i in range(args.episodes):
             for mode in MODES:  # interleaved: the same load on both
                 actor = Actor(
                     policy,
                     client,
-                    ActorSettings(
-                        control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0, chunk_timing=mode
-                    ),
+                    ActorSettings(obs_timeout_s=10.0, chunk_timing=mode),
                 )
                 first_seq = actor._seq + 1  # the seqs its chunks get
                 ep = actor.run_episode(

@@ -34,7 +34,7 @@ from typing import Any
 from learner.loop.core import EpisodeLoop, LoopStopped, RobotLike
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer, SaveCheckpoint, TrainerLike
-from learner.ppo import RatioVariant
+from learner.ppo import PPOConfig, RatioVariant
 from learner.rewards import Batch
 from pde_storage import Store
 from supervisor.dedup import Embedder
@@ -143,8 +143,7 @@ def loop_settings(arm: Arm, bench: BenchSettings, seed: int, **where: Any) -> Lo
         prompt_search=arm.prompt_search,
         synchronous_updates=bench.synchronous_updates,
         rollouts_per_scene=bench.rollouts_per_scene,
-        ratio_variant=arm.ratio_variant,
-        learning_rate=bench.learning_rate,
+        ppo=PPOConfig(ratio_variant=arm.ratio_variant, learning_rate=bench.learning_rate, seed=seed),
         seed=seed,
         torch_threads=1,
         device="cpu",
@@ -409,7 +408,6 @@ def run_arm(
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
     from learner.loop.retention import CheckpointKeeper
-    from learner.loop.service import ppo_config
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient
 
@@ -436,15 +434,13 @@ def run_arm(
         assert loaded is not None
         loop_store.add_checkpoint(0, loaded.path, {})
         torch.manual_seed(seed)
-        trainer = Trainer(CheckpointStore.load(loaded.path).policy, ppo_config(settings), device="cpu")
+        trainer = Trainer(CheckpointStore.load(loaded.path).policy, settings.ppo, device="cpu")
         client = RobotClient(endpoint, name=f"bench-{arm_name}-{seed}", timeout_s=10.0)
-        info = client.connect()
+        client.connect()  # the server's control rate and pacing, for the actor
         actor = Actor(
             loaded.policy,
             client,
-            ActorSettings(
-                control_rate_hz=info.control_rate_hz, reset_before_episode=False, obs_timeout_s=10.0
-            ),
+            ActorSettings(reset_before_episode=False, obs_timeout_s=10.0),
         )
         keeper = CheckpointKeeper(checkpoints, loop_store, settings.checkpoint_retention())
         in_use = [0]  # the actor's version, for the keeper's pruning

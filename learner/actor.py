@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 class RobotClientLike(Protocol):
     """The part of pde_contract.client.RobotClient the actor uses."""
 
-    info: ServerInfo | None  # from connect(): the server's pacing decides whether chunks overlap
+    info: ServerInfo | None  # from connect(): the server's control rate, and its pacing (do chunks overlap)
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted: ...
     def reset(self, task: str = "", seed: int | None = None) -> None: ...
@@ -89,8 +89,6 @@ def _server_silent(seq: int, silent_s: float) -> RobotServerError:
 class ActorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PDE_ACTOR_", populate_by_name=True)
 
-    control_rate_hz: float = 10.0
-    """Must match the robot server's control rate (ServerInfo.control_rate_hz)."""
     heartbeat_period_s: float = 0.05
     """Heartbeat period while an episode runs (server timeout is 200 ms)."""
     obs_timeout_s: float = 2.0
@@ -320,6 +318,18 @@ class Actor:
             return None
         return self._fresh_observation(newer_than_seq, after_chunk_seq=seq)
 
+    @property
+    def control_rate_hz(self) -> float:
+        """The robot server's control rate, from its reply to the client's Hello (``connect()``):
+        the rate every chunk is written for, so it is never a setting of the actor's own."""
+        info = self.client.info
+        if info is None:
+            raise RuntimeError(
+                "the robot client has not connected: call client.connect() before an episode (the "
+                "server's reply to Hello gives the control rate the chunks are written for)"
+            )
+        return info.control_rate_hz
+
     def _fast_paced(self) -> bool:
         info = self.client.info
         return info is not None and info.pacing == "fast"
@@ -409,13 +419,13 @@ class Actor:
         preempts ``running`` at the server's next tick (its record then says where it stopped).
         Returns (the policy's chunk if the person sent no row, the observation after the take,
         whether ``should_stop`` stopped the episode meanwhile)."""
-        cfg = self.settings
-        period_s = 1.0 / cfg.control_rate_hz
+        cfg, rate_hz = self.settings, self.control_rate_hz
+        period_s = 1.0 / rate_hz
         obs = self._newest_observation(obs)
         person.start_take(float(obs.state.gripper_width_m))
         first = len(recorded.chunks)
         start_tick, last_seq, stopped = -1, -1, False
-        for _ in range(max(1, math.ceil(cfg.takeover_max_s * cfg.control_rate_hz))):
+        for _ in range(max(1, math.ceil(cfg.takeover_max_s * rate_hz))):
             cmd = person.read(period_s)
             if cmd.end:
                 break
@@ -426,7 +436,7 @@ class Actor:
                 episode_id=episode_id,
                 action_space=ActionSpace.EE_DELTA,
                 actions=row,
-                control_rate_hz=cfg.control_rate_hz,
+                control_rate_hz=rate_hz,
                 sent_time_s=time.time(),
             )
             accepted = self.client.submit_chunk(chunk)
@@ -487,7 +497,7 @@ class Actor:
         if max_chunks < 1:
             raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
         policy = self.policy
-        cfg = self.settings
+        cfg, rate_hz = self.settings, self.control_rate_hz
         if person is not None and policy.action_space is not ActionSpace.EE_DELTA:
             raise ValueError(
                 f"a person takes over with ee_delta rows, but the policy acts in "
@@ -527,7 +537,7 @@ class Actor:
                         lead = 0  # sync: the chunk runs to its end
                         if overlapping:
                             lead = inference_lead_ticks(
-                                max(recent_inference_s), cfg.control_rate_hz, cfg.overlap_margin_ticks
+                                max(recent_inference_s), rate_hz, cfg.overlap_margin_ticks
                             )
                         waited = self._wait_chunk_done(seq, should_stop, rows_left=lead, takeover=watch)
                         if waited is _Waited.STOPPED:
@@ -576,7 +586,7 @@ class Actor:
                     episode_id=episode_id,
                     action_space=policy.action_space,
                     actions=sample.actions[0],
-                    control_rate_hz=cfg.control_rate_hz,
+                    control_rate_hz=rate_hz,
                     sent_time_s=time.time(),
                     # The first chunk is inferred while the arm holds still: nothing to skip.
                     first_row_tick=obs.tick if overlapping and running is not None else -1,
@@ -611,7 +621,7 @@ class Actor:
             canonical_prompt=canonical_prompt,
             rollout_prompt=rollout_prompt,
             action_space=policy.action_space,
-            control_rate_hz=cfg.control_rate_hz,
+            control_rate_hz=rate_hz,
             chunks=chunks,
             success=success,
             seed=seed,

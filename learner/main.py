@@ -280,7 +280,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         actor = Actor(
             loaded.policy,
             client,
-            ActorSettings(control_rate_hz=info.control_rate_hz, deterministic=args.deterministic),
+            ActorSettings(deterministic=args.deterministic),
         )
         for i in range(args.episodes):
             ep = actor.run_episode(

@@ -14,103 +14,16 @@ or clipped: a per-unit ratio keeps the trust region meaningful at any chunk size
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 
-RatioVariant = Literal["mixed", "canonical", "rollout", "plain"]
-RATIO_VARIANTS: tuple[RatioVariant, ...] = ("mixed", "canonical", "rollout", "plain")
-W0Guard = Literal["drop", "rebase", "none"]
-W0_GUARDS: tuple[W0Guard, ...] = ("drop", "rebase", "none")
-RatioUnit = Literal["chunk", "row", "dim"]
-RATIO_UNITS: tuple[RatioUnit, ...] = ("chunk", "row", "dim")
-AdvantageKind = Literal["group", "gae"]
-
-
-@dataclass
-class PPOConfig:
-    advantage: AdvantageKind = "group"
-    """'group': one advantage per episode, its reward minus the mean reward of its group (episodes
-    of the same task and scene seed; without a seed, of the same task in the batch), as GRPO (RLinf,
-    SimpleVLA-RL) -- no critic needed for a terminal 0/1 reward. 'gae': GAE on the value head."""
-    group_scale: bool = False
-    """Divide group advantages by the group's reward std (GRPO); off, a group's advantages keep the
-    size of the reward difference, so a 1-in-8 success is not amplified 2.6x."""
-    drop_uniform_groups: bool = True
-    """Leave groups whose episodes all got the same reward out of the policy loss (no signal)."""
-    ratio_unit: RatioUnit = "dim"
-    """One PPO ratio per 'chunk' (all T x D elements summed), per executed 'row' (D summed), or per
-    'dim' (each element, RLinf's token_level); the loss averages a sample's units."""
-    episode_weighting: bool = True
-    """Weight each chunk 1 / (its episode's chunks), so every episode counts once in the loss
-    (successes end early, failures run to the chunk limit)."""
-    gamma: float = 1.0
-    """Discount per chunk ('gae' only); 1 for a terminal 0/1 reward."""
-    gae_lambda: float = 1.0
-    """GAE lambda ('gae' only)."""
-    clip_coef: float = 0.2
-    """PPO ratio clip epsilon (per unit)."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    minibatch_size: int = 64
-    """Chunks per gradient step."""
-    learning_rate: float = 3e-5
-    """Adam step size of the policy (the paper used 5e-6 for π0.5, with chunk-level ratios and
-    batches of 2048). On the small CPU policy with per-dim ratios (single-seed pilots, one or two
-    updates each): 1e-4 and 3e-4 hit target_kl within the first minibatches (approx_kl 0.04 / 0.22
-    per dim); 1e-5 and 3e-5 ran longer at 0.01-0.02. bench/results/learning.json uses 3e-5."""
-    value_learning_rate: float | None = 1e-3
-    """Adam step size of the value head (Policy.value_parameters); None: learning_rate. The value
-    head is untrained after SFT and must catch up faster than the policy moves."""
-    noise_learning_rate: float | None = 0.0
-    """Adam step size of the exploration noise (Policy.noise_parameters, e.g. a Gaussian log std);
-    None: learning_rate; 0: the noise stays where it starts (bounded by the policy)."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    ent_coef: float = 0.0
-    """Weight of the entropy bonus (the flow-SDE entropy is constant, so 0 by default)."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
-    norm_adv: bool = False
-    """Normalise advantages over the whole batch (scales a batch's step by 1/std of its rewards)."""
-    clip_vloss: bool = True
-    """Clip the value update around the recorded value, as cleanrl."""
-    ratio_variant: RatioVariant = "mixed"
-    """'mixed' (geometric mean of canonical and rollout likelihoods), 'canonical', 'rollout', or
-    'plain' (single-prompt PPO; every rollout must use the canonical prompt)."""
-    w0_guard: W0Guard = "drop"
-    """Guard on the initial ratio w0 of each unit (w0 != 1 when the ratio involves a prompt the
-    chunk was not sampled with): 'drop' removes units with |log w0| > w0_log_max from the policy
-    loss; 'rebase' measures every ratio from the update's start (w0 := 1, the behaviour-policy
-    correction is dropped, every unit's first gradient is A * grad l); 'none'."""
-    w0_log_max: float = math.log(2.0)
-    """Bound on |log w0| used by 'drop'."""
-    dual_clip: float = 3.0
-    """Dual-clip c: for negative advantages the loss is bounded by c * |A| (0 disables)."""
-    target_kl: float | None = 0.05
-    """Stop the epochs early when a minibatch's approx_kl (per unit) exceeds this (None: never)."""
-    seed: int = 0
-    """Minibatch shuffling seed."""
-
-    def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("ratio_variant", self.ratio_variant, RATIO_VARIANTS),
-            ("w0_guard", self.w0_guard, W0_GUARDS),
-            ("ratio_unit", self.ratio_unit, RATIO_UNITS),
-            ("advantage", self.advantage, ("group", "gae")),
-        ):
-            if value not in allowed:
-                hint = (
-                    " ('clamp' was removed: it rescaled gradients by exp(-excess))"
-                    if value == "clamp"
-                    else ""
-                )
-                raise ValueError(f"PPOConfig.{name} is {value!r}; use one of {allowed}{hint}")
-
+# The hyper-parameters live torch-free (the loop's settings read them); PPOConfig is re-exported.
+from learner.ppo_config import RATIO_UNITS, RATIO_VARIANTS, W0_GUARDS, RatioUnit, RatioVariant, W0Guard
+from learner.ppo_config import AdvantageKind as AdvantageKind
+from learner.ppo_config import PPOConfig as PPOConfig
 
 # --- advantages ---------------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import torch
 
     from learner.distributed import DistributedContext
-    from learner.ppo import PPOConfig
     from learner.trainer import Batch, Trainer
 
 log = logging.getLogger("pde.loop")
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         return 2
     # The trainer trains its own copy of the weights; the actor's copy changes only at swaps.
-    ppo = ppo_config(settings)
+    ppo = settings.ppo  # every rank builds the same
     stop_followers: Callable[[], None] | None = None
     if ctx is not None:
         import torch.distributed as dist
@@ -221,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     actor = Actor(
         loaded.policy.to(actor_device),
         client,
-        ActorSettings(control_rate_hz=info.control_rate_hz, reset_before_episode=False),
+        ActorSettings(reset_before_episode=False),
     )
 
     keeper = CheckpointKeeper(checkpoints, store, settings.checkpoint_retention())
@@ -296,19 +295,6 @@ def sim_cannot_run(settings: LoopSettings, backend: str) -> str:
     )
 
 
-def ppo_config(settings: LoopSettings) -> PPOConfig:
-    """The loop's PPO settings (every rank builds the same)."""
-    from learner.ppo import PPOConfig
-
-    return PPOConfig(
-        ratio_variant=settings.ratio_variant,
-        learning_rate=settings.learning_rate,
-        value_learning_rate=settings.value_learning_rate,
-        noise_learning_rate=settings.noise_learning_rate,
-        seed=settings.seed,
-    )
-
-
 def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
     """A rank > 0 under torchrun: no robot, no database; it joins every PPO update rank 0 runs."""
     import torch.distributed as dist
@@ -322,7 +308,7 @@ def _follow(settings: LoopSettings, ctx: DistributedContext) -> int:
         print(f"pde loop: rank {ctx.rank} found no checkpoint", file=sys.stderr)
         return 2
     policy = DistributedPolicy(loaded.policy, ctx, settings.distributed)
-    trainer = DistributedTrainer(policy, ppo_config(settings))  # no actor here
+    trainer = DistributedTrainer(policy, settings.ppo)  # no actor here
     if loaded.trainer_state:  # the same Adam state as rank 0, or the ranks' steps would differ
         trainer.load_state_dict(loaded.trainer_state)
     n = follow_updates(trainer)

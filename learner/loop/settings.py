@@ -3,8 +3,9 @@ and PDE_ROBOT_CMD_ENDPOINT are read too)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -14,6 +15,7 @@ from learner.device import check_device_spec
 from learner.mixture import AlphaSchedule
 from learner.policies.pi05_options import Trainable
 from learner.policy_args import DEFAULT_POLICY, PolicyKind, check_policy_args, pi05_options
+from learner.ppo_config import PPOConfig
 from pde_contract.settings import (
     data_dir_field,
     database_url_field,
@@ -24,10 +26,15 @@ from pde_contract.tasks import HEADLINE_TASKS, TaskCatalogue, load_tasks
 
 _ALPHA = AlphaSchedule()  # the one home of the alpha schedule's defaults
 _RETENTION = Retention()  # the one home of the checkpoint retention's defaults
+# Settings that were the loop's own before PPOConfig was nested (ppo): a clear error, not a silent no-op.
+_MOVED_TO_PPO = ("ratio_variant", "learning_rate", "value_learning_rate", "noise_learning_rate")
 
 
 class LoopSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PDE_LOOP_", populate_by_name=True)
+    # env_nested_delimiter: PDE_LOOP_PPO__CLIP_COEF sets ppo.clip_coef; "null" is None there.
+    model_config = SettingsConfigDict(
+        env_prefix="PDE_LOOP_", env_nested_delimiter="__", env_parse_none_str="null", populate_by_name=True
+    )
 
     database_url: str = database_url_field("PDE_LOOP_")
     """SQLAlchemy URL of the shared database (sqlite:///... or postgresql+psycopg://...)."""
@@ -63,7 +70,7 @@ class LoopSettings(BaseSettings):
     """True: a task's first PPO batch also trains on its successful bootstrap rollouts of candidate
     prompts, relabelled with the canonical prompt as if rolled out under it (their behaviour
     log-probs are re-evaluated under the canonical prompt at the update's start, so their first
-    ratio is 1). With alpha_min = 1 and ratio_variant 'plain' this is the relabel baseline: the
+    ratio is 1). With alpha_min = 1 and ppo.ratio_variant 'plain' this is the relabel baseline: the
     search's successes as data, then plain PPO on the canonical prompt."""
     rollouts_per_scene: int = 1
     """Consecutive episodes that share one scene seed. A real arm cannot re-create a scene, so a
@@ -101,16 +108,13 @@ class LoopSettings(BaseSettings):
     """CPU threads for torch in this process (None: torch's default). 1 keeps inference latency
     steady on a small, busy CPU where OpenMP threads spin against other processes."""
     seed: int = 0
-    """Seeds the prompt sampler and the per-episode scene seeds."""
-    ratio_variant: Literal["mixed", "canonical", "rollout", "plain"] = "mixed"
-    """PPO likelihood ratio: 'mixed' (PDE: both prompts), 'canonical', 'rollout', or 'plain'
-    (single-prompt PPO; only valid when every rollout uses the canonical prompt)."""
-    learning_rate: float = Field(3e-5, gt=0)
-    """Adam step size of the policy (see learner.ppo.PPOConfig for the measurements behind it)."""
-    value_learning_rate: float = Field(1e-3, gt=0)
-    """Adam step size of the value head."""
-    noise_learning_rate: float = Field(0.0, ge=0)
-    """Adam step size of the Gaussian head's exploration noise (0: fixed; unused by the flow head)."""
+    """Seeds the prompt sampler, the per-episode scene seeds and (unless set itself) ppo.seed."""
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    """The trainer's PPO hyper-parameters, every field of learner/ppo_config.py's PPOConfig (one
+    docstring each; its defaults are the loop's): PDE_LOOP_PPO__<FIELD>, e.g.
+    PDE_LOOP_PPO__RATIO_VARIANT=plain, PDE_LOOP_PPO__LEARNING_RATE=1e-5, PDE_LOOP_PPO__TARGET_KL=null
+    (null: None, where the field allows it). ppo.seed (minibatch shuffling) is ``seed`` unless
+    PDE_LOOP_PPO__SEED sets it."""
     device: str = Field("auto", validation_alias=AliasChoices("PDE_LEARNER_DEVICE", "PDE_LOOP_DEVICE"))
     """Where the actor's and the trainer's policies run: auto (CUDA if torch sees a GPU, else CPU),
     cpu, cuda or cuda:N. Checkpoints load onto it; episodes and checkpoints on disk stay CPU data."""
@@ -167,6 +171,22 @@ class LoopSettings(BaseSettings):
             ema_success=ema_success,
             window=self.alpha_window,
         )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ppo_seed_and_moved_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        moved = [n for n in _MOVED_TO_PPO if n in data or f"PDE_LOOP_{n.upper()}" in os.environ]
+        if moved:
+            raise ValueError(
+                "the PPO settings moved under ppo: "
+                + ", ".join(f"PDE_LOOP_{n.upper()} is now PDE_LOOP_PPO__{n.upper()} (ppo.{n})" for n in moved)
+            )
+        ppo = data.get("ppo")
+        if ppo is None or isinstance(ppo, dict):  # a PPOConfig given whole keeps its own seed
+            data = {**data, "ppo": {"seed": data.get("seed", 0), **(ppo or {})}}
+        return data
 
     @field_validator("device")
     @classmethod

@@ -26,11 +26,11 @@ def _camera(value: str) -> tuple[str, str]:
 
 def _configured() -> tuple[str, dict[str, str]]:
     """The FCI host and camera serials the robot server would use (its environment)."""
-    from robot_server.robots.franka.config import FrankaConfig
+    from robot_server.backends import franka_config
     from robot_server.settings import RobotServerSettings
 
     settings = RobotServerSettings()
-    return settings.fci_host or FrankaConfig().host, dict(settings.realsense_serials)
+    return franka_config(settings).host, dict(settings.realsense_serials)
 
 
 def report(results: list[CheckResult], out: TextIO | None = None) -> int:

@@ -24,6 +24,7 @@ import pytest
 from learner.loop.core import EpisodeLoop
 from learner.loop.tasks import canonical_prompt
 from learner.loop.training import BackgroundTrainer
+from learner.ppo_config import PPOConfig
 from pde_storage import Store
 from supervisor.proposers import PromptProposer, ProposerOptions, make_proposer
 from supervisor.service import SupervisorService
@@ -405,3 +406,16 @@ def test_the_merge_joins_premise_contrast_and_completeness_from_synthetic_parts(
     )
     assert decoy["premise"]["decoy"] is True and decoy["premise"]["canonical_start"] == []
     assert "no cell at canonical_prob 0.0" in decoy["premise"]["calibration_missing"]
+
+
+@pytest.mark.parametrize("arm", sorted(pde_arm.ARM_KINDS))
+def test_the_benchmark_arms_get_the_ppo_they_had(arm: str) -> None:
+    bench, a = pde_arm.BenchSettings(), pde_arm.ARM_KINDS[arm]
+    settings = pde_arm.loop_settings(a, bench, 3, database_url="sqlite://")
+    assert settings.ppo == PPOConfig(
+        ratio_variant=a.ratio_variant,
+        learning_rate=bench.learning_rate,
+        value_learning_rate=1e-3,
+        noise_learning_rate=0.0,
+        seed=3,
+    )

@@ -8,6 +8,7 @@ engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import yaml
 from learner.loop.settings import LoopSettings
 from learner.policies.pi05_options import Pi05Options
 from learner.policy_args import pi05_options
+from learner.ppo_config import PPOConfig
 from pde.keys import DEFAULT_CLIENTS
 from pde.keys import init as keys_init
 from pde.procs import ProcessGroup
@@ -190,7 +192,9 @@ def test_the_learner_runs_the_small_policy_unless_the_env_file_says_pi05(
         k.removeprefix("PDE_LOOP_").lower() for k in learner["environment"] if k.startswith("PDE_LOOP_")
     }
     assert {"policy", "init", "pi05_trainable", "bf16", "gradient_checkpointing"} <= loop_vars
-    assert loop_vars <= set(LoopSettings.model_fields)
+    assert {v.split("__")[0] for v in loop_vars} <= set(LoopSettings.model_fields)
+    ppo_fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    assert {v.removeprefix("ppo__") for v in loop_vars if v.startswith("ppo__")} <= ppo_fields
     settings = _learner_settings(learner, monkeypatch)
     assert (settings.policy, settings.init) == ("small", "")
     assert pi05_options(settings) == Pi05Options()

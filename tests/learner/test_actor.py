@@ -1,4 +1,5 @@
 import time
+from typing import Literal
 
 import msgspec
 import numpy as np
@@ -23,6 +24,15 @@ from pde_contract.messages import (
 from teleop.scripted import ScriptedSource
 
 
+def fake_info(pacing: Literal["realtime", "fast"] = "realtime", control_rate_hz: float = 10.0) -> ServerInfo:
+    """The server's reply to Hello, as a connected client holds it."""
+    return ServerInfo(
+        protocol_version=4, server_name="fake", backend="sim", control_rate_hz=control_rate_hz,
+        action_spaces=[ActionSpace.EE_DELTA], cameras=[], obs_endpoint="", heartbeat_timeout_s=0.2,
+        pacing=pacing,
+    )  # fmt: skip
+
+
 class FakeRobotClient:
     """Stands in for pde_contract.client.RobotClient: executes chunks instantly and reports task
     success after ``succeed_after`` chunks (None: never)."""
@@ -35,7 +45,8 @@ class FakeRobotClient:
         self.succeed_after = succeed_after
         self.calls: list[str] = []
         self.heartbeat = False
-        self.info: ServerInfo | None = None  # no Hello: the actor follows its chunk_timing setting
+        # connected to a realtime server at 10 Hz: the actor follows its chunk_timing setting
+        self.info: ServerInfo | None = fake_info()
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
         assert self.heartbeat, "chunks must be sent while the heartbeat runs"
@@ -79,6 +90,22 @@ class FakeRobotClient:
         if self.succeed_after is not None:
             obs.task_success = len(self.chunks) >= self.succeed_after
         return obs
+
+
+def test_the_actor_writes_for_the_rate_the_server_said_in_its_hello_reply() -> None:
+    client = FakeRobotClient()
+    client.info = fake_info(control_rate_hz=20.0)
+    _, actor, ep = _run(client, max_chunks=2)
+    assert actor.control_rate_hz == ep.control_rate_hz == 20.0
+    assert [c.control_rate_hz for c in client.chunks] == [20.0, 20.0]
+
+
+def test_an_actor_whose_client_has_not_connected_says_so() -> None:
+    client = FakeRobotClient()
+    client.info = None  # no Hello: no control rate
+    with pytest.raises(RuntimeError, match=r"call client.connect\(\) before an episode"):
+        _run(client)
+    assert client.chunks == []
 
 
 def _run(
@@ -251,11 +278,7 @@ def test_chunks_overlap_only_on_a_realtime_server_and_not_in_sync(pacing, timing
     """Overlapped: every chunk after the first says the tick its row 0 was meant for (the server
     skips its rows in the past). A fast-paced sim server, or 'sync', gets chunks that start at row 0."""
     client = FakeRobotClient()
-    client.info = ServerInfo(
-        protocol_version=4, server_name="fake", backend="sim", control_rate_hz=10.0,
-        action_spaces=[ActionSpace.EE_DELTA], cameras=[], obs_endpoint="", heartbeat_timeout_s=0.2,
-        pacing=pacing,
-    )  # fmt: skip
+    client.info = fake_info(pacing)
     actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.0, chunk_timing=timing))
     ep = actor.run_episode(episode_id="e", task="t", canonical_prompt="a", rollout_prompt="a", max_chunks=3)
     ticks = [c.first_row_tick for c in client.chunks]
@@ -321,11 +344,7 @@ class StreamingFakeClient(FakeRobotClient):
         self.estop_at_obs = estop_at_obs
         self.status_calls = 0
         self.seen_running = 0  # observations of the current chunk still executing
-        self.info = ServerInfo(
-            protocol_version=4, server_name="fake", backend="sim", control_rate_hz=10.0,
-            action_spaces=[ActionSpace.EE_DELTA], cameras=[], obs_endpoint="", heartbeat_timeout_s=0.2,
-            pacing="fast",
-        )  # fmt: skip
+        self.info = fake_info("fast")
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
         self.seen_running = 0

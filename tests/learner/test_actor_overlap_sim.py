@@ -87,7 +87,7 @@ def test_an_overlapped_episode_records_the_rows_that_ran(sim_server) -> None:
     with RobotClient(cmd_endpoint=endpoint, name="learner", timeout_s=5.0) as client:
         info = client.connect()
         assert info.pacing == "realtime"
-        actor = Actor(policy, client, ActorSettings(control_rate_hz=info.control_rate_hz, obs_timeout_s=10.0))
+        actor = Actor(policy, client, ActorSettings(obs_timeout_s=10.0))
         assert actor.settings.chunk_timing == "overlapped"  # the default
         server.executor.tick_log.clear()
         episode = actor.run_episode(

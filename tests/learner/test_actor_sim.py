@@ -53,8 +53,8 @@ def test_actor_rolls_out_on_the_sim_server_and_trains(sim_server):
     torch.manual_seed(0)
     policy = make_test_policy("flow")
     with RobotClient(cmd_endpoint=sim_server, name="learner", timeout_s=5.0) as client:
-        info = client.connect()
-        actor = Actor(policy, client, ActorSettings(control_rate_hz=info.control_rate_hz))
+        client.connect()  # the server's control rate and pacing, for the actor
+        actor = Actor(policy, client, ActorSettings())
         episodes = [
             actor.run_episode(
                 episode_id=f"ep{i}",
@@ -99,9 +99,9 @@ class KillsServerAfterFirstChunk:
 def test_a_killed_robot_server_ends_the_episode_in_seconds_not_chunk_timeout_s(sim_server_group):
     endpoint, group = sim_server_group
     with RobotClient(cmd_endpoint=endpoint, name="learner", timeout_s=2.0) as client:  # as the loop's
-        info = client.connect()
+        client.connect()  # the server's control rate and pacing, for the actor
         killer = KillsServerAfterFirstChunk(client, group)
-        actor = Actor(make_test_policy("flow"), killer, ActorSettings(control_rate_hz=info.control_rate_hz))
+        actor = Actor(make_test_policy("flow"), killer, ActorSettings())
         with pytest.raises(RobotServerError, match="has not answered"):
             actor.run_episode(
                 episode_id="ep0",

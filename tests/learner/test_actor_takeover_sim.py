@@ -69,8 +69,8 @@ def test_two_takeovers_record_person_rows_that_ppo_leaves_out(
     person = ScriptedSource([row] * PERSON_ROWS, wants_control=trigger)
     settings = ActorSettings(obs_timeout_s=10.0, intervention_demos=True, data_dir=tmp_path)
     with RobotClient(cmd_endpoint=endpoint, name="learner", timeout_s=5.0) as client, person:
-        info = client.connect()
-        actor = Actor(policy, client, settings.model_copy(update={"control_rate_hz": info.control_rate_hz}))
+        client.connect()  # the server's control rate and pacing, for the actor
+        actor = Actor(policy, client, settings)
         server.executor.tick_log.clear()
         episode = actor.run_episode(
             episode_id="ep-takeover",

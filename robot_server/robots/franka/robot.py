@@ -122,18 +122,11 @@ class FrankaRobot(Robot):
     name = "franka"
 
     def __init__(
-        self,
-        config: FrankaConfig | None = None,
-        kernel_probe: Callable[[], KernelRealtime] = kernel_realtime,
-        **overrides: Any,
+        self, config: FrankaConfig, kernel_probe: Callable[[], KernelRealtime] = kernel_realtime
     ) -> None:
-        """``kernel_probe``: whether the kernel is real-time (tests stand in for other kernels)."""
-        if "fci_host" in overrides:  # the server settings' name for it (PDE_ROBOT_FCI_HOST)
-            overrides["host"] = overrides.pop("fci_host")
-        if config is None:
-            config = FrankaConfig(**overrides)
-        elif overrides:
-            config = FrankaConfig(**{**config.model_dump(), **overrides})
+        """``config``: built by robot_server/backends.py (franka_config: the file's [franka] section,
+        PDE_FRANKA_*, the server's fci_host); the robot reads no settings itself.
+        ``kernel_probe``: whether the kernel is real-time (tests stand in for other kernels)."""
         self.config = config
         self._robot: franky.Robot | None = None
         self._streamer: CartesianStreamer | None = None

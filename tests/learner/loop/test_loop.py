@@ -478,7 +478,11 @@ def test_relabel_trains_the_first_batch_on_the_searchs_successes_under_the_canon
     store.set_task_state(TASK, stage="rl")  # what the supervisor does (pool or not: alpha is 1)
     trainer = FakeTrainer()
     settings = _settings(
-        relabel_search_successes=True, alpha_min=1.0, ratio_variant="plain", batch_size=2, max_episodes=4
+        relabel_search_successes=True,
+        alpha_min=1.0,
+        ppo={"ratio_variant": "plain"},
+        batch_size=2,
+        max_episodes=4,
     )
     loop = EpisodeLoop(
         store, FakeRobot(), actor, settings, trainer=BackgroundTrainer(trainer, lambda p, v, m: "")

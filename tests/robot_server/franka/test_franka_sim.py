@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 
 from pde_contract.messages import RobotFault
+from robot_server.backends import franka_config
 from robot_server.robots.base import RobotError, RobotNotConnectedError, RobotTarget
 from robot_server.robots.franka import FrankaConfig, FrankaRobot
 from robot_server.robots.franka import config as fr3
 from robot_server.robots.franka.fci_sim import FciSim
 from robot_server.robots.franka.realtime import kernel_realtime
 from robot_server.robots.franka.tracking import StateSampler, circle_targets, stream_targets, tracking_report
+from robot_server.settings import RobotServerSettings
 from tests.robot_server.franka.conftest import sim_config, unused_loopback
 
 PERIOD_S = 0.1
@@ -247,9 +249,18 @@ def test_command_before_connect_says_what_to_do() -> None:
         robot.command(RobotTarget(0.08, joint_positions_rad=np.zeros(7)), PERIOD_S)
 
 
-def test_server_factory_names_are_accepted() -> None:
-    # robot_server/backends.py builds FrankaRobot(fci_host=...); the rest comes from PDE_FRANKA_*.
-    assert FrankaRobot(fci_host="10.0.0.2").config.host == "10.0.0.2"
+def test_the_backend_builds_the_config_the_robot_reads_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    # robot_server/backends.py is the one place that reads the FR3's settings: PDE_FRANKA_*, and the
+    # server's fci_host (PDE_ROBOT_FCI_HOST) over them; the robot takes the result as it is.
+    monkeypatch.setenv("PDE_FRANKA_HOST", "10.0.0.1")
+    monkeypatch.setenv("PDE_FRANKA_MAX_RECOVERIES", "7")
+    config = franka_config(RobotServerSettings(backend="franka", fci_host="10.0.0.2"))
+    assert (config.host, config.max_recoveries) == ("10.0.0.2", 7)
+    assert franka_config(RobotServerSettings(backend="franka")).host == "10.0.0.1"
+    monkeypatch.setenv("PDE_FRANKA_HOST", "10.0.0.3")  # read once, by the backend, not by the robot
+    assert FrankaRobot(config).config is config
+    with pytest.raises(TypeError):
+        FrankaRobot()  # type: ignore[call-arg]
 
 
 def test_a_stop_that_has_not_finished_is_reported_not_ignored(robot: FrankaRobot) -> None:
