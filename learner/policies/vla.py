@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from learner.policies import flow_sde
-from learner.policies.base import ObsBatch, Policy
+from learner.policies.base import ChunkPolicy, DemoRows, ObsBatch
 from learner.policies.observations import STATE_DIM, preprocess
 from learner.policies.text import FakeTextEncoder, MiniLMTextEncoder, PromptEmbeddingCache
 from pde_contract.messages import ACTION_DIMS, ActionSpace, Observation
@@ -99,7 +99,7 @@ class ImageEncoder(nn.Module):
         return torch.relu(self.proj(self.conv(x).reshape(b, -1)))
 
 
-class SmallVLAPolicy(Policy):
+class SmallVLAPolicy(ChunkPolicy):
     action_mean: torch.Tensor
     action_std: torch.Tensor
     state_mean: torch.Tensor
@@ -248,23 +248,13 @@ class SmallVLAPolicy(Policy):
 
     # --- SFT (learner/sft.py) ---------------------------------------------------------------------
 
-    def supervised_loss(
-        self,
-        obs: ObsBatch,
-        prompts: Sequence[str],
-        actions: torch.Tensor,
-        noise: torch.Tensor | None = None,
-        t: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Flow head: flow-matching velocity regression (``noise`` [B, T, D], flow times ``t`` [B]);
-        Gaussian head: mean regression (the std stays at its initial value so PPO has exploration
-        noise)."""
-        cond = self.condition(self.encode_observations(obs), prompts)
-        target = self.normalize_actions(actions.to(self.device))
+    def demo_loss(self, rows: DemoRows) -> torch.Tensor:
+        """Flow head: flow-matching velocity regression; Gaussian head: mean regression (the std
+        stays at its initial value so PPO has exploration noise)."""
+        cond = self.condition(self.encode_observations(rows.obs), rows.prompts)
+        target = self.normalize_actions(rows.actions.to(self.device))
         if self.config.head == "flow":
-            if noise is None or t is None:
-                noise, t = self.supervised_noise(target.shape[0])
-            noise, t = noise.to(target.device), t.to(target.device)
+            noise, t = rows.noise.to(target.device), rows.t.to(target.device)
             x_t = (1 - t.view(-1, 1, 1)) * target + t.view(-1, 1, 1) * noise
             return ((self.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
         return ((self.gaussian_mean(cond) - target) ** 2).mean()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.policies.base import Policy
+from learner.policies.base import DemoRows, Policy
 from learner.policies.pi05 import Pi05Options, load_pi05
 from learner.policies.vla import make_test_policy
 from learner.synthetic import synthetic_observation
@@ -33,7 +33,7 @@ def _policy(kind: str, workdir: Path) -> tuple[Policy, int]:
     if kind == "pi05":
         return load_pi05(make_tiny_checkpoint(workdir / "pi05"), Pi05Options(flow_steps=2)), 24
     torch.manual_seed(0)
-    return make_test_policy(kind.removeprefix("small_")), 20
+    return make_test_policy("flow" if kind == "small_flow" else "gaussian"), 20
 
 
 def record(kind: str, workdir: Path) -> dict[str, Any]:
@@ -53,8 +53,8 @@ def record(kind: str, workdir: Path) -> dict[str, Any]:
         ev = policy.evaluate(obs, CANONICAL, chain)
         pair = policy.evaluate_pair(obs, ROLLOUT, CANONICAL, chain)
         torch.manual_seed(3)
-        actions = torch.from_numpy(s.actions).float()
-        loss = policy.supervised_loss(obs, ROLLOUT, actions)
+        noise, t = policy.supervised_noise(2)
+        loss = policy.supervised_loss(DemoRows(obs, ROLLOUT, torch.from_numpy(s.actions).float(), noise, t))
     out |= {"eval_log_prob_elements": ev.log_prob_elements, "eval_entropy": ev.entropy}
     out["eval_value"] = ev.value
     out |= {
