@@ -13,7 +13,8 @@ Three pieces:
 - ``PolicyNetwork``: the network hooks (observation encoding, prompt conditioning, the action head's
   means, log-prob, KL and sampling, value, de-normalisation, the SFT loss), which the functions
   ``sample_chunks``, ``evaluate_chunks`` and ``evaluate_chunk_pair`` run, written once here;
-- ``ChunkPolicy``: the template a policy subclasses, a Policy over its own network hooks.
+- ``ChunkPolicy``: the template a policy subclasses, a Policy over its own network hooks;
+  ``FlowChunkPolicy`` writes the action head's four for a flow-SDE chain over a velocity field.
 ``learner/distributed.py`` runs those functions over the network inside DDP/FSDP.
 """
 
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from learner.policies import flow_sde
 from pde_contract.messages import ActionSpace, Observation, ServerInfo
 
 log = logging.getLogger(__name__)
@@ -155,7 +157,8 @@ def weights_device(module: nn.Module) -> torch.device:
 class Policy(nn.Module, ABC):
     """The public boundary: what the actor (``sample``), PPO (``evaluate``, ``evaluate_pair``), SFT
     (``supervised_loss``) and checkpoints (``checkpoint_state``) call. A new policy does not write it:
-    it subclasses ``ChunkPolicy``, which writes these over the network hooks of ``PolicyNetwork``."""
+    it subclasses ``ChunkPolicy`` (or ``FlowChunkPolicy``), which writes these over the network hooks
+    of ``PolicyNetwork``."""
 
     action_space: ActionSpace
     cameras: tuple[str, ...]  # the robot's cameras ``preprocess`` reads
@@ -356,9 +359,10 @@ def evaluate_chunk_pair(
 
 class ChunkPolicy(Policy, PolicyNetwork):
     """The template every policy subclasses: a Policy that is its own network. A new policy writes
-    ``preprocess``, ``checkpoint_state`` and the network hooks (``PolicyNetwork``), and for SFT
-    ``demo_loss`` and ``supervised_noise``; ``sample``, ``evaluate``, ``evaluate_pair`` and
-    ``supervised_loss`` are written once, here and above."""
+    ``preprocess``, ``checkpoint_state`` and the network hooks (``PolicyNetwork``; a flow-matching
+    head's four come from ``FlowChunkPolicy``), and for SFT ``demo_loss`` and ``supervised_noise``;
+    ``sample``, ``evaluate``, ``evaluate_pair`` and ``supervised_loss`` are written once, here and
+    above."""
 
     sample = sample_chunks
     evaluate = evaluate_chunks
@@ -369,6 +373,49 @@ class ChunkPolicy(Policy, PolicyNetwork):
 
     def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
+
+
+class FlowChunkPolicy(ChunkPolicy):
+    """A ChunkPolicy whose action head is a flow-SDE chain (learner/policies/flow_sde.py) over its
+    network's velocity field: it writes ``velocity_fn`` and sets ``schedule`` instead of writing the
+    four head hooks. The network may predict more action columns (``model_action_dim``) than the
+    robot executes (``action_dim``; π0.5 pads 7 to 32): only the executed ones count in
+    log-probabilities and KL, since the padded ones never reach the robot."""
+
+    schedule: flow_sde.FlowSDESchedule  # the stochastic chain the actor samples and PPO evaluates
+
+    @abstractmethod
+    def velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
+        """The network's velocity v(x [B, K', T, D'], t [K']) under the conditioning ``cond``."""
+
+    @property
+    def acting_schedule(self) -> flow_sde.FlowSDESchedule:
+        """The steps of deterministic sampling (evaluation episodes): the chain's, unless overridden."""
+        return self.schedule
+
+    @property
+    def model_action_dim(self) -> int:
+        """Action columns D' the network predicts (``action_dim`` unless it pads)."""
+        return self.action_dim
+
+    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+        return flow_sde.chain_means(self.velocity_fn(cond), chain, self.schedule)
+
+    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Only the executed columns: counting π0.5's padded 25 of 32 would add their noise to every ratio.
+        log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)[..., : self.action_dim]
+        ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
+        return log_prob, torch.full(log_prob.shape[:1], ent, dtype=log_prob.dtype, device=log_prob.device)
+
+    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
+        d = self.action_dim
+        return flow_sde.chain_kl(means_p[..., :d], means_q[..., :d], self.schedule)
+
+    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        noise = torch.randn(cond.shape[0], self.chunk_len, self.model_action_dim, device=cond.device)
+        schedule = self.acting_schedule if deterministic else self.schedule
+        chain, log_prob = flow_sde.sample_chain(self.velocity_fn(cond), noise, schedule, deterministic)
+        return chain, log_prob[..., : self.action_dim]
 
 
 def check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:

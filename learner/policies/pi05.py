@@ -1,5 +1,5 @@
-"""π0.5 behind the Policy boundary (a ChunkPolicy), with the same flow-SDE chain and log-probabilities
-as the small policy.
+"""π0.5 behind the Policy boundary (a FlowChunkPolicy), with the same flow-SDE chain and
+log-probabilities as the small policy.
 
 Observation -> policy input, as LeRobot 0.6.1's π0.5 processors do it:
 - cameras: JPEG -> RGB, resized with padding (aspect kept, black bars) to the model's square size,
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from learner.policies import flow_sde
-from learner.policies.base import ActingChoice, ChunkPolicy, ChunkSample, DemoRows, ObsBatch
+from learner.policies.base import ActingChoice, ChunkSample, DemoRows, FlowChunkPolicy, ObsBatch
 from learner.policies.observations import STATE_DIM
 from learner.policies.pi05_checkpoint import (
     MAPPING_FILE,
@@ -111,7 +111,7 @@ def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
     return f"Task: {_clean_task(prompt)}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
 
 
-class Pi05Policy(ChunkPolicy):
+class Pi05Policy(FlowChunkPolicy):
     def __init__(self, checkpoint: Pi05Checkpoint, options: Pi05Options | None = None) -> None:
         super().__init__()
         options = options or Pi05Options()
@@ -308,7 +308,7 @@ class Pi05Policy(ChunkPolicy):
             prefix = self.model.embed_prefix(image_tokens, image_valid, ids, valid)
         return pack_prefix(prefix)
 
-    def _velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
+    def velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
         return self.prefix_velocity_fn(unpack_prefix(cond, self.config))
 
     def prefix_velocity_fn(self, prefix: PrefixCache) -> flow_sde.VelocityFn:
@@ -324,18 +324,13 @@ class Pi05Policy(ChunkPolicy):
 
         return velocity
 
-    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
-        return flow_sde.chain_means(self._velocity_fn(cond), chain, self.schedule)
+    @property
+    def acting_schedule(self) -> flow_sde.FlowSDESchedule:
+        return self.euler
 
-    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Only the executed columns: counting the padded 25 of 32 would add their noise to every ratio.
-        log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)[..., : self.action_dim]
-        ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
-        return log_prob, torch.full(log_prob.shape[:1], ent, dtype=log_prob.dtype, device=log_prob.device)
-
-    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
-        d = self.action_dim
-        return flow_sde.chain_kl(means_p[..., :d], means_q[..., :d], self.schedule)
+    @property
+    def model_action_dim(self) -> int:
+        return self.config.max_action_dim
 
     def value(self, cond: torch.Tensor) -> torch.Tensor:
         return self.value_from_prefix(unpack_prefix(cond, self.config))
@@ -375,12 +370,6 @@ class Pi05Policy(ChunkPolicy):
         if self._realtime is None:
             return super().sample(obs, prompts, deterministic)
         return self._realtime.sample(self, obs, prompts, deterministic)
-
-    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        noise = torch.randn(cond.shape[0], self.chunk_len, self.config.max_action_dim, device=cond.device)
-        schedule = self.euler if deterministic else self.schedule
-        chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, schedule, deterministic)
-        return chain, log_prob[..., : self.action_dim]
 
     def demo_loss(self, rows: DemoRows) -> torch.Tensor:
         """Flow matching on demonstrations (LeRobot's π0.5 loss), averaged over the executed columns
