@@ -1,29 +1,30 @@
 """Data-parallel PPO and SFT over several processes (``torchrun --nproc_per_node N``) with PyTorch
 DDP or FSDP (``fully_shard``, FSDP2).
 
-``DistributedPolicy`` is itself a Policy wrapping another one (as openpi's wrappers are), so the
-Trainer runs unchanged: every rank runs the same update on the same batch, and each
-``evaluate``/``evaluate_pair`` call computes only this rank's share of the minibatch rows through
-the wrapped network (DDP or FSDP). The shares are gathered with autograd-aware ``all_gather``, so every
-rank computes the same loss from all rows; the gather's backward hands each rank W times its rows'
-gradient, and the engine's average over the W ranks gives exactly the single-process gradient. The
-optimiser steps therefore stay identical on every rank (same gradients, same seed), and the network
-work of a minibatch is split W ways.
+``DistributedPolicy`` is itself a Policy (as openpi's wrappers are), so the Trainer runs unchanged:
+every rank runs the same update on the same batch. The engine (DDP or FSDP) wraps the policy's
+network, not the policy: each ``evaluate``/``evaluate_pair`` call runs the written-once functions of
+learner/policies/base.py (``evaluate_chunks``, ``evaluate_chunk_pair``) over this rank's share of the
+minibatch rows inside the engine's forward. The shares are gathered with autograd-aware
+``all_gather``, so every rank computes the same loss from all rows; the gather's backward hands
+each rank W times its rows' gradient, and the engine's average over the W ranks gives exactly the
+single-process gradient. The optimiser steps therefore stay identical on every rank (same
+gradients, same seed), and the network work of a minibatch is split W ways.
 
 DDP (the default) keeps a whole replica and Adam state on every rank: for π0.5 (3.35B parameters,
 all trained) float32 weights, gradients and Adam moments come to an estimated 50 GiB before
 activations and, on rank 0, the actor's copies (docs/pi05.md, "Several GPUs").
 FSDP (``engine="fsdp"``) shards every parameter, gradient and Adam state over the ranks (1/W each),
-gathering a block's weights only while it runs: each of the policy's ``fsdp_units()`` (π0.5's
-transformer blocks) is one unit, the rest of the policy another. The same split of rows and the
+gathering a block's weights only while it runs: each of the network's ``fsdp_units()`` (π0.5's
+transformer blocks) is one unit, the rest of the network another. The same split of rows and the
 same gradient average (FSDP's reduce-scatter averages as DDP's all-reduce does) give the same update.
 Under FSDP no rank holds the whole weights, so after every update all ranks gather them (and the
 Adam state) to rank 0: its plain CPU replica is what ``copy.deepcopy`` (the actor's snapshots) and
 checkpoints see, written in the single-process format.
 
-SFT (learner/sft.py) runs through the same wrapper: ``supervised_loss`` computes this rank's rows of
-the batch (the caller splits it and weights the loss by its share), and ``gather_weights`` hands rank
-0 the whole trained weights at the end.
+SFT (learner/sft.py) runs through the same wrapper: ``supervised_loss`` computes the network's
+``demo_loss`` of this rank's rows of the batch (the caller splits it and weights the loss by its
+share), and ``gather_weights`` hands rank 0 the whole trained weights at the end.
 """
 
 from __future__ import annotations
@@ -50,7 +51,18 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.nn.functional import all_gather
 from torch.nn.parallel import DistributedDataParallel
 
-from learner.policies.base import ChunkEvaluation, ObsBatch, PairEvaluation, Policy
+from learner.policies.base import (
+    ChunkEvaluation,
+    ChunkPolicy,
+    ChunkSample,
+    DemoRows,
+    ObsBatch,
+    PairEvaluation,
+    Policy,
+    PolicyNetwork,
+    evaluate_chunk_pair,
+    evaluate_chunks,
+)
 from learner.ppo import PPOConfig
 from learner.trainer import Batch, Trainer
 from pde_contract.messages import Observation
@@ -119,21 +131,21 @@ def init_distributed() -> DistributedContext:
     return DistributedContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
-class _MethodCall(nn.Module):
-    """Routes a Policy method through ``forward`` so DDP sees the call (and syncs its gradients) and
-    FSDP gathers the root unit's weights for it (each block unit gathers its own in its forward)."""
+class _NetworkCall(nn.Module):
+    """Routes the network's work through ``forward`` so DDP sees the call (and syncs its gradients)
+    and FSDP gathers the root unit's weights for it (each block unit gathers its own in its forward)."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, network: PolicyNetwork) -> None:
         super().__init__()
-        self.policy = policy
+        self.network = network
 
     def forward(self, method: str, *args: Any) -> tuple[torch.Tensor, ...]:
-        if method == "supervised_loss":
-            return (self.policy.supervised_loss(*args),)
+        if method == "demo_loss":
+            return (self.network.demo_loss(*args),)
         if method == "evaluate":
-            ev = self.policy.evaluate(*args)
+            ev = evaluate_chunks(self.network, *args)
             return ev.log_prob_elements, ev.entropy, ev.value
-        pe = self.policy.evaluate_pair(*args)
+        pe = evaluate_chunk_pair(self.network, *args)
         r = pe.rollout
         n2 = torch.tensor([pe.n_second_pass], device=r.value.device)
         return r.log_prob_elements, r.entropy, r.value, pe.canonical_log_prob_elements, pe.prompt_kl, n2
@@ -150,14 +162,19 @@ def _share(n: int, rank: int, world: int) -> torch.Tensor:
 
 
 class DistributedPolicy(Policy):
-    """``policy`` under DDP or FSDP (``engine``); deep copies (the Trainer's snapshots for the actor
-    and checkpoints) are copies of the plain policy: the inner one under DDP, rank 0's gathered
-    replica under FSDP (only rank 0 may take them)."""
+    """``policy`` with its network under DDP or FSDP (``engine``); deep copies (the Trainer's
+    snapshots for the actor and checkpoints) are copies of the plain policy: the inner one under DDP,
+    rank 0's gathered replica under FSDP (only rank 0 may take them)."""
 
     def __init__(self, policy: Policy, ctx: DistributedContext, engine: Engine = "ddp") -> None:
         super().__init__()
         if engine not in ENGINES:
             raise ValueError(f"unknown distributed engine {engine!r}; use one of {ENGINES}")
+        if not isinstance(policy, ChunkPolicy):
+            raise TypeError(
+                f"DistributedPolicy wraps a policy's network: {type(policy).__name__} is not a "
+                "ChunkPolicy (learner/policies/base.py) and has none of its own to wrap"
+            )
         self.engine = engine
         self.ctx = ctx
         self.action_space, self.chunk_len, self.action_dim = (
@@ -168,9 +185,9 @@ class DistributedPolicy(Policy):
         self.cameras = policy.cameras
         # Rank 0's plain replica (FSDP), in a list so that it is not a submodule: its parameters are
         # not trained, only overwritten with the gathered weights after each update.
-        self._replica: list[Policy] = []
+        self._replica: list[ChunkPolicy] = []
         self._full_optimizer_state: dict[str, Any] | None = None
-        call = _MethodCall(policy)
+        call = _NetworkCall(policy)
         if engine == "ddp":
             self.inner = policy.to(ctx.device)
             # find_unused_parameters: some parameters get no gradient from a PPO loss (e.g. π0.5's
@@ -190,11 +207,11 @@ class DistributedPolicy(Policy):
                 fully_shard(unit, mesh=mesh)
             self.wrapped = cast(nn.Module, fully_shard(call, mesh=mesh))
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Policy:
+    def __deepcopy__(self, memo: dict[int, Any]) -> ChunkPolicy:
         plain = copy.deepcopy(self.plain_policy(), memo)
         return plain if self.engine == "ddp" else plain.to(self.ctx.device)
 
-    def plain_policy(self) -> Policy:
+    def plain_policy(self) -> ChunkPolicy:
         """The policy with whole weights, outside the engine: the inner one under DDP, rank 0's
         replica under FSDP (on its CPU, as of the last gather)."""
         if self.engine == "ddp":
@@ -318,50 +335,22 @@ class DistributedPolicy(Policy):
             n_second_pass=int(n2.item()),
         )
 
-    def supervised_loss(
-        self,
-        obs: ObsBatch,
-        prompts: Sequence[str],
-        actions: torch.Tensor,
-        noise: torch.Tensor | None = None,
-        t: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def supervised_loss(self, rows: DemoRows) -> torch.Tensor:
         """This rank's rows through the engine: the caller (learner/sft.py) splits the batch and
         weights the loss by its share, so that the engine's gradient average is the whole batch's."""
-        loss: torch.Tensor = self.wrapped("supervised_loss", obs, prompts, actions, noise, t)[0]
+        loss: torch.Tensor = self.wrapped("demo_loss", rows)[0]
         return loss
 
-    # --- everything else is the inner policy's -----------------------------------------------------
-
-    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.inner.supervised_noise(n)
+    # --- what runs outside the engine is the inner policy's ------------------------------------------
 
     def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
         return self.inner.preprocess(observations)
 
-    def encode_observations(self, obs: ObsBatch) -> torch.Tensor:
-        return self.inner.encode_observations(obs)
+    def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
+        return self.inner.sample(obs, prompts, deterministic)
 
-    def condition(self, obs_features: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
-        return self.inner.condition(obs_features, prompts)
-
-    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
-        return self.inner.head_means(cond, chain)
-
-    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.inner.head_log_prob(chain, means)
-
-    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
-        return self.inner.head_kl(means_p, means_q)
-
-    def value(self, cond: torch.Tensor) -> torch.Tensor:
-        return self.inner.value(cond)
-
-    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.inner.sample_chain(cond, deterministic)
-
-    def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        return self.inner.denormalize_actions(actions_norm, state)
+    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inner.supervised_noise(n)
 
     def checkpoint_state(self) -> dict[str, Any]:
         return self.inner.checkpoint_state()
@@ -380,8 +369,8 @@ def _device_mesh(ctx: DistributedContext) -> Any:
 
 
 def _inner_name(name: str) -> str:
-    """A parameter's name in the wrapped ``_MethodCall`` -> its name in the policy."""
-    return name.removeprefix("policy.")
+    """A parameter's name in the wrapped ``_NetworkCall`` -> its name in the policy (its network)."""
+    return name.removeprefix("network.")
 
 
 class DistributedTrainer(Trainer):

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from learner.checkpoints import CheckpointStore
 from learner.paraphrases import WordingTable, training_prompt
-from learner.policies.base import ObsBatch, Policy
+from learner.policies.base import DemoRows, ObsBatch, Policy
 from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
@@ -255,7 +255,7 @@ def train_sft(
         noise, t = policy.supervised_noise(batch)
         rows = mine.tolist()
         loss = model.supervised_loss(
-            obs.index(mine), [prompts[i] for i in rows], actions[idx[mine]], noise[mine], t[mine]
+            DemoRows(obs.index(mine), [prompts[i] for i in rows], actions[idx[mine]], noise[mine], t[mine])
         )
         # This rank's mean weighted by its share of the batch (times the ranks, which the engine's
         # average divides out): the ranks' gradients average to the whole batch's mean-loss gradient.

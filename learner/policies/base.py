@@ -1,13 +1,21 @@
-"""The Policy boundary: what the actor and PPO need from any prompt-conditioned action-chunk policy
-(the small CPU policy in ``vla.py``, π0.5 in ``pi05.py``).
+"""The Policy boundary: what the actor, PPO, SFT and checkpoints need from any prompt-conditioned
+action-chunk policy (the small CPU policy in ``vla.py``, π0.5 in ``pi05.py``), and the network
+behind it.
 
 A policy turns a batch of observations + prompts into an action chunk with its log-probability and
 value, and re-evaluates stored chunks (their stochastic chain) under any prompt. The expensive part,
 the observation encoding, is computed once per sample and shared between the rollout prompt and the
 canonical prompt; rows whose rollout prompt is the canonical one get no second pass.
 
-Subclasses implement five hooks (observation encoding, prompt conditioning, head log-prob/means,
-value, sampling); ``evaluate`` and ``evaluate_pair`` are written once here.
+Three pieces:
+- ``Policy``: the public interface (preprocess, sample, evaluate, evaluate_pair, supervised_loss,
+  checkpoint_state), which callers type against;
+- ``PolicyNetwork``: the network hooks (observation encoding, prompt conditioning, the action head's
+  means, log-prob, KL and sampling, value, de-normalisation, the SFT loss), which the functions
+  ``sample_chunks``, ``evaluate_chunks`` and ``evaluate_chunk_pair`` run, written once here;
+- ``ChunkPolicy``: the template a policy subclasses, a Policy over its own network hooks;
+  ``FlowChunkPolicy`` writes the action head's four for a flow-SDE chain over a velocity field.
+``learner/distributed.py`` runs those functions over the network inside DDP/FSDP.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from learner.policies import flow_sde
 from pde_contract.messages import ActionSpace, Observation, ServerInfo
 
 log = logging.getLogger(__name__)
@@ -118,14 +127,94 @@ class PairEvaluation:
         return self.canonical_log_prob_elements.flatten(1).sum(1)
 
 
+@dataclass
+class DemoRows:
+    """Demonstration rows for the supervised (SFT) loss, with the random draws it uses:
+    ``noise`` and ``t`` are these rows of what ``supervised_noise`` drew for the whole batch, so that
+    every rank of a torchrun job computes its rows as one process computes them."""
+
+    obs: ObsBatch
+    prompts: Sequence[str]
+    actions: torch.Tensor  # [B, T, D] in the action space's units
+    noise: torch.Tensor  # flow noise [B, T, D'] (D': the network's action columns)
+    t: torch.Tensor  # flow times [B]
+
+    def __post_init__(self) -> None:
+        check_len(self.obs, self.prompts, "prompts")
+        for name in ("actions", "noise", "t"):
+            rows = int(getattr(self, name).shape[0])
+            if rows != len(self.obs):
+                raise ValueError(f"{name} has {rows} rows for {len(self.obs)} observations")
+
+
+def weights_device(module: nn.Module) -> torch.device:
+    """Where ``module``'s weights are (PDE_LEARNER_DEVICE, see learner/device.py); inputs move here."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
 class Policy(nn.Module, ABC):
-    """Prompt-conditioned action-chunk policy with a value head."""
+    """The public boundary: what the actor (``sample``), PPO (``evaluate``, ``evaluate_pair``), SFT
+    (``supervised_loss``) and checkpoints (``checkpoint_state``) call. A new policy does not write it:
+    it subclasses ``ChunkPolicy`` (or ``FlowChunkPolicy``), which writes these over the network hooks
+    of ``PolicyNetwork``."""
 
     action_space: ActionSpace
     cameras: tuple[str, ...]  # the robot's cameras ``preprocess`` reads
     chunk_len: int
     action_dim: int
     version: int = 0  # checkpoint version the weights came from (set by CheckpointStore.load)
+
+    @abstractmethod
+    def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
+        """Decode camera frames and state into tensors (no parameters involved)."""
+
+    @abstractmethod
+    def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
+        """One action chunk per observation under its prompt, with what PPO needs of it."""
+
+    @abstractmethod
+    def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
+        """Stored chains [B, K+1, T, D] re-evaluated under ``prompts`` (with gradients)."""
+
+    @abstractmethod
+    def evaluate_pair(
+        self,
+        obs: ObsBatch,
+        rollout_prompts: Sequence[str],
+        canonical_prompts: Sequence[str],
+        chain: torch.Tensor,
+    ) -> PairEvaluation:
+        """Stored chains under their rollout prompt and the canonical prompt, in one pass."""
+
+    @abstractmethod
+    def supervised_loss(self, rows: DemoRows) -> torch.Tensor:
+        """Behaviour-cloning loss on demonstration chunks, for SFT (learner/sft.py)."""
+
+    @abstractmethod
+    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random draws of ``supervised_loss`` for ``n`` rows (flow noise, flow times), from the
+        global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows."""
+
+    @abstractmethod
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything needed to rebuild this policy (config, weights, statistics, caches)."""
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """Parameters that only the value loss trains (the trainer gives them their own step size:
+        a value head starting from scratch after SFT needs a larger one than the action head)."""
+        head = getattr(self, "value_head", None)
+        return list(head.parameters()) if isinstance(head, nn.Module) else []
+
+    def noise_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the exploration noise (a Gaussian head's log std; none for a flow-SDE
+        chain, whose noise level is fixed): PPO moves them with their own step size."""
+        return []
+
+    @property
+    def device(self) -> torch.device:
+        return weights_device(self)
 
     def robot_mismatch(self, info: ServerInfo) -> str | None:
         """What this policy needs that the robot server (``info``, from ``connect()``) lacks, with
@@ -140,11 +229,22 @@ class Policy(nn.Module, ABC):
             f"action spaces {[s.value for s in info.action_spaces]}"
         )
 
-    # --- hooks -----------------------------------------------------------------------------------
+    def for_acting(self, choice: ActingChoice) -> Policy:
+        """This policy made the actor's copy (it is one already: a loaded checkpoint or a trainer's
+        snapshot), where it is. Only π0.5 has a faster way to sample; others sample as they are."""
+        if choice.fast_inference or choice.bf16_weights or choice.cuda_graphs:
+            log.info(
+                "%s has no real-time path: fast_inference, bf16_weights and cuda_graphs apply to "
+                "π0.5 only; it samples eagerly as trained",
+                type(self).__name__,
+            )
+        return self
 
-    @abstractmethod
-    def preprocess(self, observations: Sequence[Observation]) -> ObsBatch:
-        """Decode camera frames and state into tensors (no parameters involved)."""
+
+class PolicyNetwork(nn.Module, ABC):
+    """The network behind a policy: the hooks that ``sample_chunks``, ``evaluate_chunks``,
+    ``evaluate_chunk_pair`` (written once, below) and SFT run. A distributed engine wraps this, not
+    the policy (learner/distributed.py), since the network is all that trains."""
 
     @abstractmethod
     def encode_observations(self, obs: ObsBatch) -> torch.Tensor:
@@ -182,115 +282,140 @@ class Policy(nn.Module, ABC):
         """Normalised chunk [B, T, D] -> action-space units. ``state``: the raw state [B, S] of the
         observations the chunk was sampled for (a policy acting in offsets from it adds it back)."""
 
-    @abstractmethod
-    def checkpoint_state(self) -> dict[str, Any]:
-        """Everything needed to rebuild this policy (config, weights, statistics, caches)."""
-
-    def supervised_loss(
-        self,
-        obs: ObsBatch,
-        prompts: Sequence[str],
-        actions: torch.Tensor,
-        noise: torch.Tensor | None = None,
-        t: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Behaviour-cloning loss on demonstration chunks (``actions`` [B, T, D] in action-space
-        units), for SFT (learner/sft.py). ``noise`` and ``t``: these rows of what
-        ``supervised_noise`` drew for the whole batch (both, or neither: then drawn here)."""
+    def demo_loss(self, rows: DemoRows) -> torch.Tensor:
+        """The supervised loss of ``rows`` (``Policy.supervised_loss``); a network without one
+        cannot be fine-tuned on demonstrations."""
         raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
-
-    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The random draws of ``supervised_loss`` for ``n`` rows (flow noise, flow times), from the
-        global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows."""
-        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
-
-    def value_parameters(self) -> list[nn.Parameter]:
-        """Parameters that only the value loss trains (the trainer gives them their own step size:
-        a value head starting from scratch after SFT needs a larger one than the action head)."""
-        head = getattr(self, "value_head", None)
-        return list(head.parameters()) if isinstance(head, nn.Module) else []
 
     def fsdp_units(self) -> list[nn.Module]:
         """Submodules FSDP shards as units of their own (a large network's transformer blocks: their
-        weights are gathered only while each runs); everything else is one unit. None: the policy
+        weights are gathered only while each runs); everything else is one unit. None: the network
         is one unit (small enough to gather whole)."""
         return []
 
-    def noise_parameters(self) -> list[nn.Parameter]:
-        """Parameters of the exploration noise (a Gaussian head's log std; none for a flow-SDE
-        chain, whose noise level is fixed): PPO moves them with their own step size."""
-        return []
-
-    # --- written once ----------------------------------------------------------------------------
-
     @property
     def device(self) -> torch.device:
-        """Where the weights are (PDE_LEARNER_DEVICE, see learner/device.py); inputs move here."""
-        for tensor in itertools.chain(self.parameters(), self.buffers()):
-            return tensor.device
-        return torch.device("cpu")
+        return weights_device(self)
 
-    def for_acting(self, choice: ActingChoice) -> Policy:
-        """This policy made the actor's copy (it is one already: a loaded checkpoint or a trainer's
-        snapshot), where it is. Only π0.5 has a faster way to sample; others sample as they are."""
-        if choice.fast_inference or choice.bf16_weights or choice.cuda_graphs:
-            log.info(
-                "%s has no real-time path: fast_inference, bf16_weights and cuda_graphs apply to "
-                "π0.5 only; it samples eagerly as trained",
-                type(self).__name__,
-            )
-        return self
 
-    @torch.no_grad()
-    def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:
-        check_len(obs, prompts, "prompts")
-        obs = obs.to(self.device)
-        cond = self.condition(self.encode_observations(obs), prompts)
-        chain, log_prob = self.sample_chain(cond, deterministic)
-        actions = self.denormalize_actions(chain[:, -1], obs.state)
-        return chunk_sample(actions, chain, log_prob, self.value(cond))
+# --- written once over the network hooks ------------------------------------------------------------
 
-    def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
-        check_len(obs, prompts, "prompts")
-        obs, chain = obs.to(self.device), chain.to(self.device)
-        cond = self.condition(self.encode_observations(obs), prompts)
-        log_prob, entropy = self.head_log_prob(chain, self.head_means(cond, chain))
-        return ChunkEvaluation(log_prob_elements=log_prob, entropy=entropy, value=self.value(cond))
 
-    def evaluate_pair(
-        self,
-        obs: ObsBatch,
-        rollout_prompts: Sequence[str],
-        canonical_prompts: Sequence[str],
-        chain: torch.Tensor,
-    ) -> PairEvaluation:
-        """Both prompts in one batched pass: the observation encoding is computed once; rows whose
-        rollout prompt is the canonical prompt are not evaluated twice."""
-        check_len(obs, rollout_prompts, "rollout_prompts")
-        check_len(obs, canonical_prompts, "canonical_prompts")
-        obs, chain = obs.to(self.device), chain.to(self.device)
-        feats = self.encode_observations(obs)
-        differs = [r != c for r, c in zip(rollout_prompts, canonical_prompts, strict=True)]
-        second = torch.tensor([i for i, d in enumerate(differs) if d], dtype=torch.long, device=chain.device)
-        n2 = int(second.numel())
-        prompts = list(rollout_prompts) + [canonical_prompts[i] for i in second.tolist()]
-        cond = self.condition(torch.cat([feats, feats[second]]), prompts)
-        chains = torch.cat([chain, chain[second]])
-        means = self.head_means(cond, chains)
-        log_prob, entropy = self.head_log_prob(chains, means)
-        b = len(obs)
-        rollout = ChunkEvaluation(
-            log_prob_elements=log_prob[:b], entropy=entropy[:b], value=self.value(cond[:b])
-        )
-        canonical = log_prob[:b].clone()
-        prompt_kl = torch.zeros(b, dtype=log_prob.dtype, device=log_prob.device)
-        if n2:
-            canonical = canonical.index_copy(0, second, log_prob[b:])
-            kl = self.head_kl(means[:b][second], means[b:])
-            prompt_kl = prompt_kl.index_copy(0, second, kl)
-        return PairEvaluation(
-            rollout=rollout, canonical_log_prob_elements=canonical, prompt_kl=prompt_kl, n_second_pass=n2
-        )
+@torch.no_grad()
+def sample_chunks(
+    net: PolicyNetwork, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False
+) -> ChunkSample:
+    check_len(obs, prompts, "prompts")
+    obs = obs.to(net.device)
+    cond = net.condition(net.encode_observations(obs), prompts)
+    chain, log_prob = net.sample_chain(cond, deterministic)
+    actions = net.denormalize_actions(chain[:, -1], obs.state)
+    return chunk_sample(actions, chain, log_prob, net.value(cond))
+
+
+def evaluate_chunks(
+    net: PolicyNetwork, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor
+) -> ChunkEvaluation:
+    check_len(obs, prompts, "prompts")
+    obs, chain = obs.to(net.device), chain.to(net.device)
+    cond = net.condition(net.encode_observations(obs), prompts)
+    log_prob, entropy = net.head_log_prob(chain, net.head_means(cond, chain))
+    return ChunkEvaluation(log_prob_elements=log_prob, entropy=entropy, value=net.value(cond))
+
+
+def evaluate_chunk_pair(
+    net: PolicyNetwork,
+    obs: ObsBatch,
+    rollout_prompts: Sequence[str],
+    canonical_prompts: Sequence[str],
+    chain: torch.Tensor,
+) -> PairEvaluation:
+    """Both prompts in one batched pass: the observation encoding is computed once; rows whose
+    rollout prompt is the canonical prompt are not evaluated twice."""
+    check_len(obs, rollout_prompts, "rollout_prompts")
+    check_len(obs, canonical_prompts, "canonical_prompts")
+    obs, chain = obs.to(net.device), chain.to(net.device)
+    feats = net.encode_observations(obs)
+    differs = [r != c for r, c in zip(rollout_prompts, canonical_prompts, strict=True)]
+    second = torch.tensor([i for i, d in enumerate(differs) if d], dtype=torch.long, device=chain.device)
+    n2 = int(second.numel())
+    prompts = list(rollout_prompts) + [canonical_prompts[i] for i in second.tolist()]
+    cond = net.condition(torch.cat([feats, feats[second]]), prompts)
+    chains = torch.cat([chain, chain[second]])
+    means = net.head_means(cond, chains)
+    log_prob, entropy = net.head_log_prob(chains, means)
+    b = len(obs)
+    rollout = ChunkEvaluation(log_prob_elements=log_prob[:b], entropy=entropy[:b], value=net.value(cond[:b]))
+    canonical = log_prob[:b].clone()
+    prompt_kl = torch.zeros(b, dtype=log_prob.dtype, device=log_prob.device)
+    if n2:
+        canonical = canonical.index_copy(0, second, log_prob[b:])
+        kl = net.head_kl(means[:b][second], means[b:])
+        prompt_kl = prompt_kl.index_copy(0, second, kl)
+    return PairEvaluation(
+        rollout=rollout, canonical_log_prob_elements=canonical, prompt_kl=prompt_kl, n_second_pass=n2
+    )
+
+
+class ChunkPolicy(Policy, PolicyNetwork):
+    """The template every policy subclasses: a Policy that is its own network. A new policy writes
+    ``preprocess``, ``checkpoint_state`` and the network hooks (``PolicyNetwork``; a flow-matching
+    head's four come from ``FlowChunkPolicy``), and for SFT ``demo_loss`` and ``supervised_noise``;
+    ``sample``, ``evaluate``, ``evaluate_pair`` and ``supervised_loss`` are written once, here and
+    above."""
+
+    sample = sample_chunks
+    evaluate = evaluate_chunks
+    evaluate_pair = evaluate_chunk_pair
+
+    def supervised_loss(self, rows: DemoRows) -> torch.Tensor:
+        return self.demo_loss(rows)
+
+    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
+
+
+class FlowChunkPolicy(ChunkPolicy):
+    """A ChunkPolicy whose action head is a flow-SDE chain (learner/policies/flow_sde.py) over its
+    network's velocity field: it writes ``velocity_fn`` and sets ``schedule`` instead of writing the
+    four head hooks. The network may predict more action columns (``model_action_dim``) than the
+    robot executes (``action_dim``; π0.5 pads 7 to 32): only the executed ones count in
+    log-probabilities and KL, since the padded ones never reach the robot."""
+
+    schedule: flow_sde.FlowSDESchedule  # the stochastic chain the actor samples and PPO evaluates
+
+    @abstractmethod
+    def velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
+        """The network's velocity v(x [B, K', T, D'], t [K']) under the conditioning ``cond``."""
+
+    @property
+    def acting_schedule(self) -> flow_sde.FlowSDESchedule:
+        """The steps of deterministic sampling (evaluation episodes): the chain's, unless overridden."""
+        return self.schedule
+
+    @property
+    def model_action_dim(self) -> int:
+        """Action columns D' the network predicts (``action_dim`` unless it pads)."""
+        return self.action_dim
+
+    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+        return flow_sde.chain_means(self.velocity_fn(cond), chain, self.schedule)
+
+    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Only the executed columns: counting π0.5's padded 25 of 32 would add their noise to every ratio.
+        log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)[..., : self.action_dim]
+        ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
+        return log_prob, torch.full(log_prob.shape[:1], ent, dtype=log_prob.dtype, device=log_prob.device)
+
+    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
+        d = self.action_dim
+        return flow_sde.chain_kl(means_p[..., :d], means_q[..., :d], self.schedule)
+
+    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        noise = torch.randn(cond.shape[0], self.chunk_len, self.model_action_dim, device=cond.device)
+        schedule = self.acting_schedule if deterministic else self.schedule
+        chain, log_prob = flow_sde.sample_chain(self.velocity_fn(cond), noise, schedule, deterministic)
+        return chain, log_prob[..., : self.action_dim]
 
 
 def check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:

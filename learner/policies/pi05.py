@@ -1,4 +1,5 @@
-"""π0.5 behind the Policy ABC, with the same flow-SDE chain and log-probabilities as the small policy.
+"""π0.5 behind the Policy boundary (a FlowChunkPolicy), with the same flow-SDE chain and
+log-probabilities as the small policy.
 
 Observation -> policy input, as LeRobot 0.6.1's π0.5 processors do it:
 - cameras: JPEG -> RGB, resized with padding (aspect kept, black bars) to the model's square size,
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from learner.policies import flow_sde
-from learner.policies.base import ActingChoice, ChunkSample, ObsBatch, Policy
+from learner.policies.base import ActingChoice, ChunkSample, DemoRows, FlowChunkPolicy, ObsBatch
 from learner.policies.observations import STATE_DIM
 from learner.policies.pi05_checkpoint import (
     MAPPING_FILE,
@@ -110,7 +111,7 @@ def state_prompt(prompt: str, state_norm: np.ndarray) -> str:
     return f"Task: {_clean_task(prompt)}, State: {' '.join(map(str, bins.tolist()))};\nAction: "
 
 
-class Pi05Policy(Policy):
+class Pi05Policy(FlowChunkPolicy):
     def __init__(self, checkpoint: Pi05Checkpoint, options: Pi05Options | None = None) -> None:
         super().__init__()
         options = options or Pi05Options()
@@ -307,7 +308,7 @@ class Pi05Policy(Policy):
             prefix = self.model.embed_prefix(image_tokens, image_valid, ids, valid)
         return pack_prefix(prefix)
 
-    def _velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
+    def velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
         return self.prefix_velocity_fn(unpack_prefix(cond, self.config))
 
     def prefix_velocity_fn(self, prefix: PrefixCache) -> flow_sde.VelocityFn:
@@ -323,18 +324,13 @@ class Pi05Policy(Policy):
 
         return velocity
 
-    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
-        return flow_sde.chain_means(self._velocity_fn(cond), chain, self.schedule)
+    @property
+    def acting_schedule(self) -> flow_sde.FlowSDESchedule:
+        return self.euler
 
-    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Only the executed columns: counting the padded 25 of 32 would add their noise to every ratio.
-        log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)[..., : self.action_dim]
-        ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
-        return log_prob, torch.full(log_prob.shape[:1], ent, dtype=log_prob.dtype, device=log_prob.device)
-
-    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
-        d = self.action_dim
-        return flow_sde.chain_kl(means_p[..., :d], means_q[..., :d], self.schedule)
+    @property
+    def model_action_dim(self) -> int:
+        return self.config.max_action_dim
 
     def value(self, cond: torch.Tensor) -> torch.Tensor:
         return self.value_from_prefix(unpack_prefix(cond, self.config))
@@ -375,28 +371,13 @@ class Pi05Policy(Policy):
             return super().sample(obs, prompts, deterministic)
         return self._realtime.sample(self, obs, prompts, deterministic)
 
-    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        noise = torch.randn(cond.shape[0], self.chunk_len, self.config.max_action_dim, device=cond.device)
-        schedule = self.euler if deterministic else self.schedule
-        chain, log_prob = flow_sde.sample_chain(self._velocity_fn(cond), noise, schedule, deterministic)
-        return chain, log_prob[..., : self.action_dim]
-
-    def supervised_loss(
-        self,
-        obs: ObsBatch,
-        prompts: Sequence[str],
-        actions: torch.Tensor,
-        noise: torch.Tensor | None = None,
-        t: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def demo_loss(self, rows: DemoRows) -> torch.Tensor:
         """Flow matching on demonstrations (LeRobot's π0.5 loss), averaged over the executed columns
-        only; ``noise`` and ``t`` as ``supervised_noise`` draws them."""
-        cond = self.condition(self.encode_observations(obs), prompts)
+        only."""
+        cond = self.condition(self.encode_observations(rows.obs), rows.prompts)
         prefix = unpack_prefix(cond, self.config)
-        target = self.normalize_actions(actions.to(self.device).float(), obs.state.to(self.device))
-        if noise is None or t is None:
-            noise, t = self.supervised_noise(target.shape[0])
-        noise, t = noise.to(target.device), t.to(target.device)
+        target = self.normalize_actions(rows.actions.to(self.device).float(), rows.obs.state.to(self.device))
+        noise, t = rows.noise.to(target.device), rows.t.to(target.device)
         with self._autocast():
             err = self.model.flow_matching_loss(prefix, target, noise, t)
         return err[..., : self.action_dim].float().mean()
@@ -463,7 +444,7 @@ class Pi05Policy(Policy):
 
 def pack_prefix(prefix: PrefixCache) -> torch.Tensor:
     """PrefixCache -> one float32 tensor [B, L, depth * 2 * kv_heads * head_dim + width + 1]
-    (indexable along the batch, as the Policy ABC passes conditionings)."""
+    (indexable along the batch, as the network hooks pass conditionings)."""
     b, length = prefix.pad.shape
     parts = [t.transpose(1, 2).reshape(b, length, -1).float() for kv in prefix.kv for t in kv]
     return torch.cat([*parts, prefix.hidden.float(), prefix.pad.unsqueeze(-1).float()], dim=-1)

@@ -1,7 +1,7 @@
 """π0.5's real-time sampling: how the actor's copy turns one observation into a chunk.
 
-The eager path (``Policy.sample``, which PPO's evaluation mirrors) hands the prefix cache around as
-the ABC's conditioning: every layer's keys and values packed into one float32 tensor, which each
+The eager path (``sample_chunks``, which PPO's evaluation mirrors) hands the prefix cache around as
+the network hooks' conditioning: every layer's keys and values packed into one float32 tensor, which each
 denoising step unpacks and casts back (at full size 8 M elements per step, 38% of the GPU time).
 This path computes the same chunk without that:
 

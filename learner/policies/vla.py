@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from learner.policies import flow_sde
-from learner.policies.base import ObsBatch, Policy
+from learner.policies.base import DemoRows, FlowChunkPolicy, ObsBatch
 from learner.policies.observations import STATE_DIM, preprocess
 from learner.policies.text import FakeTextEncoder, MiniLMTextEncoder, PromptEmbeddingCache
 from pde_contract.messages import ACTION_DIMS, ActionSpace, Observation
@@ -99,7 +99,7 @@ class ImageEncoder(nn.Module):
         return torch.relu(self.proj(self.conv(x).reshape(b, -1)))
 
 
-class SmallVLAPolicy(Policy):
+class SmallVLAPolicy(FlowChunkPolicy):
     action_mean: torch.Tensor
     action_std: torch.Tensor
     state_mean: torch.Tensor
@@ -177,7 +177,7 @@ class SmallVLAPolicy(Policy):
     def value(self, cond: torch.Tensor) -> torch.Tensor:
         return self.value_head(cond.detach() if self.config.value_detached else cond).squeeze(-1)
 
-    def _velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
+    def velocity_fn(self, cond: torch.Tensor) -> flow_sde.VelocityFn:
         def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             b, k, tt, d = x.shape
             feats = torch.cat(
@@ -202,7 +202,7 @@ class SmallVLAPolicy(Policy):
 
     def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
         if self.config.head == "flow":
-            return flow_sde.chain_means(self._velocity_fn(cond), chain, self.schedule)
+            return super().head_means(cond, chain)
         return self.gaussian_mean(cond).unsqueeze(1)
 
     def noise_parameters(self) -> list[nn.Parameter]:
@@ -216,11 +216,9 @@ class SmallVLAPolicy(Policy):
         return self._gaussian_log_std().exp().reshape(1, 1, self.chunk_len, self.action_dim)
 
     def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b = chain.shape[0]
         if self.config.head == "flow":
-            log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)
-            ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
-            return log_prob, torch.full((b,), ent, dtype=log_prob.dtype, device=log_prob.device)
+            return super().head_log_prob(chain, means)
+        b = chain.shape[0]
         std = self._gaussian_std()
         log_prob = flow_sde.gaussian_log_prob(chain[:, 1:], means, std).sum(1)
         entropy = (0.5 * (1.0 + math.log(2 * math.pi)) + self._gaussian_log_std()).sum().expand(b)
@@ -228,15 +226,12 @@ class SmallVLAPolicy(Policy):
 
     def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
         if self.config.head == "flow":
-            return flow_sde.chain_kl(means_p, means_q, self.schedule)
+            return super().head_kl(means_p, means_q)
         return (((means_p - means_q) / self._gaussian_std()) ** 2 / 2.0).flatten(1).sum(1)
 
     def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        b = cond.shape[0]
-        shape = (b, self.chunk_len, self.action_dim)
         if self.config.head == "flow":
-            noise = torch.randn(shape, device=cond.device)
-            return flow_sde.sample_chain(self._velocity_fn(cond), noise, self.schedule, deterministic)
+            return super().sample_chain(cond, deterministic)
         mean = self.gaussian_mean(cond)
         std = self._gaussian_std().squeeze(1)
         action = mean if deterministic else mean + std * torch.randn_like(mean)
@@ -248,23 +243,13 @@ class SmallVLAPolicy(Policy):
 
     # --- SFT (learner/sft.py) ---------------------------------------------------------------------
 
-    def supervised_loss(
-        self,
-        obs: ObsBatch,
-        prompts: Sequence[str],
-        actions: torch.Tensor,
-        noise: torch.Tensor | None = None,
-        t: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Flow head: flow-matching velocity regression (``noise`` [B, T, D], flow times ``t`` [B]);
-        Gaussian head: mean regression (the std stays at its initial value so PPO has exploration
-        noise)."""
-        cond = self.condition(self.encode_observations(obs), prompts)
-        target = self.normalize_actions(actions.to(self.device))
+    def demo_loss(self, rows: DemoRows) -> torch.Tensor:
+        """Flow head: flow-matching velocity regression; Gaussian head: mean regression (the std
+        stays at its initial value so PPO has exploration noise)."""
+        cond = self.condition(self.encode_observations(rows.obs), rows.prompts)
+        target = self.normalize_actions(rows.actions.to(self.device))
         if self.config.head == "flow":
-            if noise is None or t is None:
-                noise, t = self.supervised_noise(target.shape[0])
-            noise, t = noise.to(target.device), t.to(target.device)
+            noise, t = rows.noise.to(target.device), rows.t.to(target.device)
             x_t = (1 - t.view(-1, 1, 1)) * target + t.view(-1, 1, 1) * noise
             return ((self.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
         return ((self.gaussian_mean(cond) - target) ** 2).mean()

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from learner.checkpoints import CheckpointStore
+from learner.policies.base import DemoRows
 from learner.policies.pi05 import (
     Pi05CheckpointError,
     Pi05Options,
@@ -238,7 +239,7 @@ def test_frozen_parts_stay_frozen_and_partial_checkpoints_reload(ckpt_dir, tmp_p
     obs = policy.preprocess(_obs())
     actions = torch.randn(2, TINY.chunk_size, 7) * 0.01
     policy.train()
-    policy.supervised_loss(obs, [CANON, OTHER], actions).backward()
+    policy.supervised_loss(DemoRows(obs, [CANON, OTHER], actions, *policy.supervised_noise(2))).backward()
     grads = {n for n, p in policy.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert not any("vision_tower" in n for n in grads)
     if trainable == "lora":
@@ -264,28 +265,27 @@ def test_frozen_parts_stay_frozen_and_partial_checkpoints_reload(ckpt_dir, tmp_p
         np.testing.assert_allclose(a.chain, b.chain, rtol=1e-6, atol=1e-6)
 
 
-def test_the_supervised_loss_draws_what_supervised_noise_draws_and_splits_by_rows(ckpt_dir):
-    """SFT's contract (learner/sft.py): the caller draws the whole batch's noise and flow times as
-    the loss would draw them itself, and rows' losses weighted by their share add up to the batch's."""
+def test_supervised_noise_draws_on_the_cpu_and_the_loss_splits_by_rows(ckpt_dir):
+    """SFT's contract (learner/sft.py): the caller draws the whole batch's noise and flow times on
+    the CPU, and rows' losses weighted by their share add up to the batch's."""
     policy = load_pi05(ckpt_dir, Pi05Options(flow_steps=2))
     obs = policy.preprocess(_obs(3))
     prompts = [CANON, OTHER, CANON]
     actions = torch.randn(3, TINY.chunk_size, 7) * 0.01
-    torch.manual_seed(5)
-    own = policy.supervised_loss(obs, prompts, actions)
-    torch.manual_seed(5)
     noise, t = policy.supervised_noise(3)
     assert noise.shape == (3, TINY.chunk_size, TINY.max_action_dim) and noise.device.type == "cpu"
     assert ((t > 0.0) & (t <= 1.0)).all()
-    assert torch.equal(policy.supervised_loss(obs, prompts, actions, noise, t), own)
+    whole = policy.supervised_loss(DemoRows(obs, prompts, actions, noise, t))
     rows = ([0, 1], [2])
     parts = [
         policy.supervised_loss(
-            obs.index(torch.tensor(r)), [prompts[i] for i in r], actions[r], noise[r], t[r]
+            DemoRows(obs.index(torch.tensor(r)), [prompts[i] for i in r], actions[r], noise[r], t[r])
         )
         for r in rows
     ]
-    torch.testing.assert_close(parts[0] * (2 / 3) + parts[1] * (1 / 3), own, atol=1e-7, rtol=1e-6)
+    torch.testing.assert_close(parts[0] * (2 / 3) + parts[1] * (1 / 3), whole, atol=1e-7, rtol=1e-6)
+    with pytest.raises(ValueError, match="noise has 2 rows for 3 observations"):
+        DemoRows(obs, prompts, actions, noise[:2], t)
 
 
 def test_bf16_and_gradient_checkpointing_run(ckpt_dir):
@@ -294,7 +294,9 @@ def test_bf16_and_gradient_checkpointing_run(ckpt_dir):
     s = policy.sample(obs, [CANON, OTHER])
     assert np.isfinite(s.log_prob).all() and np.isfinite(s.actions).all()
     policy.train()
-    loss = policy.supervised_loss(obs, [CANON, OTHER], torch.zeros(2, TINY.chunk_size, 7))
+    loss = policy.supervised_loss(
+        DemoRows(obs, [CANON, OTHER], torch.zeros(2, TINY.chunk_size, 7), *policy.supervised_noise(2))
+    )
     loss.backward()
     assert torch.isfinite(loss)
 

@@ -227,7 +227,7 @@ def test_deterministic_sampling_takes_the_checkpoints_inference_steps(tmp_path):
     # LeRobot's Euler: dt = -1/7 from t = 1, x += dt * v(x, t), from the same noise.
     torch.manual_seed(4)
     x = torch.randn(1, policy.chunk_len, policy.config.max_action_dim)
-    velocity = policy._velocity_fn(policy.condition(policy.encode_observations(obs), [PROMPT]))
+    velocity = policy.velocity_fn(policy.condition(policy.encode_observations(obs), [PROMPT]))
     with torch.no_grad():
         for i in range(7):
             x = x - velocity(x[:, None], torch.tensor([1.0 - i / 7]))[:, 0] / 7
