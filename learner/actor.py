@@ -489,11 +489,13 @@ class Actor:
         seed: int | None = None,
         person: TeleopSource | None = None,
         takeover_requested: Callable[[], bool] | None = None,
+        practice: bool = False,
     ) -> EpisodeFile:
         """Roll out one episode under ``rollout_prompt``. Stops after ``max_chunks`` policy chunks,
         on simulated success, or as soon as ``should_stop()`` is true (the robot is told to hold).
         With ``person`` (a connected teleop source), a person may take over: when
-        ``person.wants_control()`` or ``takeover_requested()`` says so (module docstring)."""
+        ``person.wants_control()`` or ``takeover_requested()`` says so (module docstring). A
+        ``practice`` episode (the page's practice mode) writes nothing: no intervention demos."""
         if max_chunks < 1:
             raise ValueError(f"max_chunks must be >= 1, got {max_chunks}")
         policy = self.policy
@@ -628,7 +630,7 @@ class Actor:
             source=f"policy:{getattr(policy, 'version', 'unknown')}",
             interventions=recorded.interventions,
         )
-        if cfg.intervention_demos:
+        if cfg.intervention_demos and not practice:
             write_intervention_demos(episode, DataLayout(cfg.data_dir).demos)
         return episode
 

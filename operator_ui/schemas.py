@@ -142,7 +142,9 @@ class ResetGuideOut(BaseModel):
 class PauseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     paused: bool
-    practice: bool = Field(False, description="practice mode: paused, and nothing is recorded")
+    practice: bool = Field(
+        False, description="practice mode: the loop runs episodes and records none of them (pause is off)"
+    )
 
 
 class EndIn(BaseModel):
@@ -152,7 +154,7 @@ class EndIn(BaseModel):
 
 class RunProgressOut(BaseModel):
     paused: bool
-    practice: bool  # practice mode: paused, the page refuses whatever would record something
+    practice: bool  # practice mode: episodes run and nothing is stored; labels and discards refused
     loop_phase: str
     stages: dict[str, str]  # task -> bootstrap | rl
     episodes_today: int  # created since local midnight (of the page's server)

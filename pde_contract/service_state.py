@@ -83,6 +83,11 @@ class LoopState(msgspec.Struct, kw_only=True):
     stage: str | None = None
     why: str | None = None
     seed: int | None = None
+    practice: bool = False
+    """the episode in hand is a practice one (the page's practice switch): nothing of it is stored;
+    its ``episode_id`` is negative, never a stored episode's"""
+    started_at_s: float | None = None
+    """wall-clock time a practice episode started (a stored one has its row's created_at)"""
 
 
 SupervisorPhase = Literal["running", "stopped"]
@@ -124,7 +129,8 @@ SERVICE_STATES: dict[str, type[LoopState] | type[SupervisorState]] = {
 
 class RunControl(msgspec.Struct, kw_only=True):
     """The page's pause / practice switch (``RUN_CONTROL_ROW``). While paused the loop finishes
-    the episode in hand and waits before the next reset; practice implies paused."""
+    the episode in hand and waits before the next reset. In practice it runs practice episodes
+    (reset, Start, the policy, takeovers) and records none of them (learner/loop/core.py)."""
 
     paused: bool = False
     practice: bool = False

@@ -50,6 +50,7 @@ class ActorLike(Protocol):
         max_chunks: int,
         should_stop: Callable[[], bool] = ...,
         seed: int | None = None,
+        practice: bool = ...,
     ) -> EpisodeFile: ...
     def set_policy(self, policy: Any) -> None: ...
 
@@ -114,6 +115,7 @@ class EpisodeLoop:
         self.last_start: LastStart | None = None
         self._scene_seed = 0
         self._scene_uses = 0  # episodes run on _scene_seed so far (settings.rollouts_per_scene)
+        self.practice_runs = 0  # practice episodes run (never stored, not in episodes_run)
 
     @property
     def last_error(self) -> str:
@@ -210,12 +212,19 @@ class EpisodeLoop:
             self._swap_weights()
 
     def _paused(self) -> bool:
-        return run_control(self.store).paused
+        control = run_control(self.store)
+        return control.paused and not control.practice  # practice runs episodes (recording none)
+
+    def _practice(self) -> bool:
+        return run_control(self.store).practice
 
     def step(self) -> EpisodeRow | None:
         if self._paused():
             self._publish(LoopPhase.PAUSED, detail="paused on the page: resume there to go on")
             self._wait(lambda: not self._paused())
+        if self._practice():
+            self._practice_episode()
+            return None
         self._swap_weights()
         plan = self._choose()
         if plan is None:
@@ -258,18 +267,88 @@ class EpisodeLoop:
                 log.warning("warm-up before the episode failed: %s", e)
         start_intent_id = None
         if not self.settings.auto_start:
-            status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
-            uptime_at_reset_s = self._robot_uptime_s()
-            self._publish(LoopPhase.AWAITING_START, **plan_fields)
-            intent = self._wait(lambda: self.store.take_intent(StartEpisode))
-            refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
-            if refusal:
-                # The page waits for this answer to its Start (never "episode started" on a refusal).
-                self.last_start = LastStart(intent_id=intent.id, refused=refusal)
-                self._robot_error(refusal, plan_fields)
+            start_intent_id = self._take_start(plan_fields, practice=False)
+            if start_intent_id is None:
                 return None
-            start_intent_id = intent.id
         return self._run_episode(plan, seed, plan_fields, start_intent_id)
+
+    def _take_start(self, plan_fields: dict[str, Any], practice: bool) -> int | None:
+        """Waits for the operator's Start; its intent's id, or None when the scene must be reset
+        again: the Start was refused (the reason published), or the page's practice switch no longer
+        says ``practice`` (the next step resets for the other kind of episode)."""
+        status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
+        uptime_at_reset_s = self._robot_uptime_s()
+        self._publish(LoopPhase.AWAITING_START, **plan_fields)
+        intent = self._wait(
+            lambda: self.store.take_intent(StartEpisode) or self._practice() != practice
+        )
+        if intent is True:
+            return None
+        refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
+        if refusal:
+            # The page waits for this answer to its Start (never "episode started" on a refusal).
+            self.last_start = LastStart(intent_id=intent.id, refused=refusal)
+            self._robot_error(refusal, plan_fields)
+            return None
+        return int(intent.id)
+
+    def _practice_episode(self) -> None:
+        """Practice (the page's switch, ``RunControl.practice``): an episode run as any other
+        (reset, Start, the policy on the canonical prompt, a person taking over) and recorded
+        nowhere: no episode row, file, video or label, so it never reaches PPO. Its id is negative
+        (never a stored one), so the page can still end it, abort it or take control. The run's own
+        draws (plan, scene seed) are left alone; tasks take turns."""
+        self.practice_runs += 1
+        episode_id = -self.practice_runs
+        task = self.settings.tasks[(self.practice_runs - 1) % len(self.settings.tasks)]
+        canon = self.store.prompts(task, "canonical")[0]
+        seed = random.randrange(2**31)  # not self.rng: the run's scenes do not depend on practice
+        fields: dict[str, Any] = {
+            "task": task,
+            "canonical_prompt": canon.text,
+            "prompt": canon.text,
+            "prompt_id": canon.id,
+            "stage": "practice",
+            "why": "practice: nothing is recorded",
+            "seed": seed,
+            "practice": True,
+        }
+        self._publish(LoopPhase.RESETTING, **fields)
+        try:
+            self.robot.reset(task, seed, reset_joints_rad=self.settings.catalogue.get(task).reset_joints_rad)
+        except Exception as e:
+            self._robot_error(f"practice reset failed: {e}", fields)
+            return
+        self.robot_error = ""
+        if not self.settings.auto_start:
+            start_intent_id = self._take_start(fields, practice=True)
+            if start_intent_id is None:
+                return
+            self.last_start = LastStart(intent_id=start_intent_id, episode_id=episode_id)
+        self._publish(LoopPhase.RUNNING, episode_id=episode_id, started_at_s=time.time(), **fields)
+
+        def should_stop() -> bool:  # the loop stops, practice ends, or the page aborts
+            if self.stop_event.is_set() or not self._practice():
+                return True
+            pending = self.store.pending_intents(AbortEpisode)
+            return bool(pending) and self.store.take_intent(AbortEpisode) is not None
+
+        try:
+            self.actor.run_episode(
+                episode_id=str(episode_id),
+                task=task,
+                canonical_prompt=canon.text,
+                rollout_prompt=canon.text,
+                max_chunks=self.settings.max_chunks_of(task),
+                should_stop=should_stop,
+                seed=seed,
+                practice=True,
+            )  # the episode file is dropped here: nothing of it is kept
+        except Exception as e:
+            self.store.discard_intents(AbortEpisode)
+            self._robot_error(f"practice episode failed: {e}", fields)
+            return
+        self.store.discard_intents(AbortEpisode)
 
     def _next_scene_seed(self) -> int:
         """A fresh scene seed, or the current one again while it has run fewer than

@@ -59,7 +59,8 @@ def refuse_in_practice(store: ServiceStates) -> None:
 @router.post("/start", dependencies=[TokenDep])
 def start_episode(request: Request, store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StartOut:
     """Only while the loop waits for it, the run is not paused and the E-STOP is not latched: a
-    click at another time must not start a later episode, nor one the robot aborts at once. The
+    click at another time must not start a later episode, nor one the robot aborts at once. In
+    practice mode it starts a practice episode (stored nowhere), once the loop waits for one. The
     answer says the intent was queued; what the loop did with it comes back in its state
     (``last_start``), which the page waits for."""
     state, _, alive = loop_state(store, settings.service_stale_s)
@@ -71,7 +72,14 @@ def start_episode(request: Request, store: StoreDep, settings: SettingsDep, robo
         raise HTTPException(
             409, f"the loop is not waiting for a start (it is {phase_name(state)!r}); nothing was changed"
         )
-    refuse_in_practice(store)
+    practice = run_control(store).practice
+    if state.practice != practice:
+        raise HTTPException(
+            409,
+            f"practice was {'switched on' if practice else 'ended'}: the loop resets the scene for a "
+            f"{'practice' if practice else 'recorded'} episode first; press Start when it waits again; "
+            "nothing was changed",
+        )
     if request.app.state.record.busy:  # the page's record session (routers/teleop.py)
         raise HTTPException(
             409, "a take is being recorded on the page: keep or discard it first; nothing was changed"

@@ -142,8 +142,9 @@ def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
 @router.post("/pause", dependencies=[TokenDep])
 def pause(body: PauseIn, store: StoreDep) -> PauseOut:
     """paused=true: the loop finishes the episode in hand and waits; false: it goes on.
-    practice=true: paused too, and the page refuses starts, labels and discards (nothing is
-    recorded) while the arm's own buttons (E-STOP, release, home) work."""
-    paused = body.paused or body.practice
+    practice=true: the loop runs practice episodes (Start, the policy, take control, end now) and
+    stores none of them; the page refuses labels and discards meanwhile. Not paused (a practice run
+    is one that goes on, recording nothing)."""
+    paused = body.paused and not body.practice
     write_state(store, RUN_CONTROL_ROW, RunControl(paused=paused, practice=body.practice, by="operator page"))
     return PauseOut(paused=paused, practice=body.practice)

@@ -3,11 +3,13 @@ the one episode that awaits the operator's label."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from fastapi import APIRouter
 
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep
+from operator_ui.robot_link import LiveView
 from operator_ui.routers.loop import loop_state, person_source
 from operator_ui.schemas import EpisodeOut, LoopOut, RunningOut, StateOut, VLMOut
 from pde_contract.service_state import SUPERVISOR_ROW, LoopPhase, LoopState, SupervisorState, encode_state
@@ -29,6 +31,28 @@ def awaiting_label(store: EpisodeReader, loop: LoopState | None) -> EpisodeRow |
     return waiting[0] if waiting else None
 
 
+def practice_episode(loop: LoopState, view: LiveView) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The loop's practice episode as the page shows the current and the running one: no row
+    exists (nothing of it is stored), so what there is comes from the loop's state."""
+    current = {
+        "id": loop.episode_id,
+        "practice": True,
+        "task": loop.task,
+        "rollout_prompt": loop.prompt,
+        "canonical_prompt": loop.canonical_prompt,
+        "status": "practice",
+        "success": None,
+    }
+    if loop.phase != LoopPhase.RUNNING:
+        return current, None
+    return current, {
+        "episode_id": loop.episode_id,
+        "practice": True,
+        "elapsed_s": time.time() - loop.started_at_s if loop.started_at_s is not None else 0.0,
+        "chunks": view.episode_chunks if view.chunk_episode_id == str(loop.episode_id) else None,
+    }
+
+
 @router.get("/state")
 def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StateOut:
     loop, age, alive = loop_state(store, settings.service_stale_s)
@@ -36,7 +60,9 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StateOut:
     # episode while the label box asked about another.
     current = None
     running = None
-    if alive and loop is not None and loop.episode_id is not None:
+    if alive and loop is not None and loop.practice and loop.episode_id is not None:
+        current, running = practice_episode(loop, robot.view())
+    elif alive and loop is not None and loop.episode_id is not None:
         ep = store.episode(loop.episode_id)
         current = EpisodeOut.of(ep)
         if ep.status == "running":

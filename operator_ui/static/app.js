@@ -128,7 +128,9 @@ setInterval(showStaleness, 200);
 // --- now -------------------------------------------------------------------------------------
 // S/F and the label buttons label `awaiting.id`, the episode shown in the "awaiting label" box
 // (with its video): never "whatever is current" on the server when the key arrives.
-let current = { phase: null, episode: null, person: null };
+let current = { phase: null, episode: null, person: null, practice: false };
+// A practice episode (no row: nothing of it is stored) has a negative id; say what it is instead.
+const episodeName = (ep) => (ep.practice ? "the PRACTICE episode (nothing is recorded)" : `episode #${ep.id}`);
 let awaiting = null;
 let vlmState = { supervisor_running: false, available: false, proposer: "" };
 let autoLabel = false;
@@ -138,7 +140,7 @@ const fmtClock = (s) => `${Math.floor(s / 60)}:${String(Math.floor(s % 60)).padS
 function showRunning(r) {
   $("#takeover").hidden = !r;
   if (!r) return;
-  $("#running-info").textContent = `episode #${r.episode_id} · ${r.chunks === null ? "chunks: — (no observation of it from the robot server)" : `${r.chunks} chunk${r.chunks === 1 ? "" : "s"}`} · ${fmtClock(r.elapsed_s)}`;
+  $("#running-info").textContent = `${r.practice ? "PRACTICE episode (nothing is recorded)" : `episode #${r.episode_id}`} · ${r.chunks === null ? "chunks: — (no observation of it from the robot server)" : `${r.chunks} chunk${r.chunks === 1 ? "" : "s"}`} · ${fmtClock(r.elapsed_s)}`;
   $("#running-info").dataset.chunks = r.chunks === null ? "" : String(r.chunks);
 }
 async function refreshState() {
@@ -146,7 +148,7 @@ async function refreshState() {
   frameStaleS = s.frame_stale_s;
   undoMs = 1000 * s.label_undo_s;
   const loop = s.loop || {}; const ep = s.episode;
-  current = { phase: loop.alive ? loop.phase : null, episode: ep, person: loop.alive ? loop.person : null };
+  current = { phase: loop.alive ? loop.phase : null, episode: ep, person: loop.alive ? loop.person : null, practice: !!(loop.alive && loop.practice) };
   const phase = $("#phase");
   phase.textContent = loop.alive ? loop.phase : (loop.phase ? `not running (last: ${loop.phase})` : "not running");
   phase.className = "phase " + (loop.alive ? loop.phase : "stopped");
@@ -154,7 +156,7 @@ async function refreshState() {
   $("#task").textContent = loop.task || "—";
   $("#prompt").textContent = loop.prompt || "—";
   $("#canonical").textContent = loop.canonical_prompt || (ep ? ep.canonical_prompt : "—");
-  $("#episode-id").textContent = ep ? "#" + ep.id : "—";
+  $("#episode-id").textContent = ep ? (ep.practice ? "practice" : "#" + ep.id) : "—";
   $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
   $("#last-error").textContent = operatorText(loop.last_error || "");
   autoLabel = !!(loop.alive && loop.auto_label);
@@ -214,7 +216,7 @@ function startBlocker() {
   if (!connected) return "no connection to the page's server";
   if (current.phase !== "awaiting_start") return "";  // the phase says what the loop does
   if ($("#estop").classList.contains("latched")) return "E-STOP latched: release it first";
-  if (practice) return "practice mode: nothing is recorded — “end practice” first";
+  if (practice !== current.practice) return practice ? "practice: the loop resets the scene for a practice episode first…" : "practice ended: the loop resets the scene for a recorded episode first…";
   if (paused) return "run paused: press “resume run” first";
   if (startInFlight) return "waiting for the loop to take the start…";
   return null;
@@ -304,12 +306,12 @@ async function refreshProgress() {
 }
 $("#pause").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: !paused }); paused = r.paused; updateButtons(); return r; },
   paused ? "run resumed" : "pausing: the loop finishes the episode in hand, then waits");
-// Practice: the run pauses (the loop records nothing) and the page's server refuses starts, labels
-// and discards; the arm's own buttons stay real. Ending it resumes the run.
-$("#practice").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: true, practice: true }); practice = r.practice; refreshProgress(); return r; },
-  "practice: the run pauses after the episode in hand and nothing is recorded; E-STOP, release and home arm are real");
+// Practice: the loop runs practice episodes (Start, the policy, take control, end now) and stores
+// none of them; the page's server refuses labels and discards; the arm's own buttons stay real.
+$("#practice").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: false, practice: true }); practice = r.practice; refreshProgress(); return r; },
+  "practice: after the episode in hand, Start runs practice episodes that record nothing; E-STOP, release and home arm are real");
 $("#practice-end").onclick = () => act(async () => { const r = await post("/api/run/pause", { paused: false, practice: false }); practice = false; refreshProgress(); return r; },
-  "practice over: the run goes on");
+  "practice over: the next episode is recorded");
 
 // --- take over: end the running episode now, home the arm ---------------------------------------
 // "End now" keeps the episode (abort throws it away): the loop stores what ran and the operator's
@@ -321,10 +323,10 @@ function endNow(success) {
   endSent = true; updateButtons();
   act(async () => {
     const r = await post("/api/loop/end", { success });
-    if (!autoLabel) saveOutbox([...loadOutbox(), { key: `${Date.now()}-end-${ep.id}`, kind: "label", episodeId: ep.id, success, operator: operatorInput.value.trim(),
+    if (!autoLabel && !ep.practice) saveOutbox([...loadOutbox(), { key: `${Date.now()}-end-${ep.id}`, kind: "label", episodeId: ep.id, success, operator: operatorInput.value.trim(),
       reason: "ended early on the page", createdMs: Date.now(), dueMs: 0, error: "", failed: false, waitForEnd: true }]);
     return r;
-  }, `ending episode #${ep.id} now — ${labelWord(success)}: the arm holds` + (autoLabel ? "; the simulator labels it (auto-label)" : "; the label goes once it is stored"))
+  }, `ending ${episodeName(ep)} now — ${labelWord(success)}: the arm holds` + (ep.practice ? "" : autoLabel ? "; the simulator labels it (auto-label)" : "; the label goes once it is stored"))
     .finally(() => setTimeout(() => { endSent = false; updateButtons(); }, 2000));
 }
 // "Take control": the run's person source (PDE_TELEOP_PERSON) drives until its take ends, then the
@@ -338,7 +340,7 @@ $("#take-control").onclick = () => {
     const r = await post("/api/loop/take-control", {});
     if (current.person === "page") { teleop.takeoverEpisode = ep.id; refreshTeleop(); }  // this page's keys drive
     return r;
-  }, `episode #${ep.id}: take control with the ${current.person} — the policy hands over at the next tick`)
+  }, `${episodeName(ep)}: take control with the ${current.person} — the policy hands over at the next tick`)
     .finally(() => setTimeout(() => { takeSent = false; updateButtons(); }, 2000));
 };
 $("#end-success").onclick = () => endNow(true);
@@ -383,7 +385,7 @@ async function startEpisode() {
       const s = await api("/api/state");
       const last = s.loop && s.loop.last_start;
       if (last && last.intent_id === r.intent_id) {
-        toast(last.refused ? "NOT STARTED — " + operatorText(last.refused) : `episode #${last.episode_id} started`);
+        toast(last.refused ? "NOT STARTED — " + operatorText(last.refused) : last.episode_id < 0 ? "PRACTICE episode started — nothing is recorded" : `episode #${last.episode_id} started`);
         break;
       }
       if (!s.loop || !s.loop.alive) { toast("NOT STARTED — the episode loop stopped before it took the start: start `pde learner run` (compose service learner)"); break; }

@@ -3,7 +3,9 @@ a clear 4xx and change nothing."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -291,9 +293,9 @@ def test_operator_name_end_now_home_and_practice(client: TestClient, store: Stor
     r = client.post("/api/robot/home", headers=AUTH)
     assert r.status_code == 409 and "the loop moves the arm now" in r.text
     assert client.post("/api/robot/home").status_code == 401
-    # Practice: paused, and starts, labels, relabels and discards are refused.
-    r = client.post("/api/run/pause", json={"paused": False, "practice": True}, headers=AUTH)
-    assert r.json() == {"paused": True, "practice": True}
+    # Practice: the run goes on (not paused); labels, relabels and discards are refused.
+    r = client.post("/api/run/pause", json={"paused": True, "practice": True}, headers=AUTH)
+    assert r.json() == {"paused": False, "practice": True}
     assert client.get("/api/run").json()["practice"] is True
     for path, body in (
         (f"/api/episodes/{eid}/relabel", {"success": True}),
@@ -302,3 +304,32 @@ def test_operator_name_end_now_home_and_practice(client: TestClient, store: Stor
         r = client.post(path, json=body, headers=AUTH)
         assert r.status_code == 409 and "practice mode" in r.text, (path, r.text)
     assert len(store.labels(eid)) == 1 and store.episode(eid).status == "labelled"
+
+
+def test_practice_starts_only_a_practice_episode_and_the_page_shows_it(
+    client: TestClient, store: Store
+) -> None:
+    """Start in practice mode starts the loop's practice episode, never a recorded one the loop was
+    still waiting to start; the running practice episode (no row) comes from the loop's state."""
+    client.post("/api/run/pause", json={"paused": False, "practice": True}, headers=AUTH)
+    store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "pid": os.getpid()})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 409 and "practice was switched on" in r.text, r.text
+    assert store.pending_intents(intents.START_EPISODE) == []
+    store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "practice": True})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 200, r.text
+    started = time.time() - 5.0
+    store.set_service_state(
+        "loop",
+        {"phase": "running", "task": TASK, "practice": True, "episode_id": -1, "started_at_s": started},
+    )
+    s = client.get("/api/state").json()
+    assert s["episode"]["id"] == -1 and s["episode"]["practice"] is True
+    assert s["running"]["episode_id"] == -1 and s["running"]["elapsed_s"] >= 5.0
+    r = client.post("/api/loop/end", json={"success": True}, headers=AUTH)  # ends it (nothing kept)
+    assert r.status_code == 200 and store.pending_intents(intents.END_EPISODE)[0].payload["episode_id"] == -1
+    client.post("/api/run/pause", json={"paused": False, "practice": False}, headers=AUTH)
+    store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "practice": True})
+    r = client.post("/api/loop/start", headers=AUTH)
+    assert r.status_code == 409 and "practice was ended" in r.text, r.text

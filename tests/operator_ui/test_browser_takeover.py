@@ -1,8 +1,8 @@
 """Take over and finish (issue 26 item 5), in headless Chromium against `pde ui` as a process and
 the episode loop in this process: "end episode now — success" stops the running episode and keeps
 it, labelled by the operator (through the loop's actor wrapper, learner/loop/takeover.py); practice
-mode pauses the run and the page's server refuses what would record something; "take control"
-(shown only with a person source) hands the episode to the person; on a phone, Start,
+mode runs an episode (Start, end now) that is stored nowhere, and the page's server refuses
+labels; "take control" (shown only with a person source) hands the episode to the person; on a phone, Start,
 home arm and the e-stop's release are in reach (item 8)."""
 
 from __future__ import annotations
@@ -99,14 +99,18 @@ def test_end_now_keeps_the_episode_with_the_operators_label_and_practice_records
         [lab] = store.labels(1)
         assert (lab.operator, lab.source, lab.reason) == ("ana", "operator", "ended early on the page")
 
-        # Practice: the run pauses, Start is refused with the reason, nothing is recorded.
+        # Practice: Start runs a practice episode that can be ended like any other; nothing of it
+        # is stored, no label goes, and the page refuses labels meanwhile.
         page.locator("#practice").click()
         expect(page.locator("#practice-banner")).to_be_visible(timeout=10_000)
-        expect(page.locator("#start")).to_be_disabled()
-        expect(page.locator("#start-why")).to_contain_text("practice")
-        page.keyboard.press("Enter")
-        r = page.request.post(f"{base}/api/loop/start", headers={"Authorization": f"Bearer {TOKEN}"})
-        assert r.status == 409 and "practice" in r.text(), r.text()
+        expect(page.locator("#start")).to_be_enabled(timeout=15_000)  # once the loop waits for practice
+        page.locator("#start").click()
+        expect(page.locator("#toast")).to_contain_text("PRACTICE episode started", timeout=15_000)
+        expect(page.locator("#running-info")).to_contain_text("PRACTICE episode", timeout=10_000)
+        expect(page.locator("#episode-id")).to_have_text("practice")
+        page.locator("#end-failure").click()
+        expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
+        expect(page.locator("#outbox-banner")).to_be_hidden()
         r = page.request.post(
             f"{base}/api/episodes/1/relabel",
             headers={"Authorization": f"Bearer {TOKEN}"},

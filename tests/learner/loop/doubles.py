@@ -83,6 +83,7 @@ class FakeActor:
         max_chunks: int,
         should_stop: Callable[[], bool] = lambda: False,
         seed: int | None = None,
+        practice: bool = False,
     ) -> EpisodeFile:
         self.calls.append(
             dict(
@@ -92,6 +93,7 @@ class FakeActor:
                 rollout_prompt=rollout_prompt,
                 max_chunks=max_chunks,
                 seed=seed,
+                practice=practice,
             )
         )
         self.started.set()
