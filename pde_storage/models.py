@@ -85,6 +85,10 @@ class Episode(Base):
     discard_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
     status_before_discard: Mapped[str] = mapped_column(String(20), default="", server_default="")
     note: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # A person's takeovers during the episode (EpisodeFile.interventions) and the rows they
+    # commanded, written with the episode file (0 without any, and for episodes from before).
+    n_interventions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    n_person_rows: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ChunkRow(Base):

@@ -62,6 +62,8 @@ class PromptRow:
     n_success: int
     n_finished: int  # episodes that ended (labelled or awaiting a label)
     created_at: datetime
+    n_interventions: int = 0  # a person's takeovers over the finished episodes
+    n_intervened: int = 0  # finished episodes with at least one takeover
 
     @property
     def success_rate(self) -> float | None:
@@ -92,6 +94,8 @@ class EpisodeRow:
     discarded_at: datetime | None = None
     discard_reason: str = ""
     note: str = ""
+    n_interventions: int = 0  # a person's takeovers during the episode (EpisodeFile.interventions)
+    n_person_rows: int = 0  # rows the person commanded (left out of PPO's ratio)
 
 
 @dataclass(frozen=True)

@@ -717,13 +717,16 @@ async function refreshHistory() {
   lastPage = eps;
   $("#history tbody").innerHTML = eps.map((e) => `<tr data-episode-id="${e.id}" class="${e.status === "discarded" ? "discarded" : ""}">
     <td>${e.id}</td><td>${esc(e.task)}</td><td>${esc(e.rollout_prompt)}</td><td>${e.stage}</td><td>v${e.policy_version}</td>
-    <td title="${esc(e.abort_reason || e.discard_reason)}">${e.status}${e.abort_reason ? " ⚠" : ""}${e.note ? " ✎" : ""}</td><td>${fmtLabel(e.success)}</td><td>${fmtLabel(e.vlm_proposal)}${disagree(e)}</td></tr>`).join("")
-    || '<tr><td colspan="8" class="muted">no episodes match</td></tr>';
+    <td title="${esc(e.abort_reason || e.discard_reason)}">${e.status}${e.abort_reason ? " ⚠" : ""}${e.note ? " ✎" : ""}</td><td>${fmtLabel(e.success)}</td><td>${fmtLabel(e.vlm_proposal)}${disagree(e)}</td>
+    <td class="takeovers" title="${e.n_person_rows} rows commanded by a person">${e.n_interventions || "—"}</td></tr>`).join("")
+    || '<tr><td colspan="9" class="muted">no episodes match</td></tr>';
   for (const tr of document.querySelectorAll("#history tbody tr[data-episode-id]")) tr.onclick = () => showDetail(Number(tr.dataset.episodeId));
   $("#page-info").textContent = eps.length ? `page ${pageStack.length} · #${eps[0].id}–#${eps[eps.length - 1].id}` : `page ${pageStack.length}`;
   $("#page-older").disabled = eps.length < PAGE_SIZE;
   $("#page-newest").disabled = pageStack.length === 1;
 }
+// A person's takeovers in an episode (their rows are left out of PPO's ratio).
+const takeoverText = (n, rows) => `${n} takeover${n === 1 ? "" : "s"} by a person (${rows} row${rows === 1 ? "" : "s"})`;
 // Operator and VLM disagree: flagged so the VLM's reasoning can be checked against the video.
 const disagree = (e) => (e.success !== null && e.vlm_proposal !== null && e.success !== e.vlm_proposal ? ' <span class="flag" title="operator and VLM disagree">≠</span>' : "");
 function resetPaging() { pageStack = [null]; refreshHistory().catch(() => {}); }
@@ -747,7 +750,7 @@ async function showDetail(id) {
   const e = await api(`/api/episodes/${id}`);
   const firstOpen = detailId !== id;
   detailId = id; $("#detail").hidden = false; $("#detail-id").textContent = "#" + id;
-  $("#detail-meta").textContent = `${e.task} · "${e.rollout_prompt}" · ${e.stage} · policy v${e.policy_version} · ${e.status} · ${e.n_chunks} chunks` + (e.abort_reason ? ` · aborted: ${e.abort_reason}` : "");
+  $("#detail-meta").textContent = `${e.task} · "${e.rollout_prompt}" · ${e.stage} · policy v${e.policy_version} · ${e.status} · ${e.n_chunks} chunks` + (e.n_interventions ? ` · ${takeoverText(e.n_interventions, e.n_person_rows)}` : "") + (e.abort_reason ? ` · aborted: ${e.abort_reason}` : "");
   if (firstOpen) {
     $("#detail-videos").innerHTML = Object.entries(e.videos).map(([cam, url]) =>
       `<figure><video controls muted preload="auto" data-camera="${esc(cam)}" src="${url}"></video><figcaption>${esc(cam)}</figcaption></figure>`).join("") || '<p class="muted">no video (the episode did not end)</p>';
@@ -791,10 +794,11 @@ async function refreshPools() {
   const parts = await Promise.all(tasks.map(async (t) => {
     const ps = await api(`/api/tasks/${encodeURIComponent(t.name)}/prompts`);
     const rows = ps.map((p) => `<tr data-prompt-id="${p.id}" class="${p.rejudge ? "rejudge" : ""}"><td>${esc(p.text)}</td><td>${p.status}</td><td>${p.n_success}/${p.n_episodes}</td>
-      <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td><td class="muted">${esc(p.summary)}${p.rejudge
+      <td>${p.success_rate === null ? "—" : Math.round(100 * p.success_rate) + "%"}</td>
+      <td class="takeovers" title="takeovers by a person over the prompt's finished episodes">${p.n_interventions ? `${p.n_interventions} in ${p.n_intervened}/${p.n_finished} episodes` : "—"}</td><td class="muted">${esc(p.summary)}${p.rejudge
         ? `<div class="warn">${esc(p.rejudge)} ${t.stage === "bootstrap" ? `<button class="small admit" data-prompt-id="${p.id}">admit to pool</button>` : ""}</div>` : ""}</td></tr>`).join("");
     return `<div class="pooltask"><h3>${esc(t.name)} <span class="muted">stage ${t.stage} · iteration ${t.iteration} · α ${t.alpha.toFixed(2)} · pool ${t.pool_size}</span></h3>
-      <div class="scroll-x"><table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div></div>`;
+      <div class="scroll-x"><table><thead><tr><th>prompt</th><th>status</th><th>successes</th><th>rate</th><th>takeovers</th><th>summary</th></tr></thead><tbody>${rows}</tbody></table></div></div>`;
   }));
   $("#pools").innerHTML = parts.join("") || '<p class="muted">no tasks yet (the loop creates them)</p>';
   for (const b of document.querySelectorAll("#pools button.admit")) b.onclick = () => act(() => post(`/api/prompts/${b.dataset.promptId}/admit`), "prompt admitted to the pool");

@@ -10,7 +10,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from pde_contract.episodes import EpisodeFile, read_episode, write_episode
+from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by, write_episode
 from pde_storage import media
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
 from pde_storage.models import ChunkRow, Episode, Label, Prompt, Task
@@ -67,6 +67,8 @@ class EpisodeRepository(Repository):
                 discarded_at=as_utc_opt(e.discarded_at),
                 discard_reason=e.discard_reason or "",
                 note=e.note or "",
+                n_interventions=e.n_interventions or 0,
+                n_person_rows=e.n_person_rows or 0,
             )
             for e, name in eps
         ]
@@ -227,6 +229,8 @@ class EpisodeRepository(Repository):
             e.file_path = rel_file
             e.video_paths = rel_videos
             e.n_chunks = len(episode_file.chunks)
+            e.n_interventions = len(episode_file.interventions)
+            e.n_person_rows = rows_commanded_by(episode_file, "person")
             for i, c in enumerate(episode_file.chunks):
                 s.add(
                     ChunkRow(

@@ -132,24 +132,27 @@ class TaskRepository(Repository):
 
     def _prompt_rows(self, s: Session, prompts: list[tuple[Prompt, str]]) -> list[PromptRow]:
         ids = [p.id for p, _ in prompts]
-        stats: dict[int, tuple[int, int, int]] = {}
+        stats: dict[int, tuple[int, ...]] = {}
         if ids:
             labelled = Episode.status == "labelled"
+            finished = Episode.status.in_(("labelled", "awaiting_label"))
             q = (
                 select(
                     Episode.prompt_id,
                     func.sum(case((labelled, 1), else_=0)),
                     func.sum(case((labelled & (Episode.success == True), 1), else_=0)),  # noqa: E712
-                    func.sum(case((Episode.status.in_(("labelled", "awaiting_label")), 1), else_=0)),
+                    func.sum(case((finished, 1), else_=0)),
+                    func.sum(case((finished, Episode.n_interventions), else_=0)),
+                    func.sum(case((finished & (Episode.n_interventions > 0), 1), else_=0)),
                 )
                 .where(Episode.prompt_id.in_(ids))
                 .group_by(Episode.prompt_id)
             )
-            for pid, n, k, fin in s.execute(q):
-                stats[pid] = (int(n or 0), int(k or 0), int(fin or 0))
+            for pid, *counts in s.execute(q):
+                stats[pid] = tuple(int(c or 0) for c in counts)
         rows = []
         for p, task_name in prompts:
-            n, k, fin = stats.get(p.id, (0, 0, 0))
+            n, k, fin, n_interventions, n_intervened = stats.get(p.id, (0, 0, 0, 0, 0))
             rows.append(
                 PromptRow(
                     id=p.id,
@@ -163,6 +166,8 @@ class TaskRepository(Repository):
                     n_success=k,
                     n_finished=fin,
                     created_at=as_utc(p.created_at),
+                    n_interventions=n_interventions,
+                    n_intervened=n_intervened,
                 )
             )
         return rows

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import cv2
+import msgspec
 import numpy as np
 
-from pde_contract.episodes import ChunkRecord, EpisodeFile, PolicyTrace
+from pde_contract.episodes import ChunkRecord, EpisodeFile, Intervention, PolicyTrace
 from pde_contract.messages import ActionSpace, CameraFrame, Observation, RobotState
 from pde_storage import EpisodeRow
 from pde_storage.protocols import EpisodeRecorder
@@ -60,6 +61,18 @@ def make_episode_file(
         chunks=chunks,
         success=success,
     )
+
+
+def with_takeovers(episode: EpisodeFile, takes: list[tuple[int, int]]) -> EpisodeFile:
+    """``episode`` with a person's takes: for each (first_chunk, n_rows), chunks
+    ``[first_chunk, first_chunk + n_rows)`` become one-row person chunks, as the actor records them."""
+    chunks = list(episode.chunks)
+    for first, n in takes:
+        for i in range(first, first + n):
+            c = chunks[i]
+            chunks[i] = msgspec.structs.replace(c, actions=c.actions[:1], trace=None, commanded_by="person")
+    interventions = [Intervention(first_chunk=f, n_rows=n, trigger="request") for f, n in takes]
+    return msgspec.structs.replace(episode, chunks=chunks, interventions=interventions)
 
 
 def finish_with_videos(store: EpisodeRecorder, episode_id: int, episode_file: EpisodeFile) -> EpisodeRow:
