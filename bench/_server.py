@@ -8,6 +8,7 @@ the MuJoCo SimRobot and SimCameras. The child sends its tick log back when told 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,20 @@ class ServerSpec:
     link_keys_dir: str = ""
     # sim: a ScriptedHand (robot_server/sim/hand.py) pushes the arm along this path while guiding
     guiding_hand_path_m: tuple[tuple[float, float, float], ...] = ()
+
+
+def sim_result_header(spec: ServerSpec, task: str) -> dict[str, Any]:
+    """What a benchmark against the sim server records first: the server's pacing and cameras, the
+    task, and the machine's load when it started."""
+    return {
+        "control_rate_hz": spec.control_rate_hz,
+        "pacing": spec.pacing,
+        "camera_fps": spec.camera_fps,
+        "image_size": f"{spec.width}x{spec.height}",
+        "task": task,
+        "load_average_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+    }
 
 
 def _child(spec: ServerSpec, cmd_port: int, obs_port: int, conn: Any) -> None:

@@ -2,13 +2,16 @@
 
 The recorder (teleop/recorder.py) against the sim robot server in realtime pacing (10 Hz, two
 cameras, as in the lab): commanded takes from a scripted source (a square path with the gripper
-toggling, one one-row chunk per tick through the safety path), and hand-guided takes (a
-ScriptedHand pushes the limp arm; the recorder samples on the robot clock's 10 Hz grid).
+toggling, one row per tick through the safety path with TeleopSettings.record_hold_ticks copies
+that the next row replaces), and hand-guided takes (a ScriptedHand pushes the limp arm; the
+recorder samples on the robot clock's 10 Hz grid).
 
 Per take: rows_expected (control ticks the take spanned on the robot's clock), rows_recorded,
 rows_dropped (ticks without a recorded row), rows_stale_observation (rows recorded with frames from
 an earlier tick), and for commanded takes rows_executed, chunks_preempted, rows_clipped and
-rows_watchdog_dropped from the server's own counters and replies.
+rows_watchdog_dropped from the server's own counters and replies, rows_repeated (ticks that ran a
+copy of the row before: the next row came late) and rows_state_late (joint_abs twin measured a tick
+late).
 
     python bench/bench_record.py
 """
@@ -24,7 +27,7 @@ from typing import Any
 import _common  # noqa: F401  (sets sys.path)
 import numpy as np
 from _common import write_result
-from _server import ServerProcess, ServerSpec
+from _server import ServerProcess, ServerSpec, sim_result_header
 
 from pde_contract.client import RobotClient
 from pde_contract.tasks import load_tasks
@@ -61,6 +64,8 @@ def _totals(takes: list[TakeStats]) -> dict[str, Any]:
         out["chunks_preempted"] = sum(t.chunks_preempted or 0 for t in takes)
         out["rows_clipped"] = sum(t.rows_clipped or 0 for t in takes)
         out["rows_watchdog_dropped"] = sum(t.rows_watchdog_dropped or 0 for t in takes)
+        out["rows_repeated"] = sum(t.rows_repeated or 0 for t in takes)
+        out["rows_state_late"] = sum(t.rows_state_late or 0 for t in takes)
     return out
 
 
@@ -73,15 +78,7 @@ def main() -> None:
     spec = ServerSpec(
         backend="sim", width=args.image_size, height=args.image_size, guiding_hand_path_m=HAND_PATH_M
     )
-    result: dict[str, Any] = {
-        "control_rate_hz": spec.control_rate_hz,
-        "pacing": spec.pacing,
-        "camera_fps": spec.camera_fps,
-        "image_size": f"{args.image_size}x{args.image_size}",
-        "task": TASK.name,
-        "load_average_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()],
-        "cpus": os.cpu_count(),
-    }
+    result: dict[str, Any] = sim_result_header(spec, TASK.name)
     settings = TeleopSettings(max_take_s=args.rows / spec.control_rate_hz + 10)
     with (
         ServerProcess(spec) as server,

@@ -331,6 +331,9 @@ class Status(Message):
     workspace_min_m: list[float] = []
     workspace_max_m: list[float] = []
     relative_dynamics_factor: float | None = None
+    # Control ticks the server had run when ``state`` was read (as Observation.tick); -1 from a
+    # server that does not say. A chunk's row k runs at tick start_tick + k (ChunkAccepted).
+    tick: int = -1
 
 
 class HealthInfo(Message):
@@ -351,6 +354,9 @@ class ChunkAccepted(Message):
     steps_clipped: int = 0  # rows that the safety layer clipped (see the server's clip policy)
     rows_skipped: int = 0  # leading rows meant for ticks already run (ActionChunk.first_row_tick)
     start_tick: int = -1  # the tick its first row runs at; the chunk it preempts ran until then
+    # Rows the previous chunk of the same episode ran in all (it ended, this one preempted it, or
+    # the watchdog or a stop dropped it); -1: none before this one (or a server that does not say).
+    previous_rows_run: int = -1
 
 
 ReplyPayload = ServerInfo | Status | HealthInfo | Ack | ChunkAccepted

@@ -158,6 +158,9 @@ class ChunkExecutor:
         self.counters = Counters()
         self.tick_log: collections.deque[TickRecord] = collections.deque(maxlen=max(1, config.tick_log_size))
         self._chunk: _Running | None = None
+        # The last chunk accepted, running or not any more: its next_row is how many of its rows
+        # ran (ChunkAccepted.previous_rows_run of the next chunk of its episode).
+        self._last_accepted: _Running | None = None
         self._held: RobotTarget | None = None
         self._last_target: RobotTarget | None = None
         self._state: RobotState | None = None
@@ -255,7 +258,11 @@ class ChunkExecutor:
                 self.counters.chunks_preempted += 1
                 if self._chunk.next_row > 0:
                     self.counters.chunks_executed += 1
-            self._chunk = _Running(chunk.seq, chunk.episode_id, plan.targets, client_id)
+            previous = self._last_accepted
+            previous_rows_run = (
+                previous.next_row if previous is not None and previous.episode_id == chunk.episode_id else -1
+            )
+            self._chunk = self._last_accepted = _Running(chunk.seq, chunk.episode_id, plan.targets, client_id)
             self._update_progress()
             self._last_seq, self._last_episode = chunk.seq, chunk.episode_id
             self._last_seen[client_id] = time.monotonic()
@@ -268,6 +275,7 @@ class ChunkExecutor:
             steps_clipped=plan.steps_clipped,
             rows_skipped=skipped,
             start_tick=start_tick,
+            previous_rows_run=previous_rows_run,
         ), plan.notes
 
     def _refuse_motion_while_standing_down(self) -> None:
@@ -520,6 +528,7 @@ class ChunkExecutor:
                 self._task = req.task
                 self._task_success = success
                 self._last_seq, self._last_episode = -1, None
+                self._last_accepted = None
         with self._lock:
             self._reset = None
         req.done.set()

@@ -631,6 +631,7 @@ class RobotServer:
             workspace_min_m=list(self.settings.workspace_min_m),
             workspace_max_m=list(self.settings.workspace_max_m),
             relative_dynamics_factor=self.executor.robot.relative_dynamics_factor,
+            tick=snap.tick,
         )
 
     def health(self) -> HealthInfo:

@@ -175,7 +175,8 @@ def run_session(
             f"{st.rows_dropped} dropped, {st.rows_stale_observation} with an older camera frame"
             + ("" if st.rows_executed is None else f", {st.rows_executed} executed by the server")
             + (f", {st.rows_clipped} clipped by its safety limits" if st.rows_clipped else "")
-            + (f", {st.rows_watchdog_dropped} dropped by its watchdog" if st.rows_watchdog_dropped else "")
+            + (f", {st.rows_watchdog_dropped} watchdog trips" if st.rows_watchdog_dropped else "")
+            + (f", {st.rows_repeated} repeated (the next row came late)" if st.rows_repeated else "")
             + ("" if take.task_success is None else f"; the simulator's check: {take.task_success}")
         )
         keep = ask("keep this take? [y/N] ").strip().lower().startswith("y")

@@ -1,16 +1,20 @@
 """The demonstration recorder: one take of a task from a ``TeleopSource``, at the control rate.
 
-Commanded sources (SpaceMouse, keyboard, scripted): per tick the recorder reads the source, sends
-its ee_delta row as a one-row chunk through ``RobotClient.submit_chunk`` (the server's safety path,
-as every policy chunk), and polls ``GetStatus`` until the server's step counter shows the row ran;
-only then does it read the source again and send the next. So every row runs exactly once and none
-can preempt an earlier one before it ran, and as a status reply takes milliseconds, the next row
-reaches the server before its next tick, so rows run on consecutive ticks unless a process
-stalls (a tick without a row is counted dropped: bench/bench_record.py). No wait for an observation
-is on that path: each row is recorded with an observation published between the previous row's
-run and its own (the state it starts from), sorted as they arrive (``_RowObservations``); where the
-camera stream published none in that tick, the newest one from before is used and the row counted
-as stale. The server's own counters (steps executed, chunks preempted) check every take.
+Commanded sources (SpaceMouse, keyboard, scripted): per tick the recorder reads the source and
+sends its ee_delta row through ``RobotClient.submit_chunk`` (the server's safety path, as every
+policy chunk), followed by ``TeleopSettings.record_hold_ticks`` copies of itself; then it polls
+``GetStatus`` until the server's tick counter (``Status.tick``) shows the row ran, and reads the
+next. The next row, sent within the tick, replaces the copies before they run; only when it comes
+late (a stalled machine) does a copy run, so the arm keeps the person's last command for that
+tick rather than standing still, and the tick is recorded with the row that ran (counted
+repeated), never left without one (the cause of the rows counted dropped before: one row in
+flight, read only after the previous ran, so any stall past the rest of a tick lost that tick).
+Every row of the person's runs exactly once, and each row's tick is known (``ChunkAccepted.
+start_tick``; a copy runs on the ticks after it until the next row's start tick), so the take is
+put together by tick: the observation of the tick a row ran at (the state it starts from; the
+newest before when the camera stream published none the recorder saw, counted stale) and the
+state measured at the next tick (the joint_abs twin). The server's own counters (rows executed,
+watchdog trips) check every take; bench/bench_record.py counts them under load.
 
 Guided sources (hand guiding): the server is put in guiding mode and nothing is commanded; the
 recorder samples the measured state on the control-rate grid of the robot's clock and writes, per
@@ -54,21 +58,26 @@ _STATUS_POLL_S = 0.002
 class TakeStats:
     """How one take went, counted (never timed): what bench/bench_record.py reports."""
 
-    rows_expected: int  # control ticks from the take's first row to its last, on the robot's clock
+    rows_expected: int  # control ticks from the take's first row to its last (server or robot clock)
     rows_recorded: int  # rows in the episode
     rows_dropped: int  # ticks of that span with no recorded row
-    # Rows recorded with an observation from before the previous row ran (the camera stream
-    # lagged). Commanded takes: rows the server executed during the take (steps_executed), chunks
-    # it preempted (a row replaced before it ran), rows its safety layer clipped (the row on disk
-    # is the one sent; the arm went less far), and rows its watchdog dropped before they ran (the
-    # recorder was silent for heartbeat_timeout_s: not in the take, their ticks count as dropped).
-    # None for guided takes, which command nothing.
+    # Rows recorded with an observation from before their tick (the camera stream lagged).
+    # Commanded takes: rows the server executed during the take (steps_executed), chunks it
+    # preempted (each row's chunk replaces the copies of the one before), rows its safety layer
+    # clipped among those sent (the row on disk is the one sent; the arm went less far), and its
+    # watchdog trips (the recorder was silent for heartbeat_timeout_s; a take that lost rows to
+    # one is refused). None for guided takes, which command nothing.
     rows_stale_observation: int
     rows_executed: int | None
     chunks_preempted: int | None
     rows_clipped: int | None
     rows_watchdog_dropped: int | None
     duration_s: float  # wall clock, for the operator
+    # Commanded takes: rows that ran as a copy of the row before (the next row came a tick late:
+    # TeleopSettings.record_hold_ticks), and rows whose measured joints (the joint_abs twin) come
+    # from a later tick than the one right after them (the recorder saw no state of that tick).
+    rows_repeated: int | None = None
+    rows_state_late: int | None = None
 
 
 @dataclass
@@ -94,32 +103,71 @@ class _Rows:
     preempted: int | None = None
     clipped: int | None = None
     watchdog_dropped: int | None = None
+    repeated: int | None = None
+    state_late: int | None = None
 
 
-class _RowObservations:
-    """Sorts the observations that arrive during a commanded take by the row they precede: one
-    published while row j waits to run (``executing_chunk_seq == j``), or after row j-1 ran and
-    before row j was sent (``last_chunk_seq == j - 1``, nothing executing), shows the state row j
-    starts from. Observations published before the take began (its first status reply, on the
-    server's clock) are ignored: an earlier take's chunk numbers were the same."""
+class _TickStream:
+    """What the server showed of each control tick during a commanded take, by tick number
+    (Observation.tick, Status.tick: ticks run when the state was read): the first observation with
+    camera frames of each tick (the state a row run at that tick starts from) and the measured
+    state, from observations and status polls alike."""
 
-    def __init__(self, episode_id: str, first: Observation, take_start_s: float) -> None:
-        self.episode_id = episode_id
-        self.take_start_s = take_start_s
-        self.newest = first
-        self.before_row: dict[int, Observation] = {0: first}
+    def __init__(self, first: Observation) -> None:
+        self.first = self.newest = first
+        self.frames: dict[int, Observation] = {}
+        self.states: dict[int, RobotState] = {}
+        self.see(first)
 
     def see(self, obs: Observation | None) -> None:
         if obs is None or not obs.cameras:
             return
         self.newest = obs
-        if obs.publish_time_s < self.take_start_s:
-            return
-        if obs.executing_chunk_seq >= 0:
-            if obs.episode_id == self.episode_id:
-                self.before_row[obs.executing_chunk_seq] = obs
-        elif obs.last_chunk_seq >= 0:
-            self.before_row[obs.last_chunk_seq + 1] = obs
+        if obs.tick >= 0:
+            self.frames.setdefault(obs.tick, obs)
+            self.states.setdefault(obs.tick, obs.state)
+
+    def status(self, st: Status) -> int:
+        """Keeps the status's state; returns its tick."""
+        if st.state is not None and st.tick >= 0:
+            self.states.setdefault(st.tick, st.state)
+        return st.tick
+
+    def observation_at(self, tick: int) -> tuple[Observation, bool]:
+        """The observation a row run at ``tick`` starts from, and whether it is stale: one of that
+        tick, else the newest from before (the camera stream published none the recorder saw)."""
+        obs = self.frames.get(tick)
+        if obs is not None:
+            return obs, False
+        earlier = [t for t in self.frames if t < tick]
+        return (self.frames[max(earlier)] if earlier else self.first), True
+
+    def state_after(self, tick: int) -> tuple[RobotState, bool]:
+        """The state measured right after ``tick`` ran, and whether it is late: the one of tick + 1,
+        else the first measured after it (the recorder stalled through that tick)."""
+        state = self.states.get(tick + 1)
+        if state is not None:
+            return state, False
+        return self.states[min(t for t in self.states if t > tick + 1)], True
+
+
+def _rows_per_send(previous_runs: list[int], chunk_rows: int, ran_total: int) -> list[int]:
+    """Rows of each sent chunk that ran (its row, then copies): as the server said when the next
+    chunk replaced it (``ChunkAccepted.previous_rows_run`` of each chunk after the first), and for
+    the last the rest of the take's ``ran_total`` (the server's step counter)."""
+    if any(n < 0 for n in previous_runs):
+        raise TeleopError(
+            "the robot server does not say how many rows a replaced chunk ran "
+            "(ChunkAccepted.previous_rows_run): update it to record commanded takes"
+        )
+    last = ran_total - sum(previous_runs)
+    if not 0 <= last <= chunk_rows:
+        raise TeleopError(
+            f"the robot server ran {ran_total} rows during the take, but its replies account for "
+            f"{sum(previous_runs)} + 0..{chunk_rows}: another client moved the arm during the take; "
+            "record it again"
+        )
+    return [*previous_runs, last]
 
 
 class Recorder:
@@ -159,6 +207,8 @@ class Recorder:
             rows_clipped=rec.clipped,
             rows_watchdog_dropped=rec.watchdog_dropped,
             duration_s=round(time.monotonic() - t0, 3),
+            rows_repeated=rec.repeated,
+            rows_state_late=rec.state_late,
         )
         episode_id = uuid.uuid4().hex
         label = f"{'guiding' if source.guided else 'teleop'}:{source.name}"
@@ -185,60 +235,77 @@ class Recorder:
 
     def _commanded(self, source: TeleopSource, max_rows: int, on_row: Callable[[int], None] | None) -> _Rows:
         client = self.client
-        before = client.status().counters
-        take_start_s = client.last_reply.server_time_s if client.last_reply else 0.0
+        info = client.info or client.connect()
+        # fast pacing (the sim's tests) runs a chunk's rows back to back: copies would run at once
+        hold = self.settings.record_hold_ticks if info.pacing == "realtime" else 0
+        before = client.status()
+        if before.tick < 0:
+            raise TeleopError(
+                "the robot server does not report its control tick (Status.tick): update it to "
+                "record commanded takes"
+            )
         episode_id = f"take-{uuid.uuid4().hex}"
         first = self._wait_observation(lambda _obs: True, "no observation")
+        ticks = _TickStream(first)
         source.start_take(float(first.state.gripper_width_m))
-        watch = _RowObservations(episode_id, first, take_start_s)
-        rec = _Rows([], [], [], 0, None, clipped=0, watchdog_dropped=0)
-        tick_times_s: list[float] = []
+        sent: list[tuple[int, np.ndarray]] = []  # per row read: the tick it runs at, the row
+        previous_runs: list[int] = []  # rows each chunk but the last ran, as the next one's reply said
+        clipped = 0
         for seq in range(max_rows):
             cmd = source.read(self.period_s)
             if cmd.end:
                 break
             row = cmd.ee_delta_row().astype(np.float32)  # float32 on the wire and on disk
-            fallback = watch.newest
             chunk = ActionChunk(
                 seq=seq,
                 episode_id=episode_id,
                 action_space=ActionSpace.EE_DELTA,
-                actions=row[None],
+                actions=np.repeat(row[None], 1 + hold, axis=0),
                 control_rate_hz=self.control_rate_hz,
                 sent_time_s=time.time(),
             )
-            rec.clipped = (rec.clipped or 0) + client.submit_chunk(chunk).steps_clipped
-            # the row ran: the step counter moved past it and nothing executes (the executor
-            # updates both with the state the row left); or the watchdog dropped it, the recorder
-            # having been silent for heartbeat_timeout_s (a stalled machine): the arm held, the
-            # take goes on without the row
-            target = before.steps_executed + len(rec.ee_delta) + 1
-            trips = before.watchdog_trips + (rec.watchdog_dropped or 0)
+            accepted = client.submit_chunk(chunk)
+            clipped += accepted.steps_clipped
+            if sent:
+                previous_runs.append(accepted.previous_rows_run)
+            sent.append((accepted.start_tick, row))
 
-            def settled(st: Status, target: int = target, trips: int = trips) -> bool:
-                ran = st.counters.steps_executed >= target
-                return st.executing_chunk_seq == -1 and (ran or st.counters.watchdog_trips > trips)
+            # The row runs at start_tick; the next is read only after that tick, so it replaces
+            # copies only (or nothing: the watchdog dropped the chunk in a stall).
+            def ran(st: Status, tick: int = accepted.start_tick) -> bool:
+                return ticks.status(st) > tick
 
-            ran = self._poll_until(settled, watch.see, f"row {seq} was accepted but did not run")
-            assert ran.state is not None
-            obs = watch.before_row.pop(seq, None)
-            if ran.counters.steps_executed < target:
-                rec.watchdog_dropped = (rec.watchdog_dropped or 0) + 1
-                continue
-            tick_times_s.append(ran.state.robot_time_s)
-            rec.stale += obs is None
-            rec.observations.append(obs or fallback)
-            rec.ee_delta.append(row.astype(np.float64))
-            rec.joint_abs.append(np.append(ran.state.joint_positions_rad, row[6]))
+            self._poll_until(ran, ticks.see, f"row {seq} was accepted but did not run")
             if on_row is not None:
-                on_row(len(rec.ee_delta))
-        after = client.status().counters
-        if not rec.ee_delta:
+                on_row(len(sent))
+        if not sent:
             raise TeleopError("the take ended before its first row: nothing recorded")
-        rec.ticks_spanned = _ticks(tick_times_s[-1] - tick_times_s[0], self.period_s) + 1
-        rec.executed = after.steps_executed - before.steps_executed
-        rec.preempted = after.chunks_preempted - before.chunks_preempted
-        rec.task_success = watch.newest.task_success
+        client.stop()  # the last row's copies, if any are left, do not run
+        # past every copy that could have run: the last row's joints are measured after it
+        past_tick = sent[-1][0] + 1 + hold
+        after = self._poll_until(lambda st: ticks.status(st) > past_tick, ticks.see, "the take did not stop")
+        ran_total = after.counters.steps_executed - before.counters.steps_executed
+        runs = _rows_per_send(previous_runs, 1 + hold, ran_total)
+        rec = _Rows([], [], [], 0, None, clipped=clipped, repeated=0)
+        for (start_tick, row), n in zip(sent, runs, strict=True):
+            for k in range(n):
+                tick = start_tick + k
+                obs, stale = ticks.observation_at(tick)
+                state, late = ticks.state_after(tick)
+                rec.stale += stale
+                rec.state_late = (rec.state_late or 0) + late
+                rec.repeated = (rec.repeated or 0) + (k > 0)
+                rec.observations.append(obs)
+                rec.ee_delta.append(row.astype(np.float64))
+                rec.joint_abs.append(np.append(state.joint_positions_rad, row[6]))
+        if not rec.ee_delta:
+            raise TeleopError("no row of the take ran (the robot server's watchdog dropped them)")
+        first_tick = next(t for (t, _), n in zip(sent, runs, strict=True) if n > 0)
+        rec.ticks_spanned = max(t + n for (t, _), n in zip(sent, runs, strict=True)) - first_tick
+        rec.executed = ran_total
+        rec.preempted = after.counters.chunks_preempted - before.counters.chunks_preempted
+        rec.watchdog_dropped = after.counters.watchdog_trips - before.counters.watchdog_trips
+        rec.task_success = ticks.newest.task_success
         return rec
 
     def _poll_until(

@@ -67,6 +67,14 @@ class TeleopSettings(BaseSettings):
     """Width commanded when toggled closed (0: close on whatever is between the fingers)."""
     max_take_s: float = Field(default=120.0, gt=0)
     """A take ends by itself after this long (the operator normally ends it first)."""
+    record_hold_ticks: int = Field(default=2, ge=0, le=3)
+    """A commanded take's row goes to the server with this many copies of itself after it: when
+    the recorder's next row comes late (a stalled machine), the arm keeps the person's last
+    command for those ticks instead of standing still, and each is recorded with the row that ran
+    (counted as repeated). 0: a late row leaves its tick without a row (counted dropped). The
+    copies never outlast this many ticks (nor the server's watchdog, heartbeat_timeout_s), and the
+    next row replaces those not yet run. 2 at 10 Hz: stalls up to 200 ms lose no tick (with 1, one
+    tick of 609 went without a row at a load average of 13 on 2 cores; docs/teleop.md)."""
     observation_timeout_s: float = Field(default=2.0, gt=0)
     """How long the recorder waits for the observation showing its row was executed."""
 

@@ -1,6 +1,7 @@
 """The actor against a real `pde robot-server --backend sim` process (fast pacing, small frames)."""
 
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -22,8 +23,9 @@ def sim_server(sim_server_group):
     return endpoint
 
 
-@pytest.fixture
-def sim_server_group(tmp_path):
+@contextmanager
+def running_sim_server(tmp_path, pacing="fast", **env):
+    """A `pde robot-server --backend sim` process with 32x32 frames: (endpoint, its group)."""
     cmd_port, obs_port = free_port(), free_port()
     group = ProcessGroup(tmp_path)
     argv = pde_command(
@@ -31,7 +33,7 @@ def sim_server_group(tmp_path):
         "--backend",
         "sim",
         "--pacing",
-        "fast",
+        pacing,
         "--image-size",
         "32x32",
         "--cmd-port",
@@ -39,7 +41,7 @@ def sim_server_group(tmp_path):
         "--obs-port",
         str(obs_port),
     )
-    group.start("robot", argv, env=subprocess_env(OMP_NUM_THREADS="1", MUJOCO_GL="egl"))
+    group.start("robot", argv, env=subprocess_env(OMP_NUM_THREADS="1", MUJOCO_GL="egl", **env))
     endpoint = f"tcp://127.0.0.1:{cmd_port}"
 
     try:
@@ -47,6 +49,12 @@ def sim_server_group(tmp_path):
         yield endpoint, group
     finally:
         group.stop_all()
+
+
+@pytest.fixture
+def sim_server_group(tmp_path):
+    with running_sim_server(tmp_path) as got:
+        yield got
 
 
 def test_actor_rolls_out_on_the_sim_server_and_trains(sim_server):

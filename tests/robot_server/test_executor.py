@@ -114,6 +114,24 @@ def test_newer_chunk_preempts_the_rest(make: Callable[..., tuple[ChunkExecutor, 
     np.testing.assert_allclose(robot.pos[0], HOME_POS[0] + 0.01 * (executed_0 - 2), atol=1e-12)
 
 
+def test_a_chunk_says_how_many_rows_the_one_before_it_ran(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    # Preempted, finished, or of another episode: what the recorder puts a take together from.
+    ex, _ = make(control_rate_hz=20.0)
+    first, _ = ex.submit(ee_chunk(0, rows=20, rate_hz=20.0), CLIENT)
+    assert first.previous_rows_run == -1  # none before it
+    wait_for(lambda: ex.snapshot().counters.steps_executed >= 3)
+    second, _ = ex.submit(ee_chunk(1, rows=2, rate_hz=20.0), CLIENT)
+    ran_0 = [r.chunk_seq for r in ex.tick_log].count(0)
+    assert second.previous_rows_run == ran_0 and 3 <= ran_0 < 20
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 2)
+    third, _ = ex.submit(ee_chunk(2, rows=2, rate_hz=20.0), CLIENT)
+    assert third.previous_rows_run == 2  # it ran to its end
+    other, _ = ex.submit(ee_chunk(0, rows=2, rate_hz=20.0, episode="other"), CLIENT)
+    assert other.previous_rows_run == -1  # the chunk before was another episode's
+
+
 def test_stale_chunk_is_dropped(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
     ex, _ = make()
     ex.submit(ee_chunk(5), CLIENT)

@@ -5,6 +5,7 @@ rows go through the server one chunk each and are counted, five scripted demonst
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,13 @@ from teleop.main import main as record_main
 from teleop.main import run_session
 from teleop.recorder import Recorder
 from teleop.scripted import ScriptedSource
+from teleop.settings import TeleopSettings
 from teleop.takes import LOG_NAME, counts_per_task
-from tests.learner.test_actor_sim import sim_server, sim_server_group  # noqa: F401  (the fixtures)
+from tests.learner.test_actor_sim import (  # noqa: F401  (the fixtures)
+    running_sim_server,
+    sim_server,
+    sim_server_group,
+)
 from tests.teleop.tiny_sft import train_tiny_sft
 
 TASK = load_tasks(None).get("put_bowl_on_top_rack")
@@ -49,6 +55,7 @@ def test_each_row_runs_once_through_the_server_and_is_counted(recorder: Recorder
     st = take.stats
     # every row sent was executed once, none preempted another before it ran
     assert st.rows_recorded == len(rows) == st.rows_executed and st.chunks_preempted == 0
+    assert st.rows_repeated == 0  # fast pacing: no copies (the server waits for the next row)
     assert st.rows_expected >= st.rows_recorded
     assert st.rows_dropped == st.rows_expected - st.rows_recorded
     assert st.rows_stale_observation <= st.rows_recorded and st.rows_clipped == st.rows_watchdog_dropped == 0
@@ -75,6 +82,39 @@ def test_each_row_runs_once_through_the_server_and_is_counted(recorder: Recorder
         assert np.all(twin >= near.min(axis=0) - 0.01) and np.all(twin <= near.max(axis=0) + 0.01), k
     assert joint.chunks[-1].actions[0, 7] == pytest.approx(0.0)
     assert all(c.observation.cameras for c in ee.chunks)
+
+
+def test_a_row_that_comes_late_repeats_the_last_one_and_no_tick_goes_without_a_row(tmp_path: Path) -> None:
+    """Realtime pacing, the recorder stalled for more than a tick before one row (a source that
+    sleeps): the arm keeps the previous row for the tick it missed, recorded as repeated; every
+    tick of the take has a row. The watchdog is set long, so the stall cannot trip it."""
+    rows = demo_rows()
+    stall_before = 5
+
+    def script() -> Iterator[np.ndarray]:
+        for i, row in enumerate(rows):
+            if i == stall_before:
+                time.sleep(0.15)  # 1.5 ticks: the next tick runs a copy of row 4
+            yield row
+
+    with (
+        running_sim_server(tmp_path, pacing="realtime", PDE_ROBOT_HEARTBEAT_TIMEOUT_S="2.0") as (endpoint, _),
+        RobotClient(endpoint, name="pde-record", timeout_s=5.0) as client,
+    ):
+        recorder = Recorder(client, TeleopSettings(record_hold_ticks=3))
+        recorder.reset(TASK, seed=0)
+        with ScriptedSource(script()) as source:
+            take = recorder.record(source, TASK, seed=0)
+    st = take.stats
+    assert st.rows_dropped == 0 and st.rows_expected == st.rows_recorded == st.rows_executed
+    assert st.rows_repeated is not None and st.rows_repeated >= 1
+    assert st.rows_recorded == len(rows) + st.rows_repeated and st.rows_watchdog_dropped == 0
+    sent = np.concatenate([c.actions for c in take.episodes[ActionSpace.EE_DELTA].chunks])
+    # the person's rows in order, each once, the copies right after the row they repeat
+    deduped = [r for k, r in enumerate(sent) if k == 0 or not np.array_equal(r, sent[k - 1])]
+    expected = [r for k, r in enumerate(rows) if k == 0 or not np.array_equal(r, rows[k - 1])]
+    np.testing.assert_allclose(deduped, expected, atol=1e-7)
+    assert np.array_equal(sent[stall_before], sent[stall_before - 1])  # the tick it missed
 
 
 @pytest.mark.slow
