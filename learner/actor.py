@@ -607,6 +607,18 @@ class Actor:
                 )
                 chunks.append(record)
                 running = _Running(record, accepted, len(chunk.actions))
+            if running is not None and person is not None:
+                # A person may take over the last chunk too (the episode then ends with the take).
+                waited = self._wait_chunk_done(running.accepted.seq, should_stop, takeover=watch)
+                if waited is _Waited.STOPPED:
+                    self.client.stop()
+                    running = None
+                elif waited is _Waited.TAKEOVER:
+                    running, obs, stopped = self._take_over(
+                        person, watch, episode_id, running, obs, should_stop, recorded
+                    )
+                    if running is None and not stopped:
+                        success = obs.task_success
             if running is not None:
                 # The last chunk runs to its end (its record already says so).
                 ended = self._chunk_end_observation(running.accepted.seq, obs.seq, should_stop)

@@ -7,6 +7,7 @@ first row ran, and the PPO batch holds none of the person's rows. Counted in tic
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from learner.policies.vla import make_test_policy
 from learner.rewards import reward_from_label
 from learner.trainer import Trainer, build_rollout_batch
 from pde_contract.client import RobotClient
-from pde_contract.episodes import read_episode, rows_commanded_by
+from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by
 from robot_server.executor import ChunkExecutor, TickRecord
 from robot_server.server import RobotServer
 from teleop.scripted import ScriptedSource
@@ -58,6 +59,32 @@ def ticks_by_chunk(log: list[TickRecord]) -> list[tuple[int, list[int]]]:
     return out
 
 
+def run_with_person(
+    server: RobotServer,
+    endpoint: str,
+    policy: Any,
+    person: ScriptedSource,
+    settings: ActorSettings,
+    episode_id: str,
+    max_chunks: int,
+) -> EpisodeFile:
+    """One episode of ``policy`` on the server with ``person`` able to take over, its tick log
+    cleared first (so that it holds this episode's ticks)."""
+    with RobotClient(cmd_endpoint=endpoint, name="learner", timeout_s=5.0) as client, person:
+        client.connect()  # the server's control rate and pacing, for the actor
+        actor = Actor(policy, client, settings)
+        server.executor.tick_log.clear()
+        return actor.run_episode(
+            episode_id=episode_id,
+            task=TASK,
+            canonical_prompt="put the green container in the bowl",
+            rollout_prompt="put the green container in the bowl",
+            max_chunks=max_chunks,
+            seed=3,
+            person=person,
+        )
+
+
 def test_two_takeovers_record_person_rows_that_ppo_leaves_out(
     sim_server: tuple[str, RobotServer],  # noqa: F811
     tmp_path: Path,
@@ -68,19 +95,7 @@ def test_two_takeovers_record_person_rows_that_ppo_leaves_out(
     row = np.array([0.0, 0.0, 0.005, 0.0, 0.0, 0.0, 0.08])  # 5 mm up per tick, gripper open
     person = ScriptedSource([row] * PERSON_ROWS, wants_control=trigger)
     settings = ActorSettings(obs_timeout_s=10.0, intervention_demos=True, data_dir=tmp_path)
-    with RobotClient(cmd_endpoint=endpoint, name="learner", timeout_s=5.0) as client, person:
-        client.connect()  # the server's control rate and pacing, for the actor
-        actor = Actor(policy, client, settings)
-        server.executor.tick_log.clear()
-        episode = actor.run_episode(
-            episode_id="ep-takeover",
-            task=TASK,
-            canonical_prompt="put the green container in the bowl",
-            rollout_prompt="put the green container in the bowl",
-            max_chunks=8,
-            seed=3,
-            person=person,
-        )
+    episode = run_with_person(server, endpoint, policy, person, settings, "ep-takeover", max_chunks=8)
     log = list(server.executor.tick_log)
 
     # the episode file: two interventions of the person's rows, marked as theirs
@@ -138,3 +153,31 @@ def test_two_takeovers_record_person_rows_that_ppo_leaves_out(
     for path in demos:
         demo = read_episode(path)
         assert demo.success is True and len(demo.chunks) == PERSON_ROWS and not demo.interventions
+
+
+def test_a_person_takes_over_the_episodes_last_chunk(
+    sim_server: tuple[str, RobotServer],  # noqa: F811
+) -> None:
+    """The last chunk is offered too (it once ran to its end without asking the person): the
+    episode ends with the person's take, the policy's chunk stopped within a tick."""
+    endpoint, server = sim_server
+    policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
+    fired_at: list[int] = []  # the tick log's length when the person took over
+
+    def two_policy_rows_in() -> bool:  # mid-way through the only (so the last) policy chunk
+        snap = server.executor.snapshot()
+        if fired_at or snap.executing_chunk_seq < 0 or not 5 <= snap.steps_remaining <= CHUNK_LEN - 2:
+            return False
+        fired_at.append(len(server.executor.tick_log))
+        return True
+
+    row = np.array([0.0, 0.0, 0.005, 0.0, 0.0, 0.0, 0.08])
+    person = ScriptedSource([row] * PERSON_ROWS, wants_control=two_policy_rows_in)
+    settings = ActorSettings(obs_timeout_s=10.0)
+    episode = run_with_person(server, endpoint, policy, person, settings, "ep-last-chunk", max_chunks=1)
+    [iv] = episode.interventions
+    assert (iv.first_chunk, iv.n_rows) == (1, PERSON_ROWS) and len(episode.chunks) == 1 + PERSON_ROWS
+    ran = ticks_by_chunk(list(server.executor.tick_log))
+    policy_ticks, first_person_tick = ran[0][1], ran[1][1][0]
+    assert 2 <= len(policy_ticks) < CHUNK_LEN and first_person_tick - fired_at[0] <= 1
+    assert episode.chunks[0].rows_run == (0, len(policy_ticks))
