@@ -293,6 +293,18 @@ class RunningOut(BaseModel):
     episode_id: int
     elapsed_s: float
     chunks: int | None  # counted from the robot server's observations; None: it saw none of them
+    practice: bool = False  # a practice episode: nothing of it is stored (its id is negative)
+
+
+class PracticeEpisodeOut(BaseModel):
+    """The loop's practice episode (the page's practice switch): no row exists, so what there is
+    comes from the loop's state; its id is negative, never a stored episode's."""
+
+    id: int
+    task: str | None
+    rollout_prompt: str | None
+    canonical_prompt: str | None
+    practice: bool = True
 
 
 class VLMOut(BaseModel):
@@ -306,6 +318,7 @@ class VLMOut(BaseModel):
 class StateOut(BaseModel):
     loop: LoopOut
     episode: EpisodeOut | None  # the loop's own episode (running or awaiting its label)
+    practice_episode: PracticeEpisodeOut | None = None  # the loop's practice episode, instead
     running: RunningOut | None
     awaiting_label: EpisodeOut | None  # the episode the page asks the operator to label
     frame_stale_s: float

@@ -279,9 +279,7 @@ class EpisodeLoop:
         status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
         uptime_at_reset_s = self._robot_uptime_s()
         self._publish(LoopPhase.AWAITING_START, **plan_fields)
-        intent = self._wait(
-            lambda: self.store.take_intent(StartEpisode) or self._practice() != practice
-        )
+        intent = self._wait(lambda: self.store.take_intent(StartEpisode) or self._practice() != practice)
         if intent is True:
             return None
         refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""

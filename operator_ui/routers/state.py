@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from operator_ui.deps import RobotDep, SettingsDep, StoreDep
 from operator_ui.robot_link import LiveView
 from operator_ui.routers.loop import loop_state, person_source
-from operator_ui.schemas import EpisodeOut, LoopOut, RunningOut, StateOut, VLMOut
+from operator_ui.schemas import EpisodeOut, LoopOut, PracticeEpisodeOut, RunningOut, StateOut, VLMOut
 from pde_contract.service_state import SUPERVISOR_ROW, LoopPhase, LoopState, SupervisorState, encode_state
 from pde_storage import EpisodeRow
 from pde_storage.protocols import EpisodeReader
@@ -31,26 +31,21 @@ def awaiting_label(store: EpisodeReader, loop: LoopState | None) -> EpisodeRow |
     return waiting[0] if waiting else None
 
 
-def practice_episode(loop: LoopState, view: LiveView) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The loop's practice episode as the page shows the current and the running one: no row
-    exists (nothing of it is stored), so what there is comes from the loop's state."""
-    current = {
-        "id": loop.episode_id,
-        "practice": True,
-        "task": loop.task,
-        "rollout_prompt": loop.prompt,
-        "canonical_prompt": loop.canonical_prompt,
-        "status": "practice",
-        "success": None,
-    }
+def practice_episode(loop: LoopState, view: LiveView) -> tuple[PracticeEpisodeOut, RunningOut | None]:
+    """The loop's practice episode, and while it runs what the page shows of a running one: no
+    row exists (nothing of it is stored), so what there is comes from the loop's state."""
+    assert loop.episode_id is not None
+    current = PracticeEpisodeOut(
+        id=loop.episode_id, task=loop.task, rollout_prompt=loop.prompt, canonical_prompt=loop.canonical_prompt
+    )
     if loop.phase != LoopPhase.RUNNING:
         return current, None
-    return current, {
-        "episode_id": loop.episode_id,
-        "practice": True,
-        "elapsed_s": time.time() - loop.started_at_s if loop.started_at_s is not None else 0.0,
-        "chunks": view.episode_chunks if view.chunk_episode_id == str(loop.episode_id) else None,
-    }
+    return current, RunningOut(
+        episode_id=loop.episode_id,
+        elapsed_s=time.time() - loop.started_at_s if loop.started_at_s is not None else 0.0,
+        chunks=view.episode_chunks if view.chunk_episode_id == str(loop.episode_id) else None,
+        practice=True,
+    )
 
 
 @router.get("/state")
@@ -59,9 +54,10 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StateOut:
     # Only the loop's own episode: "the newest unlabelled one" here once made the page show one
     # episode while the label box asked about another.
     current = None
+    practice = None
     running = None
     if alive and loop is not None and loop.practice and loop.episode_id is not None:
-        current, running = practice_episode(loop, robot.view())
+        practice, running = practice_episode(loop, robot.view())
     elif alive and loop is not None and loop.episode_id is not None:
         ep = store.episode(loop.episode_id)
         current = EpisodeOut.of(ep)
@@ -88,6 +84,7 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StateOut:
             }
         ),
         episode=current,
+        practice_episode=practice,
         running=running,
         awaiting_label=EpisodeOut.of(label_me) if label_me else None,
         frame_stale_s=settings.frame_stale_s,

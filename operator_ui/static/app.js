@@ -147,7 +147,7 @@ async function refreshState() {
   const s = await api("/api/state");
   frameStaleS = s.frame_stale_s;
   undoMs = 1000 * s.label_undo_s;
-  const loop = s.loop || {}; const ep = s.episode;
+  const loop = s.loop || {}; const ep = s.episode || s.practice_episode;
   current = { phase: loop.alive ? loop.phase : null, episode: ep, person: loop.alive ? loop.person : null, practice: !!(loop.alive && loop.practice) };
   const phase = $("#phase");
   phase.textContent = loop.alive ? loop.phase : (loop.phase ? `not running (last: ${loop.phase})` : "not running");
@@ -157,7 +157,7 @@ async function refreshState() {
   $("#prompt").textContent = loop.prompt || "—";
   $("#canonical").textContent = loop.canonical_prompt || (ep ? ep.canonical_prompt : "—");
   $("#episode-id").textContent = ep ? (ep.practice ? "practice" : "#" + ep.id) : "—";
-  $("#episode-status").textContent = ep ? `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}` : "";
+  $("#episode-status").textContent = !ep ? "" : ep.practice ? "nothing is recorded" : `${ep.status}${ep.success !== null ? " · " + (ep.success ? "success" : "failure") : ""}`;
   $("#last-error").textContent = operatorText(loop.last_error || "");
   autoLabel = !!(loop.alive && loop.auto_label);
   showRunning(s.running);

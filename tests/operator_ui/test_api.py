@@ -315,7 +315,7 @@ def test_practice_starts_only_a_practice_episode_and_the_page_shows_it(
     store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "pid": os.getpid()})
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 409 and "practice was switched on" in r.text, r.text
-    assert store.pending_intents(intents.START_EPISODE) == []
+    assert store.pending_intents(StartEpisode) == []
     store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "practice": True})
     r = client.post("/api/loop/start", headers=AUTH)
     assert r.status_code == 200, r.text
@@ -325,10 +325,10 @@ def test_practice_starts_only_a_practice_episode_and_the_page_shows_it(
         {"phase": "running", "task": TASK, "practice": True, "episode_id": -1, "started_at_s": started},
     )
     s = client.get("/api/state").json()
-    assert s["episode"]["id"] == -1 and s["episode"]["practice"] is True
-    assert s["running"]["episode_id"] == -1 and s["running"]["elapsed_s"] >= 5.0
+    assert s["episode"] is None and s["practice_episode"]["id"] == -1 and s["practice_episode"]["practice"]
+    assert s["running"]["episode_id"] == -1 and s["running"]["practice"] and s["running"]["elapsed_s"] >= 5.0
     r = client.post("/api/loop/end", json={"success": True}, headers=AUTH)  # ends it (nothing kept)
-    assert r.status_code == 200 and store.pending_intents(intents.END_EPISODE)[0].payload["episode_id"] == -1
+    assert r.status_code == 200 and store.pending_intents(EndEpisode)[0].intent.episode_id == -1
     client.post("/api/run/pause", json={"paused": False, "practice": False}, headers=AUTH)
     store.set_service_state("loop", {"phase": "awaiting_start", "task": TASK, "practice": True})
     r = client.post("/api/loop/start", headers=AUTH)

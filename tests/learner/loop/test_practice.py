@@ -12,8 +12,9 @@ import numpy as np
 from learner.loop.core import EpisodeLoop
 from learner.loop.takeover import TakeoverActor
 from learner.loop.training import BackgroundTrainer
+from pde_contract.intents import StartEpisode, TakeControl
 from pde_contract.service_state import LOOP_ROW, RUN_CONTROL_ROW, LoopState, RunControl
-from pde_storage import Store, intents
+from pde_storage import Store
 from pde_storage.service_states import read_state, write_state
 from teleop.scripted import ScriptedSource
 from tests.learner.loop.doubles import FakeRobot, FakeTrainer, PersonActorFake
@@ -47,8 +48,8 @@ def test_a_practice_episode_records_nothing_and_never_reaches_ppo(store: Store, 
         t = threading.Thread(target=loop.run, daemon=True)
         t.start()
         _until(lambda: _awaiting_start(store, practice=True))
-        store.add_intent(intents.TAKE_CONTROL, {"episode_id": -1, "by": "test"})  # taken at its first check
-        start = store.add_intent(intents.START_EPISODE)
+        store.add_intent(TakeControl(episode_id=-1, by="test"))  # taken at its first check
+        start = store.add_intent(StartEpisode())
         _until(lambda: _awaiting_start(store, practice=True) and loop.practice_runs == 2)
         # It ran, with the person's take, and left nothing behind.
         assert [c["episode_id"] for c in fake.inner.calls] == ["-1"]
@@ -63,7 +64,7 @@ def test_a_practice_episode_records_nothing_and_never_reaches_ppo(store: Store, 
         # Practice over: the loop resets for a recorded episode, which is stored and trained on.
         write_state(store, RUN_CONTROL_ROW, RunControl(by="test"))
         _until(lambda: _awaiting_start(store, practice=False))
-        store.add_intent(intents.START_EPISODE)
+        store.add_intent(StartEpisode())
         t.join(10)
         assert not t.is_alive()
         loop.finish_training(10)
