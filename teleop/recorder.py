@@ -4,7 +4,7 @@ Commanded sources (SpaceMouse, keyboard, scripted): per tick the recorder reads 
 sends its ee_delta row through ``RobotClient.submit_chunk`` (the server's safety path, as every
 policy chunk), followed by ``TeleopSettings.record_hold_ticks`` copies of itself; then it polls
 ``GetStatus`` until the server's tick counter (``Status.tick``) shows the row ran, and reads the
-next. The next row, sent within the tick, replaces the copies before they run; only when it comes
+next ``record_read_margin_s`` before the next tick is due (the device's state of that tick). The next row, sent within the tick, replaces the copies before they run; only when it comes
 late (a stalled machine) does a copy run, so the arm keeps the person's last command for that
 tick rather than standing still, and the tick is recorded with the row that ran (counted
 repeated), never left without one (the cause of the rows counted dropped before: one row in
@@ -278,6 +278,13 @@ class Recorder:
             self._poll_until(ran, ticks.see, f"row {seq} was accepted but did not run")
             if on_row is not None:
                 on_row(len(sent))
+            if hold and self.settings.record_read_margin_s is not None:
+                # The next row runs at the next tick: read the device as late as leaves it time to
+                # get there (a read that comes too late costs a copy of this row, not a tick).
+                read_at = time.monotonic() + self.period_s - self.settings.record_read_margin_s
+                while time.monotonic() < read_at:
+                    ticks.see(self._poll_observation())
+                    time.sleep(_STATUS_POLL_S)
         if not sent:
             raise TeleopError("the take ended before its first row: nothing recorded")
         client.stop()  # the last row's copies, if any are left, do not run

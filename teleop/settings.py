@@ -75,6 +75,11 @@ class TeleopSettings(BaseSettings):
     copies never outlast this many ticks (nor the server's watchdog, heartbeat_timeout_s), and the
     next row replaces those not yet run. 2 at 10 Hz: stalls up to 200 ms lose no tick (with 1, one
     tick of 609 went without a row at a load average of 13 on 2 cores; docs/teleop.md)."""
+    record_read_margin_s: float | None = Field(default=0.04, ge=0)
+    """With record_hold_ticks: a commanded take reads the source this long before the next tick
+    is due (the time a row needs to reach the server), not right after the previous row ran, so a
+    row carries the device's state of that tick rather than of the one before. None: read at once
+    (about a tick more from the device to the arm, fewer repeated rows on a loaded machine)."""
     observation_timeout_s: float = Field(default=2.0, gt=0)
     """How long the recorder waits for the observation showing its row was executed."""
 
