@@ -4,13 +4,14 @@ Commanded sources (SpaceMouse, keyboard, scripted): per tick the recorder reads 
 sends its ee_delta row through ``RobotClient.submit_chunk`` (the server's safety path, as every
 policy chunk), followed by ``TeleopSettings.record_hold_ticks`` copies of itself; then it polls
 ``GetStatus`` until the server's tick counter (``Status.tick``) shows the row ran, and reads the
-next ``record_read_margin_s`` before the next tick is due (the device's state of that tick). The next row, sent within the tick, replaces the copies before they run; only when it comes
-late (a stalled machine) does a copy run, so the arm keeps the person's last command for that
-tick rather than standing still, and the tick is recorded with the row that ran (counted
-repeated), never left without one (the cause of the rows counted dropped before: one row in
-flight, read only after the previous ran, so any stall past the rest of a tick lost that tick).
-Every row of the person's runs exactly once, and each row's tick is known (``ChunkAccepted.
-start_tick``; a copy runs on the ticks after it until the next row's start tick), so the take is
+next ``record_read_margin_s`` before the next tick is due (the device's state of that tick). The
+next row, sent within the tick, replaces the copies before they run; only when it comes late (a
+stalled machine) does a copy run, so the arm keeps the person's last command for that tick rather
+than standing still, and the tick is recorded with the row that ran (counted repeated), never
+left without one (the cause of the rows counted dropped before: one row in flight, read only
+after the previous ran, so any stall past the rest of a tick lost that tick). Every row of the
+person's runs exactly once, and each row's tick is known (``ChunkAccepted.start_tick``; its
+copies run on the ticks after it, as many as the next row's ``previous_rows_run`` says), so the take is
 put together by tick: the observation of the tick a row ran at (the state it starts from; the
 newest before when the camera stream published none the recorder saw, counted stale) and the
 state measured at the next tick (the joint_abs twin). The server's own counters (rows executed,
