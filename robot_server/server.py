@@ -7,12 +7,11 @@ Threads:
   frame waits for no timer. With fast pacing the control loop reads the cameras and publishes at
   the end of each chunk (and each idle tick) instead;
 - the command thread: owns the ROUTER socket, answers every request with one ``Reply``; a Reset
-  runs on a worker thread and its reply is sent when it finishes (the worker wakes the command
-  thread through a pipe), so the socket keeps serving (e-stop during a reset works). Idle, the
-  thread wakes ten times a second at most, to show the command watchdog that it turns. No
-  request can end it: an unexpected error while handling one becomes an ``INTERNAL`` reply
-  (``commands_failed``), and should the loop itself ever fail, the arm is held, the loop restarts
-  (``command_loop_restarts``) and ``Health`` reports it for ``_LOOP_FAILURE_REPORT_S``;
+  runs on a worker thread and its reply is sent when it finishes, so the socket keeps serving
+  (e-stop during a reset works). No request can end it: an unexpected error while handling one
+  becomes an ``INTERNAL`` reply (``commands_failed``), and should the loop itself ever fail, the
+  arm is held, the loop restarts (``command_loop_restarts``) and ``Health`` reports it for
+  ``_LOOP_FAILURE_REPORT_S``;
 - the command watchdog: a *stuck* command thread (one request or loop turn taking longer than
   ``command_stall_timeout_s``) gets the chunk dropped and the arm held (``command_loop_stalls``),
   even with the heartbeat watchdog off; while it is stuck nobody answers (clients time out), and
@@ -32,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import queue
 import threading
 import time
@@ -145,11 +143,6 @@ class RobotServer:
         # topic prefix + the latest observation; reused: send() (copy=True) copies it before returning
         self._obs_buf = bytearray(OBS_TOPIC)
         self._deferred: queue.Queue[tuple[bytes, Reply]] = queue.Queue()
-        # A byte written here wakes the command thread: a deferred reply is queued, or closing.
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._wake_lock = threading.Lock()  # a closed pipe's numbers may belong to another file
         self._started_s = time.monotonic()
         self._camera_epoch_s = self._started_s
         self._pub: zmq.Socket | None = None
@@ -208,7 +201,6 @@ class RobotServer:
 
     def close(self) -> None:
         self._closing.set()
-        self._wake_command_thread()
         for t in self._threads:
             t.join(5.0)
         self._threads.clear()
@@ -228,11 +220,6 @@ class RobotServer:
         if self._own_ctx is not None:
             self._own_ctx.term()
             self._own_ctx = None
-        with self._wake_lock:
-            for fd in (self._wake_r, self._wake_w):
-                if fd >= 0:
-                    os.close(fd)
-            self._wake_r = self._wake_w = -1
 
     def __enter__(self) -> RobotServer:
         self.start()
@@ -384,20 +371,11 @@ class RobotServer:
             self.executor.counters.command_loop_stalls += 1
             self.executor.stop()
 
-    def _wake_command_thread(self) -> None:
-        with self._wake_lock, contextlib.suppress(BlockingIOError):  # full: it is awake already
-            if self._wake_w >= 0:
-                os.write(self._wake_w, b"\0")
-
     def _command_loop(self) -> None:
         assert self._router is not None
         router = self._router
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        # Woken by a request or the pipe; otherwise often enough that the command watchdog, which
-        # checks every quarter of its timeout, always sees a recent turn of an idle loop.
-        idle_ms = max(1, int(min(0.1, self.settings.command_stall_timeout_s / 8) * 1000))
         while not self._closing.is_set():
             self._loop_turn_s = time.monotonic()
             self._handling = ""
@@ -407,12 +385,7 @@ class RobotServer:
                 except queue.Empty:
                     break
                 self._send(ident, deferred)
-            events = dict(poller.poll(idle_ms))
-            if self._wake_r in events:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(self._wake_r, 4096):
-                        pass
-            if router not in events:
+            if not poller.poll(10):
                 continue
             frames = router.recv_multipart(copy=True)
             self._loop_turn_s = time.monotonic()
@@ -616,7 +589,6 @@ class RobotServer:
                     ok=False, code=ErrorCode.INTERNAL, message=f"{type(e).__name__}: {e}", request_id=rid
                 )
             self._deferred.put((ident, reply))
-            self._wake_command_thread()
 
         threading.Thread(target=run, name=what, daemon=True).start()
 
