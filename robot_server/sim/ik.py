@@ -10,7 +10,13 @@ import math
 import mujoco
 import numpy as np
 
-from pde_contract.rotations import quat_xyzw_from_wxyz, rotvec_between
+from pde_contract.rotations import (
+    Quat,
+    quat_conjugate_floats,
+    quat_multiply_floats,
+    quat_to_rotvec_floats,
+    quat_xyzw_from_wxyz,
+)
 from robot_server.safety import SafetyLimits
 from robot_server.sim import fr3
 
@@ -18,10 +24,11 @@ from robot_server.sim import fr3
 IK_JOINT_MARGIN_RAD = SafetyLimits().joint_margin_rad
 
 
-# The IK runs ~15 iterations per control tick, so its small-vector arithmetic is written with
-# ufuncs and dot products that give numpy's exact bits at a fraction of np.clip's and
-# np.linalg.norm's Python dispatch (tests/robot_server/sim/test_sim_speedups.py swaps the numpy
-# calls back in and checks that trajectories are bit-identical).
+# The IK runs ~15 iterations per control tick (20, the cap, in most ticks of a policy's episode),
+# so its small-vector arithmetic is written with ufuncs and dot products that give numpy's exact bits
+# at a fraction of np.clip's and np.linalg.norm's Python dispatch, into buffers allocated once
+# (tests/robot_server/sim/test_sim_speedups.py swaps the numpy calls back in and checks that
+# trajectories are bit-identical).
 
 
 def clip(x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
@@ -40,6 +47,20 @@ def quat_xyzw_of_mujoco_matrix(mat: np.ndarray) -> np.ndarray:
     q_wxyz = np.zeros(4)
     mujoco.mju_mat2Quat(q_wxyz, np.ascontiguousarray(mat, dtype=np.float64).reshape(9))
     return quat_xyzw_from_wxyz(q_wxyz)
+
+
+def slice_or_index(adr: np.ndarray) -> slice | np.ndarray:
+    """``adr`` as a slice when it is a run of consecutive addresses (the FR3's joints are): a view
+    reads and writes the same numbers as the index array, without a fancy-index copy each time."""
+    adr = np.asarray(adr)
+    if adr.ndim == 1 and adr.size and np.array_equal(adr, np.arange(adr[0], adr[0] + adr.size)):
+        return slice(int(adr[0]), int(adr[0]) + adr.size)
+    return adr
+
+
+def _quat4(q: np.ndarray) -> Quat:
+    x, y, z, w = np.asarray(q, dtype=np.float64).reshape(4).tolist()
+    return (x, y, z, w)
 
 
 class DifferentialIK:
@@ -66,12 +87,19 @@ class DifferentialIK:
         self._jacp = np.zeros((3, model.nv))
         self._jacr = np.zeros((3, model.nv))
         self._solve_out = np.zeros(6)
+        self._qpos = slice_or_index(qpos_adr)
+        self._dofs = slice_or_index(dof_adr)
+        self._site_xpos = self.data.site_xpos[site_id]  # views: mj_kinematics writes into them
+        self._site_xmat = self.data.site_xmat[site_id]
+        self._lam2 = damping**2 * np.eye(6)
+        # per-iteration buffers of solve(): the error, the Jacobian, MuJoCo's [w, x, y, z]. The
+        # Jacobian is in Fortran order, as np.vstack of index-array column picks made it: BLAS's
+        # products over it then round as they did (in C order they differ in the last bit).
+        self._err = np.zeros(6)
+        self._jac = np.zeros((6, len(dof_adr)), order="F")
+        self._q_wxyz = np.zeros(4)
         self.last_error_norm = 0.0
         self.last_iterations = 0
-
-    def _chol_solve(self, chol: np.ndarray, vec: np.ndarray) -> np.ndarray:
-        mujoco.mju_cholSolve(self._solve_out, chol, np.ascontiguousarray(vec))
-        return self._solve_out.copy()
 
     def forward(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """TCP (position, quaternion [x, y, z, w]) at joint angles ``q``."""
@@ -80,9 +108,9 @@ class DifferentialIK:
 
     def position(self, q: np.ndarray) -> np.ndarray:
         """TCP position at joint angles ``q`` (``forward`` without the orientation)."""
-        self.data.qpos[self.qpos_adr] = q
+        self.data.qpos[self._qpos] = q
         mujoco.mj_kinematics(self.model, self.data)
-        return self.data.site_xpos[self.site_id].copy()
+        return self._site_xpos.copy()
 
     def solve(
         self,
@@ -101,25 +129,37 @@ class DifferentialIK:
         upper = np.maximum(fr3.JOINT_UPPER_RAD - IK_JOINT_MARGIN_RAD, q)
         if max_step_rad is not None:
             lower, upper = np.maximum(lower, q - max_step_rad), np.minimum(upper, q + max_step_rad)
-        lam2 = self.damping**2 * np.eye(6)
+        m, d, site, dofs, qpos = self.model, self.data, self.site_id, self._dofs, self._qpos
+        jacp, jacr, jac, err, out = self._jacp, self._jacr, self._jac, self._err, self._solve_out
+        q_wxyz = self._q_wxyz
+        pos_target = np.asarray(pos_target, dtype=np.float64)
+        to = _quat4(quat_target_xyzw)
         err_norm = np.inf
         it = 0
         for it in range(1, self.max_iterations + 1):  # noqa: B007 - the count is reported
-            pos, quat = self.forward(q)
-            err = np.concatenate([pos_target - pos, rotvec_between(quat, quat_target_xyzw)])
+            # err = [target - TCP position; rotvec_between(TCP quaternion, target)]
+            d.qpos[qpos] = q
+            mujoco.mj_kinematics(m, d)
+            np.subtract(pos_target, self._site_xpos, out=err[:3])
+            mujoco.mju_mat2Quat(q_wxyz, self._site_xmat)
+            w, x, y, z = q_wxyz.tolist()
+            err[3:] = quat_to_rotvec_floats(quat_multiply_floats(to, quat_conjugate_floats((x, y, z, w))))
             err_norm = norm(err)
             if err_norm < self.tolerance:
                 break
-            mujoco.mj_comPos(self.model, self.data)
-            mujoco.mj_jacSite(self.model, self.data, self._jacp, self._jacr, self.site_id)
-            jac = np.vstack([self._jacp[:, self.dof_adr], self._jacr[:, self.dof_adr]])
+            mujoco.mj_comPos(m, d)
+            mujoco.mj_jacSite(m, d, jacp, jacr, site)
+            jac[:3] = jacp[:, dofs]
+            jac[3:] = jacr[:, dofs]
             # J+ = J^T (J J^T + l^2 I)^-1 with a 6x6 Cholesky (MuJoCo's: numpy's LAPACK call costs
             # 10x more for a matrix this small, and its BLAS threads stall on a loaded machine)
-            chol = jac @ jac.T + lam2
+            chol = jac @ jac.T + self._lam2
             mujoco.mju_cholFactor(chol, 0.0)
-            dq = jac.T @ self._chol_solve(chol, err)
+            mujoco.mju_cholSolve(out, chol, err)
+            dq = jac.T @ out
             pull = self.nullspace_gain * (fr3.HOME_Q_RAD - q)
-            dq += pull - jac.T @ self._chol_solve(chol, jac @ pull)  # (I - J+ J) pull
+            mujoco.mju_cholSolve(out, chol, jac @ pull)
+            dq += pull - jac.T @ out  # (I - J+ J) pull
             q = clip(q + dq, lower, upper)
         self.last_error_norm = err_norm
         self.last_iterations = it

@@ -23,7 +23,7 @@ import numpy as np
 from pde_contract.messages import RobotState
 from robot_server.robots.base import Robot, RobotError, RobotNotConnectedError, RobotTarget
 from robot_server.sim import fr3
-from robot_server.sim.ik import DifferentialIK, norm, quat_xyzw_of_mujoco_matrix
+from robot_server.sim.ik import DifferentialIK, norm, quat_xyzw_of_mujoco_matrix, slice_or_index
 from robot_server.sim.tasks.base import Task
 from robot_server.sim.world import SimWorld
 
@@ -74,6 +74,7 @@ class SimRobot(Robot):
         # come back toward); None: no box (tests of the bare arm)
         self._box = None if workspace_m is None else (np.asarray(workspace_m[0]), np.asarray(workspace_m[1]))
         self.ik = DifferentialIK(world.model, world.tcp_site_id, world.arm_qpos_adr, world.arm_dof_adr)
+        self._arm_ctrl = slice_or_index(world.arm_actuator_ids)  # where the arm's setpoints go in ctrl
         self._connected = False
         self._q_cmd = fr3.HOME_Q_RAD.copy()  # the servos' current setpoint
         self._streaming = False  # the last target named the next one
@@ -214,16 +215,24 @@ class SimRobot(Robot):
         grip_goal = min(max(gripper_width_m / 2, 0.0), fr3.GRIPPER_MAX_WIDTH_M / 2)
         grip_step = w.config.gripper_speed_m_s / 2 * w.timestep_s
         hand = self.guiding_hand if self._servo_params is not None else None
+        # The setpoints of the ramp, all at once: each row is q_start + alpha * q_delta, the same
+        # float operations per element as one substep at a time. From the ramp's end on (alpha 1)
+        # the last row repeats.
+        alphas = [min(1.0, (i + 1) / ramp_steps) for i in range(min(n_steps, ramp_steps))]
+        if ease_in:
+            alphas = [1.0 - (1.0 - a) ** 2 for a in alphas]
+        setpoints = q_start + np.array(alphas)[:, None] * q_delta
+        last = len(alphas) - 1
+        arm_ctrl, grip_id = self._arm_ctrl, w.gripper_actuator_id
+        grip = self._gripper_ctrl
         for i in range(n_steps):
             if hand is not None:
                 hand(w)
-            alpha = min(1.0, (i + 1) / ramp_steps)
-            if ease_in:
-                alpha = 1.0 - (1.0 - alpha) ** 2
-            d.ctrl[w.arm_actuator_ids] = q_start + alpha * q_delta
-            self._gripper_ctrl += clip_scalar(grip_goal - self._gripper_ctrl, -grip_step, grip_step)
-            d.ctrl[w.gripper_actuator_id] = self._gripper_ctrl
-            if hand is None and alpha == 1.0 and self._gripper_ctrl == grip_goal:
+            k = min(i, last)
+            d.ctrl[arm_ctrl] = setpoints[k]
+            grip += clip_scalar(grip_goal - grip, -grip_step, grip_step)
+            d.ctrl[grip_id] = self._gripper_ctrl = grip
+            if hand is None and alphas[k] == 1.0 and grip == grip_goal:
                 # Ramp done, gripper there: every later substep writes these same setpoints, so
                 # MuJoCo runs them in one call (its own loop of mj_step: the same state, bit for bit).
                 # Not while a hand pushes: its force is set anew before every step.
@@ -246,7 +255,7 @@ class SimRobot(Robot):
         w = self.world
         with w.lock:
             self._q_cmd = w.data.qpos[w.arm_qpos_adr].copy()
-            w.data.ctrl[w.arm_actuator_ids] = self._q_cmd
+            w.data.ctrl[self._arm_ctrl] = self._q_cmd
 
     def idle(self, period_s: float) -> None:
         self.step_idle(period_s)
