@@ -1,12 +1,14 @@
 """Is the first observation a client reads after a Reset's reply from after the reset? (the sim
-robot server, fast pacing, in this process; a check, not a test: the answer depends on timing)
+robot server, fast pacing, in this process; a check, not a test: the raw answer depends on timing)
 
     python bench/check_reset_observation.py [--resets 40] [--idle-s 0.25]
 
 Each round idles ``--idle-s`` (the server publishes idle ticks, as between a loop's episodes),
-resets to a new scene, then reads ``latest_observation()`` as ``Actor.run_episode`` does. An
-observation whose ``tick`` is not past the tick at which the reset took effect shows the scene from
-before the reset. Prints how many of ``--resets`` were such (docs/learner.md, Episode throughput).
+resets to a new scene (``RobotClient.reset`` returns the tick at which it took effect), then reads
+the newest observation: in even rounds as it arrived (``latest_observation_bytes``, decoded here),
+in odd rounds through ``RobotClient.latest_observation``, which skips those from before the reset.
+One whose ``tick`` is not past the reset's shows the scene the reset replaced. Prints how many
+of each kind were such (docs/learner.md, Episode throughput).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import socket
 import time
 
 from pde_contract.client import RobotClient
+from pde_contract.codec import unpackb
+from pde_contract.messages import Observation
 from robot_server.backends import build_backend
-from robot_server.executor import _ResetRequest
 from robot_server.server import RobotServer
 from robot_server.settings import RobotServerSettings
 
@@ -45,27 +48,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     backend = build_backend(settings)
     server = RobotServer(backend.robot, backend.cameras, settings)
-    reset_ticks: list[int] = []
-    do_reset = server.executor._do_reset
-
-    def recording_reset(req: _ResetRequest) -> None:  # the control thread's tick count at the reset
-        do_reset(req)
-        reset_ticks.append(server.executor.snapshot().tick)
-
-    server.executor._do_reset = recording_reset  # type: ignore[method-assign]
     server.start()
-    stale = 0
+    stale = {"as it arrived": [0, 0], "through latest_observation": [0, 0]}  # [stale, reads]
     try:
         with RobotClient(settings.cmd_endpoint, name="reset-check") as client:
             client.connect()
             for seed in range(args.resets):
                 time.sleep(args.idle_s)
-                client.reset(task=TASK, seed=seed)
-                stale += client.latest_observation(timeout_s=2.0).tick <= reset_ticks[-1]
+                tick = client.reset(task=TASK, seed=seed)
+                if seed % 2 == 0:
+                    kind, obs = "as it arrived", unpackb(client.latest_observation_bytes(2.0), Observation)
+                else:
+                    kind, obs = "through latest_observation", client.latest_observation(timeout_s=2.0)
+                stale[kind][0] += obs.tick <= tick
+                stale[kind][1] += 1
     finally:
         server.close()
         backend.close()
-    print(f"{stale} of {args.resets} first observations after a reset's reply were from before the reset")
+    for kind, (n, reads) in stale.items():
+        print(f"{kind}: {n} of {reads} first observations after a reset's reply were from before it")
     return 0
 
 

@@ -133,6 +133,9 @@ class RobotClient:
         self._hb_stop = threading.Event()
         self.heartbeat_failures = 0
         self._closed = False
+        # The server's tick at this client's last reset (Ack.tick): an observation of no later tick
+        # shows the scene the reset replaced, and latest_observation() never hands one over.
+        self._reset_tick = -1
 
     # --- requests ---------------------------------------------------------------------------------
 
@@ -215,6 +218,7 @@ class RobotClient:
     def connect(self) -> ServerInfo:
         """Protocol handshake. Raises ProtocolVersionError when the versions differ."""
         self.info = self._payload(Hello(protocol_version=PROTOCOL_VERSION, client_name=self.name), ServerInfo)
+        self._reset_tick = -1  # a restarted server counts its ticks from 0 again
         return self.info
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
@@ -227,10 +231,14 @@ class RobotClient:
         timeout_s: float = 60.0,
         *,
         reset_joints_rad: Sequence[float] | None = None,
-    ) -> None:
-        """Home (or ``reset_joints_rad``, the task's own reset pose) and, in sim, lay out ``task``."""
+    ) -> int:
+        """Home (or ``reset_joints_rad``, the task's own reset pose) and, in sim, lay out ``task``.
+        Returns the server's tick at the reset (``Ack.tick``; -1 from a server that does not say):
+        from now on ``latest_observation`` hands over observations of later ticks only."""
         joints = None if reset_joints_rad is None else [float(q) for q in reset_joints_rad]
-        self._payload(Reset(task=task, seed=seed, joint_positions_rad=joints), Ack, timeout_s)
+        ack = self._payload(Reset(task=task, seed=seed, joint_positions_rad=joints), Ack, timeout_s)
+        self._reset_tick = ack.tick
+        return ack.tick
 
     def gripper(self, width_m: float) -> None:
         self._payload(GripperCommand(width_m=width_m), Ack)
@@ -301,12 +309,18 @@ class RobotClient:
 
     def latest_observation(self, timeout_s: float = 1.0) -> Observation:
         """The newest observation that arrived since the previous call (waiting up to ``timeout_s``
-        for one); older ones are discarded without decoding."""
-        data = self.latest_observation_bytes(timeout_s)
-        try:
-            return unpackb(data, Observation)
-        except CodecError as e:
-            raise RobotServerError(ErrorCode.MALFORMED, f"unreadable observation: {e}") from e
+        for one); older ones are discarded without decoding. After this client's ``reset()``, one
+        from before the reset (its tick not past ``Ack.tick``: the subscriber may hold the last one
+        published before it, e.g. the previous episode's end) is skipped, and the next awaited."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            data = self.latest_observation_bytes(max(0.0, deadline - time.monotonic()))
+            try:
+                obs = unpackb(data, Observation)
+            except CodecError as e:
+                raise RobotServerError(ErrorCode.MALFORMED, f"unreadable observation: {e}") from e
+            if obs.tick > self._reset_tick:
+                return obs
 
     def latest_observation_bytes(self, timeout_s: float = 1.0) -> memoryview:
         """The newest observation's msgpack bytes, undecoded (what ``latest_observation`` decodes)."""

@@ -345,7 +345,10 @@ class HealthInfo(Message):
 
 
 class Ack(Message):
-    pass
+    # Reset only: the control tick at which the reset took effect. Observations with a greater
+    # ``tick`` show the new scene; a subscriber may still hold one from before it (-1: not a reset,
+    # or a server that does not say).
+    tick: int = -1
 
 
 class ChunkAccepted(Message):

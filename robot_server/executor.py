@@ -96,6 +96,7 @@ class _ResetRequest:
     joints_rad: tuple[float, ...] | None  # the task's reset pose (checked); None: the robot's home
     done: threading.Event = field(default_factory=threading.Event)
     error: str = ""
+    tick: int = -1  # ticks run when the reset took effect
 
 
 @dataclass
@@ -330,9 +331,10 @@ class ChunkExecutor:
 
     def reset(
         self, task: str, seed: int | None, timeout_s: float, joints_rad: tuple[float, ...] | None = None
-    ) -> None:
+    ) -> int:
         """Blocking: the control thread drops any chunk and moves home, or to ``joints_rad`` (a
-        task's reset pose, already checked by safety.check_reset_pose), re-laying a sim scene."""
+        task's reset pose, already checked by safety.check_reset_pose), re-laying a sim scene.
+        Returns the ticks run when it took effect: a snapshot with a greater ``tick`` is after it."""
         with self._lock:
             if self._estopped:
                 raise SafetyError(ErrorCode.ESTOPPED, "e-stop is latched: call release_estop() before reset")
@@ -349,6 +351,7 @@ class ChunkExecutor:
             raise SafetyError(ErrorCode.BACKEND_ERROR, f"reset did not finish within {timeout_s} s")
         if req.error:
             raise SafetyError(ErrorCode.BACKEND_ERROR, f"reset failed: {req.error}")
+        return req.tick
 
     def set_guiding(self, enabled: bool, timeout_s: float) -> None:
         """Blocking: the control thread drops any chunk and hands the arm to the operator (or takes
@@ -523,6 +526,7 @@ class ChunkExecutor:
         else:
             with self._lock:
                 self._state, self._state_tick = state, self._ticks
+                req.tick = self._ticks
                 self._held = self._checked_hold(state, state.gripper_width_m, None)
                 self._last_target = self._held
                 self._task = req.task

@@ -573,14 +573,15 @@ class RobotServer:
                 return self.health()
         raise SafetyError(ErrorCode.UNKNOWN_COMMAND, f"unhandled command {type(req).__name__}")
 
-    def _answer_later(self, ident: bytes, rid: int, what: str, call: Callable[[], None]) -> None:
+    def _answer_later(self, ident: bytes, rid: int, what: str, call: Callable[[], int | None]) -> None:
         """Run a blocking executor call (reset, guiding change) on its own thread, so the socket
-        keeps serving; its reply goes out from the command thread when it returns."""
+        keeps serving; its reply goes out from the command thread when it returns (with the tick
+        a reset returns: Ack.tick)."""
 
         def run() -> None:
             try:
-                call()
-                reply = Reply(ok=True, payload=Ack(), request_id=rid)
+                tick = call()
+                reply = Reply(ok=True, payload=Ack(tick=-1 if tick is None else tick), request_id=rid)
             except SafetyError as e:
                 reply = Reply(ok=False, code=e.code, message=e.message, request_id=rid)
             except Exception as e:  # still one reply per request

@@ -413,6 +413,25 @@ def test_reset_lays_out_a_task(client: RobotClient) -> None:
     client.reset()  # still works after a bad request
 
 
+def test_after_a_reset_the_client_hands_over_the_new_scene_only() -> None:
+    """A fast-paced server publishes every idle tick, so when a reset's reply comes the subscriber
+    often still holds the last observation from before it (a loop's previous episode, held).
+    RobotClient skips observations of ticks up to the reset's (Ack.tick): an episode's first chunk
+    is inferred from its own scene."""
+    srv = start_server("--pacing", "fast")
+    try:
+        with RobotClient(srv.cmd_endpoint, timeout_s=5.0) as c:
+            c.connect()
+            c.latest_observation(timeout_s=5.0)  # subscribed: idle ticks are held from here on
+            for seed in range(5):
+                time.sleep(0.25)  # idle ticks publish meanwhile (10 Hz)
+                tick = c.reset(task="put_green_container_in_bowl", seed=seed)
+                assert tick >= 0
+                assert c.latest_observation(timeout_s=5.0).tick > tick
+    finally:
+        assert srv.stop() == 0, "".join(srv.lines)
+
+
 def test_starts_and_stops_cleanly_many_times() -> None:
     cmd_port, obs_port = free_port(), free_port()  # the same ports every time: sockets are released
     for i in range(4):
