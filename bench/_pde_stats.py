@@ -231,6 +231,11 @@ SECONDARY = (
     ("oracle", "pde_mixed", "the proposer: the SFT training wordings as the pool - the paraphraser's"),
     ("oracle", "noise", "an upper bound on the search: the training wordings as the pool - action noise"),
     ("pde_canonical", "noise", "the search alone: canonical-only ratio with the search - action noise"),
+    # Added with the remaining arms (after the minimal set above had run; exploratory like the rest):
+    ("pde_mixed", "pde_rollout", "the ratio: mixed - rollout-prompt, both with the search"),
+    ("relabel", "noise", "the search's successes relabelled with the canonical prompt - action noise"),
+    ("pde_mixed", "relabel", "the mixture - relabelling the search's successes, same search"),
+    ("pde_mixed@standin", "pde_mixed", "the proposer: the sim stand-in for the VLM - the paraphraser"),
 )
 
 
