@@ -58,6 +58,7 @@ class PromptRow:
     source: str
     iteration: int
     summary: str
+    # Counts over the episodes of the stage the reader asked for (TaskRepository.prompts), all by default.
     n_episodes: int  # episodes with an authoritative label
     n_success: int
     n_finished: int  # episodes that ended (labelled or awaiting a label)
