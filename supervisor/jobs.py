@@ -140,7 +140,7 @@ JobResult = CandidateResult | SummaryResult | SuccessResult
 
 class JobQueue:
     """Jobs running on a thread pool, at most one per key. Only the poll thread submits and
-    collects; ``keys`` may be read from any thread."""
+    collects; ``in_flight`` may be read from any thread."""
 
     def __init__(self, workers: int) -> None:
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="vlm")
@@ -163,7 +163,8 @@ class JobQueue:
     def __len__(self) -> int:
         return len(self._inflight)
 
-    def keys(self) -> list[JobKey]:
+    def in_flight(self) -> list[JobKey]:
+        """The keys of the jobs under way; safe from any thread."""
         return list(self._inflight.copy())  # copied in one step: the poll thread mutates it
 
     def close(self) -> None:

@@ -456,7 +456,7 @@ class SupervisorService:
                     # A curve for the page: how often the VLM's proposal matched the operator's label.
                     self.store.add_metric("supervisor/vlm_agreement", cm.agreement, cm.n)
                 self._confusion = cm.as_dict()
-            inflight = self.jobs.keys()
+            inflight = self.jobs.in_flight()
             poll_started, poll_ended = self._poll_started, self._poll_ended
             poll_running_s = round(time.time() - poll_started, 1) if poll_started > poll_ended else 0.0
             self._last_publish = time.monotonic()
