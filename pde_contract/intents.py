@@ -7,7 +7,9 @@ wrong. The store marks such a row failed with that reason and logs it (never dro
 Unknown payload fields are ignored, so an older reader takes a newer writer's intent.
 
 Pause and practice are not intents but a switch read before each episode:
-``pde_contract.service_state.RunControl``.
+``pde_contract.service_state.RunControl``. Nor is "a candidate has its N rollouts": the supervisor
+reads that from the store (the loop's N on the task row, the prompt's counts over the bootstrap
+stage), so there is one signal for it.
 """
 
 from __future__ import annotations
@@ -60,17 +62,8 @@ class TakeControl(IntentBase, tag="take_control", frozen=True):
     by: str = "operator page"
 
 
-class PromptRolloutsDone(IntentBase, tag="prompt_rollouts_done", frozen=True):
-    """loop -> supervisor: a prompt of a task in the bootstrap stage has its N labelled rollouts."""
-
-    task: str
-    prompt_id: int
-    n_episodes: int
-    success_rate: float | None = None
-
-
 # Every kind: a new intent is added here, and so becomes known to every reader.
-Intent = StartEpisode | AbortEpisode | EndEpisode | TakeControl | PromptRolloutsDone
+Intent = StartEpisode | AbortEpisode | EndEpisode | TakeControl
 IntentT = TypeVar("IntentT", bound=IntentBase)
 
 
@@ -83,6 +76,12 @@ def kind_of(kind: type[IntentBase]) -> str:
 
 
 INTENT_KINDS: dict[str, type[IntentBase]] = {kind_of(k): k for k in get_args(Intent)}
+# Kinds an earlier version wrote and no reader takes now, with why: a row left pending across the
+# upgrade is marked failed with this reason.
+RETIRED_KINDS: dict[str, str] = {
+    "prompt_rollouts_done": "the supervisor reads a candidate's N rollouts from the store (the task "
+    "row's N, the prompt's bootstrap counts); nothing needs to be done",
+}
 
 
 def encode_intent(intent: IntentBase) -> tuple[str, dict[str, Any]]:
@@ -94,6 +93,8 @@ def encode_intent(intent: IntentBase) -> tuple[str, dict[str, Any]]:
 def intent_type(kind: str) -> type[IntentBase]:
     """The message type of a stored ``kind``; IntentError for a kind this version does not know."""
     known = INTENT_KINDS.get(kind)
+    if kind in RETIRED_KINDS:
+        raise IntentError(f"intent kind {kind!r} is retired: {RETIRED_KINDS[kind]}")
     if known is None:
         raise IntentError(f"unknown intent kind {kind!r}; this version knows {sorted(INTENT_KINDS)}")
     return known

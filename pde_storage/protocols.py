@@ -33,6 +33,7 @@ from pde_storage.rows import (
     LabelRow,
     PromptRow,
     ServiceStateRow,
+    Stage,
     SupervisorCallRow,
     TaskRow,
     TaskState,
@@ -45,7 +46,9 @@ from pde_storage.rows import (
 class TaskReader(Protocol):
     def tasks(self) -> list[TaskRow]: ...
     def task_state(self, task: str) -> TaskState: ...
-    def prompts(self, task: str, status: str | Iterable[str] | None = None) -> list[PromptRow]: ...
+    def prompts(
+        self, task: str, status: str | Iterable[str] | None = None, stage: Stage | None = None
+    ) -> list[PromptRow]: ...
     def prompt(self, prompt_id: int) -> PromptRow: ...
 
 
@@ -208,15 +211,15 @@ class LoopStore(
     EpisodeRecorder,
     Labeller,
     MetricWriter,
-    IntentSender,
     IntentConsumer,
     ServiceStates,
     Protocol,
 ):
-    """What ``pde loop``'s episode loop uses: it creates the tasks and moves their state, runs
-    and records episodes, labels them in simulation (the simulator's check), logs metrics, takes
-    the page's Start/Abort, tells the supervisor when a prompt's rollouts are done, and reports
-    its phase. (Its service opens the full ``Store``, which also records the checkpoints.)"""
+    """What ``pde loop``'s episode loop uses: it creates the tasks and moves their state (its N
+    on the task row, by which the supervisor judges candidates), runs and records episodes,
+    labels them in simulation (the simulator's check), logs metrics, takes the page's
+    Start/Abort, and reports its phase. (Its service opens the full ``Store``, which also
+    records the checkpoints.)"""
 
 
 @runtime_checkable
@@ -236,12 +239,10 @@ class SupervisorStore(
     SupervisorCallLog,
     MetricWriter,
     ServiceStates,
-    IntentConsumer,
     Protocol,
 ):
     """What ``pde supervisor`` uses: tasks and prompts (it judges and proposes), episodes and
-    labels (its evidence; its own labels are proposals), its calls, metrics and heartbeat, and the
-    loop's reports."""
+    labels (its evidence; its own labels are proposals), its calls, metrics and heartbeat."""
 
 
 @runtime_checkable

@@ -58,6 +58,8 @@ class PromptRow:
     source: str
     iteration: int
     summary: str
+    # The n_* counts are over the episodes of the stage the reader asked for (TaskRepository.prompts),
+    # every stage by default.
     n_episodes: int  # episodes with an authoritative label
     n_success: int
     n_finished: int  # episodes that ended (labelled or awaiting a label)

@@ -3,13 +3,14 @@
 Pure logic over small dataclasses: the service loads a ``TaskHistory`` from the store, asks
 ``plan`` what to do, and writes the decisions back. Nothing here talks to a database or a VLM.
 
-Success rates come only from authoritative labels (operator or simulator). The VLM's own verdict
-is a proposal and never counts: one false positive would admit a useless prompt to the pool.
+Success rates come only from authoritative labels (operator or simulator) of bootstrap-stage
+rollouts, as the store counts them (``TaskRepository.prompts(task, stage="bootstrap")``, the counts
+the page shows too). The VLM's own verdict is a proposal and never counts: one false positive would
+admit a useless prompt to the pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,8 +25,7 @@ class BootstrapConfig:
     iterations_t0: int = 10
     candidates_k: int = 5
     # N: the episode loop's rollouts per prompt, as it wrote it on the task row (its setting is
-    # the one home of N); None until it has: a candidate is then judged only when the loop
-    # reports it rolled out.
+    # the one home of N); None until it has: no candidate is judged before.
     rollouts_n: int | None = None
     eta: float = 0.1  # admit when measured success >= eta; must be > 0
     pool_min_m: int = 3  # enter RL once the pool has this many prompts
@@ -46,22 +46,13 @@ class PromptRecord:
     text: str
     status: Status
     iteration: int = 0
-    n_episodes: int = 0  # rollouts with an authoritative label
+    n_episodes: int = 0  # bootstrap rollouts with an authoritative label
     n_success: int = 0
     summary: str = ""
 
     @property
     def success_rate(self) -> float | None:
         return self.n_success / self.n_episodes if self.n_episodes else None
-
-
-@dataclass(frozen=True)
-class LabelledRollout:
-    """What the pool needs from one stored episode."""
-
-    prompt_id: int | None
-    success: bool | None  # authoritative label (operator/simulator); None = not labelled yet
-    stage: str = "bootstrap"
 
 
 @dataclass
@@ -92,28 +83,9 @@ class TaskHistory:
         return [self.canonical, *(p.text for p in self.prompts)]
 
 
-def count_labels(prompts: Iterable[PromptRecord], rollouts: Iterable[LabelledRollout]) -> None:
-    """Set each prompt's n_episodes/n_success from bootstrap rollouts with authoritative labels.
-
-    RL-stage rollouts do not count: the policy was frozen while prompts were being compared.
-    """
-    by_id = {p.id: p for p in prompts}
-    for rec in by_id.values():
-        rec.n_episodes = rec.n_success = 0
-    for r in rollouts:
-        hit = by_id.get(r.prompt_id) if r.prompt_id is not None else None
-        if hit is None or r.success is None or r.stage != "bootstrap":
-            continue
-        hit.n_episodes += 1
-        hit.n_success += int(r.success)
-
-
-def judge(record: PromptRecord, cfg: BootstrapConfig, done: bool = False) -> Status | None:
-    """``pool`` / ``rejected`` once a candidate has N labelled rollouts (or the loop said it is
-    ``done`` rolling it out, with at least one label), else None (keep waiting)."""
-    if record.status != "candidate" or record.n_episodes == 0:
-        return None
-    if (cfg.rollouts_n is None or record.n_episodes < cfg.rollouts_n) and not done:
+def judge(record: PromptRecord, cfg: BootstrapConfig) -> Status | None:
+    """``pool`` / ``rejected`` once a candidate has N labelled rollouts, else None (keep waiting)."""
+    if record.status != "candidate" or cfg.rollouts_n is None or record.n_episodes < cfg.rollouts_n:
         return None
     rate = record.n_success / record.n_episodes
     return "pool" if rate >= cfg.eta else "rejected"
@@ -130,12 +102,11 @@ class Plan:
     n_new: int = 0
 
 
-def plan(history: TaskHistory, cfg: BootstrapConfig, done_ids: frozenset[int] = frozenset()) -> Plan:
-    """Judge the candidates that have their N rollouts, then: wait, propose, or enter RL.
-    ``done_ids``: candidates the episode loop reported as fully rolled out."""
+def plan(history: TaskHistory, cfg: BootstrapConfig) -> Plan:
+    """Judge the candidates that have their N rollouts, then: wait, propose, or enter RL."""
     if history.stage == "rl":
         return Plan(action="frozen", reason="RL stage: the pool is frozen")
-    verdicts = [(p, v) for p in history.candidates if (v := judge(p, cfg, p.id in done_ids)) is not None]
+    verdicts = [(p, v) for p in history.candidates if (v := judge(p, cfg)) is not None]
     judged = {p.id for p, _ in verdicts}
     waiting = [p for p in history.candidates if p.id not in judged]
     n_pool = len(history.pool) + sum(v == "pool" for _, v in verdicts)

@@ -3,7 +3,7 @@
 The robot and the operator never wait on the supervisor: it is a separate process that only reads
 episodes and writes proposals, and inside it every VLM request runs on a worker thread while the
 poll loop keeps going. Only the poll thread touches the store; workers get plain data (file
-paths, texts) and return plain results.
+paths, texts) and return plain results: the jobs and their queue are in ``supervisor.jobs``.
 
 When the VLM fails ``max_consecutive_failures`` times in a row the service stops asking it for
 ``cooldown_s`` and falls back: candidates come from the offline paraphraser (or none, leaving the
@@ -19,12 +19,9 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, cast
+from functools import partial
+from typing import Any, assert_never, cast
 
-from pde_contract.episodes import read_episode
-from pde_contract.intents import PromptRolloutsDone
 from pde_contract.service_state import SupervisorPhase, SupervisorState
 from pde_contract.tasks import load_tasks
 from pde_storage import EpisodeRow
@@ -32,34 +29,22 @@ from pde_storage.heartbeat import Heartbeat
 from pde_storage.protocols import SupervisorStore
 from pde_storage.service_states import write_state
 from supervisor.dedup import DuplicateFilter, Embedder
-from supervisor.frames import rollout_frames
-from supervisor.pool import (
-    BootstrapConfig,
-    LabelledRollout,
-    Plan,
-    PromptRecord,
-    Stage,
-    Status,
-    TaskHistory,
-    count_labels,
-    plan,
+from supervisor.jobs import (
+    CandidateInputs,
+    Job,
+    JobKey,
+    JobQueue,
+    JobResult,
+    JudgeSuccess,
+    ProposeCandidates,
+    RolloutFile,
+    SummarizePrompt,
 )
+from supervisor.pool import BootstrapConfig, Plan, PromptRecord, Stage, Status, TaskHistory, plan
 from supervisor.proposers import PromptProposer, RandomParaphraseProposer, VLMProposer
 from supervisor.scoring import confusion
 from supervisor.settings import SupervisorSettings
-from supervisor.vlm.base import (
-    VLM,
-    CallRecord,
-    CandidateRequest,
-    CandidateResult,
-    PromptEvidence,
-    RolloutFrames,
-    SuccessRequest,
-    SuccessResult,
-    SummaryRequest,
-    SummaryResult,
-    VLMError,
-)
+from supervisor.vlm.base import VLM, CallRecord, CandidateResult, SuccessResult, SummaryResult, VLMError
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +88,6 @@ class VLMHealth:
             )
 
 
-@dataclass(frozen=True)
-class _Job:
-    kind: str  # "candidates" / "summary" / "success"
-    key: int | str  # task name, prompt id or episode id
-    task: str
-    context: Any  # what the poll thread needs to apply the result
-
-
 class SupervisorService:
     def __init__(
         self,
@@ -141,15 +118,13 @@ class SupervisorService:
             VLMProposer(vlm) if vlm is not None and settings.proposer == "vlm" else self.offline
         )
         self.health = VLMHealth(settings.max_consecutive_failures, settings.cooldown_s)
-        self._executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="vlm")
-        self._inflight: dict[tuple[str, int | str], tuple[_Job, Future[Any]]] = {}
+        self.jobs = JobQueue(settings.workers)
         self._calls: list[CallRecord] = []
         self._calls_lock = threading.Lock()
-        self._gave_up: set[tuple[str, int | str]] = set()  # success proposals not asked again
-        self._job_failures: dict[tuple[str, int | str], int] = {}
+        self._gave_up: set[JobKey] = set()  # success proposals not asked again
+        self._job_failures: dict[JobKey, int] = {}
         self.counters = {"polls": 0, "vlm_ok": 0, "vlm_failed": 0, "fallbacks": 0, "errors": 0}
         self.last_analysis: dict[str, str] = {}
-        self._loop_done: set[int] = set()
         self._labelled_watermark = 0  # labelled episodes up to this id need no success proposal
         self._next_publish = 0.0
         self._publish_lock = threading.Lock()
@@ -195,10 +170,10 @@ class SupervisorService:
         self.publish()
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.jobs.close()
 
     def idle(self) -> bool:
-        return not self._inflight
+        return not self.jobs
 
     # --- one poll ---------------------------------------------------------------------------------
 
@@ -208,7 +183,6 @@ class SupervisorService:
         try:
             self._collect()
             self._flush_calls()
-            self._take_loop_reports()
             for task, canonical in self._tasks():
                 try:
                     self._step_task(task, canonical)
@@ -228,21 +202,19 @@ class SupervisorService:
 
     def load_history(self, task: str, canonical: str) -> tuple[TaskHistory, list[EpisodeRow]]:
         state = self.store.task_state(task)
-        rows = [p for p in self.store.prompts(task) if p.status != "canonical"]
-        # The store refuses any status or stage outside these literals on write.
+        # Counted by the store over the bootstrap stage (the policy was frozen while prompts were
+        # compared), as the page counts them; the store refuses any status or stage outside these
+        # literals on write.
         records = [
-            PromptRecord(p.id, p.text, cast(Status, p.status), p.iteration, summary=p.summary) for p in rows
+            PromptRecord(
+                p.id, p.text, cast(Status, p.status), p.iteration, p.n_episodes, p.n_success, p.summary
+            )
+            for p in self.store.prompts(task, stage="bootstrap")
+            if p.status != "canonical"
         ]
-        # A discarded episode (a bad reset, someone in the scene) is neither evidence nor a count.
+        # A discarded episode (a bad reset, someone in the scene) is no evidence to show the VLM.
         episodes = [e for e in self.store.episodes(task=task) if e.status != "discarded"]
-        count_labels(records, (LabelledRollout(e.prompt_id, e.success, e.stage) for e in episodes))
         return TaskHistory(task, canonical, records, cast(Stage, state.stage), state.iteration), episodes
-
-    def _take_loop_reports(self) -> None:
-        """The loop says when it has rolled a candidate out N times (before it has written its N
-        on the task row, this is how the supervisor knows)."""
-        while (row := self.store.take_intent(PromptRolloutsDone)) is not None:
-            self._loop_done.add(row.intent.prompt_id)
 
     def _step_task(self, task: str, canonical: str) -> None:
         state = self.store.task_state(task)
@@ -251,7 +223,7 @@ class SupervisorService:
         history, episodes = self.load_history(task, canonical)
         # N is the loop's, read from the task row where the loop writes it.
         cfg = dataclasses.replace(self.cfg, rollouts_n=state.rollouts_per_prompt)
-        p = plan(history, cfg, frozenset(self._loop_done))
+        p = plan(history, cfg)
         for record, verdict in p.verdicts:
             log.info(
                 "task %s: prompt #%d %r -> %s (%d/%d successes)",
@@ -268,30 +240,31 @@ class SupervisorService:
         if p.action == "enter_rl":
             log.info("task %s: entering RL, pool frozen: %s", task, p.reason)
             self.store.set_task_state(task, stage="rl")
-        elif p.action == "propose" and ("candidates", task) not in self._inflight:
+        elif p.action == "propose" and JobKey("candidates", task) not in self.jobs:
             self._start_proposal(history, episodes, p)
 
     # --- candidates -------------------------------------------------------------------------------
 
     def _start_proposal(self, history: TaskHistory, episodes: list[EpisodeRow], p: Plan) -> None:
-        request_parts = self._candidate_inputs(history, episodes, p.n_new, p.next_iteration)
+        job = ProposeCandidates(
+            history, p, self._candidate_inputs(history, episodes, p.n_new, p.next_iteration)
+        )
         if isinstance(self.proposer, VLMProposer) and not self.health.available:
-            self._fallback_proposal(history, p, request_parts, "VLM unavailable: " + self.health.last_error)
+            self._fallback_proposal(job, "VLM unavailable: " + self.health.last_error)
             return
-        job = _Job("candidates", history.task, history.task, (history, p, request_parts))
-        self._submit(job, _build_and_propose, self.proposer, request_parts, self.settings)
+        self.jobs.start(job, partial(job.run, self.proposer, self.settings))
 
     def _candidate_inputs(
         self, h: TaskHistory, episodes: list[EpisodeRow], n_new: int, iteration: int
-    ) -> dict[str, Any]:
+    ) -> CandidateInputs:
         """Plain data for the worker: texts, rates and the episode files whose frames it should send."""
         s = self.settings
         budget = s.max_images_per_request // s.frames_per_rollout  # rollouts with frames
         labelled = [e for e in episodes if e.success is not None and e.file_path]
-        pool: list[tuple[PromptRecord, list[tuple[str, bool]]]] = []
+        pool: list[tuple[PromptRecord, list[RolloutFile]]] = []
         # Best prompts first; prompts at 100% need no refinement, so they get no frames.
         for rec in sorted(h.pool, key=lambda r: -(r.success_rate or 0.0)):
-            files: list[tuple[str, bool]] = []
+            files: list[RolloutFile] = []
             if budget > 0 and (rec.success_rate or 0.0) < 1.0:
                 mine = [e for e in labelled if e.prompt_id == rec.id]
                 pick = _pick_rollouts(mine, 1)
@@ -301,16 +274,8 @@ class SupervisorService:
         canon = [e for e in labelled if e.rollout_prompt == h.canonical]
         state = self.store.task_state(h.task)
         ema = state.ema_success if state.ema_success is not None else _rate([e.success for e in canon])
-        return {
-            "task": h.task,
-            "goal": h.canonical,
-            "ema": ema,
-            "trend": _trend([bool(e.success) for e in canon]),
-            "iteration": iteration,
-            "n_new": n_new,
-            "pool": pool,
-            "failed": list(h.failed),
-        }
+        trend = _trend([bool(e.success) for e in canon])
+        return CandidateInputs(h.task, h.canonical, ema, trend, iteration, n_new, pool, list(h.failed))
 
     def _apply_proposal(self, history: TaskHistory, p: Plan, result: CandidateResult) -> None:
         fresh, _ = self.load_history(history.task, history.canonical)  # the store may have moved on
@@ -345,7 +310,8 @@ class SupervisorService:
             len(screened.refused),
         )
 
-    def _fallback_proposal(self, history: TaskHistory, p: Plan, parts: dict[str, Any], why: str) -> None:
+    def _fallback_proposal(self, job: ProposeCandidates, why: str) -> None:
+        history, p = job.history, job.plan
         self.counters["fallbacks"] += 1
         if self.settings.fallback == "canonical":
             log.warning(
@@ -354,15 +320,14 @@ class SupervisorService:
             self.store.set_task_state(history.task, iteration=p.next_iteration)
             return
         log.warning("task %s: %s; offline paraphrases instead", history.task, why)
-        self._apply_proposal(history, p, self.offline.propose(_candidate_request(parts, self.settings)))
+        self._apply_proposal(history, p, self.offline.propose(job.inputs.request(self.settings)))
 
     # --- summaries --------------------------------------------------------------------------------
 
     def _submit_summaries(self, h: TaskHistory, episodes: list[EpisodeRow]) -> None:
         s = self.settings
         for rec in h.with_status("pool", "rejected"):
-            key = ("summary", rec.id)
-            if rec.summary or key in self._inflight or rec.n_episodes == 0:
+            if rec.summary or JobKey("summary", rec.id) in self.jobs or rec.n_episodes == 0:
                 continue
             mine = [e for e in episodes if e.prompt_id == rec.id and e.success is not None and e.file_path]
             if self.vlm is None or not self.health.available:
@@ -372,15 +337,15 @@ class SupervisorService:
                 (e.file_path, bool(e.success))
                 for e in _pick_rollouts(mine, s.max_images_per_request // s.frames_per_rollout)
             ]
-            req = (h.task, h.canonical, rec.text, files, rec.success_rate)
-            self._submit(_Job("summary", rec.id, h.task, rec), _build_and_summarize, self.vlm, req, s)
+            job = SummarizePrompt(h.task, h.canonical, rec, files)
+            self.jobs.start(job, partial(job.run, self.vlm, s))
 
     # --- success proposals ------------------------------------------------------------------------
 
     def _submit_success_proposals(self) -> None:
         if not self.health.available:
             return
-        room = self.settings.workers * 2 - len(self._inflight)
+        room = self.settings.workers * 2 - len(self.jobs)
         if room <= 0:
             return
         # Episodes waiting for the operator first: that is where a proposal helps now. Labelled ones
@@ -389,78 +354,83 @@ class SupervisorService:
         labelled = self.store.episodes(status="labelled", since_id=self._labelled_watermark, limit=200)
         contiguous = True
         for e in labelled:
-            handled = e.vlm_proposal is not None or not e.file_path or ("success", e.id) in self._gave_up
+            handled = (
+                e.vlm_proposal is not None or not e.file_path or JobKey("success", e.id) in self._gave_up
+            )
             contiguous = contiguous and handled
             if contiguous:
                 self._labelled_watermark = e.id
         for e in [*waiting, *labelled]:
-            key = ("success", e.id)
-            if e.vlm_proposal is not None or not e.file_path or key in self._inflight or key in self._gave_up:
+            key = JobKey("success", e.id)
+            if e.vlm_proposal is not None or not e.file_path or key in self.jobs or key in self._gave_up:
                 continue
             spec = self.catalogue.tasks.get(e.task)  # a task of an earlier tasks file: no description
-            described = spec.success_description if spec else ""
-            req = (e.task, e.canonical_prompt, e.rollout_prompt, e.file_path, described)
+            job = JudgeSuccess(e, spec.success_description if spec else "")
             assert self.vlm is not None
-            self._submit(_Job("success", e.id, e.task, e), _build_and_judge, self.vlm, req, self.settings)
+            self.jobs.start(job, partial(job.run, self.vlm, self.settings))
             room -= 1
             if room <= 0:
                 return
 
     # --- workers and their results -----------------------------------------------------------------
 
-    def _submit(self, job: _Job, fn: Callable[..., Any], *args: Any) -> None:
-        self._inflight[(job.kind, job.key)] = (job, self._executor.submit(fn, *args))
-
     def _collect(self) -> None:
-        for key, (job, fut) in list(self._inflight.items()):
-            if not fut.done():
-                continue
-            del self._inflight[key]
+        for job, fut in self.jobs.finished():
             try:
                 result = fut.result()
             except VLMError as e:
-                if not e.retryable and job.kind == "summary":  # e.g. unreadable files: do not ask again
-                    self.store.set_prompt_summary(job.context.id, _counted_summary(job.context, str(e)))
+                if not e.retryable and isinstance(job, SummarizePrompt):  # e.g. unreadable files: not again
+                    self.store.set_prompt_summary(job.record.id, _counted_summary(job.record, str(e)))
                     continue
                 self._failed(job, str(e))
                 continue
             except Exception as e:  # a broken episode file, a bug: log it, keep serving
-                log.exception("supervisor %s job for %s failed", job.kind, job.key)
+                log.exception("supervisor job %s failed", job.key)
                 self._failed(job, f"{type(e).__name__}: {e}")
                 continue
-            if job.kind != "candidates" or isinstance(self.proposer, VLMProposer):
+            if not isinstance(job, ProposeCandidates) or isinstance(self.proposer, VLMProposer):
                 self.health.success()
                 self.counters["vlm_ok"] += 1
             self._apply(job, result)
 
-    def _apply(self, job: _Job, result: Any) -> None:
-        if job.kind == "candidates":
-            history, p, _ = job.context
-            self._apply_proposal(history, p, result)
-        elif job.kind == "summary":
-            assert isinstance(result, SummaryResult)
-            self.store.set_prompt_summary(job.context.id, result.summary)
-        elif job.kind == "success":
-            assert isinstance(result, SuccessResult)
-            try:
-                self.store.add_label(job.context.id, result.success, source="vlm", reason=result.reason)
-            except Exception as e:  # aborted meanwhile: the proposal has nowhere to go
-                log.info("episode %s: VLM proposal not stored (%s)", job.context.id, e)
+    def _apply(self, job: Job, result: JobResult) -> None:
+        """One handler per kind of job: store what the worker brought back."""
+        match job:
+            case ProposeCandidates():
+                assert isinstance(result, CandidateResult)
+                self._apply_proposal(job.history, job.plan, result)
+            case SummarizePrompt():
+                assert isinstance(result, SummaryResult)
+                self.store.set_prompt_summary(job.record.id, result.summary)
+            case JudgeSuccess():
+                assert isinstance(result, SuccessResult)
+                eid = job.episode.id
+                try:
+                    self.store.add_label(eid, result.success, source="vlm", reason=result.reason)
+                except Exception as e:  # aborted meanwhile: the proposal has nowhere to go
+                    log.info("episode %s: VLM proposal not stored (%s)", eid, e)
+            case _:
+                assert_never(job)
 
-    def _failed(self, job: _Job, error: str) -> None:
+    def _failed(self, job: Job, error: str) -> None:
+        """One handler per kind of job for a failed VLM request."""
         self.counters["vlm_failed"] += 1
         self.health.failure(error)
-        log.warning("VLM %s for %s failed: %s", job.kind, job.key, error)
-        if job.kind == "candidates" and not self.health.available:
-            history, p, parts = job.context
-            self._fallback_proposal(history, p, parts, error)
-        elif job.kind == "success":
-            # An outage ends; an episode the VLM cannot judge three times is left to the operator.
-            key = (job.kind, job.key)
-            self._job_failures[key] = self._job_failures.get(key, 0) + 1
-            if self._job_failures[key] >= JOB_FAILURES_BEFORE_GIVING_UP:
-                self._gave_up.add(key)
-        # a failed summary or candidate round is simply asked again on a later poll
+        log.warning("VLM %s failed: %s", job.key, error)
+        match job:
+            case ProposeCandidates():
+                if not self.health.available:
+                    self._fallback_proposal(job, error)
+                # else the round is simply asked again on a later poll
+            case SummarizePrompt():
+                pass  # asked again on a later poll
+            case JudgeSuccess():
+                # An outage ends; an episode the VLM cannot judge three times is left to the operator.
+                self._job_failures[job.key] = self._job_failures.get(job.key, 0) + 1
+                if self._job_failures[job.key] >= JOB_FAILURES_BEFORE_GIVING_UP:
+                    self._gave_up.add(job.key)
+            case _:
+                assert_never(job)
 
     def _on_call(self, record: CallRecord) -> None:
         with self._calls_lock:
@@ -486,7 +456,7 @@ class SupervisorService:
                     # A curve for the page: how often the VLM's proposal matched the operator's label.
                     self.store.add_metric("supervisor/vlm_agreement", cm.agreement, cm.n)
                 self._confusion = cm.as_dict()
-            inflight = list(self._inflight.copy())  # copied in one step: the poll loop mutates it
+            inflight = self.jobs.in_flight()
             poll_started, poll_ended = self._poll_started, self._poll_ended
             poll_running_s = round(time.time() - poll_started, 1) if poll_started > poll_ended else 0.0
             self._last_publish = time.monotonic()
@@ -496,7 +466,7 @@ class SupervisorService:
                 eta=self.settings.eta,  # the page flags rejected prompts whose labels now reach it
                 vlm_available=self.health.available,
                 last_vlm_error=self.health.last_error,
-                inflight=sorted(f"{k}:{v}" for k, v in inflight),
+                inflight=sorted(str(k) for k in inflight),
                 confusion=self._confusion,
                 analysis=dict(self.last_analysis),
                 **self.counters,
@@ -506,62 +476,6 @@ class SupervisorService:
                 time=time.time(),
             )
             write_state(self.store, SERVICE_NAME, state)
-
-
-# --- worker-side functions: files and the VLM only, never the store ---------------------------------
-
-
-def _frames(path: str, success: bool | None, s: SupervisorSettings) -> RolloutFrames | None:
-    try:
-        ep = read_episode(path)
-        return RolloutFrames(
-            rollout_frames(ep, s.camera, s.frames_per_rollout, s.image_max_side_px, s.jpeg_quality), success
-        )
-    except (OSError, ValueError) as e:
-        log.warning("cannot read frames from %s: %s", path, e)
-        return None
-
-
-def _candidate_request(
-    parts: dict[str, Any], s: SupervisorSettings, with_frames: bool = False
-) -> CandidateRequest:
-    pool = []
-    for rec, files in parts["pool"]:
-        rollouts = [f for f in (_frames(p, ok, s) for p, ok in files) if f is not None] if with_frames else []
-        pool.append(PromptEvidence(rec.text, rec.success_rate, rec.n_episodes, rec.summary, rollouts))
-    failed = [PromptEvidence(r.text, r.success_rate, r.n_episodes, r.summary) for r in parts["failed"]]
-    return CandidateRequest(
-        parts["task"],
-        parts["goal"],
-        parts["ema"],
-        parts["trend"],
-        parts["iteration"],
-        parts["n_new"],
-        pool,
-        failed,
-    )
-
-
-def _build_and_propose(
-    proposer: PromptProposer, parts: dict[str, Any], s: SupervisorSettings
-) -> CandidateResult:
-    return proposer.propose(_candidate_request(parts, s, with_frames=isinstance(proposer, VLMProposer)))
-
-
-def _build_and_summarize(vlm: VLM, req: tuple[Any, ...], s: SupervisorSettings) -> SummaryResult:
-    task, goal, prompt, files, rate = req
-    rollouts = [f for f in (_frames(p, ok, s) for p, ok in files) if f is not None]
-    if not rollouts:
-        raise VLMError("no readable rollout frames to summarise", retryable=False)
-    return vlm.summarize_rollouts(SummaryRequest(task, goal, prompt, rollouts, rate))
-
-
-def _build_and_judge(vlm: VLM, req: tuple[Any, ...], s: SupervisorSettings) -> SuccessResult:
-    task, goal, prompt, path, described = req
-    frames = _frames(path, None, s)
-    if frames is None:
-        raise VLMError(f"no readable frames in {path}", retryable=False)
-    return vlm.judge_success(SuccessRequest(task, goal, prompt, frames, described))
 
 
 # --- small helpers -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
-from pde_contract.intents import AbortEpisode, PromptRolloutsDone, StartEpisode
+from pde_contract.intents import AbortEpisode, StartEpisode
 from pde_contract.service_state import LastStart, LoopPhase, LoopState
 from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow
 from pde_storage.heartbeat import Heartbeat
@@ -492,17 +492,6 @@ class EpisodeLoop:
     def _after_label(self, ep: EpisodeRow) -> None:
         if ep.status != "labelled":
             return
-        prompt = self.store.prompt(ep.prompt_id)
-        state = self.store.task_state(ep.task)
-        if state.stage == "bootstrap" and prompt.n_episodes == self.settings.rollouts_per_prompt:
-            self.store.add_intent(
-                PromptRolloutsDone(
-                    task=ep.task,
-                    prompt_id=prompt.id,
-                    n_episodes=prompt.n_episodes,
-                    success_rate=prompt.success_rate,
-                )
-            )
         self._record_curves(ep.task)
         self._maybe_start_update()
 

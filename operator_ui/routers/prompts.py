@@ -24,8 +24,9 @@ def supervisor_eta(store: ServiceStates) -> float | None:
     return sup.eta if sup else None
 
 
-def rejudge_note(p: PromptRow, eta: float | None) -> str:
-    if p.status != "rejected" or eta is None or p.success_rate is None or p.success_rate < eta:
+def rejudge_note(p: PromptRow | None, eta: float | None) -> str:
+    """``p``: the prompt with the counts the pool rule judges by (over the bootstrap stage)."""
+    if p is None or p.status != "rejected" or eta is None or p.success_rate is None or p.success_rate < eta:
         return ""
     return (
         f"rejected, but its labels now give {p.n_success}/{p.n_episodes} = {p.success_rate:.0%} >= "
@@ -56,8 +57,9 @@ def list_tasks(store: StoreDep) -> list[TaskOut]:
 @router.get("/tasks/{task}/prompts")
 def task_prompts(task: str, store: StoreDep) -> list[PromptOut]:
     eta = supervisor_eta(store)
+    judged = {p.id: p for p in store.prompts(task, "rejected", stage="bootstrap")}  # as the pool rule
     return [
-        PromptOut.model_validate(p).model_copy(update={"rejudge": rejudge_note(p, eta)})
+        PromptOut.model_validate(p).model_copy(update={"rejudge": rejudge_note(judged.get(p.id), eta)})
         for p in store.prompts(task)
     ]
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
 from pde_storage.models import Episode, Prompt, Task
 from pde_storage.repos.base import Repository, as_utc, check_choice, utc_now
-from pde_storage.rows import PROMPT_SOURCES, PROMPT_STATUSES, STAGES, PromptRow, TaskRow, TaskState
+from pde_storage.rows import PROMPT_SOURCES, PROMPT_STATUSES, STAGES, PromptRow, Stage, TaskRow, TaskState
 
 TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success", "rollouts_per_prompt")
 
@@ -130,7 +130,9 @@ class TaskRepository(Repository):
             pid = p.id
         return self.prompt(pid)
 
-    def _prompt_rows(self, s: Session, prompts: list[tuple[Prompt, str]]) -> list[PromptRow]:
+    def _prompt_rows(
+        self, s: Session, prompts: list[tuple[Prompt, str]], stage: Stage | None = None
+    ) -> list[PromptRow]:
         ids = [p.id for p, _ in prompts]
         stats: dict[int, tuple[int, ...]] = {}
         if ids:
@@ -148,6 +150,8 @@ class TaskRepository(Repository):
                 .where(Episode.prompt_id.in_(ids))
                 .group_by(Episode.prompt_id)
             )
+            if stage is not None:
+                q = q.where(Episode.stage == stage)
             for pid, *counts in s.execute(q):
                 stats[pid] = tuple(int(c or 0) for c in counts)
         rows = []
@@ -172,17 +176,24 @@ class TaskRepository(Repository):
             )
         return rows
 
-    def prompts(self, task: str, status: str | Iterable[str] | None = None) -> list[PromptRow]:
-        """The task's prompts (oldest first) with their statistics over labelled episodes."""
+    def prompts(
+        self, task: str, status: str | Iterable[str] | None = None, stage: Stage | None = None
+    ) -> list[PromptRow]:
+        """The task's prompts (oldest first) with their statistics over the task's episodes of
+        ``stage`` (None: every stage). The one place a prompt's counts are made: the page shows
+        them, the loop schedules by them and the supervisor's pool rule judges by them (over
+        ``"bootstrap"``: the policy was frozen while prompts were compared)."""
         statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
         for st in statuses or []:
             check_choice("prompt status", st, PROMPT_STATUSES)
+        if stage is not None:
+            check_choice("stage", stage, STAGES)
         with self._read() as s:
             t = self._task(s, task)
             q = select(Prompt).where(Prompt.task_id == t.id).order_by(Prompt.id)
             if statuses is not None:
                 q = q.where(Prompt.status.in_(statuses))
-            return self._prompt_rows(s, [(p, t.name) for p in s.scalars(q)])
+            return self._prompt_rows(s, [(p, t.name) for p in s.scalars(q)], stage)
 
     def prompt(self, prompt_id: int) -> PromptRow:
         with self._read() as s:

@@ -13,7 +13,6 @@ from pde_contract.intents import (
     EndEpisode,
     IntentBase,
     IntentError,
-    PromptRolloutsDone,
     StartEpisode,
     TakeControl,
     decode_intent,
@@ -27,7 +26,6 @@ EXAMPLES: list[IntentBase] = [
     AbortEpisode(),
     EndEpisode(episode_id=4, success=False),
     TakeControl(episode_id=5, by="operator page"),
-    PromptRolloutsDone(task="pick_cube", prompt_id=6, n_episodes=8, success_rate=0.25),
 ]
 
 
@@ -46,10 +44,6 @@ def test_rows_from_before_the_messages_still_read() -> None:
     """Payloads as the dict-writing version stored them (fields left out, extra fields)."""
     assert decode_intent("start_episode", {}, StartEpisode) == StartEpisode()
     assert decode_intent("abort_episode", {"episode_id": None}, AbortEpisode) == AbortEpisode()
-    done = decode_intent(
-        "prompt_rollouts_done", {"task": "t", "prompt_id": 1, "n_episodes": 2}, PromptRolloutsDone
-    )
-    assert done.success_rate is None
     end = decode_intent("end_episode", {"episode_id": 7, "success": True, "later_field": 1}, EndEpisode)
     assert end == EndEpisode(episode_id=7, success=True)
 
@@ -57,11 +51,11 @@ def test_rows_from_before_the_messages_still_read() -> None:
 def test_unreadable_rows_say_what_is_wrong() -> None:
     with pytest.raises(IntentError, match=r"unknown intent kind 'open_gripper'; this version knows \["):
         decode_intent("open_gripper", {}, StartEpisode)
+    with pytest.raises(IntentError, match="kind 'prompt_rollouts_done' is retired: the supervisor"):
+        decode_intent("prompt_rollouts_done", {"task": "t", "prompt_id": 1, "n_episodes": 2}, StartEpisode)
     with pytest.raises(IntentError, match="an intent of kind 'abort_episode' was read as 'start_episode'"):
         decode_intent("abort_episode", {}, StartEpisode)
     with pytest.raises(IntentError, match=r"malformed 'take_control' .*missing required field `episode_id`"):
         decode_intent("take_control", {"by": "page"}, TakeControl)
-    with pytest.raises(IntentError, match=r"Expected `int`, got `str` - at `\$.prompt_id`"):
-        decode_intent(
-            "prompt_rollouts_done", {"task": "t", "prompt_id": "6", "n_episodes": 1}, PromptRolloutsDone
-        )
+    with pytest.raises(IntentError, match=r"Expected `int \| null`, got `str` - at `\$.episode_id`"):
+        decode_intent("abort_episode", {"episode_id": "6"}, AbortEpisode)

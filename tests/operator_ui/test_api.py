@@ -16,7 +16,7 @@ from operator_ui.app import create_app
 from operator_ui.robot_link import RobotLink
 from operator_ui.settings import UISettings, check_exposure
 from pde_contract.intents import EndEpisode, StartEpisode
-from pde_contract.service_state import RUN_CONTROL_ROW, RunControl
+from pde_contract.service_state import RUN_CONTROL_ROW, SUPERVISOR_ROW, RunControl, SupervisorState
 from pde_storage import Store
 from pde_storage.service_states import write_state
 from tests.helpers import free_port, pde_command, subprocess_env
@@ -132,6 +132,32 @@ def test_reads_history_video_pools_curves_health(client: TestClient, store: Stor
     assert services["database"]["ok"] is True and services["robot_server"]["ok"] is False
     assert client.get("/healthz").json() == {"ok": True}
     assert client.get("/").status_code == 200 and "E-STOP" in client.get("/").text
+
+
+def test_a_rejected_prompt_is_flagged_by_the_pool_rules_counts(client: TestClient, store: Store) -> None:
+    """The rejudge note reads a prompt's bootstrap counts, as the supervisor's pool rule does; the
+    table shows its counts over every stage."""
+    _episode(store)  # the task
+    pid = store.add_prompt(TASK, "drop the green box in the bowl").id
+    store.set_prompt_status(pid, "rejected")
+    write_state(store, SUPERVISOR_ROW, SupervisorState(phase="running", eta=0.5))
+
+    def labelled(stage: str, success: bool) -> int:
+        ep = store.create_episode(TASK, pid, 0, stage)
+        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=2))
+        store.add_label(ep.id, success, source="operator")
+        return ep.id
+
+    first = labelled("bootstrap", False)
+    labelled("rl", True)
+    labelled("rl", True)
+
+    def row() -> dict[str, Any]:
+        return next(p for p in client.get(f"/api/tasks/{TASK}/prompts").json() if p["id"] == pid)
+
+    assert (row()["n_success"], row()["n_episodes"], row()["rejudge"]) == (2, 3, "")  # bootstrap: 0/1
+    store.add_label(first, True, source="operator", relabel=True)
+    assert row()["rejudge"].startswith("rejected, but its labels now give 1/1 = 100% >= eta 50%")
 
 
 def test_estop_without_robot_server_says_so(client: TestClient) -> None:

@@ -19,6 +19,7 @@ from pde_contract.intents import AbortEpisode, EndEpisode, StartEpisode, TakeCon
 from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
 from pde_storage.db import head_revision, normalise_url
 from pde_storage.models import Base, Intent
+from pde_storage.rows import Stage
 from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
@@ -193,6 +194,41 @@ def test_bad_labels_are_refused_and_change_nothing(store: Store) -> None:
         store.add_label(running.id, True)
     assert store.labels(running.id) == []
     assert store.episode(running.id).status == "aborted"
+
+
+def test_prompt_statistics_of_one_stage(store: Store) -> None:
+    """A prompt's counts over one stage's episodes (the pool rule's, over the bootstrap) and over
+    every stage (the page's): authoritative labels only, discarded episodes never."""
+    store.ensure_task(TASK, CANON)
+    pid = store.add_prompt(TASK, "place the green box in the bowl").id
+    other = store.add_prompt(TASK, "drop the green box into the bowl").id
+
+    def ended(prompt_id: int, stage: str, label: bool | None) -> int:
+        ep = store.create_episode(TASK, prompt_id, policy_version=0, stage=stage)
+        store.finish_episode(ep.id, make_episode_file(ep.id, TASK, n_chunks=2))
+        if label is not None:
+            store.add_label(ep.id, label, source="simulator")
+        return ep.id
+
+    ended(pid, "bootstrap", True)
+    ended(pid, "bootstrap", False)
+    ended(pid, "bootstrap", None)  # awaiting its label: finished, not counted
+    store.discard_episode(ended(pid, "bootstrap", True), "someone reached into the scene")
+    ended(pid, "rl", True)
+    ended(other, "bootstrap", True)
+    store.add_label(ended(pid, "bootstrap", None), True, source="vlm")  # a proposal, not a label
+
+    def counts(stage: Stage | None) -> tuple[int, int, int]:
+        p = next(p for p in store.prompts(TASK, stage=stage) if p.id == pid)
+        return p.n_episodes, p.n_success, p.n_finished
+
+    assert counts("bootstrap") == (2, 1, 4)
+    assert counts(None) == (3, 2, 5)
+    whole = store.prompt(pid)
+    assert (whole.n_episodes, whole.n_success, whole.n_finished) == (3, 2, 5)
+    assert counts("rl") == (1, 1, 1)
+    with pytest.raises(InvalidArgumentError, match="stage"):
+        store.prompts(TASK, stage="warmup")  # type: ignore[arg-type]
 
 
 def test_discard_restore_and_note(store: Store) -> None:
@@ -397,3 +433,11 @@ def test_json_columns_take_nan_and_numpy(store: Store) -> None:
     assert c is not None and c.metrics == {"ev": None, "kl": 0.5, "n": 4}
     store.set_service_state("x", {"v": float("inf"), "l": [np.float64(1.5)]})
     assert store.service_states()["x"].state == {"v": None, "l": [1.5]}
+
+
+def test_a_retired_intent_left_pending_is_failed_with_why(store: Store) -> None:
+    """A "prompt rollouts done" row an earlier loop wrote: the supervisor reads that fact from the
+    store now, so the row is closed saying so, not left pending nor called unknown."""
+    old = _raw_intent(store, "prompt_rollouts_done", {"task": TASK, "prompt_id": 1, "n_episodes": 2})
+    [gone] = store.fail_unknown_intents()
+    assert gone.id == old and "'prompt_rollouts_done' is retired: the supervisor reads" in gone.error

@@ -5,31 +5,10 @@ from __future__ import annotations
 import pytest
 
 from supervisor.dedup import DuplicateFilter, MiniLMEmbedder, normalise
-from supervisor.pool import (
-    BootstrapConfig,
-    LabelledRollout,
-    PromptRecord,
-    TaskHistory,
-    apply,
-    count_labels,
-    judge,
-    plan,
-)
+from supervisor.pool import BootstrapConfig, PromptRecord, TaskHistory, apply, judge, plan
 
 GOAL = "put the green container in the bowl"
 CFG = BootstrapConfig(iterations_t0=3, candidates_k=2, rollouts_n=4, eta=0.25, pool_min_m=2)
-
-
-def rollouts(prompt_id: int, outcomes: list[bool | None], stage: str = "bootstrap") -> list[LabelledRollout]:
-    return [LabelledRollout(prompt_id, s, stage) for s in outcomes]
-
-
-def test_counts_use_authoritative_bootstrap_labels_only() -> None:
-    p = PromptRecord(1, "place the green container in the bowl", "candidate")
-    count_labels(
-        [p], [*rollouts(1, [True, False, None]), *rollouts(1, [True], stage="rl"), *rollouts(2, [True])]
-    )
-    assert (p.n_episodes, p.n_success) == (2, 1)
 
 
 def test_candidate_judged_only_after_n_rollouts() -> None:
@@ -107,15 +86,9 @@ def test_duplicate_filter_without_embedder_uses_text() -> None:
     assert out.accepted == ["put the green container into the bowl"]
 
 
-def test_loop_done_judges_early_but_never_without_labels() -> None:
-    p = PromptRecord(1, "a b c", "candidate", n_episodes=1, n_success=1)
-    assert judge(p, CFG) is None and judge(p, CFG, done=True) == "pool"
-    assert judge(PromptRecord(2, "d e f", "candidate"), CFG, done=True) is None
-
-
-def test_before_the_loop_wrote_its_n_only_its_report_judges() -> None:
+def test_before_the_loop_wrote_its_n_no_candidate_is_judged() -> None:
     no_n = BootstrapConfig(iterations_t0=3, candidates_k=2, rollouts_n=None, eta=0.25, pool_min_m=2)
     p = PromptRecord(1, "a b c", "candidate", n_episodes=40, n_success=40)
-    assert judge(p, no_n) is None and judge(p, no_n, done=True) == "pool"
+    assert judge(p, no_n) is None
     waiting = plan(TaskHistory("t", GOAL, [p]), no_n)
     assert waiting.action == "wait" and "has not written its N" in waiting.reason

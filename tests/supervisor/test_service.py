@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from pde_contract.intents import PromptRolloutsDone
 from pde_storage import Store
 from supervisor.dedup import MiniLMEmbedder
 from supervisor.service import SupervisorService
@@ -302,19 +301,21 @@ def test_vlm_labels_never_admit_a_prompt(store: Any, embedder: MiniLMEmbedder) -
         service.close()
 
 
-def test_loop_report_judges_a_candidate_with_fewer_rollouts(store: Any, embedder: MiniLMEmbedder) -> None:
-    new_task(store)
+def test_the_loops_n_on_the_task_row_decides_when_a_candidate_is_judged(
+    store: Any, embedder: MiniLMEmbedder
+) -> None:
+    new_task(store)  # N = 2
     store.set_task_state(TASK, iteration=1)
     cand = store.add_prompt(TASK, "place the green container in the bowl", "candidate", "vlm", 1)
-    rollout(store, cand.id, [True])  # the loop ran its N = 1; ours is 2
+    rollout(store, cand.id, [True])
+    rollout(store, cand.id, [True], stage="rl")  # not a bootstrap comparison: does not count
     service = make_service(store, make_settings(proposer="offline"), embedder, vlm=False)
     try:
         service.step()
-        assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "candidate"
-        store.add_intent(PromptRolloutsDone(task=TASK, prompt_id=cand.id, n_episodes=1))
+        assert store.prompt(cand.id).status == "candidate"  # 1/2 bootstrap rollouts
+        store.set_task_state(TASK, rollouts_per_prompt=1)  # the loop restarted with N = 1
         service.step()
-        assert next(p for p in store.prompts(TASK) if p.id == cand.id).status == "pool"
-        assert store.pending_intents(PromptRolloutsDone) == []
+        assert store.prompt(cand.id).status == "pool"
     finally:
         service.close()
 

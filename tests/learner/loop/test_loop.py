@@ -12,7 +12,7 @@ import pytest
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer
-from pde_contract.intents import AbortEpisode, PromptRolloutsDone, StartEpisode
+from pde_contract.intents import AbortEpisode, StartEpisode
 from pde_contract.service_state import LOOP_ROW, LoopState
 from pde_storage import Store
 from pde_storage.service_states import read_state
@@ -67,13 +67,14 @@ def test_bootstrap_canonical_baseline_then_candidates(store: Store) -> None:
     assert [e.rollout_prompt for e in eps] == [CANON, CANON]
     assert [(e.status, e.success) for e in eps] == [("labelled", True), ("labelled", False)]
     assert [lab.source for lab in store.labels(eps[0].id)] == ["simulator"]
-    done = store.pending_intents(PromptRolloutsDone)
-    assert [d.intent.prompt_id for d in done] == [eps[0].prompt_id]
-    assert done[0].intent.success_rate == 0.5
+    # What the supervisor judges by: the loop's N on the task row, the prompts' bootstrap counts.
+    assert store.task_state(TASK).rollouts_per_prompt == 2
+    [canon] = store.prompts(TASK, "canonical", stage="bootstrap")
+    assert (canon.n_episodes, canon.success_rate) == (2, 0.5)
     # The supervisor proposes two candidates: each gets N = 2 rollouts, fewest-first.
     a = store.add_prompt(TASK, "drop the green box into the bowl")
     b = store.add_prompt(TASK, "lift the green container and place it in the bowl")
-    _until(lambda: len(store.pending_intents(PromptRolloutsDone)) == 3)
+    _until(lambda: [p.n_episodes for p in store.prompts(TASK, "candidate", stage="bootstrap")] == [2, 2])
     loop.stop()
     t.join(5)
     assert not t.is_alive()
