@@ -64,7 +64,9 @@ class LoopSettings(BaseSettings):
     of bench/bench_pde.py, and a lab that wants RL without a prompt search."""
     synchronous_updates: bool = False
     """True: once a PPO update starts, wait for it and swap its weights in before the next episode
-    (every batch on-policy, the run reproducible: the sim benchmark). False (a lab): the robot keeps
+    (every batch on-policy, and the update schedule independent of how fast PPO trains: the sim
+    benchmark). Episodes are still not bit-reproducible across machines or under load: a sim episode
+    paced in real time depends on when the policy's chunks arrive. False (a lab): the robot keeps
     collecting while the update trains, and its weights come in between later episodes."""
     relabel_search_successes: bool = False
     """True: a task's first PPO batch also trains on its successful bootstrap rollouts of candidate
