@@ -9,12 +9,13 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import msgspec
 
+from learner.loop.mixture_book import Metric, MixtureBook
 from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
@@ -101,6 +102,9 @@ class EpisodeLoop:
         # first chunk after "start" does not pay for cold caches.
         self.warm_up = warm_up
         self.rng = random.Random(settings.seed)
+        self.book = MixtureBook(
+            settings.alpha_schedule, settings.ema_start, settings.alpha_window, CANONICAL_SUCCESS_WINDOW
+        )
         self.stop_event = threading.Event()
         self.episodes_run = 0
         self._state: LoopState | None = None
@@ -497,20 +501,23 @@ class EpisodeLoop:
 
     def _record_curves(self, task: str) -> None:
         step = self.store.count_episodes(status="labelled")
+        outcomes = self._canonical_outcomes(task, CANONICAL_SUCCESS_WINDOW)
+        alpha = self.store.task_state(task).alpha
+        pool_size = len(self.store.prompts(task, "pool"))
+        self._add_metrics(self.book.curves(task, outcomes, alpha, pool_size, step))
+
+    def _canonical_outcomes(self, task: str, limit: int) -> list[bool]:
+        """The outcomes of the task's canonical prompt's last ``limit`` labelled episodes, oldest
+        first."""
         canon = self.store.prompts(task, "canonical")[0]
         recent = self.store.episodes(
-            task=task,
-            status="labelled",
-            prompt_id=canon.id,
-            newest_first=True,
-            limit=CANONICAL_SUCCESS_WINDOW,
+            task=task, status="labelled", prompt_id=canon.id, newest_first=True, limit=limit
         )
-        if recent:
-            self.store.add_metric(
-                f"{task}/canonical_success", sum(bool(e.success) for e in recent) / len(recent), step
-            )
-        self.store.add_metric(f"{task}/alpha", self.store.task_state(task).alpha, step)
-        self.store.add_metric(f"{task}/pool_size", len(self.store.prompts(task, "pool")), step)
+        return [bool(e.success) for e in reversed(recent)]
+
+    def _add_metrics(self, metrics: Sequence[Metric]) -> None:
+        for m in metrics:
+            self.store.add_metric(m.name, m.value, m.step)
 
     def _maybe_start_update(self) -> None:
         if self.trainer is None or self.trainer.busy:
@@ -575,56 +582,37 @@ class EpisodeLoop:
         return out
 
     def _init_rl_alpha(self) -> None:
-        """When a task has just entered RL (the supervisor sets the stage), start the EMA:
-        s_bar_0 = ``settings.ema_start`` if set, else the canonical prompt's success over its
-        labelled (bootstrap) rollouts so far, so the first batch already mixes in pool prompts when
-        the canonical prompt rarely succeeds. The start is logged and recorded as a metric."""
+        """When a task has just entered RL (the supervisor sets the stage), start its EMA
+        (``MixtureBook.start``); the start is logged and recorded as a metric."""
         for task in self.settings.tasks:
             state = self.store.task_state(task)
             if state.stage != "rl" or state.ema_success is not None:
                 continue
             canon = self.store.prompts(task, "canonical")[0]
-            if self.settings.ema_start is not None:
-                start, why = self.settings.ema_start, "ema_start setting"
-            else:
-                start = canon.success_rate or 0.0
-                why = f"canonical success over its {canon.n_episodes} bootstrap rollouts"
-            schedule = self.settings.alpha_schedule(start)
-            self.store.set_task_state(task, ema_success=schedule.ema_success, alpha=schedule.alpha)
-            self.store.add_metric(f"{task}/ema_start", start, self.store.count_episodes(status="labelled"))
+            step = self.store.count_episodes(status="labelled")
+            start = self.book.start(task, canon.success_rate, canon.n_episodes, step)
+            self.store.set_task_state(task, ema_success=start.ema_success, alpha=start.alpha)
+            self._add_metrics(start.metrics)
             log.info(
                 "task %s enters RL: EMA starts at %.2f (%s) -> alpha %.2f",
                 task,
-                schedule.ema_success,
-                why,
-                schedule.alpha,
+                start.ema_success,
+                start.why,
+                start.alpha,
             )
 
     def _update_alpha(self, batch: list[EpisodeRow]) -> None:
-        """Adaptive alpha per task, once per PPO iteration, from the canonical prompt's success
-        over its last ``alpha_window`` labelled episodes (learner/mixture.py says why a window and
-        not the batch's canonical episodes). Tasks whose canonical prompt has no labelled episode
-        yet keep their alpha."""
+        """Adaptive alpha per task in ``batch``, once per PPO iteration (``MixtureBook.update``).
+        Tasks whose canonical prompt has no labelled episode yet keep their alpha."""
         step = self.store.count_episodes(status="labelled")
         for task in sorted({e.task for e in batch}):
             state = self.store.task_state(task)
-            canon = self.store.prompts(task, "canonical")[0]
-            recent = self.store.episodes(
-                task=task,
-                status="labelled",
-                prompt_id=canon.id,
-                newest_first=True,
-                limit=self.settings.alpha_window,
-            )
-            outcomes = [bool(e.success) for e in reversed(recent)]
-            schedule = self.settings.alpha_schedule(state.ema_success or 0.0)
-            alpha = schedule.update_from_window(outcomes)
+            outcomes = self._canonical_outcomes(task, self.settings.alpha_window)
+            update = self.book.update(task, state.ema_success, state.iteration, outcomes, step)
             self.store.set_task_state(
-                task, alpha=alpha, ema_success=schedule.ema_success, iteration=state.iteration + 1
+                task, alpha=update.alpha, ema_success=update.ema_success, iteration=update.iteration
             )
-            self.store.add_metric(f"{task}/alpha_window_episodes", float(len(outcomes)), step)
-            if outcomes:
-                self.store.add_metric(f"{task}/alpha_window_success", sum(outcomes) / len(outcomes), step)
+            self._add_metrics(update.metrics)
 
     def _swap_weights(self) -> None:
         """Between episodes only (callers never run this while an episode executes)."""
