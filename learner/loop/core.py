@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import threading
@@ -19,6 +18,7 @@ from learner.loop.mixture_book import Metric, MixtureBook
 from learner.loop.schedule import Plan, choose_next
 from learner.loop.settings import LoopSettings
 from learner.loop.training import BackgroundTrainer, episode_policy_version, staleness_stats
+from learner.loop.updates import UpdateScheduler
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
 from pde_contract.intents import AbortEpisode, StartEpisode
@@ -96,8 +96,9 @@ class EpisodeLoop:
         self.actor = actor
         self.settings = settings
         self.trainer = trainer
-        self.policy_version = policy_version
-        self.trained_through = trained_through_episode_id
+        self.updates = UpdateScheduler(
+            settings.batch_size, settings.tasks, policy_version, trained_through_episode_id
+        )
         # Runs while the operator resets the scene (prompt embedding, first inference), so the
         # first chunk after "start" does not pay for cold caches.
         self.warm_up = warm_up
@@ -113,13 +114,17 @@ class EpisodeLoop:
         # update until an update succeeds.
         self.robot_error = ""
         self.training_error = ""
-        self.rl_labels_ready = 0  # labelled RL episodes waiting for the next PPO batch
         # What the loop did with the last Start from the page; published with every state, so the
         # page reports the truth.
         self.last_start: LastStart | None = None
         self._scene_seed = 0
         self._scene_uses = 0  # episodes run on _scene_seed so far (settings.rollouts_per_scene)
         self.practice_runs = 0  # practice episodes run (never stored, not in episodes_run)
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights the actor runs."""
+        return self.updates.policy_version
 
     @property
     def last_error(self) -> str:
@@ -138,9 +143,7 @@ class EpisodeLoop:
             last_error=self.last_error,
             last_start=self.last_start,
             batch_size=self.settings.batch_size,
-            labels_until_update=max(0, self.settings.batch_size - self.rl_labels_ready)
-            if self.trainer is not None
-            else None,
+            labels_until_update=self.updates.labels_until_update if self.trainer is not None else None,
             **fields,
         )
         with self._state_lock:  # never let a heartbeat write an older phase after this one
@@ -522,21 +525,15 @@ class EpisodeLoop:
     def _maybe_start_update(self) -> None:
         if self.trainer is None or self.trainer.busy:
             return
-        ready = [
-            e
-            for e in self.store.episodes(status="labelled", since_id=self.trained_through)
-            if e.stage == "rl" and e.task in self.settings.tasks
-        ]
-        self.rl_labels_ready = len(ready)
-        if len(ready) < self.settings.batch_size:
+        chosen = self.updates.due(
+            self.store.episodes(status="labelled", since_id=self.updates.trained_through)
+        )
+        if chosen is None:
             return
-        chosen = ready[: self.settings.batch_size]
         batch = [(self.store.load_episode_file(e.id), reward_from_label(e.success)) for e in chosen]
         relabelled = self._relabelled_search_successes(chosen)
         batch += [(f, reward_from_label(True)) for _, f in relabelled]
         rows = chosen + [row for row, _ in relabelled]
-        self.trained_through = chosen[-1].id
-        self.rl_labels_ready = len(ready) - len(chosen)
         self._update_alpha(chosen)
         # PPO starts from the weights in use (self.policy_version); episodes collected while the
         # previous update ran are older.
@@ -546,11 +543,11 @@ class EpisodeLoop:
         stale = staleness_stats(versions, self.policy_version)
         log.info(
             "PPO update to version %d: batch lag max %d, mean %.2f versions",
-            self.policy_version + 1,
+            self.updates.next_version,
             int(stale["stale_lag_max"]),
             stale["stale_lag_mean"],
         )
-        self.trainer.start(batch, [e.id for e in chosen], self.policy_version + 1, stale)
+        self.trainer.start(batch, [e.id for e in chosen], self.updates.next_version, stale)
         if self.settings.synchronous_updates:
             self.trainer.join()
             self._swap_weights()
@@ -621,15 +618,11 @@ class EpisodeLoop:
         result = self.trainer.poll()
         if result is None:
             return
-        if result.policy is None:
-            self.training_error = f"PPO update to version {result.version} failed: {result.error}"
-            log.error("%s", self.training_error)
+        swap = self.updates.swap(result)
+        self.training_error = swap.error
+        if swap.policy is None:
+            log.error("%s", swap.error)
             return
-        self.training_error = ""
-        self.actor.set_policy(result.policy)
-        self.policy_version = result.version
-        for k, v in result.stats.items():
-            if math.isfinite(float(v)):
-                self.store.add_metric(f"ppo/{k}", float(v), result.version)
-        self.store.add_metric("ppo/update_s", result.duration_s, result.version)
+        self.actor.set_policy(swap.policy)
+        self._add_metrics(swap.metrics)
         log.info("policy version %d in use (update took %.1f s)", result.version, result.duration_s)
