@@ -21,9 +21,9 @@ from learner.loop.training import BackgroundTrainer, episode_policy_version, sta
 from learner.loop.updates import UpdateScheduler
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
-from pde_contract.intents import AbortEpisode, StartEpisode
+from pde_contract.intents import AbortEpisode, IntentT, StartEpisode
 from pde_contract.service_state import LastStart, LoopPhase, LoopState
-from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow
+from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, IntentRow
 from pde_storage.heartbeat import Heartbeat
 from pde_storage.protocols import LoopStore
 from pde_storage.service_states import run_control, write_state
@@ -31,6 +31,15 @@ from pde_storage.service_states import run_control, write_state
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "loop"
+# A wait's pause between looks doubles from poll_period_s up to this many times it (10 ms -> 100 ms
+# by default): a long wait (Start, a label, the supervisor) reads ten times a second, not a
+# hundred, and a click is still seen within 0.1 s. stop() (SIGTERM) ends the pause at once.
+POLL_BACKOFF_FACTOR = 10
+
+
+def next_poll_period_s(period_s: float, first_s: float) -> float:
+    """The pause after one of ``period_s``, in a wait that started with ``first_s``."""
+    return min(2.0 * period_s, POLL_BACKOFF_FACTOR * first_s)
 
 
 class RobotLike(Protocol):
@@ -160,7 +169,9 @@ class EpisodeLoop:
             write_state(self.store, SERVICE_NAME, msgspec.structs.replace(self._state, training=training))
 
     def _wait(self, what: Callable[[], Any]) -> Any:
-        """Poll ``what`` until it returns something truthy; raises LoopStopped on stop()."""
+        """Poll ``what`` until it returns something truthy, backing off (``POLL_BACKOFF_FACTOR``);
+        raises LoopStopped on stop(), which also cuts a pause short."""
+        period_s = self.settings.poll_period_s
         while True:
             got = what()
             if got:
@@ -168,7 +179,8 @@ class EpisodeLoop:
             if self.stop_event.is_set():
                 raise LoopStopped()
             self._swap_weights()
-            time.sleep(self.settings.poll_period_s)
+            self.stop_event.wait(period_s)
+            period_s = next_poll_period_s(period_s, self.settings.poll_period_s)
 
     # --- start-up -------------------------------------------------------------------------------
 
@@ -286,7 +298,7 @@ class EpisodeLoop:
         status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
         uptime_at_reset_s = self._robot_uptime_s()
         self._publish(LoopPhase.AWAITING_START, **plan_fields)
-        intent = self._wait(lambda: self.store.take_intent(StartEpisode) or self._practice() != practice)
+        intent = self._wait(lambda: self._take_pending(StartEpisode) or self._practice() != practice)
         if intent is True:
             return None
         refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
@@ -296,6 +308,13 @@ class EpisodeLoop:
             self._robot_error(refusal, plan_fields)
             return None
         return int(intent.id)
+
+    def _take_pending(self, kind: type[IntentT]) -> IntentRow[IntentT] | None:
+        """The oldest pending intent of ``kind``, taken; a plain read first, so a look that finds
+        none opens no write transaction (``take_intent`` locks the row FOR UPDATE)."""
+        if not self.store.pending_intents(kind):
+            return None
+        return self.store.take_intent(kind)
 
     def _practice_episode(self) -> None:
         """Practice (the page's switch, ``RunControl.practice``): an episode run as any other
@@ -335,8 +354,7 @@ class EpisodeLoop:
         def should_stop() -> bool:  # the loop stops, practice ends, or the page aborts
             if self.stop_event.is_set() or not self._practice():
                 return True
-            pending = self.store.pending_intents(AbortEpisode)
-            return bool(pending) and self.store.take_intent(AbortEpisode) is not None
+            return self._take_pending(AbortEpisode) is not None
 
         try:
             self.actor.run_episode(
@@ -419,10 +437,7 @@ class EpisodeLoop:
         def should_stop() -> bool:
             if self.stop_event.is_set():
                 abort_requested.append("the loop was asked to stop mid-episode")
-            elif (
-                self.store.pending_intents(AbortEpisode)  # a read: no write lock per chunk
-                and self.store.take_intent(AbortEpisode) is not None
-            ):
+            elif self._take_pending(AbortEpisode) is not None:  # a read per chunk, no write lock
                 abort_requested.append("the operator aborted the episode from the page")
             return bool(abort_requested)
 
