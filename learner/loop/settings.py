@@ -91,7 +91,8 @@ class LoopSettings(BaseSettings):
     """s_bar_0 when a task enters RL; None: the canonical prompt's success over its bootstrap
     rollouts (its N = rollouts_per_prompt episodes)."""
     poll_period_s: float = 0.01
-    """How often the loop looks for the operator's start intent and label."""
+    """The first pause of each wait for the operator's start intent and label; the pause doubles
+    while nothing comes, up to 10x this (learner/loop/core.py: POLL_BACKOFF_FACTOR)."""
     heartbeat_period_s: float = 1.0
     """How often the loop's state is written for the page's health panel while it waits."""
     error_backoff_s: float = 2.0
