@@ -8,6 +8,7 @@ home arm and the e-stop's release are in reach (item 8)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -137,9 +138,9 @@ def test_take_control_hands_the_running_episode_to_the_person(page: Page, tmp_pa
         expect(take).to_be_enabled()
         take.click()
         expect(page.locator("#toast")).to_contain_text("take control with the scripted", timeout=10_000)
-        for _ in range(100):  # the loop's actor takes the intent at its next stop check
-            if actor.takes:
-                break
+        # the loop's actor takes the intent at its next stop check (seconds on a loaded CI machine)
+        deadline = time.monotonic() + 60
+        while not actor.takes and time.monotonic() < deadline:
             page.wait_for_timeout(100)
         assert len(actor.takes) == 1 and len(actor.takes[0]) == 3
         page.locator("#end-failure").click()
