@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from pde_contract.messages import ActionChunk, ActionSpace, ChunkAccepted, Observation, RobotState, Status
-from teleop.base import TeleopError
+from teleop.base import TeleopError, TeleopSource
 
 
 class SubmitsChunks(Protocol):
@@ -108,6 +108,32 @@ class HeldRows:
         for i, ((start_tick, row), n) in enumerate(zip(self.sent, runs, strict=True)):
             for k in range(n):
                 yield RanRow(i, start_tick + k, row, k)
+
+
+def replace_until(
+    rows: HeldRows,
+    source: TeleopSource,
+    period_s: float,
+    until_s: float,
+    next_seq: Callable[[], int],
+    poll: Callable[[], None],
+) -> bool:
+    """Until ``until_s`` (monotonic: a little before the last row's tick is due), read a
+    ``rereadable`` source again and again; when its row differs from the last one sent, send the
+    new row in its place: it runs at that tick, so a push just after the read waits for the next
+    tick, not for the next read and the tick after it. A replaced row runs at no tick (its reply's
+    count says 0) and is recorded nowhere. ``poll`` is called meanwhile. Returns True when a read
+    ended the take (its row is not sent)."""
+    while time.monotonic() < until_s:
+        cmd = source.read(period_s)
+        if cmd.end:
+            return True
+        row = cmd.ee_delta_row().astype(np.float32)
+        if not np.array_equal(row, rows.sent[-1][1]):
+            rows.send(row, next_seq())
+        poll()
+        time.sleep(_POLL_S)
+    return False
 
 
 def read_when_due(ran_at_s: float, period_s: float, margin_s: float, poll: Callable[[], None]) -> None:

@@ -46,7 +46,7 @@ from pde_contract.messages import ActionSpace, ErrorCode, Observation, RobotStat
 from pde_contract.rotations import rotvec_between
 from pde_contract.tasks import TaskSpec
 from teleop.base import TeleopError, TeleopSource
-from teleop.held import HeldRows, TickStream, read_when_due
+from teleop.held import HeldRows, TickStream, read_when_due, replace_until
 from teleop.settings import TeleopSettings
 
 # A sample on the robot clock counts for the grid point it is nearest when within this fraction of
@@ -189,11 +189,30 @@ class Recorder:
         ticks = TickStream(first)
         source.start_take(float(first.state.gripper_width_m))
         rows = HeldRows(client, episode_id, self.control_rate_hz, hold)
-        for seq in range(max_rows):
+        margin_s = self.settings.record_read_margin_s if hold else None
+        # a device whose reads consume nothing is read again until the row's tick: a push just
+        # after the read replaces the row (teleop.held.replace_until)
+        replacing = margin_s is not None and source.rereadable
+        seqs = itertools.count()
+        for n_read in range(1, max_rows + 1):
             cmd = source.read(self.period_s)
             if cmd.end:
                 break
+            seq = next(seqs)
             rows.send(cmd.ee_delta_row(), seq)
+            if replacing:
+                assert margin_s is not None
+                # the row's tick is due about margin_s after the read (the wait below): a
+                # replacement sent later runs a tick later, as the next read's row would
+                if replace_until(
+                    rows,
+                    source,
+                    self.period_s,
+                    time.monotonic() + margin_s,
+                    lambda: next(seqs),
+                    lambda: ticks.see(self._poll_observation()),
+                ):
+                    break
 
             # The row runs at its start tick; the next is read only after that tick, so it replaces
             # copies only (or nothing: the watchdog dropped the chunk in a stall).
@@ -203,13 +222,10 @@ class Recorder:
 
             self._poll_until(ran, ticks.see, f"row {seq} was accepted but did not run")
             if on_row is not None:
-                on_row(len(rows.sent))
-            if hold and self.settings.record_read_margin_s is not None:
+                on_row(n_read)
+            if margin_s is not None:
                 read_when_due(
-                    time.monotonic(),
-                    self.period_s,
-                    self.settings.record_read_margin_s,
-                    lambda: ticks.see(self._poll_observation()),
+                    time.monotonic(), self.period_s, margin_s, lambda: ticks.see(self._poll_observation())
                 )
         if not rows.sent:
             raise TeleopError("the take ended before its first row: nothing recorded")
