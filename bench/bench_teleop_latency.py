@@ -39,12 +39,12 @@ from _common import write_result
 from _server import ServerProcess, ServerSpec, sim_result_header
 
 from pde_contract.client import RobotClient
-from pde_contract.messages import ActionChunk, ChunkAccepted
 from pde_contract.tasks import load_tasks
 from teleop.base import TeleopCommand, TeleopSource
 from teleop.recorder import Recorder
 from teleop.settings import TeleopSettings
 from teleop.spacemouse import SpaceMouseSource
+from tests.helpers import NotedChunks
 from tests.teleop.fakes import FakeSpaceMouseHID
 
 TASK = load_tasks(None).get("put_green_container_in_bowl")
@@ -100,20 +100,6 @@ def percentiles(xs: list[float], scale: float = 1.0) -> dict[str, float | int]:
 
 def first_tick_after(ticks: list[Tick], t_s: float) -> int:
     return next(i for i, k in enumerate(ticks) if k.start_s > t_s)
-
-
-class NotedChunks(RobotClient):
-    """The real client, the rows of each chunk it sent noted by seq (the server's tick log names
-    the chunk and row each tick ran)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sent: dict[int, np.ndarray] = {}
-
-    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
-        accepted = super().submit_chunk(chunk)
-        self.sent[chunk.seq] = chunk.actions.copy()
-        return accepted
 
 
 def recorder_pushes(

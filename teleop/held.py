@@ -146,8 +146,9 @@ def read_when_due(ran_at_s: float, period_s: float, margin_s: float, poll: Calla
         time.sleep(_POLL_S)
 
 
-# Between polls while waiting for the read: small beside the 100 ms period.
-_POLL_S = 0.002
+# Between polls of the device and the observations: small beside the 100 ms period, and no faster
+# (every 2 ms the rereads starved the server on 2 cores: docs/teleop.md).
+_POLL_S = 0.005
 
 
 class TickStream:

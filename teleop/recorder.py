@@ -202,13 +202,14 @@ class Recorder:
             rows.send(cmd.ee_delta_row(), seq)
             if replacing:
                 assert margin_s is not None
-                # the row's tick is due about margin_s after the read (the wait below): a
-                # replacement sent later runs a tick later, as the next read's row would
+                # the row's tick is due about margin_s after the read; half of it is left for the
+                # row to get there (a replacement sent later runs a tick later, as the next read's
+                # row would)
                 if replace_until(
                     rows,
                     source,
                     self.period_s,
-                    time.monotonic() + margin_s,
+                    time.monotonic() + margin_s / 2,
                     lambda: next(seqs),
                     lambda: ticks.see(self._poll_observation()),
                 ):

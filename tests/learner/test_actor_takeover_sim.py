@@ -18,13 +18,12 @@ from learner.actor import Actor, ActorSettings
 from learner.policies.vla import make_test_policy
 from learner.rewards import reward_from_label
 from learner.trainer import Trainer, build_rollout_batch
-from pde_contract.client import RobotClient
 from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by
-from pde_contract.messages import ActionChunk, ChunkAccepted
 from robot_server.executor import ChunkExecutor, TickRecord
 from robot_server.server import RobotServer
 from teleop.scripted import ScriptedSource
 from teleop.settings import TeleopSettings
+from tests.helpers import NotedChunks
 from tests.learner.test_actor_overlap_sim import sim_server  # noqa: F401  (a fixture)
 
 CHUNK_LEN = 10
@@ -52,20 +51,6 @@ class ScriptedTrigger:
         return False
 
 
-class SentChunks(RobotClient):
-    """The real client, keeping the rows of every chunk it sent by seq (the server's tick log
-    names the chunk and row that ran at each tick)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sent: dict[int, np.ndarray] = {}
-
-    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
-        accepted = super().submit_chunk(chunk)
-        self.sent[chunk.seq] = chunk.actions.copy()
-        return accepted
-
-
 def ticks_by_chunk(log: list[TickRecord], seqs: set[int] | None = None) -> list[tuple[int, list[int]]]:
     """(chunk seq, the log indices of its ticks), chunks in the order they first ran; only those
     in ``seqs`` when given."""
@@ -91,7 +76,7 @@ def run_with_person(
 ) -> tuple[EpisodeFile, dict[int, np.ndarray]]:
     """One episode of ``policy`` on the server with ``person`` able to take over, its tick log
     cleared first (so that it holds this episode's ticks); and the chunks sent, by seq."""
-    client = SentChunks(cmd_endpoint=endpoint, name="learner", timeout_s=5.0)
+    client = NotedChunks(cmd_endpoint=endpoint, name="learner", timeout_s=5.0)
     with client, person:
         client.connect()  # the server's control rate and pacing, for the actor
         actor = Actor(policy, client, settings, teleop)
