@@ -225,7 +225,8 @@ class Actor:
         self.settings = settings or ActorSettings()
         self._policy = policy.for_acting(self.settings)
         # a takeover's rows are sent as the recorder's: record_hold_ticks, record_read_margin_s
-        self.teleop_settings = teleop_settings or TeleopSettings()
+        # (read from the environment at the first takeover, not by an actor nobody takes over from)
+        self._teleop_settings = teleop_settings
         self._lock = threading.Lock()
         # Chunk seqs must increase across episodes and restarts of this client: start from the clock.
         self._seq = int(time.time() * 1000)
@@ -429,7 +430,9 @@ class Actor:
         server's next tick (its record then says where it stopped). Each tick a person's row ran
         at is recorded, a copy as the row repeated. Returns (the policy's chunk if the person sent
         no row, the observation after the take, whether ``should_stop`` stopped the episode)."""
-        cfg, rate_hz, teleop = self.settings, self.control_rate_hz, self.teleop_settings
+        if self._teleop_settings is None:
+            self._teleop_settings = TeleopSettings()
+        cfg, rate_hz, teleop = self.settings, self.control_rate_hz, self._teleop_settings
         period_s = 1.0 / rate_hz
         info = self.client.info
         # fast pacing (the sim's tests) runs a chunk's rows back to back: copies would run at once
