@@ -7,8 +7,9 @@ thread of this script pushes at random moments, as a hand would:
 
 - recorder (``pde record``'s loop, teleop/recorder.py): the device is pushed past its deadband at
   ``t_event`` while the recorder records a take. Measured per push: event -> the read that first
-  carries it (the recorder reads once per tick), and event -> the server's tick that commanded
-  that row (the tick's start in the server's own tick log, same monotonic clock).
+  carries it (the recorder reads once per tick, then again until that row's tick is due: a
+  SpaceMouse read may replace the row), and event -> the server's first tick after it that ran a
+  row moving the TCP (the tick's start in the server's own tick log, same monotonic clock).
 - takeover (the actor during an RL episode, learner/actor.py, with a small flow policy): the
   device is pushed while a policy chunk has 5 rows or more left to run. Measured per push: event
   -> the tick that commanded the person's first row, and the policy rows the server ran after the
@@ -43,6 +44,7 @@ from teleop.base import TeleopCommand, TeleopSource
 from teleop.recorder import Recorder
 from teleop.settings import TeleopSettings
 from teleop.spacemouse import SpaceMouseSource
+from tests.helpers import NotedChunks
 from tests.teleop.fakes import FakeSpaceMouseHID
 
 TASK = load_tasks(None).get("put_green_container_in_bowl")
@@ -63,6 +65,7 @@ class TimedReads(TeleopSource):
     def __init__(self, inner: TeleopSource) -> None:
         self.inner = inner
         self.name = inner.name
+        self.rereadable = inner.rereadable
         self.reads: list[tuple[float, TeleopCommand]] = []
 
     def _open(self) -> None:
@@ -99,9 +102,12 @@ def first_tick_after(ticks: list[Tick], t_s: float) -> int:
     return next(i for i, k in enumerate(ticks) if k.start_s > t_s)
 
 
-def recorder_pushes(endpoint: str, n_pushes: int, rng: random.Random) -> list[tuple[float, float, int]]:
-    """(event time, time of the read that first carried it, that read's index) per push during
-    one take: the recorder sends read k as its chunk seq k."""
+def recorder_pushes(
+    endpoint: str, n_pushes: int, rng: random.Random
+) -> tuple[list[tuple[float, float]], dict[int, np.ndarray]]:
+    """(event time, time of the first read that carried it) per push during one take, and the
+    rows of the chunks the recorder sent, by seq (a read may replace the row before it ran:
+    TeleopSource.rereadable)."""
     hid = FakeSpaceMouseHID()
     source = TimedReads(SpaceMouseSource(TeleopSettings(), lambda: hid))
     events: list[float] = []
@@ -118,7 +124,8 @@ def recorder_pushes(endpoint: str, n_pushes: int, rng: random.Random) -> list[tu
         hid.push_buttons(END_BUTTON)
         hid.push_buttons(0)
 
-    with RobotClient(endpoint, name="bench-record", timeout_s=5.0) as client:
+    client = NotedChunks(endpoint, name="bench-record", timeout_s=5.0)
+    with client:
         recorder = Recorder(client, TeleopSettings(max_take_s=120.0))
         recorder.reset(TASK, seed=0)
         with source:
@@ -128,9 +135,9 @@ def recorder_pushes(endpoint: str, n_pushes: int, rng: random.Random) -> list[tu
             thread.join()
     out = []
     for t_event in events:
-        k = next(i for i, (t, c) in enumerate(source.reads) if t > t_event and np.any(c.translation_m))
-        out.append((t_event, source.reads[k][0], k))
-    return out
+        t_read = next(t for t, c in source.reads if t > t_event and np.any(c.translation_m))
+        out.append((t_event, t_read))
+    return out, client.sent
 
 
 def takeover_pushes(endpoint: str, n_episodes: int, rng: random.Random) -> list[float]:
@@ -200,19 +207,24 @@ def main() -> None:
     result: dict[str, Any] = sim_result_header(spec, TASK.name)
     with ServerProcess(spec) as server:
         t_rec0 = time.monotonic()
-        pushes = recorder_pushes(server.cmd_endpoint, args.pushes, rng)
+        pushes, rec_sent = recorder_pushes(server.cmd_endpoint, args.pushes, rng)
         t_rec1 = time.monotonic()
         takeover_events = takeover_pushes(server.cmd_endpoint, args.episodes, rng)
     ticks = [Tick(start, seq, row) for start, _, seq, row in server.result["tick_log"]]
     starts = np.array([k.start_s for k in ticks])
     measured_period_s = float(np.median(np.diff(starts)))
 
-    # Recorder: the row read k is chunk seq k of the take; its first tick (row 0) commanded it.
+    # Recorder: the first tick after the push that ran a row of the take's moving the TCP.
     rec_ticks = [k for k in ticks if t_rec0 <= k.start_s <= t_rec1]
-    sampled_s = [t_read - t_event for t_event, t_read, _ in pushes]
+    sampled_s = [t_read - t_event for t_event, t_read in pushes]
     commanded_s = [
-        next(t for t in rec_ticks if t.chunk_seq == k and t.row == 0).start_s - t_event
-        for t_event, _, k in pushes
+        next(
+            t
+            for t in rec_ticks
+            if t.start_s > t_event and t.chunk_seq in rec_sent and np.any(rec_sent[t.chunk_seq][t.row, :3])
+        ).start_s
+        - t_event
+        for t_event, _ in pushes
     ]
 
     # Takeover: after each event, the first tick that starts a new chunk at row 0 is the person's

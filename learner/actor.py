@@ -15,10 +15,11 @@ A person may take over mid-episode (HIL-SERL style; ``run_episode(person=...)``)
 source's ``wants_control()`` says so (a SpaceMouse past its deadband), or ``takeover_requested()``
 does (the page's button, passed in by the loop), the policy's chunk is preempted at the next tick by
 the person's first row; the person's rows then run one per tick through the server's safety path
-(one-row chunks, as ``teleop/recorder.py`` sends them) until the source ends the take, and the
-policy's next chunk starts from the state the person left. Each person row is a ChunkRecord with
-``commanded_by="person"`` and no trace (PPO leaves it out); each takeover is an ``Intervention`` in
-the episode file. Offered while the policy has chunks left to send (not during the last one).
+(each with hold copies that the next row replaces: ``teleop.held``, as the recorder sends them)
+until the source ends the take, and the policy's next chunk starts from the state the person left.
+Each tick a person's row ran at (a copy, when the next row came late, as the row repeated) is a
+ChunkRecord with ``commanded_by="person"`` and no trace (PPO leaves it out); each takeover is an
+``Intervention`` in the episode file. Offered while any policy chunk runs, the last one included.
 
 The finished episode is an EpisodeFile (rollout and canonical prompt in its header); the terminal
 reward comes later from the label (``learner.rewards.reward_from_label``).
@@ -56,6 +57,8 @@ from pde_contract.messages import (
 )
 from pde_contract.seam import inference_lead_ticks, rows_run
 from pde_contract.settings import DataLayout, data_dir_field
+from teleop.held import HeldRows, TickStream, read_when_due
+from teleop.settings import TeleopSettings
 
 if TYPE_CHECKING:
     from teleop.base import TeleopSource
@@ -212,11 +215,18 @@ def policy_trace(sample: ChunkSample, i: int) -> PolicyTrace:
 
 class Actor:
     def __init__(
-        self, policy: Policy, client: RobotClientLike, settings: ActorSettings | None = None
+        self,
+        policy: Policy,
+        client: RobotClientLike,
+        settings: ActorSettings | None = None,
+        teleop_settings: TeleopSettings | None = None,
     ) -> None:
         self.client = client
         self.settings = settings or ActorSettings()
         self._policy = policy.for_acting(self.settings)
+        # a takeover's rows are sent as the recorder's: record_hold_ticks, record_read_margin_s
+        # (read from the environment at the first takeover, not by an actor nobody takes over from)
+        self._teleop_settings = teleop_settings
         self._lock = threading.Lock()
         # Chunk seqs must increase across episodes and restarts of this client: start from the clock.
         self._seq = int(time.time() * 1000)
@@ -415,66 +425,97 @@ class Actor:
         should_stop: Callable[[], bool],
         recorded: _Episode,
     ) -> tuple[_Running | None, Observation, bool]:
-        """A person's take: their rows, one per tick, until the source ends it. The first row
-        preempts ``running`` at the server's next tick (its record then says where it stopped).
-        Returns (the policy's chunk if the person sent no row, the observation after the take,
-        whether ``should_stop`` stopped the episode meanwhile)."""
-        cfg, rate_hz = self.settings, self.control_rate_hz
+        """A person's take: their rows, one per tick with hold copies (``teleop.held``, as the
+        recorder sends them), until the source ends it. The first row preempts ``running`` at the
+        server's next tick (its record then says where it stopped). Each tick a person's row ran
+        at is recorded, a copy as the row repeated. Returns (the policy's chunk if the person sent
+        no row, the observation after the take, whether ``should_stop`` stopped the episode)."""
+        if self._teleop_settings is None:
+            self._teleop_settings = TeleopSettings()
+        cfg, rate_hz, teleop = self.settings, self.control_rate_hz, self._teleop_settings
         period_s = 1.0 / rate_hz
+        info = self.client.info
+        # fast pacing (the sim's tests) runs a chunk's rows back to back: copies would run at once
+        hold = teleop.record_hold_ticks if info is not None and info.pacing == "realtime" else 0
+        rows = HeldRows(self.client, episode_id, rate_hz, hold)
         obs = self._newest_observation(obs)
+        seen = TickStream(obs)
         person.start_take(float(obs.state.gripper_width_m))
-        first = len(recorded.chunks)
-        start_tick, last_seq, stopped = -1, -1, False
+        sent: list[tuple[Observation, float]] = []  # per row: the newest observation, its send time
+        stopped = False
         for _ in range(max(1, math.ceil(cfg.takeover_max_s * rate_hz))):
             cmd = person.read(period_s)
             if cmd.end:
                 break
-            row = cmd.ee_delta_row().astype(np.float32)[None]  # float32 on the wire and on disk
             self._seq += 1
-            chunk = ActionChunk(
-                seq=self._seq,
-                episode_id=episode_id,
-                action_space=ActionSpace.EE_DELTA,
-                actions=row,
-                control_rate_hz=rate_hz,
-                sent_time_s=time.time(),
-            )
-            accepted = self.client.submit_chunk(chunk)
+            chunk, accepted = rows.send(cmd.ee_delta_row(), self._seq)
             if running is not None:  # the policy's chunk ran until the person's first row
                 running.preempted_at(accepted.start_tick)
                 running = None
-            if start_tick < 0:
-                start_tick = accepted.start_tick
+            sent.append((obs, chunk.sent_time_s))
+            # Until the row has run (its copies may still be to run): the next one replaces them.
+            if self._wait_chunk_done(chunk.seq, should_stop, rows_left=hold) is _Waited.STOPPED:
+                stopped = True
+                break
+            obs = self._newest_observation(obs)
+            seen.see(obs)
+            if hold and teleop.record_read_margin_s is not None:
+                read_when_due(
+                    time.monotonic(),
+                    period_s,
+                    teleop.record_read_margin_s,
+                    lambda: seen.see(self._newest_observation(seen.newest)),
+                )
+                obs = seen.newest
+        if not rows.sent:
+            return running, obs, stopped
+        end_seq = self._seq
+        if hold:
+            # The take ends: a still row (no motion, the gripper as the last row left it) replaces
+            # the last row's copies not run yet, and its reply says how many ran; then the arm holds.
+            self._seq += 1
+            still = np.zeros(rows.sent[-1][1].shape, dtype=np.float32)
+            still[6] = rows.sent[-1][1][6]
+            end_seq = rows.send(still, self._seq)[0].seq
+            self.client.stop()
+            runs = rows.runs_before_still()
+        else:
+            if stopped:
+                self.client.stop()
+            runs = [1] * len(rows.sent)  # each one-row chunk was waited for until it ran
+        first = len(recorded.chunks)
+        for r in rows.ticks(runs):
+            own, sent_time_s = sent[r.sent_index]
+            # a copy starts from the state of its own tick where one was seen
+            at_tick, _stale = seen.observation_at(r.tick)
             recorded.chunks.append(
                 ChunkRecord(
-                    observation=obs,  # the newest when the row was sent: the state it starts from
-                    actions=row,
-                    sent_time_s=chunk.sent_time_s,
+                    observation=at_tick if r.copy and at_tick.tick > own.tick else own,
+                    actions=r.row[None],
+                    sent_time_s=sent_time_s,
                     rows_run=(0, 1),
                     commanded_by="person",
                 )
             )
-            last_seq = chunk.seq
-            # One row at a time, each after the last ran (as the recorder does): none preempts another.
-            if self._wait_chunk_done(chunk.seq, should_stop) is _Waited.STOPPED:
-                self.client.stop()
-                stopped = True
-                break
-            obs = self._newest_observation(obs)
-        if last_seq < 0:
-            return running, obs, stopped
         n_rows = len(recorded.chunks) - first
-        recorded.interventions.append(
-            Intervention(
-                first_chunk=first,
-                n_rows=n_rows,
-                trigger=watch.trigger,
-                start_tick=start_tick,
+        if n_rows:
+            recorded.interventions.append(
+                Intervention(
+                    first_chunk=first,
+                    n_rows=n_rows,
+                    trigger=watch.trigger,
+                    start_tick=rows.sent[0][0],
+                )
             )
+        log.info(
+            "%s: a person took over (%s) for %d rows (%d repeated: a row came late)",
+            episode_id,
+            watch.trigger,
+            n_rows,
+            sum(max(0, n - 1) for n in runs),
         )
-        log.info("%s: a person took over (%s) for %d rows", episode_id, watch.trigger, n_rows)
         if not stopped:
-            obs = self._fresh_observation(obs.seq, after_chunk_seq=last_seq)
+            obs = self._fresh_observation(obs.seq, after_chunk_seq=end_seq)
         return None, obs, stopped
 
     def run_episode(

@@ -61,6 +61,12 @@ class TeleopSource(abc.ABC):
     # True: the operator moves the arm by hand (guiding mode); the recorder sends no rows and
     # samples the measured pose. False: the source's rows drive the arm.
     guided: bool = False
+    # True: ``read`` gives the device's state now and consumes nothing but button presses, which it
+    # keeps in its own state (the gripper's toggle) or returns as ``end``: a second read within a
+    # tick may replace the first one's row before it runs (the recorder does, when the device moved
+    # after its read: ``teleop.held.HeldRows.replace_until``). False: each read is one tick's (a
+    # script's next row, a key press's step).
+    rereadable: bool = False
     _connected: bool = False
 
     def _open(self) -> None:  # noqa: B027  (a source without a device has nothing to open)

@@ -2,7 +2,8 @@
 
 Commanded sources (SpaceMouse, keyboard, scripted): per tick the recorder reads the source and
 sends its ee_delta row through ``RobotClient.submit_chunk`` (the server's safety path, as every
-policy chunk), followed by ``TeleopSettings.record_hold_ticks`` copies of itself; then it polls
+policy chunk), followed by ``TeleopSettings.record_hold_ticks`` copies of itself (``teleop.held``,
+shared with a takeover during RL); then it polls
 ``GetStatus`` until the server's tick counter (``Status.tick``) shows the row ran, and reads the
 next ``record_read_margin_s`` before the next tick is due (the device's state of that tick). The
 next row, sent within the tick, replaces the copies before they run; only when it comes late (a
@@ -41,10 +42,11 @@ import numpy as np
 
 from pde_contract.client import RobotClient, RobotServerError
 from pde_contract.episodes import ChunkRecord, EpisodeFile
-from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode, Observation, RobotState, Status
+from pde_contract.messages import ActionSpace, ErrorCode, Observation, RobotState, Status
 from pde_contract.rotations import rotvec_between
 from pde_contract.tasks import TaskSpec
 from teleop.base import TeleopError, TeleopSource
+from teleop.held import HeldRows, TickStream, read_when_due, replace_until
 from teleop.settings import TeleopSettings
 
 # A sample on the robot clock counts for the grid point it is nearest when within this fraction of
@@ -106,69 +108,6 @@ class _Rows:
     watchdog_dropped: int | None = None
     repeated: int | None = None
     state_late: int | None = None
-
-
-class _TickStream:
-    """What the server showed of each control tick during a commanded take, by tick number
-    (Observation.tick, Status.tick: ticks run when the state was read): the first observation with
-    camera frames of each tick (the state a row run at that tick starts from) and the measured
-    state, from observations and status polls alike."""
-
-    def __init__(self, first: Observation) -> None:
-        self.first = self.newest = first
-        self.frames: dict[int, Observation] = {}
-        self.states: dict[int, RobotState] = {}
-        self.see(first)
-
-    def see(self, obs: Observation | None) -> None:
-        if obs is None or not obs.cameras:
-            return
-        self.newest = obs
-        if obs.tick >= 0:
-            self.frames.setdefault(obs.tick, obs)
-            self.states.setdefault(obs.tick, obs.state)
-
-    def status(self, st: Status) -> int:
-        """Keeps the status's state; returns its tick."""
-        if st.state is not None and st.tick >= 0:
-            self.states.setdefault(st.tick, st.state)
-        return st.tick
-
-    def observation_at(self, tick: int) -> tuple[Observation, bool]:
-        """The observation a row run at ``tick`` starts from, and whether it is stale: one of that
-        tick, else the newest from before (the camera stream published none the recorder saw)."""
-        obs = self.frames.get(tick)
-        if obs is not None:
-            return obs, False
-        earlier = [t for t in self.frames if t < tick]
-        return (self.frames[max(earlier)] if earlier else self.first), True
-
-    def state_after(self, tick: int) -> tuple[RobotState, bool]:
-        """The state measured right after ``tick`` ran, and whether it is late: the one of tick + 1,
-        else the first measured after it (the recorder stalled through that tick)."""
-        state = self.states.get(tick + 1)
-        if state is not None:
-            return state, False
-        return self.states[min(t for t in self.states if t > tick + 1)], True
-
-
-def _rows_per_send(previous_runs: list[int], chunk_rows: int, ran_total: int) -> list[int]:
-    """Rows of each sent chunk that ran (its row, then copies): as the server said when the next
-    chunk replaced it (``ChunkAccepted.previous_rows_run`` of each chunk after the first), and for
-    the last the rest of the take's ``ran_total`` (the server's step counter)."""
-    if any(n < 0 for n in previous_runs):
-        raise TeleopError(
-            "the robot server does not say how many rows a replaced chunk ran "
-            "(ChunkAccepted.previous_rows_run): update it to record commanded takes"
-        )
-    last = ran_total - sum(previous_runs)
-    if not 0 <= last <= chunk_rows:
-        raise TeleopError(
-            f"the robot server ran {ran_total} rows during the take, but its replies account for "
-            f"{sum(previous_runs)} + 0..{chunk_rows}: another client moved the arm during the take; "
-            "record it again"
-        )
-    return [*previous_runs, last]
 
 
 class Recorder:
@@ -247,69 +186,70 @@ class Recorder:
             )
         episode_id = f"take-{uuid.uuid4().hex}"
         first = self._wait_observation(lambda _obs: True, "no observation")
-        ticks = _TickStream(first)
+        ticks = TickStream(first)
         source.start_take(float(first.state.gripper_width_m))
-        sent: list[tuple[int, np.ndarray]] = []  # per row read: the tick it runs at, the row
-        previous_runs: list[int] = []  # rows each chunk but the last ran, as the next one's reply said
-        clipped = 0
-        for seq in range(max_rows):
+        rows = HeldRows(client, episode_id, self.control_rate_hz, hold)
+        margin_s = self.settings.record_read_margin_s if hold else None
+        # a device whose reads consume nothing is read again until the row's tick: a push just
+        # after the read replaces the row (teleop.held.replace_until)
+        replacing = margin_s is not None and source.rereadable
+        seqs = itertools.count()
+        for n_read in range(1, max_rows + 1):
             cmd = source.read(self.period_s)
             if cmd.end:
                 break
-            row = cmd.ee_delta_row().astype(np.float32)  # float32 on the wire and on disk
-            chunk = ActionChunk(
-                seq=seq,
-                episode_id=episode_id,
-                action_space=ActionSpace.EE_DELTA,
-                actions=np.repeat(row[None], 1 + hold, axis=0),
-                control_rate_hz=self.control_rate_hz,
-                sent_time_s=time.time(),
-            )
-            accepted = client.submit_chunk(chunk)
-            clipped += accepted.steps_clipped
-            if sent:
-                previous_runs.append(accepted.previous_rows_run)
-            sent.append((accepted.start_tick, row))
+            seq = next(seqs)
+            rows.send(cmd.ee_delta_row(), seq)
+            if replacing:
+                assert margin_s is not None
+                # the row's tick is due about margin_s after the read; half of it is left for the
+                # row to get there (a replacement sent later runs a tick later, as the next read's
+                # row would)
+                if replace_until(
+                    rows,
+                    source,
+                    self.period_s,
+                    time.monotonic() + margin_s / 2,
+                    lambda: next(seqs),
+                    lambda: ticks.see(self._poll_observation()),
+                ):
+                    break
 
-            # The row runs at start_tick; the next is read only after that tick, so it replaces
+            # The row runs at its start tick; the next is read only after that tick, so it replaces
             # copies only (or nothing: the watchdog dropped the chunk in a stall).
-            def ran(st: Status, tick: int = accepted.start_tick) -> bool:
-                return ticks.status(st) > tick
+            def ran(st: Status) -> bool:
+                ticks.status(st)  # keeps its state: the joint_abs twin of the row before
+                return rows.ran(st)
 
             self._poll_until(ran, ticks.see, f"row {seq} was accepted but did not run")
             if on_row is not None:
-                on_row(len(sent))
-            if hold and self.settings.record_read_margin_s is not None:
-                # The next row runs at the next tick: read the device as late as leaves it time to
-                # get there (a read that comes too late costs a copy of this row, not a tick).
-                read_at = time.monotonic() + self.period_s - self.settings.record_read_margin_s
-                while time.monotonic() < read_at:
-                    ticks.see(self._poll_observation())
-                    time.sleep(_STATUS_POLL_S)
-        if not sent:
+                on_row(n_read)
+            if margin_s is not None:
+                read_when_due(
+                    time.monotonic(), self.period_s, margin_s, lambda: ticks.see(self._poll_observation())
+                )
+        if not rows.sent:
             raise TeleopError("the take ended before its first row: nothing recorded")
         client.stop()  # the last row's copies, if any are left, do not run
         # past every copy that could have run: the last row's joints are measured after it
-        past_tick = sent[-1][0] + 1 + hold
+        past_tick = rows.sent[-1][0] + 1 + hold
         after = self._poll_until(lambda st: ticks.status(st) > past_tick, ticks.see, "the take did not stop")
         ran_total = after.counters.steps_executed - before.counters.steps_executed
-        runs = _rows_per_send(previous_runs, 1 + hold, ran_total)
-        rec = _Rows([], [], [], 0, None, clipped=clipped, repeated=0)
-        for (start_tick, row), n in zip(sent, runs, strict=True):
-            for k in range(n):
-                tick = start_tick + k
-                obs, stale = ticks.observation_at(tick)
-                state, late = ticks.state_after(tick)
-                rec.stale += stale
-                rec.state_late = (rec.state_late or 0) + late
-                rec.repeated = (rec.repeated or 0) + (k > 0)
-                rec.observations.append(obs)
-                rec.ee_delta.append(row.astype(np.float64))
-                rec.joint_abs.append(np.append(state.joint_positions_rad, row[6]))
+        runs = rows.runs_of_total(ran_total)
+        rec = _Rows([], [], [], 0, None, clipped=rows.clipped, repeated=0)
+        for r in rows.ticks(runs):
+            obs, stale = ticks.observation_at(r.tick)
+            state, late = ticks.state_after(r.tick)
+            rec.stale += stale
+            rec.state_late = (rec.state_late or 0) + late
+            rec.repeated = (rec.repeated or 0) + (r.copy > 0)
+            rec.observations.append(obs)
+            rec.ee_delta.append(r.row.astype(np.float64))
+            rec.joint_abs.append(np.append(state.joint_positions_rad, r.row[6]))
         if not rec.ee_delta:
             raise TeleopError("no row of the take ran (the robot server's watchdog dropped them)")
-        first_tick = next(t for (t, _), n in zip(sent, runs, strict=True) if n > 0)
-        rec.ticks_spanned = max(t + n for (t, _), n in zip(sent, runs, strict=True)) - first_tick
+        first_tick = next(t for (t, _), n in zip(rows.sent, runs, strict=True) if n > 0)
+        rec.ticks_spanned = max(t + n for (t, _), n in zip(rows.sent, runs, strict=True)) - first_tick
         rec.executed = ran_total
         rec.preempted = after.counters.chunks_preempted - before.counters.chunks_preempted
         rec.watchdog_dropped = after.counters.watchdog_trips - before.counters.watchdog_trips

@@ -83,6 +83,7 @@ class SpaceMouseSource(TeleopSource):
     ``max_rotation_rad_s``); one button toggles the gripper, another ends the take."""
 
     name = "spacemouse"
+    rereadable = True  # read() is the axes' state now; button presses toggle or end
 
     def __init__(
         self,

@@ -11,6 +11,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pde_contract.client import RobotClient
+from pde_contract.messages import ActionChunk, ChunkAccepted
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,3 +130,17 @@ def torchrun(
         tail = f"{out[-3000:]}\n{err[-6000:]}"
         raise AssertionError(f"torchrun did not finish in {timeout_s} s:\n{tail}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+class NotedChunks(RobotClient):
+    """The real robot client, the rows of each chunk it sent noted by seq (the server's tick log
+    names the chunk and row each tick ran)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: dict[int, np.ndarray] = {}
+
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
+        accepted = super().submit_chunk(chunk)
+        self.sent[chunk.seq] = chunk.actions.copy()
+        return accepted

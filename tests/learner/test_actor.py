@@ -22,6 +22,7 @@ from pde_contract.messages import (
     Status,
 )
 from teleop.scripted import ScriptedSource
+from teleop.settings import TeleopSettings
 
 
 def fake_info(pacing: Literal["realtime", "fast"] = "realtime", control_rate_hz: float = 10.0) -> ServerInfo:
@@ -109,10 +110,16 @@ def test_an_actor_whose_client_has_not_connected_says_so() -> None:
 
 
 def _run(
-    client, max_chunks=4, should_stop=lambda: False, chunk_timing="overlapped", person=None, requested=None
+    client,
+    max_chunks=4,
+    should_stop=lambda: False,
+    chunk_timing="overlapped",
+    person=None,
+    requested=None,
+    teleop=None,
 ):
     policy = make_test_policy("flow")
-    actor = Actor(policy, client, ActorSettings(poll_period_s=0.0, chunk_timing=chunk_timing))
+    actor = Actor(policy, client, ActorSettings(poll_period_s=0.0, chunk_timing=chunk_timing), teleop)
     ep = actor.run_episode(
         episode_id="ep1",
         task="put_green_container_in_bowl",
@@ -291,8 +298,14 @@ def test_chunks_overlap_only_on_a_realtime_server_and_not_in_sync(pacing, timing
 
 
 def _run_with_person(client, person, requested, chunk_timing="sync"):
+    # The fake runs each chunk whole at once and says nothing of replaced ones: the person's rows
+    # go without copies here (their copies, and which ran, against the sim server:
+    # test_actor_takeover_sim.py).
+    no_copies = TeleopSettings(record_hold_ticks=0)
     with person:
-        return _run(client, 3, chunk_timing=chunk_timing, person=person, requested=requested)[2]
+        return _run(
+            client, 3, chunk_timing=chunk_timing, person=person, requested=requested, teleop=no_copies
+        )[2]
 
 
 @pytest.mark.parametrize("timing", ["overlapped", "sync"])

@@ -1,11 +1,14 @@
 """A person takes over twice during an RL episode on the sim robot server (realtime pacing, in this
 process so that its tick log can be read), with a scripted teleop source as the person: the episode
-records the person's rows, the server's ticks show the policy's chunk stopped where the person's
-first row ran, and the PPO batch holds none of the person's rows. Counted in ticks, never timed.
+records the person's rows, one per tick they ran at (a row held over a stall as a repeat), the
+server's ticks show the policy's chunk stopped where the person's first row ran, and the PPO batch
+holds none of the person's rows. Counted in ticks, never timed.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,12 @@ from learner.actor import Actor, ActorSettings
 from learner.policies.vla import make_test_policy
 from learner.rewards import reward_from_label
 from learner.trainer import Trainer, build_rollout_batch
-from pde_contract.client import RobotClient
 from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by
 from robot_server.executor import ChunkExecutor, TickRecord
 from robot_server.server import RobotServer
 from teleop.scripted import ScriptedSource
+from teleop.settings import TeleopSettings
+from tests.helpers import NotedChunks
 from tests.learner.test_actor_overlap_sim import sim_server  # noqa: F401  (a fixture)
 
 CHUNK_LEN = 10
@@ -47,11 +51,12 @@ class ScriptedTrigger:
         return False
 
 
-def ticks_by_chunk(log: list[TickRecord]) -> list[tuple[int, list[int]]]:
-    """(chunk seq, the log indices of its ticks), chunks in the order they first ran."""
+def ticks_by_chunk(log: list[TickRecord], seqs: set[int] | None = None) -> list[tuple[int, list[int]]]:
+    """(chunk seq, the log indices of its ticks), chunks in the order they first ran; only those
+    in ``seqs`` when given."""
     out: list[tuple[int, list[int]]] = []
     for i, r in enumerate(log):
-        if r.chunk_seq < 0:
+        if r.chunk_seq < 0 or (seqs is not None and r.chunk_seq not in seqs):
             continue
         if not out or out[-1][0] != r.chunk_seq:
             out.append((r.chunk_seq, []))
@@ -67,14 +72,16 @@ def run_with_person(
     settings: ActorSettings,
     episode_id: str,
     max_chunks: int,
-) -> EpisodeFile:
+    teleop: TeleopSettings | None = None,
+) -> tuple[EpisodeFile, dict[int, np.ndarray]]:
     """One episode of ``policy`` on the server with ``person`` able to take over, its tick log
-    cleared first (so that it holds this episode's ticks)."""
-    with RobotClient(cmd_endpoint=endpoint, name="learner", timeout_s=5.0) as client, person:
+    cleared first (so that it holds this episode's ticks); and the chunks sent, by seq."""
+    client = NotedChunks(cmd_endpoint=endpoint, name="learner", timeout_s=5.0)
+    with client, person:
         client.connect()  # the server's control rate and pacing, for the actor
-        actor = Actor(policy, client, settings)
+        actor = Actor(policy, client, settings, teleop)
         server.executor.tick_log.clear()
-        return actor.run_episode(
+        episode = actor.run_episode(
             episode_id=episode_id,
             task=TASK,
             canonical_prompt="put the green container in the bowl",
@@ -83,6 +90,30 @@ def run_with_person(
             seed=3,
             person=person,
         )
+        return episode, client.sent
+
+
+def person_ticks(episode: EpisodeFile, log: list[TickRecord], sent: dict[int, np.ndarray]) -> list[list[int]]:
+    """Per intervention, the log indices of the ticks its person's rows ran at, checked: they
+    follow each other with no tick between (none without a row), and the episode records, in
+    order, exactly the rows the server ran at them (a copy run for a late row as a repeat). A
+    person's chunk is a row and its copies (CHUNK_LEN rows: the policy's); the still row that
+    ends a take moves nothing."""
+    person = {seq for seq, rows in sent.items() if len(rows) != CHUNK_LEN and np.any(rows[0, :6])}
+    runs: list[list[int]] = []
+    for i, r in enumerate(log):
+        if r.chunk_seq in person:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+    assert len(runs) == len(episode.interventions), "a tick without a person's row split a take"
+    for iv, ticks in zip(episode.interventions, runs, strict=True):
+        recorded = episode.chunks[iv.first_chunk : iv.first_chunk + iv.n_rows]
+        assert all(c.commanded_by == "person" and c.trace is None and c.rows_run == (0, 1) for c in recorded)
+        ran = [sent[log[i].chunk_seq][log[i].row] for i in ticks]
+        np.testing.assert_array_equal(np.concatenate([c.actions for c in recorded]), np.array(ran))
+    return runs
 
 
 def test_two_takeovers_record_person_rows_that_ppo_leaves_out(
@@ -95,41 +126,43 @@ def test_two_takeovers_record_person_rows_that_ppo_leaves_out(
     row = np.array([0.0, 0.0, 0.005, 0.0, 0.0, 0.0, 0.08])  # 5 mm up per tick, gripper open
     person = ScriptedSource([row] * PERSON_ROWS, wants_control=trigger)
     settings = ActorSettings(obs_timeout_s=10.0, intervention_demos=True, data_dir=tmp_path)
-    episode = run_with_person(server, endpoint, policy, person, settings, "ep-takeover", max_chunks=8)
+    episode, sent = run_with_person(server, endpoint, policy, person, settings, "ep-takeover", max_chunks=8)
     log = list(server.executor.tick_log)
 
-    # the episode file: two interventions of the person's rows, marked as theirs
+    # the episode file: two interventions of the person's rows, marked as theirs, one per tick
+    # they ran at (on a loaded machine a row may run again for a tick while the next comes late)
     assert len(episode.interventions) == 2 == len(trigger.fired_at)
+    taken = person_ticks(episode, log, sent)
+    n_person = sum(iv.n_rows for iv in episode.interventions)
     person_chunks = [i for i, c in enumerate(episode.chunks) if c.commanded_by == "person"]
-    assert len(person_chunks) == 2 * PERSON_ROWS
+    assert len(person_chunks) == n_person >= 2 * PERSON_ROWS
     for iv in episode.interventions:
-        assert iv.trigger == "device" and iv.n_rows == PERSON_ROWS
+        assert iv.trigger == "device" and iv.n_rows >= PERSON_ROWS
         assert person_chunks.count(iv.first_chunk) == 1 and iv.first_chunk > 0
         for c in episode.chunks[iv.first_chunk : iv.first_chunk + iv.n_rows]:
-            assert c.commanded_by == "person" and c.trace is None
             np.testing.assert_allclose(c.actions, row[None], atol=1e-6)
     assert sum(c.commanded_by == "policy" for c in episode.chunks) == 8
 
-    # the server's ticks: the chunks that ran are the records that say they ran rows (a policy
-    # chunk taken over before its first tick ran none), each for the rows its record says
-    ran = ticks_by_chunk(log)
-    ran_records = [i for i, c in enumerate(episode.chunks) if c.rows_run and c.rows_run[1] > c.rows_run[0]]
+    # the server's ticks: the policy's chunks that ran are the records that say they ran rows (a
+    # policy chunk taken over before its first tick ran none), each for the rows its record says
+    ran = ticks_by_chunk(log, {seq for seq, rows in sent.items() if len(rows) == CHUNK_LEN})
+    ran_records = [
+        i
+        for i, c in enumerate(episode.chunks)
+        if c.commanded_by == "policy" and c.rows_run and c.rows_run[1] > c.rows_run[0]
+    ]
     ticks_of = dict(zip(ran_records, (ticks for _seq, ticks in ran), strict=True))
     for i, ticks in ticks_of.items():
         first_row, end_row = episode.chunks[i].rows_run or (0, 0)
         assert end_row - first_row == len(ticks), f"chunk {i}"
     policy_rows_after_fire = []
-    for iv, fired in zip(episode.interventions, trigger.fired_at, strict=True):
-        person_rows = range(iv.first_chunk, iv.first_chunk + iv.n_rows)
-        assert all(len(ticks_of[i]) == 1 for i in person_rows)  # each person row ran once
-        person_ticks = [ticks_of[i][0] for i in person_rows]
-        assert person_ticks == sorted(set(person_ticks))  # in order, one per tick
-        first_person_tick = person_ticks[0]
+    for iv, fired, ticks in zip(episode.interventions, trigger.fired_at, taken, strict=True):
+        first_person_tick = ticks[0]
         # the policy's chunk was preempted mid-way: a policy row ran at the tick before the
         # person's first row (the arm never held between them), none after it
         before = max(i for i in ticks_of if i < iv.first_chunk)
-        assert episode.chunks[before].commanded_by == "policy"
         assert ticks_of[before][-1] == first_person_tick - 1
+        assert all(t < first_person_tick or t > ticks[-1] for tt in ticks_of.values() for t in tt)
         taken_over = episode.chunks[iv.first_chunk - 1]
         assert taken_over.commanded_by == "policy" and taken_over.rows_run is not None
         assert taken_over.rows_run[1] < CHUNK_LEN
@@ -142,17 +175,53 @@ def test_two_takeovers_record_person_rows_that_ppo_leaves_out(
 
     # PPO: the batch holds the policy's chunks only, with the rows they ran before each takeover
     rb = build_rollout_batch(policy, [(episode, reward_from_label(False))])
-    assert len(rb) == 8 and rb.person_rows_left_out == rows_commanded_by(episode, "person") == 6
+    assert len(rb) == 8 and rb.person_rows_left_out == rows_commanded_by(episode, "person") == n_person
     assert int(rb.rows_ran.sum()) == rows_commanded_by(episode, "policy")
     stats = Trainer(policy).update([(episode, reward_from_label(False))])
-    assert stats["person_rows_left_out"] == 6 and np.isfinite(stats["pg_loss"])
+    assert stats["person_rows_left_out"] == n_person and np.isfinite(stats["pg_loss"])
 
     # the option beyond the paper: each takeover also became a demonstration of the task
     demos = sorted((tmp_path / "demos" / TASK).glob("*.episode"))
     assert [p.name for p in demos] == [f"ep-takeover-intervention-{k}.episode" for k in (0, 1)]
-    for path in demos:
+    for path, iv in zip(demos, episode.interventions, strict=True):
         demo = read_episode(path)
-        assert demo.success is True and len(demo.chunks) == PERSON_ROWS and not demo.interventions
+        assert demo.success is True and len(demo.chunks) == iv.n_rows and not demo.interventions
+
+
+def test_a_stalled_takeover_repeats_the_late_row_and_no_tick_goes_without_one(
+    sim_server: tuple[str, RobotServer],  # noqa: F811
+) -> None:
+    """The person's side stalls 150 ms (1.5 ticks) before its fourth row: the arm keeps the third
+    row for the ticks it missed (its copies), every tick of the take has a person's row, and the
+    episode records each tick with the row the server ran at it, the repeats included."""
+    endpoint, server = sim_server
+    policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
+    trigger = ScriptedTrigger(server.executor, after_ticks=[6])
+    rows = [np.array([0.0, 0.0, 0.002 * (k + 1), 0.0, 0.0, 0.0, 0.08]) for k in range(6)]  # each its own
+    stall_before = 3
+
+    def script() -> Iterator[np.ndarray]:
+        for k, row in enumerate(rows):
+            if k == stall_before:
+                time.sleep(0.15)
+            yield row
+
+    person = ScriptedSource(script(), wants_control=trigger)
+    settings = ActorSettings(obs_timeout_s=10.0)
+    # 3 copies: the stall plus a loaded machine's lateness stay within them
+    teleop = TeleopSettings(record_hold_ticks=3)
+    episode, sent = run_with_person(server, endpoint, policy, person, settings, "ep-stall", 4, teleop)
+    [iv] = episode.interventions
+    [ticks] = person_ticks(episode, list(server.executor.tick_log), sent)
+    recorded = np.concatenate(
+        [c.actions for c in episode.chunks[iv.first_chunk : iv.first_chunk + iv.n_rows]]
+    )
+    # the person's rows in order, each once, the copies right after the row they repeat
+    deduped = [r for k, r in enumerate(recorded) if k == 0 or not np.array_equal(r, recorded[k - 1])]
+    np.testing.assert_allclose(deduped, rows, atol=1e-7)
+    assert len(ticks) == iv.n_rows > len(rows)  # the stall cost a repeat, not a tick
+    late = next(k for k, r in enumerate(recorded) if np.allclose(r, rows[stall_before], atol=1e-7))
+    assert late > stall_before and np.array_equal(recorded[late - 1], recorded[stall_before - 1])
 
 
 def test_a_person_takes_over_the_episodes_last_chunk(
@@ -174,10 +243,15 @@ def test_a_person_takes_over_the_episodes_last_chunk(
     row = np.array([0.0, 0.0, 0.005, 0.0, 0.0, 0.0, 0.08])
     person = ScriptedSource([row] * PERSON_ROWS, wants_control=two_policy_rows_in)
     settings = ActorSettings(obs_timeout_s=10.0)
-    episode = run_with_person(server, endpoint, policy, person, settings, "ep-last-chunk", max_chunks=1)
+    episode, sent = run_with_person(server, endpoint, policy, person, settings, "ep-last-chunk", max_chunks=1)
+    log = list(server.executor.tick_log)
     [iv] = episode.interventions
-    assert (iv.first_chunk, iv.n_rows) == (1, PERSON_ROWS) and len(episode.chunks) == 1 + PERSON_ROWS
-    ran = ticks_by_chunk(list(server.executor.tick_log))
-    policy_ticks, first_person_tick = ran[0][1], ran[1][1][0]
+    assert iv.first_chunk == 1 and iv.n_rows >= PERSON_ROWS and len(episode.chunks) == 1 + iv.n_rows
+    [ticks] = person_ticks(episode, log, sent)
+    [(_seq, policy_ticks)] = ticks_by_chunk(
+        log, {seq for seq, rows in sent.items() if len(rows) == CHUNK_LEN}
+    )
+    first_person_tick = ticks[0]
     assert 2 <= len(policy_ticks) < CHUNK_LEN and first_person_tick - fired_at[0] <= 1
+    assert policy_ticks[-1] == first_person_tick - 1
     assert episode.chunks[0].rows_run == (0, len(policy_ticks))

@@ -16,6 +16,7 @@ from pde_contract.client import RobotClient
 from pde_contract.episodes import read_episode
 from pde_contract.messages import ActionSpace
 from pde_contract.tasks import load_tasks
+from teleop.base import TeleopCommand, TeleopSource
 from teleop.main import main as record_main
 from teleop.main import run_session
 from teleop.recorder import Recorder
@@ -115,6 +116,48 @@ def test_a_row_that_comes_late_repeats_the_last_one_and_no_tick_goes_without_a_r
     expected = [r for k, r in enumerate(rows) if k == 0 or not np.array_equal(r, rows[k - 1])]
     np.testing.assert_allclose(deduped, expected, atol=1e-7)
     assert np.array_equal(sent[stall_before], sent[stall_before - 1])  # the tick it missed
+
+
+class ChangesAfterItsFirstRead(TeleopSource):
+    """A fake device read as a SpaceMouse is (``rereadable``: each read is its state now): still
+    at the first read, pushed up from the second on (a push just after the recorder's read), the
+    take ended after ``reads`` reads."""
+
+    name = "changing"
+    rereadable = True
+
+    def __init__(self, reads: int) -> None:
+        self.reads, self.n = reads, 0
+
+    def start_take(self, gripper_width_m: float) -> None:
+        self.n = 0
+
+    def read(self, period_s: float) -> TeleopCommand:
+        self.n += 1
+        up = np.array([0.0, 0.0, 0.0 if self.n == 1 else 0.004])
+        return TeleopCommand(gripper_width_m=0.08, translation_m=up, end=self.n > self.reads)
+
+
+def test_a_device_that_moves_after_the_read_replaces_the_row_and_what_ran_is_recorded(tmp_path: Path) -> None:
+    """Realtime pacing: the recorder reads a rereadable source again until the row's tick, and
+    sends the changed row in place of the still one. Whether it got there before that tick or
+    one later (the machine's load decides), every tick has a row, the take records the rows that
+    ran, and the replaced row ran at most once, first."""
+    with (
+        running_sim_server(tmp_path, pacing="realtime", PDE_ROBOT_HEARTBEAT_TIMEOUT_S="2.0") as (endpoint, _),
+        RobotClient(endpoint, name="pde-record", timeout_s=5.0) as client,
+    ):
+        recorder = Recorder(client)
+        recorder.reset(TASK, seed=0)
+        with ChangesAfterItsFirstRead(reads=300) as source:
+            take = recorder.record(source, TASK, seed=0)
+    st = take.stats
+    assert st.rows_executed is not None and st.rows_executed >= 2
+    assert st.rows_dropped == 0 and st.rows_recorded == st.rows_executed
+    assert st.chunks_preempted is not None and st.chunks_preempted >= 1
+    up = [round(float(c.actions[0, 2]), 6) for c in take.episodes[ActionSpace.EE_DELTA].chunks]
+    assert set(up) <= {0.0, 0.004} and up.count(0.0) <= 1 and up[-1] == 0.004
+    assert up.count(0.0) == 0 or up[0] == 0.0
 
 
 @pytest.mark.slow

@@ -1,0 +1,195 @@
+"""A person's rows at the control rate, each held for a few ticks: what the recorder and a takeover
+during RL (``learner.actor``) share.
+
+Each row goes to the robot server as a chunk of itself followed by ``hold`` copies
+(``TeleopSettings.record_hold_ticks``). The next row, sent within the tick, preempts the copies
+before they run; when it comes late (a stalled machine) a copy runs, so the arm keeps the
+person's last command for that tick rather than standing still, and the tick still has a row. The
+server says how many rows each chunk ran (``ChunkAccepted.previous_rows_run`` of the chunk after
+it), so every tick is recorded with the row that ran at it (``ticks``), a copy as a repeat.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from pde_contract.messages import ActionChunk, ActionSpace, ChunkAccepted, Observation, RobotState, Status
+from teleop.base import TeleopError, TeleopSource
+
+
+class SubmitsChunks(Protocol):
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted: ...
+
+
+@dataclass(frozen=True)
+class RanRow:
+    """One tick of a person's rows: the row that ran at ``tick`` (``copy`` > 0: the ``copy``-th
+    repeat of the row sent at ``sent_index``, the next row having come late)."""
+
+    sent_index: int
+    tick: int
+    row: np.ndarray
+    copy: int
+
+
+@dataclass
+class HeldRows:
+    """Person rows sent one per tick, each with ``hold`` copies, and which ran at which tick."""
+
+    client: SubmitsChunks
+    episode_id: str
+    control_rate_hz: float
+    hold: int
+    sent: list[tuple[int, np.ndarray]] = field(default_factory=list)  # per row: its start tick, the row
+    # rows each chunk but the last ran, as the next one's reply said
+    previous_runs: list[int] = field(default_factory=list)
+    clipped: int = 0  # rows the server's safety layer clipped among those sent
+
+    def send(self, row: np.ndarray, seq: int) -> tuple[ActionChunk, ChunkAccepted]:
+        """Send ``row`` (float32 on the wire and on disk) and its copies; it runs at the server's
+        next tick, preempting whatever runs (the previous row's copies, a policy's chunk)."""
+        row = np.asarray(row, dtype=np.float32)
+        chunk = ActionChunk(
+            seq=seq,
+            episode_id=self.episode_id,
+            action_space=ActionSpace.EE_DELTA,
+            actions=np.repeat(row[None], 1 + self.hold, axis=0),
+            control_rate_hz=self.control_rate_hz,
+            sent_time_s=time.time(),
+        )
+        accepted = self.client.submit_chunk(chunk)
+        self.clipped += accepted.steps_clipped
+        if self.sent:  # the first one's reply speaks of a chunk before the person's (or none)
+            self.previous_runs.append(accepted.previous_rows_run)
+        self.sent.append((accepted.start_tick, row))
+        return chunk, accepted
+
+    def ran(self, st: Status) -> bool:
+        """Whether ``st`` shows the last row sent has run (its tick is past)."""
+        return bool(self.sent) and st.tick > self.sent[-1][0]
+
+    def runs(self, last_ran: int) -> list[int]:
+        """Rows each sent chunk ran (its row, then copies), the last having run ``last_ran``."""
+        self._require_counts()
+        if not 0 <= last_ran <= 1 + self.hold:
+            raise TeleopError(
+                f"the robot server ran {last_ran} rows of a person's last chunk of {1 + self.hold} "
+                "rows: another client moved the arm meanwhile; record it again"
+            )
+        return [*self.previous_runs, last_ran]
+
+    def runs_before_still(self) -> list[int]:
+        """``runs`` when the last row sent was a still row ending the take (zero motion, sent to
+        replace the copies not run yet): its reply said how many rows the chunk before it ran. The
+        still row is forgotten (it holds the arm as a stop would; nobody commanded it)."""
+        self._require_counts()
+        self.sent.pop()
+        return self.runs(self.previous_runs.pop())
+
+    def _require_counts(self) -> None:
+        if any(n < 0 for n in self.previous_runs):
+            raise TeleopError(
+                "the robot server does not say how many rows a replaced chunk ran "
+                "(ChunkAccepted.previous_rows_run): update it to send a person's rows"
+            )
+
+    def runs_of_total(self, ran_total: int) -> list[int]:
+        """``runs``, the last chunk's from ``ran_total``: all the rows the server ran (its step
+        counter) while the rows were sent, none but the person's."""
+        return self.runs(ran_total - sum(self.previous_runs))
+
+    def ticks(self, runs: list[int]) -> Iterator[RanRow]:
+        """Every tick a row ran at, in order, given ``runs`` (from ``runs`` or ``runs_of_total``)."""
+        for i, ((start_tick, row), n) in enumerate(zip(self.sent, runs, strict=True)):
+            for k in range(n):
+                yield RanRow(i, start_tick + k, row, k)
+
+
+def replace_until(
+    rows: HeldRows,
+    source: TeleopSource,
+    period_s: float,
+    until_s: float,
+    next_seq: Callable[[], int],
+    poll: Callable[[], None],
+) -> bool:
+    """Until ``until_s`` (monotonic: a little before the last row's tick is due), read a
+    ``rereadable`` source again and again; when its row differs from the last one sent, send the
+    new row in its place: it runs at that tick, so a push just after the read waits for the next
+    tick, not for the next read and the tick after it. A replaced row runs at no tick (its reply's
+    count says 0) and is recorded nowhere. ``poll`` is called meanwhile. Returns True when a read
+    ended the take (its row is not sent)."""
+    while time.monotonic() < until_s:
+        cmd = source.read(period_s)
+        if cmd.end:
+            return True
+        row = cmd.ee_delta_row().astype(np.float32)
+        if not np.array_equal(row, rows.sent[-1][1]):
+            rows.send(row, next_seq())
+        poll()
+        time.sleep(_POLL_S)
+    return False
+
+
+def read_when_due(ran_at_s: float, period_s: float, margin_s: float, poll: Callable[[], None]) -> None:
+    """After a row ran (seen at ``ran_at_s``, monotonic), wait until ``margin_s`` before the next
+    tick is due, calling ``poll`` meanwhile: the device is read then, as late as leaves the next
+    row time to reach the server (a read that comes too late costs a copy, not a tick)."""
+    read_at = ran_at_s + period_s - margin_s
+    while time.monotonic() < read_at:
+        poll()
+        time.sleep(_POLL_S)
+
+
+# Between polls of the device and the observations: small beside the 100 ms period, and no faster
+# (every 2 ms the rereads starved the server on 2 cores: docs/teleop.md).
+_POLL_S = 0.005
+
+
+class TickStream:
+    """What the server showed of each control tick while a person's rows ran, by tick number
+    (Observation.tick, Status.tick: ticks run when the state was read): the first observation with
+    camera frames of each tick (the state a row run at that tick starts from) and the measured
+    state, from observations and status polls alike."""
+
+    def __init__(self, first: Observation) -> None:
+        self.first = self.newest = first
+        self.frames: dict[int, Observation] = {}
+        self.states: dict[int, RobotState] = {}
+        self.see(first)
+
+    def see(self, obs: Observation | None) -> None:
+        if obs is None or not obs.cameras:
+            return
+        self.newest = obs
+        if obs.tick >= 0:
+            self.frames.setdefault(obs.tick, obs)
+            self.states.setdefault(obs.tick, obs.state)
+
+    def status(self, st: Status) -> int:
+        """Keeps the status's state; returns its tick."""
+        if st.state is not None and st.tick >= 0:
+            self.states.setdefault(st.tick, st.state)
+        return st.tick
+
+    def observation_at(self, tick: int) -> tuple[Observation, bool]:
+        """The observation a row run at ``tick`` starts from, and whether it is stale: one of that
+        tick, else the newest from before (the camera stream published none that was seen)."""
+        obs = self.frames.get(tick)
+        if obs is not None:
+            return obs, False
+        earlier = [t for t in self.frames if t < tick]
+        return (self.frames[max(earlier)] if earlier else self.first), True
+
+    def state_after(self, tick: int) -> tuple[RobotState, bool]:
+        """The state measured right after ``tick`` ran, and whether it is late: the one of tick + 1,
+        else the first measured after it (nothing was seen of that tick)."""
+        state = self.states.get(tick + 1)
+        if state is not None:
+            return state, False
+        return self.states[min(t for t in self.states if t > tick + 1)], True
