@@ -26,7 +26,7 @@ class SimProfile:
     # Substeps the arm's and the gripper's setpoints are held for: each block is one mj_step
     # call (1: a new setpoint every substep). The ramp and the gripper move in as many steps.
     # With 4 ms steps, 3-step blocks (12 ms) dropped the tape off the top rack in 25 of 30 expert
-    # episodes (bench/results/sim_profiles.json's note); 2-step blocks did not.
+    # episodes (docs/sim.md, "Speed profiles"); 2-step blocks did not.
     setpoint_hold_steps: int
 
     def __post_init__(self) -> None:
