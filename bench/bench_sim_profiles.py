@@ -30,7 +30,6 @@ from robot_server.sim.tasks import TASK_NAMES
 from robot_server.sim.world import SimWorld, SimWorldConfig
 
 TASK = "put_green_container_in_front_of_camera"  # bench/pde_arm.py's default task
-WORKSPACE_M = ((0.2, -0.4, 0.0), (0.8, 0.4, 0.6))
 
 
 def expert_runs(task: str, profile: str, spread: float, seeds: range) -> dict[str, Any]:
@@ -38,7 +37,7 @@ def expert_runs(task: str, profile: str, spread: float, seeds: range) -> dict[st
         SimWorldConfig(image_width=32, image_height=32, layout_spread=spread, profile=load_profile(profile))
     )
     try:
-        robot = SimRobot(world, workspace_m=WORKSPACE_M)
+        robot = SimRobot(world)  # as `pde sim record` builds it (no workspace box of its own)
         robot.connect()
         t0 = time.process_time()
         outcomes, chunks = [], []

@@ -52,7 +52,7 @@ def test_unknown_profiles_are_refused_with_the_known_names() -> None:
 def test_the_expert_solves_the_benchmark_task_under_the_fast_profile() -> None:
     world = SimWorld(SimWorldConfig(image_width=32, image_height=32, layout_spread=0.2, profile=FAST))
     try:
-        robot = SimRobot(world, workspace_m=((0.2, -0.4, 0.0), (0.8, 0.4, 0.6)))
+        robot = SimRobot(world)  # as `pde sim record` builds it
         robot.connect()
         for seed in (0, 1):
             assert run_expert_episode(robot, BENCH_TASK, seed).success, seed
