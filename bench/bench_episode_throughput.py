@@ -18,6 +18,13 @@ the evaluation episodes' outcomes on both sides (fixed scenes and sampling seeds
 change leaves episodes bit-identical and no inference was late for the server's idle tick), a
 hash of a fixed in-process sim trajectory per side, and the top entries of a cProfile of that
 trajectory (the server's control tick: where its time goes).
+
+    python bench/bench_episode_throughput.py --profiles default,fast
+        -> bench/results/episode_throughput_profiles.json
+
+compares two sim speed profiles (robot_server/sim/profile.py) instead: both sides run this tree,
+the first ("reference") with PDE_ROBOT_SIM_PROFILE set to the first name, the second ("new") to
+the second. Their episodes differ by design, so equal outcomes are not expected there.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = "82d8d08"
 DEFAULT_CKPT = ROOT / "data/paper_regime/sft-p0.075-seed0/policy-000000.pt"
 TASK = "put_green_container_in_front_of_camera"
+PROFILE_ENV = "PDE_ROBOT_SIM_PROFILE"  # the robot server's sim_profile setting, read by both sides
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -62,7 +70,17 @@ def sim_trace(profile_top: int) -> dict[str, Any]:
     from robot_server.robots.sim import SimRobot
     from robot_server.sim.world import SimWorld, SimWorldConfig
 
-    world = SimWorld(SimWorldConfig(image_width=32, image_height=32, layout_spread=0.2))
+    # The side's sim profile, where it has one (a reference commit may predate profiles)
+    profile = os.environ.get(PROFILE_ENV, "")
+    if profile:
+        from robot_server.sim.profile import load_profile
+
+        config = SimWorldConfig(
+            image_width=32, image_height=32, layout_spread=0.2, profile=load_profile(profile)
+        )
+    else:
+        config = SimWorldConfig(image_width=32, image_height=32, layout_spread=0.2)
+    world = SimWorld(config)
     robot = SimRobot(world, workspace_m=((0.2, -0.4, 0.0), (0.8, 0.4, 0.6)))
     robot.connect()
     h, ticks, cpu_s = hashlib.sha256(), 0, 0.0
@@ -149,7 +167,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_side(tree: Path, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+def run_side(tree: Path, args: argparse.Namespace, work_dir: Path, sim_profile: str = "") -> dict[str, Any]:
     argv = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -174,6 +192,8 @@ def run_side(tree: Path, args: argparse.Namespace, work_dir: Path) -> dict[str, 
         str(args.profile_top),
     ]
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
+    if sim_profile:  # the worker's robot server (a child) and its sim trace read it
+        env[PROFILE_ENV] = sim_profile
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"the side at {tree} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
@@ -197,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image-px", type=int, default=128, help="the sim's render size (bench_pde's default)")
     ap.add_argument("--layout-spread", type=float, default=0.2)
     ap.add_argument("--profile-top", type=int, default=12)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/episode_throughput.json")
+    ap.add_argument(
+        "--profiles",
+        default="",
+        help="A,B: compare sim profiles A (reference) and B (new) on this tree instead of two commits",
+    )
+    ap.add_argument("--out", type=Path, help="default: bench/results/episode_throughput[_profiles].json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--work-dir", type=Path, help=argparse.SUPPRESS)
@@ -208,6 +233,23 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(json.dumps(worker(args)))
         return 0
+    profiles = args.profiles.split(",") if args.profiles else []
+    if profiles:
+        from robot_server.sim.profile import load_profile
+
+        if len(profiles) != 2:
+            raise SystemExit(f"--profiles {args.profiles!r}: name two profiles, e.g. default,fast")
+        for name in profiles:
+            try:
+                load_profile(name)
+            except ValueError as e:
+                raise SystemExit(f"--profiles: {e}") from None
+    if args.out is None:
+        args.out = ROOT / (
+            "bench/results/episode_throughput_profiles.json"
+            if profiles
+            else "bench/results/episode_throughput.json"
+        )
     if not args.sft_checkpoint.is_file():
         raise SystemExit(
             f"--sft-checkpoint {args.sft_checkpoint}: no such file (scripts/premise.sh makes one)"
@@ -216,25 +258,32 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = "python bench/bench_episode_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)
     head = git("rev-parse", "HEAD")
-    reference = git("rev-parse", args.reference)
+    reference = head if profiles else git("rev-parse", args.reference)
+    side_profiles = dict(zip(("reference", "new"), profiles, strict=True)) if profiles else {}
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="pde-throughput-") as tmp:
         ref_tree = Path(tmp) / "reference"
-        git("worktree", "add", "--detach", str(ref_tree), reference)
+        if profiles:
+            ref_tree = ROOT
+        else:
+            git("worktree", "add", "--detach", str(ref_tree), reference)
         try:
             for r in range(args.rounds):
                 sides = {"reference": ref_tree, "new": ROOT}
                 order = list(sides) if r % 2 == 0 else list(sides)[::-1]
                 done = {}
                 for name in order:
-                    done[name] = run_side(sides[name], args, Path(tmp) / f"{name}-{r}")
+                    done[name] = run_side(
+                        sides[name], args, Path(tmp) / f"{name}-{r}", side_profiles.get(name, "")
+                    )
                     print(
                         f"round {r} {name}: {done[name]['episodes_per_core_s']:.3f} episodes/core-s",
                         flush=True,
                     )
                 rounds.append({"order": order, **done})
         finally:
-            git("worktree", "remove", "--force", str(ref_tree))
+            if not profiles:
+                git("worktree", "remove", "--force", str(ref_tree))
 
     def total(side: str) -> dict[str, float]:
         eps = sum(r[side]["episodes"] for r in rounds)
@@ -269,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             "layout_spread": args.layout_spread,
             "sft_checkpoint": str(args.sft_checkpoint),
             "rounds": args.rounds,
+            "sim_profiles": side_profiles or "the server's default on both sides",
             "cost": "CPU seconds of the worker process + its robot server, not wall time",
         },
         "reference": ref,

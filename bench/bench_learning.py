@@ -83,7 +83,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(log_dir: Path, image_px: int, spread: float) -> tuple[ProcessGroup, str]:
+def start_server(
+    log_dir: Path, image_px: int, spread: float, sim_profile: str = ""
+) -> tuple[ProcessGroup, str]:
+    """``sim_profile``: the server's --sim-profile (robot_server/sim/profile.py); "" leaves it to
+    the server's settings (PDE_ROBOT_SIM_PROFILE, else the default)."""
     cmd_port, obs_port = free_port(), free_port()
     group = ProcessGroup(log_dir)
     argv = [
@@ -104,6 +108,8 @@ def start_server(log_dir: Path, image_px: int, spread: float) -> tuple[ProcessGr
         "--obs-port",
         str(obs_port),
     ]
+    if sim_profile:
+        argv += ["--sim-profile", sim_profile]
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
     group.start("robot", argv, env=env)
     endpoint = f"tcp://127.0.0.1:{cmd_port}"

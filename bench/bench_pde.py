@@ -354,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--wordings", default="", help="'|'-separated wordings: the oracle arm's pool")
     ap.add_argument("--image-px", type=int, default=128)
+    ap.add_argument(
+        "--sim-profile",
+        choices=["default", "fast"],
+        default="default",
+        help="the sim server's speed profile (docs/sim.md): fast changes episodes (own premise)",
+    )
     ap.add_argument("--layout-spread", type=float, default=0.2)
     ap.add_argument("--work-dir", type=Path, default=ROOT / "data" / "bench_pde", help="logs, start cache")
     ap.add_argument("--parts-dir", type=Path, default=ROOT / PARTS_DIR)
@@ -405,19 +411,28 @@ def run_parts(args: argparse.Namespace) -> None:
     frozen = frozen_inputs(args.sft_checkpoint)
     embedder = MiniLMEmbedder(torch_threads=1)  # as `pde supervisor` screens candidates
     args.parts_dir.mkdir(parents=True, exist_ok=True)
-    group, endpoint = start_server(args.work_dir / "logs", args.image_px, args.layout_spread)
+    group, endpoint = start_server(
+        args.work_dir / "logs", args.image_px, args.layout_spread, args.sim_profile
+    )
+    # A start evaluation under one sim profile is no answer for another (the default's names unchanged)
+    profile_tag = "" if args.sim_profile == "default" else f"-sim{args.sim_profile}"
     try:
         for arm, seed in todo:
             cache = args.work_dir / (
                 f"start-{file_sha256(args.sft_checkpoint)[:16]}-seed{seed}-e{bench.eval_episodes}"
-                f"-c{bench.max_chunks}-std{bench.init_log_std}-px{args.image_px}-spread{args.layout_spread}.json"
+                f"-c{bench.max_chunks}-std{bench.init_log_std}-px{args.image_px}-spread{args.layout_spread}"
+                f"{profile_tag}.json"
             )
             part = run_arm(arm, seed, args.sft_seed, args.sft_checkpoint, endpoint, bench, embedder, cache)
             part.update(
                 arm=arm,
                 command=args.command,
                 frozen=frozen,
-                sim={"image_px": args.image_px, "layout_spread": args.layout_spread},
+                sim={
+                    "image_px": args.image_px,
+                    "layout_spread": args.layout_spread,
+                    "profile": args.sim_profile,
+                },
             )
             path = args.parts_dir / part_name(arm, args.sft_seed, seed)
             path.write_text(json.dumps(part, indent=1))

@@ -40,6 +40,7 @@ def _build_sim(settings: RobotServerSettings) -> Backend:
     try:
         from robot_server.cameras.sim import SimCamera
         from robot_server.robots.sim import SimRobot
+        from robot_server.sim.profile import load_profile
         from robot_server.sim.world import SimWorld, SimWorldConfig
     except ImportError as e:
         raise BackendUnavailableError(
@@ -51,6 +52,7 @@ def _build_sim(settings: RobotServerSettings) -> Backend:
             image_width=settings.image_width,
             image_height=settings.image_height,
             layout_spread=settings.sim_layout_spread,
+            profile=load_profile(settings.sim_profile),
         )
     )
     try:

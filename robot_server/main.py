@@ -83,6 +83,11 @@ def _server_parser() -> argparse.ArgumentParser:
         help="sim: how far task resets scatter objects, 0..1 (default 1: the whole layout box)",
     )
     p.add_argument(
+        "--sim-profile",
+        choices=["default", "fast"],
+        help="sim speed profile (default: default; fast changes episodes: benchmarks only, docs/sim.md)",
+    )
+    p.add_argument(
         "--clip-policy", choices=["clip", "reject"], help="targets beyond the limits: clip or reject"
     )
     p.add_argument("--log-level", default="INFO")

@@ -68,6 +68,10 @@ class RobotServerSettings(FileSettings):
     cameras: list[str] = Field(default_factory=lambda: ["external", "wrist"])
     # Scatter of task resets: 1 = the whole layout box, any yaw; less for a narrow start (benchmarks)
     sim_layout_spread: float = Field(default=1.0, ge=0.0, le=1.0)
+    # Sim speed profile (robot_server/sim/profile.py): "default" for the demo, recordings and
+    # tests; "fast" (coarser physics, shorter IK; different episodes) only for benchmarks that
+    # calibrate their premise with it (docs/sim.md, "Speed profiles").
+    sim_profile: Literal["default", "fast"] = "default"
     # Franka backend: the arm's own settings are PDE_FRANKA_*; this overrides PDE_FRANKA_HOST if set
     fci_host: str = ""
     realsense_serials: dict[str, str] = Field(default_factory=dict)  # camera name -> serial number

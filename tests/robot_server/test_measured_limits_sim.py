@@ -19,6 +19,7 @@ from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode, RobotStat
 from robot_server.executor import ChunkExecutor, ExecutorConfig
 from robot_server.robots.sim import SimRobot
 from robot_server.safety import FR3_JOINT_LOWER_RAD, FR3_JOINT_UPPER_RAD, SafetyError, SafetyLimits
+from robot_server.sim.profile import SIM_PROFILES, load_profile
 from robot_server.sim.world import SimWorld, SimWorldConfig
 
 BOX_TOL_M = 0.01
@@ -38,9 +39,10 @@ class Recorder:
         return np.array([s.ee_position_m for s in self.states])
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[SimWorld]:
-    w = SimWorld(SimWorldConfig(scene="table"))
+@pytest.fixture(scope="module", params=sorted(SIM_PROFILES))
+def world(request: pytest.FixtureRequest) -> Iterator[SimWorld]:
+    """Each sim speed profile in turn: the fast one (benchmarks) keeps the measured arm inside too."""
+    w = SimWorld(SimWorldConfig(scene="table", profile=load_profile(request.param)))
     yield w
     w.close()
 

@@ -73,7 +73,15 @@ class SimRobot(Robot):
         # (min, max) corners of the box the setpoint's TCP may not leave (or, once outside, only
         # come back toward); None: no box (tests of the bare arm)
         self._box = None if workspace_m is None else (np.asarray(workspace_m[0]), np.asarray(workspace_m[1]))
-        self.ik = DifferentialIK(world.model, world.tcp_site_id, world.arm_qpos_adr, world.arm_dof_adr)
+        profile = world.config.profile
+        self.ik = DifferentialIK(
+            world.model,
+            world.tcp_site_id,
+            world.arm_qpos_adr,
+            world.arm_dof_adr,
+            max_iterations=profile.ik_max_iterations,
+            tolerance=profile.ik_tolerance,
+        )
         self._arm_ctrl = slice_or_index(world.arm_actuator_ids)  # where the arm's setpoints go in ctrl
         self._connected = False
         self._q_cmd = fr3.HOME_Q_RAD.copy()  # the servos' current setpoint
@@ -215,6 +223,8 @@ class SimRobot(Robot):
         grip_goal = min(max(gripper_width_m / 2, 0.0), fr3.GRIPPER_MAX_WIDTH_M / 2)
         grip_step = w.config.gripper_speed_m_s / 2 * w.timestep_s
         hand = self.guiding_hand if self._servo_params is not None else None
+        # Substeps per setpoint block (the profile's; 1 while a hand pushes: its force is per step)
+        hold = 1 if hand is not None else w.config.profile.setpoint_hold_steps
         # The setpoints of the ramp, all at once: each row is q_start + alpha * q_delta, the same
         # float operations per element as one substep at a time. From the ramp's end on (alpha 1)
         # the last row repeats.
@@ -225,12 +235,14 @@ class SimRobot(Robot):
         last = len(alphas) - 1
         arm_ctrl, grip_id = self._arm_ctrl, w.gripper_actuator_id
         grip = self._gripper_ctrl
-        for i in range(n_steps):
+        grip_block = grip_step * hold  # x * 1 == x: the default's numbers are unchanged
+        i = 0
+        while i < n_steps:
             if hand is not None:
                 hand(w)
-            k = min(i, last)
+            k = min(i + hold - 1, last)  # a block holds the ramp's setpoint at its last substep
             d.ctrl[arm_ctrl] = setpoints[k]
-            grip += clip_scalar(grip_goal - grip, -grip_step, grip_step)
+            grip += clip_scalar(grip_goal - grip, -grip_block, grip_block)
             d.ctrl[grip_id] = self._gripper_ctrl = grip
             if hand is None and alphas[k] == 1.0 and grip == grip_goal:
                 # Ramp done, gripper there: every later substep writes these same setpoints, so
@@ -238,7 +250,12 @@ class SimRobot(Robot):
                 # Not while a hand pushes: its force is set anew before every step.
                 mujoco.mj_step(m, d, n_steps - i)
                 break
-            mujoco.mj_step(m, d)
+            block = min(hold, n_steps - i)
+            if block == 1:
+                mujoco.mj_step(m, d)
+            else:
+                mujoco.mj_step(m, d, block)
+            i += block
         # Positions, sites and contacts consistent with the new qpos (for state and rendering).
         mujoco.mj_fwdPosition(m, d)
         self._q_cmd = q_goal.copy()

@@ -15,6 +15,7 @@ from robot_server.cameras.sim import SimCamera
 from robot_server.robots.base import RobotError, RobotNotConnectedError, RobotTarget
 from robot_server.robots.sim import SimRobot
 from robot_server.sim import fr3
+from robot_server.sim.profile import SIM_PROFILES, load_profile
 from robot_server.sim.world import SimWorld, SimWorldConfig
 
 PERIOD_S = 0.1
@@ -24,9 +25,15 @@ CUBE = (
 )
 
 
+# The sim speed profiles (robot_server/sim/profile.py) the arm's limits, tracking and grasps are
+# checked under: tests marked with BOTH_PROFILES run once per profile, the rest on the default.
+BOTH_PROFILES = pytest.mark.parametrize("world", sorted(SIM_PROFILES), indirect=True)
+
+
 @pytest.fixture(scope="module")
-def world() -> Iterator[SimWorld]:
-    w = SimWorld(SimWorldConfig(scene="table", extra_worldbody_xml=(CUBE,)))
+def world(request: pytest.FixtureRequest) -> Iterator[SimWorld]:
+    profile = load_profile(getattr(request, "param", "default"))
+    w = SimWorld(SimWorldConfig(scene="table", extra_worldbody_xml=(CUBE,), profile=profile))
     yield w
     w.close()
 
@@ -60,6 +67,7 @@ def test_state_shapes_and_home_pose(robot: SimRobot) -> None:
     assert s.robot_time_s > 0
 
 
+@BOTH_PROFILES
 def test_steps_stay_finite_and_within_limits(robot: SimRobot) -> None:
     rng = np.random.default_rng(1)
     pos, quat = robot.home_pose
@@ -73,6 +81,7 @@ def test_steps_stay_finite_and_within_limits(robot: SimRobot) -> None:
         assert np.all(s.joint_positions_rad <= fr3.JOINT_UPPER_RAD + 1e-2)
 
 
+@BOTH_PROFILES
 def test_ik_tracks_a_moving_target(robot: SimRobot) -> None:
     """Tolerance: a circle of radius 0.1 m at ~0.2 m/s with a 0.4 rad yaw sweep; measured at the end
     of each 0.1 s period the TCP is within 3 mm (mean) / 6 mm (max) and 1 degree of the target."""
@@ -108,6 +117,7 @@ def test_joint_targets_are_reached(robot: SimRobot) -> None:
     assert s.gripper_width_m == pytest.approx(0.04, abs=2e-3)
 
 
+@BOTH_PROFILES
 def test_joint_targets_beyond_limits_are_clipped(robot: SimRobot) -> None:
     goal = fr3.JOINT_UPPER_RAD + 1.0
     for _ in range(30):
@@ -116,6 +126,7 @@ def test_joint_targets_beyond_limits_are_clipped(robot: SimRobot) -> None:
     assert np.all(q <= fr3.JOINT_UPPER_RAD + 1e-2)
 
 
+@BOTH_PROFILES
 def test_gripper_lifts_a_cube(robot: SimRobot, world: SimWorld) -> None:
     _, quat = robot.home_pose
     cube_id = world.model.body("cube").id
@@ -166,6 +177,7 @@ def test_many_resets(robot: SimRobot, world: SimWorld) -> None:
         assert np.all(np.isfinite(world.data.qpos))
 
 
+@BOTH_PROFILES
 def test_hold_keeps_the_pose(robot: SimRobot) -> None:
     pos, quat = robot.home_pose
     for k in range(5):
@@ -286,6 +298,7 @@ def test_guiding_makes_the_arm_compliant_and_holds_its_weight(robot: SimRobot) -
     assert np.linalg.norm(robot.read_state().ee_position_m - held) < 0.01
 
 
+@BOTH_PROFILES
 def test_ik_keeps_every_joint_off_its_limits(robot: SimRobot) -> None:
     from robot_server.sim.ik import IK_JOINT_MARGIN_RAD
 
