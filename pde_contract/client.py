@@ -319,7 +319,8 @@ class RobotClient:
                 obs = unpackb(data, Observation)
             except CodecError as e:
                 raise RobotServerError(ErrorCode.MALFORMED, f"unreadable observation: {e}") from e
-            if obs.tick > self._reset_tick:
+            # -1: no reset yet, or a server that does not count ticks (nothing to skip by)
+            if self._reset_tick < 0 or obs.tick > self._reset_tick:
                 return obs
 
     def latest_observation_bytes(self, timeout_s: float = 1.0) -> memoryview:
