@@ -236,6 +236,8 @@ SECONDARY = (
     ("relabel", "noise", "the search's successes relabelled with the canonical prompt - action noise"),
     ("pde_mixed", "relabel", "the mixture - relabelling the search's successes, same search"),
     ("pde_mixed@standin", "pde_mixed", "the proposer: the sim stand-in for the VLM - the paraphraser"),
+    # Added after every run had finished (so, like all of these, no claim rests on it):
+    ("pde_mixed@standin", "noise", "PDE with the sim stand-in for the VLM - action noise"),
 )
 
 
