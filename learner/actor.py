@@ -57,7 +57,7 @@ from pde_contract.messages import (
 )
 from pde_contract.seam import inference_lead_ticks, rows_run
 from pde_contract.settings import DataLayout, data_dir_field
-from teleop.held import HeldRows, TickStream, read_when_due
+from teleop.held import HeldRows, TickStream, hold_copies, read_when_due
 from teleop.settings import TeleopSettings
 
 if TYPE_CHECKING:
@@ -435,8 +435,7 @@ class Actor:
         cfg, rate_hz, teleop = self.settings, self.control_rate_hz, self._teleop_settings
         period_s = 1.0 / rate_hz
         info = self.client.info
-        # fast pacing (the sim's tests) runs a chunk's rows back to back: copies would run at once
-        hold = teleop.record_hold_ticks if info is not None and info.pacing == "realtime" else 0
+        hold = hold_copies(teleop.record_hold_ticks, None if info is None else info.pacing)
         rows = HeldRows(self.client, episode_id, rate_hz, hold)
         obs = self._newest_observation(obs)
         seen = TickStream(obs)

@@ -37,6 +37,12 @@ class RanRow:
     copy: int
 
 
+def hold_copies(hold_ticks: int, pacing: str | None) -> int:
+    """Copies per person row: ``hold_ticks`` on a realtime server; none under fast pacing (the
+    sim's tests), which runs a chunk's rows back to back, so copies would run at once."""
+    return hold_ticks if pacing == "realtime" else 0
+
+
 @dataclass
 class HeldRows:
     """Person rows sent one per tick, each with ``hold`` copies, and which ran at which tick."""

@@ -46,7 +46,7 @@ from pde_contract.messages import ActionSpace, ErrorCode, Observation, RobotStat
 from pde_contract.rotations import rotvec_between
 from pde_contract.tasks import TaskSpec
 from teleop.base import TeleopError, TeleopSource
-from teleop.held import HeldRows, TickStream, read_when_due, replace_until
+from teleop.held import HeldRows, TickStream, hold_copies, read_when_due, replace_until
 from teleop.settings import TeleopSettings
 
 # A sample on the robot clock counts for the grid point it is nearest when within this fraction of
@@ -176,8 +176,7 @@ class Recorder:
     def _commanded(self, source: TeleopSource, max_rows: int, on_row: Callable[[int], None] | None) -> _Rows:
         client = self.client
         info = client.info or client.connect()
-        # fast pacing (the sim's tests) runs a chunk's rows back to back: copies would run at once
-        hold = self.settings.record_hold_ticks if info.pacing == "realtime" else 0
+        hold = hold_copies(self.settings.record_hold_ticks, info.pacing)
         before = client.status()
         if before.tick < 0:
             raise TeleopError(

@@ -251,10 +251,7 @@ class SimRobot(Robot):
                 mujoco.mj_step(m, d, n_steps - i)
                 break
             block = min(hold, n_steps - i)
-            if block == 1:
-                mujoco.mj_step(m, d)
-            else:
-                mujoco.mj_step(m, d, block)
+            mujoco.mj_step(m, d, block)
             i += block
         # Positions, sites and contacts consistent with the new qpos (for state and rendering).
         mujoco.mj_fwdPosition(m, d)
