@@ -32,9 +32,10 @@ system-deps:
 demo: $(STAMP)
 	$(BIN)/pde demo $(ARGS)
 
+# PYTHONFAULTHANDLER: a crash, even at exit after the summary, prints every thread's stack
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,6 +1,8 @@
 """Shared test setup. MuJoCo must know its GL backend before it is first imported."""
 
 import os
+import threading
+import time
 
 import pytest
 
@@ -54,8 +56,30 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
     _note_skip(report)
 
 
+# A thread a test leaves running lives on into interpreter shutdown, where a daemon thread inside
+# native code (libzmq, MuJoCo, franky-sim's simulator) can crash the process after every test passed
+# (seen in CI: "1277 passed", then a segmentation fault). Every test stops what it starts; this
+# names what is still running and fails the run. Allowed: library threads that only sleep in Python.
+_HARMLESS_THREADS = ("tqdm_monitor", "process_request_thread")  # tqdm; http.server's handlers
+_LEFTOVER_GRACE_S = 10.0
+_leftover_threads: list[str] = []
+
+
+def _threads_left_running() -> list[str]:
+    deadline = time.monotonic() + _LEFTOVER_GRACE_S
+    left = []
+    for t in threading.enumerate():
+        if t is threading.main_thread() or any(name in t.name for name in _HARMLESS_THREADS):
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))  # one that is stopping gets the grace
+        if t.is_alive():
+            left.append(f"{t.name} (daemon={t.daemon})")
+    return left
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _unexpected_skips and exitstatus == pytest.ExitCode.OK:
+    _leftover_threads.extend(_threads_left_running())
+    if (_unexpected_skips or _leftover_threads) and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -65,3 +89,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for line in _unexpected_skips:
             terminalreporter.line(line)
         terminalreporter.line("install what the reason names (scripts/system-deps.sh, make install)")
+    if _leftover_threads:
+        terminalreporter.section("threads left running after the last test (fails the run)", red=True)
+        for name in _leftover_threads:
+            terminalreporter.line(name)
+        terminalreporter.line(
+            "a test started it and never stopped it: close the server, link or simulator it made"
+        )

@@ -271,6 +271,7 @@ def test_under_a_restarting_supervisor_the_banner_says_it_restarts_the_service(
     link = RobotLink(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3)
     with TestClient(create_app(settings, TOKEN, store=store, robot_link=link)) as c:
         down = {p["service"]: p for p in c.get("/api/health").json()["problems"]}
+    link.close()  # the app closes only a link it made
     assert sorted(down) == ["loop", "robot_server"]
     for p in down.values():
         assert p["action"].startswith("pde demo restarts it by itself") and "`pde" not in p["action"]

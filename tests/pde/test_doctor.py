@@ -317,7 +317,7 @@ def test_fci_and_libfranka_against_franky_sim() -> None:
     from tests.robot_server.franka.conftest import unused_loopback
 
     system = HostSystem()
-    with FciSim(realtime=True).start() as sim:
+    with FciSim(realtime=True) as sim:
         cfg = DoctorConfig(fci_host=sim.host, timeout_s=10.0)
         assert check_fci_reachable(system, cfg).status == "pass"
         result = check_libfranka(system, cfg)

@@ -60,6 +60,9 @@ class FciSim:
         self.host = ""
 
     def start(self) -> FciSim:
+        if self._server is not None:
+            # A second start would orphan the first simulator's thread, stepping forever.
+            raise RuntimeError(f"FciSim on {self.host} is already running: stop() it first")
         _patch_pinocchio()
         from franky_sim import SimulationServer
         from franky_sim.mujoco_simulator import MujocoSimulator

@@ -560,3 +560,9 @@ def test_collision_thresholds_sit_below_what_each_joint_can_produce() -> None:
     )
     with pytest.raises(ValueError, match="joint 6"):
         FrankaConfig(torque_thresholds_nm=(20.0, 20.0, 20.0, 20.0, 10.0, 20.0, 10.0))
+
+
+def test_a_second_start_is_refused_instead_of_orphaning_the_first_simulator(fci_sim: FciSim) -> None:
+    with pytest.raises(RuntimeError, match="already running: stop"):
+        fci_sim.start()
+    assert fci_sim.running  # the first one still serves
