@@ -229,6 +229,9 @@ def main() -> None:
     # server's tick_overruns counter)
     late_s = [start - scheduled for start, scheduled, _, _ in log]
 
+    def late_between(t0_s: float, t1_s: float) -> list[float]:
+        return [start - scheduled for start, scheduled, _, _ in log if t0_s <= start <= t1_s]
+
     # Recorder: the first tick after the push that ran a row of the take's moving the TCP.
     rec_ticks = [k for k in ticks if t_rec0 <= k.start_s <= t_rec1]
     sampled_s = [t_read - t_event for t_event, t_read in pushes]
@@ -268,12 +271,14 @@ def main() -> None:
                 "event_to_read_ms": percentiles(sampled_s, 1000.0),
                 "event_to_first_row_ms": percentiles(commanded_s, 1000.0),
                 "event_to_first_row_ticks": percentiles(commanded_s, 1.0 / period_s),
+                "tick_start_late_ms": percentiles(late_between(t_rec0, t_rec1), 1000.0),
             },
             "takeover": {
                 "what": "SpaceMouse push past the deadband mid policy chunk -> the tick that commanded "
                 "the person's first row; the policy's rows run after the push",
                 "event_to_first_row_ms": percentiles(first_row_s, 1000.0),
                 "event_to_first_row_ticks": percentiles(first_row_s, 1.0 / period_s),
+                "tick_start_late_ms": percentiles(late_between(t_rec1, float("inf")), 1000.0),
                 "policy_rows_after_event": {
                     "n": len(policy_rows_after),
                     "max": max(policy_rows_after, default=0),
