@@ -43,7 +43,7 @@ from _server import ServerProcess, ServerSpec, sim_result_header
 from pde_contract.client import RobotClient
 from pde_contract.tasks import load_tasks
 from teleop.base import TeleopCommand, TeleopSource
-from teleop.recorder import Recorder
+from teleop.recorder import Recorder, TakeStats
 from teleop.settings import TeleopSettings
 from teleop.spacemouse import SpaceMouseSource
 from tests.helpers import NotedChunks
@@ -106,10 +106,10 @@ def first_tick_after(ticks: list[Tick], t_s: float) -> int:
 
 def recorder_pushes(
     endpoint: str, n_pushes: int, rng: random.Random
-) -> tuple[list[tuple[float, float]], dict[int, np.ndarray]]:
-    """(event time, time of the first read that carried it) per push during one take, and the
-    rows of the chunks the recorder sent, by seq (a read may replace the row before it ran:
-    TeleopSource.rereadable)."""
+) -> tuple[list[tuple[float, float]], dict[int, np.ndarray], TakeStats]:
+    """(event time, time of the first read that carried it) per push during one take, the rows
+    of the chunks the recorder sent, by seq (a changed row is sent at once, in place of the one
+    not run yet: TeleopSource.rereadable), and the take's counts (a row per tick, none dropped)."""
     hid = FakeSpaceMouseHID()
     source = TimedReads(SpaceMouseSource(TeleopSettings(), lambda: hid))
     events: list[float] = []
@@ -133,13 +133,13 @@ def recorder_pushes(
         with source:
             thread = threading.Thread(target=hand, daemon=True)
             thread.start()
-            recorder.record(source, TASK, seed=0)
+            take = recorder.record(source, TASK, seed=0)
             thread.join()
     out = []
     for t_event in events:
         t_read = next(t for t, c in source.reads if t > t_event and np.any(c.translation_m))
         out.append((t_event, t_read))
-    return out, client.sent
+    return out, client.sent, take.stats
 
 
 def takeover_pushes(endpoint: str, n_episodes: int, rng: random.Random) -> list[float]:
@@ -218,7 +218,7 @@ def main() -> None:
     result: dict[str, Any] = sim_result_header(spec, TASK.name)
     with ServerProcess(spec) as server:
         t_rec0 = time.monotonic()
-        pushes, rec_sent = recorder_pushes(server.cmd_endpoint, args.pushes, rng)
+        pushes, rec_sent, take = recorder_pushes(server.cmd_endpoint, args.pushes, rng)
         t_rec1 = time.monotonic()
         takeover_events = takeover_pushes(server.cmd_endpoint, args.episodes, rng)
     log = server.result["tick_log"]
@@ -272,6 +272,18 @@ def main() -> None:
                 "event_to_first_row_ms": percentiles(commanded_s, 1000.0),
                 "event_to_first_row_ticks": percentiles(commanded_s, 1.0 / period_s),
                 "tick_start_late_ms": percentiles(late_between(t_rec0, t_rec1), 1000.0),
+                "take": {
+                    f: getattr(take, f)
+                    for f in (
+                        "rows_expected",
+                        "rows_recorded",
+                        "rows_dropped",
+                        "rows_repeated",
+                        "rows_executed",
+                        "chunks_preempted",
+                        "rows_watchdog_dropped",
+                    )
+                },
             },
             "takeover": {
                 "what": "SpaceMouse push past the deadband mid policy chunk -> the tick that commanded "
