@@ -62,10 +62,10 @@ class TeleopSource(abc.ABC):
     # samples the measured pose. False: the source's rows drive the arm.
     guided: bool = False
     # True: ``read`` gives the device's state now and consumes nothing but button presses, which it
-    # keeps in its own state (the gripper's toggle) or returns as ``end``: a second read within a
-    # tick may replace the first one's row before it runs (the recorder does, when the device moved
-    # after its read: ``teleop.held.HeldRows.replace_until``). False: each read is one tick's (a
-    # script's next row, a key press's step).
+    # keeps in its own state (the gripper's toggle) or returns as ``end``: it may be read again at
+    # any time, and a changed row sent at once (the recorder follows it the whole tick:
+    # ``teleop.held.Following``). False: each read is one tick's (a script's next row, a key
+    # press's step).
     rereadable: bool = False
     _connected: bool = False
 

@@ -116,44 +116,48 @@ class HeldRows:
                 yield RanRow(i, start_tick + k, row, k)
 
 
-def replace_until(
-    rows: HeldRows,
-    source: TeleopSource,
-    period_s: float,
-    until_s: float,
-    next_seq: Callable[[], int],
-    poll: Callable[[], None],
-) -> bool:
-    """Until ``until_s`` (monotonic: a little before the last row's tick is due), read a
-    ``rereadable`` source again and again; when its row differs from the last one sent, send the
-    new row in its place: it runs at that tick, so a push just after the read waits for the next
-    tick, not for the next read and the tick after it. A replaced row runs at no tick (its reply's
-    count says 0) and is recorded nowhere. ``poll`` is called meanwhile. Returns True when a read
-    ended the take (its row is not sent)."""
-    while time.monotonic() < until_s:
-        cmd = source.read(period_s)
-        if cmd.end:
-            return True
-        row = cmd.ee_delta_row().astype(np.float32)
-        if not np.array_equal(row, rows.sent[-1][1]):
-            rows.send(row, next_seq())
-        poll()
-        time.sleep(_POLL_S)
-    return False
+@dataclass
+class Following:
+    """A ``rereadable`` source followed the whole tick: read again at every poll between the
+    recorder's per-tick reads, and when its row differs from the last one sent, the new row is sent
+    at once, so it runs at the server's next tick (a push anywhere in a tick waits for that tick,
+    not for the next per-tick read and the tick after it). A row replaced before it ran runs at no
+    tick (its reply's count says 0) and is recorded nowhere."""
+
+    rows: HeldRows
+    source: TeleopSource
+    period_s: float
+    next_seq: Callable[[], int]
+    ended: bool = False  # a read ended the take (that read's row is not sent)
+
+    def poll(self) -> bool:
+        """Read the source once, send its row if it changed; True once a read ended the take."""
+        if not self.ended:
+            cmd = self.source.read(self.period_s)
+            if cmd.end:
+                self.ended = True
+            else:
+                row = cmd.ee_delta_row().astype(np.float32)
+                if not np.array_equal(row, self.rows.sent[-1][1]):
+                    self.rows.send(row, self.next_seq())
+        return self.ended
 
 
-def read_when_due(ran_at_s: float, period_s: float, margin_s: float, poll: Callable[[], None]) -> None:
+def read_when_due(ran_at_s: float, period_s: float, margin_s: float, poll: Callable[[], bool | None]) -> None:
     """After a row ran (seen at ``ran_at_s``, monotonic), wait until ``margin_s`` before the next
-    tick is due, calling ``poll`` meanwhile: the device is read then, as late as leaves the next
-    row time to reach the server (a read that comes too late costs a copy, not a tick)."""
+    tick is due, calling ``poll`` meanwhile (it returns True to stop waiting: the take ended): the
+    device is read then, as late as leaves the next row time to reach the server (a read that
+    comes too late costs a copy, not a tick)."""
     read_at = ran_at_s + period_s - margin_s
     while time.monotonic() < read_at:
-        poll()
+        if poll():
+            return
         time.sleep(_POLL_S)
 
 
-# Between polls of the device and the observations: small beside the 100 ms period, and no faster
-# (every 2 ms the rereads starved the server on 2 cores: docs/teleop.md).
+# Between polls of the device and the observations while a read is not due: small beside the 100 ms
+# period, and no faster (polling every 2 ms the whole margin starved the server on 2 cores:
+# docs/teleop.md).
 _POLL_S = 0.005
 
 

@@ -5,7 +5,10 @@ sends its ee_delta row through ``RobotClient.submit_chunk`` (the server's safety
 policy chunk), followed by ``TeleopSettings.record_hold_ticks`` copies of itself (``teleop.held``,
 shared with a takeover during RL); then it polls
 ``GetStatus`` until the server's tick counter (``Status.tick``) shows the row ran, and reads the
-next ``record_read_margin_s`` before the next tick is due (the device's state of that tick). The
+next ``record_read_margin_s`` before the next tick is due (the device's state of that tick). A
+``rereadable`` source (the SpaceMouse) is followed the whole tick in between: when its row changes,
+the new row is sent at once and runs at the server's next tick (``teleop.held.Following``), so a
+push waits for the next tick only, not for the next read. The
 next row, sent within the tick, replaces the copies before they run; only when it comes late (a
 stalled machine) does a copy run, so the arm keeps the person's last command for that tick rather
 than standing still, and the tick is recorded with the row that ran (counted repeated), never
@@ -46,7 +49,7 @@ from pde_contract.messages import ActionSpace, ErrorCode, Observation, RobotStat
 from pde_contract.rotations import rotvec_between
 from pde_contract.tasks import TaskSpec
 from teleop.base import TeleopError, TeleopSource
-from teleop.held import HeldRows, TickStream, hold_copies, read_when_due, replace_until
+from teleop.held import Following, HeldRows, TickStream, hold_copies, read_when_due
 from teleop.settings import TeleopSettings
 
 # A sample on the robot clock counts for the grid point it is nearest when within this fraction of
@@ -189,44 +192,48 @@ class Recorder:
         source.start_take(float(first.state.gripper_width_m))
         rows = HeldRows(client, episode_id, self.control_rate_hz, hold)
         margin_s = self.settings.record_read_margin_s if hold else None
-        # a device whose reads consume nothing is read again until the row's tick: a push just
-        # after the read replaces the row (teleop.held.replace_until)
-        replacing = margin_s is not None and source.rereadable
         seqs = itertools.count()
+        # a device whose reads consume nothing is followed the whole tick: a changed row is sent at
+        # once and runs at the next tick (teleop.held.Following)
+        follow = (
+            Following(rows, source, self.period_s, lambda: next(seqs)) if hold and source.rereadable else None
+        )
+
+        def see(obs: Observation | None) -> None:
+            ticks.see(obs)
+            if follow is not None:
+                follow.poll()
+
+        def ended() -> bool:
+            return follow is not None and follow.ended
+
+        def poll() -> bool:
+            see(self._poll_observation())
+            return ended()
+
         for n_read in range(1, max_rows + 1):
             cmd = source.read(self.period_s)
             if cmd.end:
                 break
             seq = next(seqs)
             rows.send(cmd.ee_delta_row(), seq)
-            if replacing:
-                assert margin_s is not None
-                # the row's tick is due about margin_s after the read; half of it is left for the
-                # row to get there (a replacement sent later runs a tick later, as the next read's
-                # row would)
-                if replace_until(
-                    rows,
-                    source,
-                    self.period_s,
-                    time.monotonic() + margin_s / 2,
-                    lambda: next(seqs),
-                    lambda: ticks.see(self._poll_observation()),
-                ):
-                    break
 
-            # The row runs at its start tick; the next is read only after that tick, so it replaces
-            # copies only (or nothing: the watchdog dropped the chunk in a stall).
+            # The row (or the one that replaced it) runs at its start tick; the next is read only
+            # after that tick, so it replaces copies only (or nothing: the watchdog dropped the
+            # chunk in a stall).
             def ran(st: Status) -> bool:
                 ticks.status(st)  # keeps its state: the joint_abs twin of the row before
-                return rows.ran(st)
+                return rows.ran(st) or ended()
 
-            self._poll_until(ran, ticks.see, f"row {seq} was accepted but did not run")
+            self._poll_until(ran, see, f"row {seq} was accepted but did not run")
+            if ended():
+                break
             if on_row is not None:
                 on_row(n_read)
             if margin_s is not None:
-                read_when_due(
-                    time.monotonic(), self.period_s, margin_s, lambda: ticks.see(self._poll_observation())
-                )
+                read_when_due(time.monotonic(), self.period_s, margin_s, poll)
+                if ended():
+                    break
         if not rows.sent:
             raise TeleopError("the take ended before its first row: nothing recorded")
         client.stop()  # the last row's copies, if any are left, do not run

@@ -79,9 +79,9 @@ class TeleopSettings(BaseSettings):
     """With record_hold_ticks: a commanded take reads the source this long before the next tick
     is due (the time a row needs to reach the server), not right after the previous row ran, so a
     row carries the device's state of that tick rather than of the one before. None: read at once
-    (about a tick more from the device to the arm, fewer repeated rows on a loaded machine). A
-    ``rereadable`` source (the SpaceMouse) is read again for half this margin after the read, and
-    a changed row replaces the one sent (teleop.held.replace_until)."""
+    (about a tick more from the device to the arm for a source read once a tick, fewer repeated
+    rows on a loaded machine). A ``rereadable`` source (the SpaceMouse) is followed the whole tick
+    besides: a changed row is sent at once and runs at the next tick (teleop.held.Following)."""
     observation_timeout_s: float = Field(default=2.0, gt=0)
     """How long the recorder waits for the observation showing its row was executed."""
 

@@ -134,13 +134,17 @@ def torchrun(
 
 class NotedChunks(RobotClient):
     """The real robot client, the rows of each chunk it sent noted by seq (the server's tick log
-    names the chunk and row each tick ran)."""
+    names the chunk and row each tick ran), and in order: when it was sent (``time.monotonic()``
+    before the request), its rows and the server's reply (its start tick, what the one before ran)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sent: dict[int, np.ndarray] = {}
+        self.replies: list[tuple[float, np.ndarray, ChunkAccepted]] = []
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
+        sent_s = time.monotonic()
         accepted = super().submit_chunk(chunk)
         self.sent[chunk.seq] = chunk.actions.copy()
+        self.replies.append((sent_s, chunk.actions.copy(), accepted))
         return accepted

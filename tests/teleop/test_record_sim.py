@@ -4,7 +4,9 @@ rows go through the server one chunk each and are counted, five scripted demonst
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +24,15 @@ from teleop.main import run_session
 from teleop.recorder import Recorder
 from teleop.scripted import ScriptedSource
 from teleop.settings import TeleopSettings
+from teleop.spacemouse import SpaceMouseSource
 from teleop.takes import LOG_NAME, counts_per_task
+from tests.helpers import NotedChunks
 from tests.learner.test_actor_sim import (  # noqa: F401  (the fixtures)
     running_sim_server,
     sim_server,
     sim_server_group,
 )
+from tests.teleop.fakes import FakeSpaceMouseHID
 from tests.teleop.tiny_sft import train_tiny_sft
 
 TASK = load_tasks(None).get("put_bowl_on_top_rack")
@@ -158,6 +163,85 @@ def test_a_device_that_moves_after_the_read_replaces_the_row_and_what_ran_is_rec
     up = [round(float(c.actions[0, 2]), 6) for c in take.episodes[ActionSpace.EE_DELTA].chunks]
     assert set(up) <= {0.0, 0.004} and up.count(0.0) <= 1 and up[-1] == 0.004
     assert up.count(0.0) == 0 or up[0] == 0.0
+
+
+# A tick a second: a push halfway through a tick leaves the recorder half a second to send it
+# before the next tick (the test asserts ticks, and must hold on a loaded machine).
+SLOW_RATE_HZ = 1.0
+SMALL_PUSH = 50  # raw SpaceMouse axis value, just past the deadband (35 of 350): about 5 mm a tick
+
+
+@pytest.mark.parametrize("read_margin_s", [None, 0.04], ids=["read-at-once", "read-margin"])
+def test_a_push_between_two_reads_is_sent_at_once_and_runs_at_the_next_tick(
+    tmp_path: Path, read_margin_s: float | None
+) -> None:
+    """Realtime pacing: a SpaceMouse (a fake HID device) pushed halfway through a tick, then let go
+    halfway through a later one. The recorder follows it the whole tick: each change is sent as
+    soon as it is read and runs at the server's next tick. Read right after each row ran (no read
+    margin), it used to wait for the next per-tick read, after that tick: a tick later. The take
+    keeps one row per tick, and the end button, read between the per-tick reads, ends it."""
+    hid = FakeSpaceMouseHID()
+    started = threading.Event()
+    # per change: the server's tick counter just before and just after it, and pushed or let go
+    changes: list[tuple[int, int, bool]] = []
+
+    def hand(watcher: RobotClient) -> None:
+        def next_tick() -> None:
+            tick = watcher.status().tick
+            while watcher.status().tick == tick:
+                time.sleep(0.005)
+
+        started.wait(30.0)
+        for pushed in (True, False):
+            next_tick()
+            time.sleep(0.5 / SLOW_RATE_HZ)  # halfway to the next tick
+            before = watcher.status().tick
+            hid.push_translation(SMALL_PUSH if pushed else 0, 0, 0)
+            changes.append((before, watcher.status().tick, pushed))
+        next_tick()
+        next_tick()  # the row after the change's is sent too
+        hid.push_buttons(1 << TeleopSettings().spacemouse_end_button)
+
+    with (
+        running_sim_server(
+            tmp_path,
+            pacing="realtime",
+            PDE_ROBOT_HEARTBEAT_TIMEOUT_S="2.0",
+            PDE_ROBOT_CONTROL_RATE_HZ=str(SLOW_RATE_HZ),
+        ) as (endpoint, _),
+        RobotClient(endpoint, name="hand", timeout_s=5.0) as watcher,
+        SpaceMouseSource(TeleopSettings(), lambda: hid) as source,
+    ):
+        client = NotedChunks(endpoint, name="pde-record", timeout_s=5.0)
+        with client:
+            recorder = Recorder(
+                client, TeleopSettings(record_read_margin_s=read_margin_s, observation_timeout_s=10.0)
+            )
+            recorder.reset(TASK, seed=0)
+            thread = threading.Thread(target=hand, args=(watcher,), daemon=True)
+            thread.start()
+            take = recorder.record(source, TASK, seed=0, on_row=lambda _n: started.set())
+            thread.join(10.0)
+    assert len(changes) == 2
+    # the row that ran at each tick, from the server's replies: a chunk's rows run from its start
+    # tick on, as many as the next chunk's reply says (a chunk replaced before its tick ran none)
+    ran: dict[int, np.ndarray] = {}
+    for (_, rows, accepted), (_, _, after_it) in itertools.pairwise(client.replies):
+        for k in range(after_it.previous_rows_run):
+            ran[accepted.start_tick + k] = rows[k]
+    for before, after, pushed in changes:
+        assert before == after, "the hand changed the device across a tick boundary: the test is void"
+        # ``after`` is the next tick to run when the device changed: that tick runs the change
+        assert after - 1 in ran and after in ran, (after, sorted(ran))
+        assert (ran[after - 1][0] > 0) != pushed and (ran[after][0] > 0) == pushed, (
+            pushed,
+            after,
+            {k: float(r[0]) for k, r in sorted(ran.items())},
+        )
+    st = take.stats
+    assert st.rows_dropped == 0 and st.rows_recorded == st.rows_executed and st.rows_watchdog_dropped == 0
+    x = [float(c.actions[0, 0]) for c in take.episodes[ActionSpace.EE_DELTA].chunks]
+    assert x[0] == 0.0 and x[-1] == 0.0 and any(v > 0 for v in x)
 
 
 @pytest.mark.slow
