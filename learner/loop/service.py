@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded.policy.to(actor_device),
         client,
         ActorSettings(reset_before_episode=False),
+        teleop_settings=teleop,  # a takeover's rows are sent as the recorder's (the same PDE_TELEOP_*)
     )
 
     keeper = CheckpointKeeper(checkpoints, store, settings.checkpoint_retention())

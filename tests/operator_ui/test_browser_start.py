@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,9 @@ from playwright.sync_api import Page, expect
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
+from pde_contract.service_state import LOOP_ROW, LoopPhase, LoopState
 from pde_storage import Store
+from pde_storage.service_states import read_state
 from tests.helpers import free_port
 from tests.learner.loop.doubles import FakeActor, FakeRestartingRobot
 from tests.operator_ui.browser import sim_robot_server, ui_process
@@ -43,6 +46,16 @@ def waiting_loop(store: Store, robot: FakeRestartingRobot) -> Iterator[EpisodeLo
     finally:
         loop.stop()
         t.join(5)
+
+
+def _awaiting_start_after_a_refusal(store: Store) -> bool:
+    state, _ = read_state(store, LOOP_ROW, LoopState)
+    return (
+        state is not None
+        and state.phase is LoopPhase.AWAITING_START
+        and state.last_start is not None
+        and state.last_start.refused is not None
+    )
 
 
 def _start_status(page: Page, base: str) -> tuple[int, str]:
@@ -79,7 +92,14 @@ def test_start_disabled_while_paused_and_the_toast_says_what_the_loop_did(page: 
         expect(toast).to_contain_text("NOT STARTED", timeout=10_000)
         expect(toast).to_contain_text("restarted")
         assert store.episodes() == []
+        # The page may still show the phase from before the refusal (it polls): wait for the loop's
+        # own row to be back at awaiting_start after it (its backoff, then a new reset).
+        deadline = time.monotonic() + 15.0
+        while not _awaiting_start_after_a_refusal(store):
+            assert time.monotonic() < deadline, read_state(store, LOOP_ROW, LoopState)[0]
+            time.sleep(0.05)
         expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
+        expect(start).to_be_enabled()
         page.keyboard.press("Enter")
         expect(toast).to_have_text(re.compile(r"^episode #\d+ started$"), timeout=10_000)
         [ep] = store.episodes()
