@@ -154,11 +154,7 @@ def system(tmp_path: Path) -> Iterator[System]:
 
 
 def _authoritative(store: Store, episode_id: int) -> tuple[bool | None, list[tuple[bool, LabelSource, str]]]:
-    labels = [
-        (lab.success, lab.source, lab.reason)
-        for lab in store.labels(episode_id)
-        if lab.source != LabelSource.VLM
-    ]
+    labels = [(lab.success, lab.source, lab.reason) for lab in store.labels(episode_id) if lab.authoritative]
     return store.episode(episode_id).success, labels
 
 
