@@ -17,7 +17,7 @@ from operator_ui.routers import episodes, health, loop, metrics, prompts, robot,
 from operator_ui.settings import UISettings
 from pde_contract.link import ClientCurve
 from pde_contract.settings import DataLayout
-from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
+from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store, StoredValueError
 from teleop.settings import TeleopSettings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -72,6 +72,8 @@ def create_app(
     app.add_exception_handler(NotFoundError, _error(404))
     app.add_exception_handler(ConflictError, _error(409))
     app.add_exception_handler(InvalidArgumentError, _error(422))
+    # A row this version cannot read: the server's fault, but the operator sees which row and why.
+    app.add_exception_handler(StoredValueError, _error(500))
     for r in (state, episodes, loop, prompts, metrics, robot, health, run, teleop):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, Union, get_args
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from pde_contract.records import Stage
 from pde_contract.service_state import LoopPhase, LoopState, SupervisorState
 from pde_storage import EpisodeRow, LabelRow, PromptRow
-from pde_storage.rows import EpisodeStatus, LabelSource, PromptStatus, Stage
 
 
 def _pydantic_type(tp: Any) -> Any:
@@ -96,14 +96,10 @@ else:
         EpisodeRow,
         "EpisodeFields",
         exclude=("file_path", "video_paths"),
-        fields={"stage": (Stage, ...), "status": (EpisodeStatus, ...), "videos": (dict[str, str], ...)},
+        fields={"videos": (dict[str, str], ...)},
     )
-    LabelOut = record_model(
-        LabelRow, "LabelOut", fields={"source": (LabelSource, ...), "authoritative": (bool, ...)}
-    )
-    PromptFields = record_model(
-        PromptRow, "PromptFields", fields={"status": (PromptStatus, ...), "success_rate": (float | None, ...)}
-    )
+    LabelOut = record_model(LabelRow, "LabelOut", fields={"authoritative": (bool, ...)})
+    PromptFields = record_model(PromptRow, "PromptFields", fields={"success_rate": (float | None, ...)})
 
 
 class LabelIn(BaseModel):

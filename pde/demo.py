@@ -45,6 +45,7 @@ from tqdm import tqdm
 from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from pde.procs import ProcessGroup, ServiceError
 from pde_contract.job_status import read_status
+from pde_contract.records import EpisodeStatus, PromptStatus, Stage
 from pde_contract.settings import DataLayout
 
 if TYPE_CHECKING:
@@ -601,7 +602,9 @@ class Demo:
 
     def episodes_done(self, store: Store) -> int:
         """Episodes of this run that have ended (the learner's --max-episodes counts these)."""
-        return sum(e.status not in ("running",) for e in store.episodes(since_id=self.last_old_episode_id))
+        return sum(
+            e.status != EpisodeStatus.RUNNING for e in store.episodes(since_id=self.last_old_episode_id)
+        )
 
     def recover(self, name: str, rc: int | None, store: Store) -> None:
         """A child crashed: start it again (the loop and the supervisor resume from the database),
@@ -637,8 +640,8 @@ class Demo:
         try:
             while True:
                 for ep in store.episodes(since_id=seen):
-                    if ep.status in ("running", "awaiting_label") and not (
-                        ep.status == "awaiting_label" and not self.args.auto_label
+                    if ep.status in (EpisodeStatus.RUNNING, EpisodeStatus.AWAITING_LABEL) and not (
+                        ep.status == EpisodeStatus.AWAITING_LABEL and not self.args.auto_label
                     ):
                         break
                     seen = ep.id
@@ -671,7 +674,7 @@ class Demo:
         with Store(self.db_url, self.layout.media, migrate=False) as store:
             latest = store.latest_checkpoint()
             canon = {
-                t: next((p.text for p in store.prompts(t) if p.status == "canonical"), "")
+                t: next((p.text for p in store.prompts(t) if p.status == PromptStatus.CANONICAL), "")
                 for t in self.args.tasks
             }
         if n == 0 or latest is None or latest.version == 0:
@@ -738,17 +741,17 @@ class Demo:
 def prompt_summary(task: str, prompts: Sequence[PromptRow]) -> str:
     """One line per task for the end of the demo: how the canonical prompt did and what the
     bootstrap search did to the prompt pool."""
-    by_status: dict[str, list[PromptRow]] = {}
+    by_status: dict[PromptStatus, list[PromptRow]] = {}
     for p in prompts:
         by_status.setdefault(p.status, []).append(p)
-    canon = by_status.get("canonical", [])
+    canon = by_status.get(PromptStatus.CANONICAL, [])
     wins, n = sum(p.n_success for p in canon), sum(p.n_episodes for p in canon)
-    admitted, rejected = by_status.get("pool", []), by_status.get("rejected", [])
+    admitted, rejected = by_status.get(PromptStatus.POOL, []), by_status.get(PromptStatus.REJECTED, [])
     pool = ", ".join(f"{p.text!r} {p.n_success}/{p.n_episodes}" for p in admitted)
     return (
         f"{task}: canonical prompt {wins}/{n} successes; prompt pool: {len(admitted)} admitted"
         f"{' (' + pool + ')' if pool else ''}, {len(rejected)} rejected, "
-        f"{len(by_status.get('candidate', []))} still candidates"
+        f"{len(by_status.get(PromptStatus.CANDIDATE, []))} still candidates"
     )
 
 
@@ -756,7 +759,7 @@ def rl_summary(task: str, episodes: Sequence[EpisodeRow], alpha: float) -> str:
     """One line per task on PDE's mechanism in the RL stage: alpha now, how many RL rollouts used a
     pool prompt, and the canonical prompt's labelled success under the SFT policy (version 0)
     and under PPO-updated policies (version >= 1)."""
-    rl = [e for e in episodes if e.stage == "rl"]
+    rl = [e for e in episodes if e.stage == Stage.RL]
     pool_share = sum(e.rollout_prompt != e.canonical_prompt for e in rl)
     canon = [e for e in episodes if e.rollout_prompt == e.canonical_prompt and e.success is not None]
 

@@ -4,7 +4,13 @@ SQLite or PostgreSQL, plus the episode files and videos under a media folder.
     store = Store.open(url="sqlite:///data/pde.db", media_dir="data/media")
 """
 
-from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError, StoreError
+from pde_storage.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    StoredValueError,
+    StoreError,
+)
 from pde_storage.rows import (
     CANONICAL_SUCCESS_WINDOW,
     CheckpointRow,
@@ -36,6 +42,7 @@ __all__ = [
     "ServiceStateRow",
     "Store",
     "StoreError",
+    "StoredValueError",
     "SupervisorCallRow",
     "TaskRow",
     "TaskState",

@@ -17,3 +17,8 @@ class ConflictError(StoreError):
 
 class InvalidArgumentError(StoreError, ValueError):
     pass
+
+
+class StoredValueError(StoreError):
+    """A row holds a word this version does not know (written by a newer version, or by hand):
+    a fault of the data, not of the request."""

@@ -33,7 +33,6 @@ from pde_storage.rows import (
     LabelRow,
     PromptRow,
     ServiceStateRow,
-    Stage,
     SupervisorCallRow,
     TaskRow,
     TaskState,
@@ -47,7 +46,7 @@ class TaskReader(Protocol):
     def tasks(self) -> list[TaskRow]: ...
     def task_state(self, task: str) -> TaskState: ...
     def prompts(
-        self, task: str, status: str | Iterable[str] | None = None, stage: Stage | None = None
+        self, task: str, status: str | Iterable[str] | None = None, stage: str | None = None
     ) -> list[PromptRow]: ...
     def prompt(self, prompt_id: int) -> PromptRow: ...
 

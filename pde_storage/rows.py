@@ -1,33 +1,25 @@
 """Plain immutable rows handed out by the Store (never live ORM objects, so callers cannot
-mutate the database by accident or trip over expired sessions)."""
+mutate the database by accident or trip over expired sessions). A column that holds one of a few
+words is read as its ``pde_contract.records`` enum (``repos.base.stored``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Literal
+from typing import Any, Generic
 
 from pde_contract.intents import IntentT
+from pde_contract.records import EpisodeStatus, LabelSource, PromptSource, PromptStatus, Stage
 
-Stage = Literal["bootstrap", "rl"]
-PromptStatus = Literal["canonical", "candidate", "pool", "rejected"]
-EpisodeStatus = Literal["running", "awaiting_label", "labelled", "aborted", "discarded"]
-LabelSource = Literal["operator", "simulator", "vlm"]
-
-STAGES: tuple[str, ...] = ("bootstrap", "rl")
-PROMPT_STATUSES: tuple[str, ...] = ("canonical", "candidate", "pool", "rejected")
-PROMPT_SOURCES: tuple[str, ...] = ("canonical", "vlm", "offline", "operator")
-EPISODE_STATUSES: tuple[str, ...] = ("running", "awaiting_label", "labelled", "aborted", "discarded")
 # An episode in play: its policy version is in use (the actor's, or one whose rollout awaits a label).
-IN_PLAY_STATUSES: tuple[str, ...] = ("running", "awaiting_label")
+IN_PLAY_STATUSES = (EpisodeStatus.RUNNING, EpisodeStatus.AWAITING_LABEL)
 # Statuses an episode can be discarded from (a running one is aborted first).
-DISCARDABLE_STATUSES: tuple[str, ...] = ("awaiting_label", "labelled", "aborted")
-LABEL_SOURCES: tuple[str, ...] = ("operator", "simulator", "vlm")
+DISCARDABLE_STATUSES = (EpisodeStatus.AWAITING_LABEL, EpisodeStatus.LABELLED, EpisodeStatus.ABORTED)
 # The canonical prompt's success curve is a moving rate over this many labelled episodes (the loop
 # records it; the page recomputes it from the labels, so a relabel moves the curve).
 CANONICAL_SUCCESS_WINDOW = 20
 # Operator and simulator labels decide the reward; a VLM label is only shown as a proposal.
-AUTHORITATIVE_SOURCES: tuple[str, ...] = ("operator", "simulator")
+AUTHORITATIVE_SOURCES = (LabelSource.OPERATOR, LabelSource.SIMULATOR)
 
 
 @dataclass(frozen=True)
@@ -41,7 +33,7 @@ class TaskRow:
 @dataclass(frozen=True)
 class TaskState:
     task: str
-    stage: str
+    stage: Stage
     iteration: int
     alpha: float
     ema_success: float | None
@@ -54,8 +46,8 @@ class PromptRow:
     id: int
     task: str
     text: str
-    status: str
-    source: str
+    status: PromptStatus
+    source: PromptSource
     iteration: int
     summary: str
     # The n_* counts are over the episodes of the stage the reader asked for (TaskRepository.prompts),
@@ -80,8 +72,8 @@ class EpisodeRow:
     canonical_prompt: str
     prompt_id: int
     policy_version: int
-    stage: str
-    status: str
+    stage: Stage
+    status: EpisodeStatus
     success: bool | None  # latest operator/simulator label
     vlm_proposal: bool | None  # latest VLM label, a proposal only
     vlm_reason: str
@@ -105,7 +97,7 @@ class LabelRow:
     id: int
     episode_id: int
     success: bool
-    source: str
+    source: LabelSource
     reason: str
     created_at: datetime
     operator: str = ""  # who gave an operator label ("" for the simulator, the VLM, older labels)

@@ -20,6 +20,7 @@ from operator_ui.schemas import (
     NoteIn,
     PPOUseOut,
 )
+from pde_contract.records import EpisodeStatus, Stage
 from pde_storage import CheckpointRow, EpisodeRow, LabelRow
 from pde_storage.protocols import EpisodeReader
 
@@ -30,8 +31,8 @@ router = APIRouter(prefix="/api/episodes", tags=["episodes"])
 def list_episodes(
     store: StoreDep,
     task: str | None = None,
-    status: str | None = None,
-    stage: str | None = None,
+    status: EpisodeStatus | None = None,
+    stage: Stage | None = None,
     prompt_id: int | None = None,
     label: Literal["success", "failure", "none"] | None = None,
     before_id: int | None = Query(None, ge=1, description="page: episodes older than this id"),
@@ -40,12 +41,12 @@ def list_episodes(
     """Newest first; pass the last id of a page as ``before_id`` for the next (older) page."""
     rows = store.episodes(
         task=task or None,
-        status=status or None,
+        status=status,
         limit=limit,
         newest_first=True,
         prompt_id=prompt_id,
         before_id=before_id,
-        stage=stage or None,
+        stage=stage,
         success={"success": True, "failure": False}.get(label or ""),
         unlabelled=label == "none",
     )
@@ -59,7 +60,7 @@ def ppo_use(
     reached this episode (``trained_through_episode_id``) written after the episode's first
     authoritative label. A batch holds the labelled RL episodes and the bootstrap successes; a
     relabel or a discard now does not change that update (the next ones use the new label)."""
-    if episode.stage != "rl" and episode.success is not True:
+    if episode.stage != Stage.RL and episode.success is not True:
         return None
     first = next((lab.created_at for lab in labels if lab.authoritative), None)
     if first is None:

@@ -3,16 +3,14 @@ lifted to the admission threshold is flagged, and the operator may admit it whil
 
 from __future__ import annotations
 
-from typing import cast
-
 from fastapi import APIRouter, HTTPException
 
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
 from operator_ui.schemas import PromptOut, ResetGuideOut, TaskOut
+from pde_contract.records import PromptStatus, Stage
 from pde_contract.service_state import SUPERVISOR_ROW, SupervisorState
 from pde_storage import PromptRow
 from pde_storage.protocols import ServiceStates
-from pde_storage.rows import Stage
 from pde_storage.service_states import read_state
 
 router = APIRouter(prefix="/api", tags=["prompts"])
@@ -26,7 +24,9 @@ def supervisor_eta(store: ServiceStates) -> float | None:
 
 def rejudge_note(p: PromptRow | None, eta: float | None) -> str:
     """``p``: the prompt with the counts the pool rule judges by (over the bootstrap stage)."""
-    if p is None or p.status != "rejected" or eta is None or p.success_rate is None or p.success_rate < eta:
+    if p is None or p.status != PromptStatus.REJECTED or eta is None:
+        return ""
+    if p.success_rate is None or p.success_rate < eta:
         return ""
     return (
         f"rejected, but its labels now give {p.n_success}/{p.n_episodes} = {p.success_rate:.0%} >= "
@@ -44,7 +44,7 @@ def list_tasks(store: StoreDep) -> list[TaskOut]:
             TaskOut(
                 name=t.name,
                 canonical_prompt=t.canonical_prompt,
-                stage=cast(Stage, st.stage),  # the store writes only Stage values
+                stage=st.stage,
                 iteration=st.iteration,
                 alpha=st.alpha,
                 ema_success=st.ema_success,
@@ -68,11 +68,11 @@ def task_prompts(task: str, store: StoreDep) -> list[PromptOut]:
 def admit_prompt(prompt_id: int, store: StoreDep) -> PromptOut:
     """The operator's override of a rejection, only while the task's pool is still open."""
     p = store.prompt(prompt_id)
-    if p.status != "rejected":
+    if p.status != PromptStatus.REJECTED:
         raise HTTPException(409, f"prompt {prompt_id} is {p.status}, not rejected; nothing was changed")
-    if store.task_state(p.task).stage != "bootstrap":
+    if store.task_state(p.task).stage != Stage.BOOTSTRAP:
         raise HTTPException(409, f"task {p.task} is in RL: its pool is frozen; nothing was changed")
-    return PromptOut.model_validate(store.set_prompt_status(prompt_id, "pool"))
+    return PromptOut.model_validate(store.set_prompt_status(prompt_id, PromptStatus.POOL))
 
 
 @router.get("/tasks/{task}/reset-guide")

@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from operator_ui.deps import SettingsDep, StoreDep, TokenDep
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import PauseIn, PauseOut, RunProgressOut
+from pde_contract.records import EpisodeStatus, PromptStatus, Stage
 from pde_contract.service_state import RUN_CONTROL_ROW, RunControl
 from pde_storage.protocols import TaskReader
 from pde_storage.service_states import run_control, write_state
@@ -60,9 +61,15 @@ def bootstrap_left(store: TaskReader, task: str, budget: BootstrapBudget) -> tup
     if n is None:
         return None
     prompts = store.prompts(task)
-    now = sum(max(0, n - p.n_finished) for p in prompts if p.status in ("canonical", "candidate"))
+    now = sum(
+        max(0, n - p.n_finished)
+        for p in prompts
+        if p.status in (PromptStatus.CANONICAL, PromptStatus.CANDIDATE)
+    )
     rounds_left = max(0, budget.iterations_t0 - state.iteration)
-    deficit = budget.pool_min_m - sum(p.status in ("pool", "candidate") for p in prompts)
+    deficit = budget.pool_min_m - sum(
+        p.status in (PromptStatus.POOL, PromptStatus.CANDIDATE) for p in prompts
+    )
     fewest_rounds = min(rounds_left, max(0, -(-deficit // budget.candidates_k)))
     per_round = budget.candidates_k * n
     return now + fewest_rounds * per_round, now + rounds_left * per_round
@@ -72,7 +79,7 @@ def episodes_until_update(store: TaskReader, tasks: list[str], rl_needed: int) -
     """(fewest, most or None, why) episodes before the next PPO update: ``rl_needed`` labelled RL
     episodes, after the bootstrap when no task is in RL yet (the first task out of it gives the
     fewest; every task through its whole search budget the most)."""
-    if not tasks or any(store.task_state(t).stage == "rl" for t in tasks):
+    if not tasks or any(store.task_state(t).stage == Stage.RL for t in tasks):
         return rl_needed, None, f"{rl_needed} labelled RL episodes"
     budget = bootstrap_budget()
     left = [b for t in tasks if (b := bootstrap_left(store, t, budget)) is not None]
@@ -101,7 +108,7 @@ def progress(store: StoreDep, settings: SettingsDep) -> RunProgressOut:
     durations = [
         (e.finished_at - e.created_at).total_seconds()
         for e in recent[: RECENT_EPISODES * 3]
-        if e.finished_at is not None and e.status != "aborted"
+        if e.finished_at is not None and e.status != EpisodeStatus.ABORTED
     ][:RECENT_EPISODES]
     per_episode_s = median(durations) if durations else None
     # Start to start of consecutive episodes: the reset, the wait for Start and the label included.

@@ -12,6 +12,7 @@ from operator_ui.deps import RobotDep, SettingsDep, StoreDep
 from operator_ui.robot_link import LiveView
 from operator_ui.routers.loop import loop_state, person_source
 from operator_ui.schemas import EpisodeOut, LoopOut, PracticeEpisodeOut, RunningOut, StateOut, VLMOut
+from pde_contract.records import EpisodeStatus
 from pde_contract.service_state import SUPERVISOR_ROW, LoopPhase, LoopState, SupervisorState, encode_state
 from pde_storage import EpisodeRow
 from pde_storage.protocols import EpisodeReader
@@ -25,9 +26,9 @@ def awaiting_label(store: EpisodeReader, loop: LoopState | None) -> EpisodeRow |
     oldest unlabelled one (the order the loop asks for them after a restart)."""
     if loop is not None and loop.phase == LoopPhase.AWAITING_LABEL and loop.episode_id is not None:
         ep = store.episode(loop.episode_id)
-        if ep.status == "awaiting_label":
+        if ep.status == EpisodeStatus.AWAITING_LABEL:
             return ep
-    waiting = store.episodes(status="awaiting_label", limit=1)
+    waiting = store.episodes(status=EpisodeStatus.AWAITING_LABEL, limit=1)
     return waiting[0] if waiting else None
 
 
@@ -61,7 +62,7 @@ def state(store: StoreDep, settings: SettingsDep, robot: RobotDep) -> StateOut:
     elif alive and loop is not None and loop.episode_id is not None:
         ep = store.episode(loop.episode_id)
         current = EpisodeOut.of(ep)
-        if ep.status == "running":
+        if ep.status == EpisodeStatus.RUNNING:
             # Chunks: counted by the page's server from the robot server's observations of this
             # episode (the loop writes them at the end); None when it saw none of them.
             view = robot.view()

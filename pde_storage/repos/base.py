@@ -7,15 +7,16 @@ import math
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from pde_storage import db
-from pde_storage.errors import InvalidArgumentError, NotFoundError
+from pde_storage.errors import InvalidArgumentError, NotFoundError, StoredValueError
 from pde_storage.models import Task
 
 
@@ -46,10 +47,36 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def check_choice(what: str, value: str, choices: Iterable[str]) -> None:
-    choices = tuple(choices)
-    if value not in choices:
-        raise InvalidArgumentError(f"{what} {value!r} is not one of {', '.join(choices)}")
+WordT = TypeVar("WordT", bound=StrEnum)
+
+
+def choice(what: str, value: str, words: type[WordT], allowed: Iterable[WordT] | None = None) -> WordT:
+    """An argument (the word or the member) as a member of ``words``; anything else, or a member
+    not ``allowed``, is refused with the choices."""
+    allowed = tuple(words if allowed is None else allowed)
+    if value not in allowed:
+        raise InvalidArgumentError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+    return words(value)
+
+
+def choices(what: str, values: str | Iterable[str] | None, words: type[WordT]) -> list[WordT] | None:
+    """A filter argument (one word, several, or None: no filter) as members of ``words``."""
+    if values is None:
+        return None
+    return [choice(what, v, words) for v in ([values] if isinstance(values, str) else values)]
+
+
+def stored(words: type[WordT], value: str, column: str, row_id: int) -> WordT:
+    """A word read from ``column`` of row ``row_id`` as a member of ``words``. One this version does
+    not know raises here, naming the column, rather than reaching code that branches on it."""
+    try:
+        return words(value)
+    except ValueError:
+        raise StoredValueError(
+            f"{column} of row {row_id} holds {value!r}, not a value of {words.__name__} "
+            f"({', '.join(words)}): a newer version of PDE wrote it, or someone edited the row; "
+            "run the newer version, or correct the row"
+        ) from None
 
 
 class Backend:

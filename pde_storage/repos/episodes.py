@@ -11,17 +11,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by, write_episode
+from pde_contract.records import EpisodeStatus, LabelSource, Stage
 from pde_storage import media
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
 from pde_storage.models import ChunkRow, Episode, Label, Prompt, Task
-from pde_storage.repos.base import Repository, as_utc, as_utc_opt, check_choice, utc_now
+from pde_storage.repos.base import Repository, as_utc, as_utc_opt, choice, choices, stored, utc_now
 from pde_storage.rows import (
     AUTHORITATIVE_SOURCES,
     DISCARDABLE_STATUSES,
-    EPISODE_STATUSES,
     IN_PLAY_STATUSES,
-    LABEL_SOURCES,
-    STAGES,
     ChunkInfo,
     EpisodeRow,
     LabelRow,
@@ -40,7 +38,11 @@ class EpisodeRepository(Repository):
         vlm: dict[int, Label] = {}
         ids = [e.id for e, _ in eps]
         if ids:
-            q = select(Label).where(Label.episode_id.in_(ids), Label.source == "vlm").order_by(Label.id)
+            q = (
+                select(Label)
+                .where(Label.episode_id.in_(ids), Label.source == LabelSource.VLM)
+                .order_by(Label.id)
+            )
             for lab in s.scalars(q):
                 vlm[lab.episode_id] = lab  # the latest proposal wins
         return [
@@ -51,8 +53,8 @@ class EpisodeRepository(Repository):
                 canonical_prompt=e.canonical_prompt,
                 prompt_id=e.prompt_id,
                 policy_version=e.policy_version,
-                stage=e.stage,
-                status=e.status,
+                stage=stored(Stage, e.stage, "episodes.stage", e.id),
+                status=stored(EpisodeStatus, e.status, "episodes.status", e.id),
                 success=e.success,
                 vlm_proposal=vlm[e.id].success if e.id in vlm else None,
                 vlm_reason=vlm[e.id].reason if e.id in vlm else "",
@@ -76,7 +78,7 @@ class EpisodeRepository(Repository):
     def create_episode(
         self, task: str, rollout_prompt_id: int, policy_version: int, stage: str, seed: int | None = None
     ) -> EpisodeRow:
-        check_choice("stage", stage, STAGES)
+        stage = choice("stage", stage, Stage)
         with self._write() as s:
             t = self._task(s, task)
             p = s.get(Prompt, rollout_prompt_id)
@@ -89,7 +91,7 @@ class EpisodeRepository(Repository):
                 canonical_prompt=t.canonical_prompt,
                 policy_version=int(policy_version),
                 stage=stage,
-                status="running",
+                status=EpisodeStatus.RUNNING,
                 seed=seed,
                 success=None,
                 created_at=utc_now(),
@@ -129,11 +131,8 @@ class EpisodeRepository(Repository):
     ) -> list[EpisodeRow]:
         """Episodes with ``since_id`` < id < ``before_id``, oldest first unless ``newest_first``;
         ``success`` / ``unlabelled`` filter on the authoritative label."""
-        if stage is not None:
-            check_choice("stage", stage, STAGES)
-        statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
-        for st in statuses or []:
-            check_choice("episode status", st, EPISODE_STATUSES)
+        in_stage = None if stage is None else choice("stage", stage, Stage)
+        statuses = choices("episode status", status, EpisodeStatus)
         with self._read() as s:
             q = select(Episode, Task.name).join(Task, Task.id == Episode.task_id).where(Episode.id > since_id)
             if task is not None:
@@ -144,8 +143,8 @@ class EpisodeRepository(Repository):
                 q = q.where(Episode.prompt_id == prompt_id)
             if before_id is not None:
                 q = q.where(Episode.id < before_id)
-            if stage is not None:
-                q = q.where(Episode.stage == stage)
+            if in_stage is not None:
+                q = q.where(Episode.stage == in_stage)
             if success is not None:
                 q = q.where(Episode.success == success)
             if unlabelled:
@@ -161,7 +160,7 @@ class EpisodeRepository(Repository):
             if task is not None:
                 q = q.where(Episode.task_id == self._task(s, task).id)
             if status is not None:
-                q = q.where(Episode.status == status)
+                q = q.where(Episode.status == choice("episode status", status, EpisodeStatus))
             return int(s.scalar(q) or 0)
 
     def policy_versions_in_use(self) -> set[int]:
@@ -180,7 +179,7 @@ class EpisodeRepository(Repository):
 
     def _check_finishing(self, episode_id: int, episode_file: EpisodeFile) -> None:
         current = self.episode(episode_id)
-        if current.status != "running":
+        if current.status != EpisodeStatus.RUNNING:
             raise ConflictError(
                 f"episode {episode_id} is {current.status}, not running; only a running episode can finish"
                 + (f" (aborted: {current.abort_reason})" if current.abort_reason else "")
@@ -222,9 +221,9 @@ class EpisodeRepository(Repository):
         write_episode(self.media_dir / rel_file, episode_file)
         with self._write() as s:
             e = self._locked_episode(s, episode_id)
-            if e.status != "running":
+            if e.status != EpisodeStatus.RUNNING:
                 raise ConflictError(f"episode {episode_id} became {e.status} while its files were written")
-            e.status = "awaiting_label"
+            e.status = EpisodeStatus.AWAITING_LABEL
             e.finished_at = utc_now()
             e.file_path = rel_file
             e.video_paths = rel_videos
@@ -249,11 +248,11 @@ class EpisodeRepository(Repository):
             raise InvalidArgumentError("abort_episode needs a reason (it is shown to the operator)")
         with self._write() as s:
             e = self._locked_episode(s, episode_id)
-            if e.status != "running":
+            if e.status != EpisodeStatus.RUNNING:
                 raise ConflictError(
                     f"episode {episode_id} is {e.status}; only a running episode can be aborted"
                 )
-            e.status = "aborted"
+            e.status = EpisodeStatus.ABORTED
             e.abort_reason = reason
             e.finished_at = utc_now()
         return self.episode(episode_id)
@@ -268,9 +267,9 @@ class EpisodeRepository(Repository):
             if e.status not in DISCARDABLE_STATUSES:
                 raise ConflictError(
                     f"episode {episode_id} is {e.status}; only an ended episode can be discarded"
-                    + (" (abort it first)" if e.status == "running" else "")
+                    + (" (abort it first)" if e.status == EpisodeStatus.RUNNING else "")
                 )
-            e.status_before_discard, e.status = e.status, "discarded"
+            e.status_before_discard, e.status = e.status, EpisodeStatus.DISCARDED
             e.discarded_at, e.discard_reason = utc_now(), reason.strip()
         return self.episode(episode_id)
 
@@ -278,9 +277,9 @@ class EpisodeRepository(Repository):
         """Undo ``discard_episode``: the episode counts again, with the status it had."""
         with self._write() as s:
             e = self._locked_episode(s, episode_id)
-            if e.status != "discarded":
+            if e.status != EpisodeStatus.DISCARDED:
                 raise ConflictError(f"episode {episode_id} is {e.status}, not discarded; nothing to restore")
-            e.status, e.status_before_discard = e.status_before_discard or "awaiting_label", ""
+            e.status, e.status_before_discard = e.status_before_discard or EpisodeStatus.AWAITING_LABEL, ""
             e.discarded_at, e.discard_reason = None, ""
         return self.episode(episode_id)
 
@@ -293,10 +292,12 @@ class EpisodeRepository(Repository):
     def abort_running_episodes(self, reason: str) -> list[int]:
         """After a crash: every episode still marked running was interrupted."""
         with self._write() as s:
-            eps = list(s.scalars(select(Episode).where(Episode.status == "running").with_for_update()))
+            eps = list(
+                s.scalars(select(Episode).where(Episode.status == EpisodeStatus.RUNNING).with_for_update())
+            )
             now = utc_now()
             for e in eps:
-                e.status, e.abort_reason, e.finished_at = "aborted", reason, now
+                e.status, e.abort_reason, e.finished_at = EpisodeStatus.ABORTED, reason, now
             return [e.id for e in eps]
 
     def load_episode_file(self, episode_id: int) -> EpisodeFile:
@@ -330,7 +331,7 @@ class EpisodeRepository(Repository):
         """Label an ended episode. Operator/simulator labels decide success; a second one needs
         ``relabel=True`` and the earlier ones stay as history. VLM labels are proposals.
         ``operator``: who gave it (an operator label's name, up to 100 characters)."""
-        check_choice("label source", source, LABEL_SOURCES)
+        source = choice("label source", source, LabelSource)
         operator = operator.strip()
         if len(operator) > 100:
             raise InvalidArgumentError(f"operator name is {len(operator)} characters; at most 100")
@@ -338,16 +339,16 @@ class EpisodeRepository(Repository):
             raise InvalidArgumentError(f"success must be true or false, got {success!r}")
         with self._write() as s:
             e = self._locked_episode(s, episode_id)
-            if e.status == "running":
+            if e.status == EpisodeStatus.RUNNING:
                 raise ConflictError(f"episode {episode_id} is still running; label it after it ends")
-            if e.status == "aborted":
+            if e.status == EpisodeStatus.ABORTED:
                 raise ConflictError(f"episode {episode_id} was aborted ({e.abort_reason}); it takes no label")
-            if e.status == "discarded":
+            if e.status == EpisodeStatus.DISCARDED:
                 raise ConflictError(
                     f"episode {episode_id} is discarded ({e.discard_reason}); restore it before labelling"
                 )
             authoritative = source in AUTHORITATIVE_SOURCES
-            if authoritative and e.status == "labelled" and not relabel:
+            if authoritative and e.status == EpisodeStatus.LABELLED and not relabel:
                 raise ConflictError(
                     f"episode {episode_id} is already labelled {'success' if e.success else 'failure'}; "
                     "use relabel to change it (the earlier label is kept as history)"
@@ -363,7 +364,7 @@ class EpisodeRepository(Repository):
             )
             s.add(lab)
             if authoritative:
-                e.success, e.status, e.labelled_at = bool(success), "labelled", now
+                e.success, e.status, e.labelled_at = bool(success), EpisodeStatus.LABELLED, now
             s.flush()
             return self._label_row(lab)
 
@@ -380,7 +381,7 @@ class EpisodeRepository(Repository):
             lab.id,
             lab.episode_id,
             lab.success,
-            lab.source,
+            stored(LabelSource, lab.source, "labels.source", lab.id),
             lab.reason,
             as_utc(lab.created_at),
             lab.operator or "",

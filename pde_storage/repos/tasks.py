@@ -8,12 +8,15 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from pde_contract.records import EpisodeStatus, PromptSource, PromptStatus, Stage
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
 from pde_storage.models import Episode, Prompt, Task
-from pde_storage.repos.base import Repository, as_utc, check_choice, utc_now
-from pde_storage.rows import PROMPT_SOURCES, PROMPT_STATUSES, STAGES, PromptRow, Stage, TaskRow, TaskState
+from pde_storage.repos.base import Repository, as_utc, choice, choices, stored, utc_now
+from pde_storage.rows import PromptRow, TaskRow, TaskState
 
 TASK_STATE_FIELDS = ("stage", "iteration", "alpha", "ema_success", "rollouts_per_prompt")
+# The statuses a prompt can be given or moved between (the canonical prompt's is fixed).
+JUDGED_STATUSES = (PromptStatus.CANDIDATE, PromptStatus.POOL, PromptStatus.REJECTED)
 
 
 class TaskRepository(Repository):
@@ -39,7 +42,7 @@ class TaskRepository(Repository):
                     canonical_prompt=canonical_prompt,
                     created_at=now,
                     updated_at=now,
-                    stage="bootstrap",
+                    stage=Stage.BOOTSTRAP,
                     iteration=0,
                     alpha=1.0,
                     ema_success=None,
@@ -50,8 +53,8 @@ class TaskRepository(Repository):
                     Prompt(
                         task_id=t.id,
                         text=canonical_prompt,
-                        status="canonical",
-                        source="canonical",
+                        status=PromptStatus.CANONICAL,
+                        source=PromptSource.CANONICAL,
                         iteration=0,
                         summary="",
                         created_at=now,
@@ -70,7 +73,13 @@ class TaskRepository(Repository):
     @staticmethod
     def _task_state(t: Task) -> TaskState:
         return TaskState(
-            t.name, t.stage, t.iteration, t.alpha, t.ema_success, as_utc(t.updated_at), t.rollouts_per_prompt
+            t.name,
+            stored(Stage, t.stage, "tasks.stage", t.id),
+            t.iteration,
+            t.alpha,
+            t.ema_success,
+            as_utc(t.updated_at),
+            t.rollouts_per_prompt,
         )
 
     def task_state(self, task: str) -> TaskState:
@@ -85,7 +94,7 @@ class TaskRepository(Repository):
                 f"unknown task-state field(s) {sorted(unknown)}; allowed: {', '.join(TASK_STATE_FIELDS)}"
             )
         if "stage" in fields:
-            check_choice("stage", fields["stage"], STAGES)
+            fields["stage"] = choice("stage", fields["stage"], Stage)
         if "alpha" in fields and not 0.0 <= float(fields["alpha"]) <= 1.0:
             raise InvalidArgumentError(f"alpha {fields['alpha']} is outside [0, 1]")
         n = fields.get("rollouts_per_prompt")
@@ -108,8 +117,8 @@ class TaskRepository(Repository):
         text = " ".join(text.split())
         if not text:
             raise InvalidArgumentError("prompt text is empty")
-        check_choice("prompt status", status, [p for p in PROMPT_STATUSES if p != "canonical"])
-        check_choice("prompt source", source, PROMPT_SOURCES)
+        status = choice("prompt status", status, PromptStatus, JUDGED_STATUSES)
+        source = choice("prompt source", source, PromptSource)
         with self._write() as s:
             t = self._task(s, task)
             p = s.scalars(select(Prompt).where(Prompt.task_id == t.id, Prompt.text == text)).first()
@@ -136,8 +145,8 @@ class TaskRepository(Repository):
         ids = [p.id for p, _ in prompts]
         stats: dict[int, tuple[int, ...]] = {}
         if ids:
-            labelled = Episode.status == "labelled"
-            finished = Episode.status.in_(("labelled", "awaiting_label"))
+            labelled = Episode.status == EpisodeStatus.LABELLED
+            finished = Episode.status.in_((EpisodeStatus.LABELLED, EpisodeStatus.AWAITING_LABEL))
             q = (
                 select(
                     Episode.prompt_id,
@@ -162,8 +171,8 @@ class TaskRepository(Repository):
                     id=p.id,
                     task=task_name,
                     text=p.text,
-                    status=p.status,
-                    source=p.source,
+                    status=stored(PromptStatus, p.status, "prompts.status", p.id),
+                    source=stored(PromptSource, p.source, "prompts.source", p.id),
                     iteration=p.iteration,
                     summary=p.summary,
                     n_episodes=n,
@@ -177,23 +186,20 @@ class TaskRepository(Repository):
         return rows
 
     def prompts(
-        self, task: str, status: str | Iterable[str] | None = None, stage: Stage | None = None
+        self, task: str, status: str | Iterable[str] | None = None, stage: str | None = None
     ) -> list[PromptRow]:
         """The task's prompts (oldest first) with their statistics over the task's episodes of
         ``stage`` (None: every stage). The one place a prompt's counts are made: the page shows
         them, the loop schedules by them and the supervisor's pool rule judges by them (over
         ``"bootstrap"``: the policy was frozen while prompts were compared)."""
-        statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
-        for st in statuses or []:
-            check_choice("prompt status", st, PROMPT_STATUSES)
-        if stage is not None:
-            check_choice("stage", stage, STAGES)
+        statuses = choices("prompt status", status, PromptStatus)
+        in_stage = None if stage is None else choice("stage", stage, Stage)
         with self._read() as s:
             t = self._task(s, task)
             q = select(Prompt).where(Prompt.task_id == t.id).order_by(Prompt.id)
             if statuses is not None:
                 q = q.where(Prompt.status.in_(statuses))
-            return self._prompt_rows(s, [(p, t.name) for p in s.scalars(q)], stage)
+            return self._prompt_rows(s, [(p, t.name) for p in s.scalars(q)], in_stage)
 
     def prompt(self, prompt_id: int) -> PromptRow:
         with self._read() as s:
@@ -207,12 +213,12 @@ class TaskRepository(Repository):
     def set_prompt_status(self, prompt_id: int, status: str, summary: str = "") -> PromptRow:
         """Move a prompt between candidate / pool / rejected; a non-empty ``summary`` replaces
         the stored one-sentence rollout summary."""
-        check_choice("prompt status", status, [p for p in PROMPT_STATUSES if p != "canonical"])
+        status = choice("prompt status", status, PromptStatus, JUDGED_STATUSES)
         with self._write() as s:
             p = s.get(Prompt, prompt_id, with_for_update=True)
             if p is None:
                 raise NotFoundError(f"unknown prompt id {prompt_id}")
-            if p.status == "canonical":
+            if p.status == PromptStatus.CANONICAL:
                 raise ConflictError(f"prompt {prompt_id} is the task's canonical prompt; its status is fixed")
             p.status = status
             if summary:

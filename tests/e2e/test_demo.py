@@ -187,10 +187,13 @@ def test_prompt_summary_counts_the_pool() -> None:
     from datetime import UTC, datetime
 
     from pde.demo import prompt_summary
+    from pde_contract.records import PromptSource, PromptStatus
     from pde_storage import PromptRow
 
     def row(i: int, text: str, status: str, wins: int, n: int) -> PromptRow:
-        return PromptRow(i, "t", text, status, "offline", 1, "", n, wins, n, datetime.now(UTC))
+        return PromptRow(
+            i, "t", text, PromptStatus(status), PromptSource.OFFLINE, 1, "", n, wins, n, datetime.now(UTC)
+        )
 
     line = prompt_summary(
         "t",
@@ -211,6 +214,7 @@ def test_rl_summary_reports_alpha_pool_share_and_canonical_before_after() -> Non
     from datetime import UTC, datetime
 
     from pde.demo import rl_summary
+    from pde_contract.records import EpisodeStatus, Stage
     from pde_storage import EpisodeRow
 
     canon = "put it there"
@@ -224,8 +228,8 @@ def test_rl_summary_reports_alpha_pool_share_and_canonical_before_after() -> Non
             canon,
             1,
             version,
-            stage,
-            "labelled",
+            Stage(stage),
+            EpisodeStatus.LABELLED,
             success,
             None,
             "",

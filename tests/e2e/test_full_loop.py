@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import pytest
 
 from pde.procs import ProcessGroup
+from pde_contract.records import LabelSource
 from pde_storage import CheckpointRow, EpisodeRow, Store
 from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.helpers import free_port, pde_command, subprocess_env
@@ -152,10 +153,8 @@ def system(tmp_path: Path) -> Iterator[System]:
             sys_.procs.stop_all()
 
 
-def _authoritative(store: Store, episode_id: int) -> tuple[bool | None, list[tuple[bool, str, str]]]:
-    labels = [
-        (lab.success, lab.source, lab.reason) for lab in store.labels(episode_id) if lab.source != "vlm"
-    ]
+def _authoritative(store: Store, episode_id: int) -> tuple[bool | None, list[tuple[bool, LabelSource, str]]]:
+    labels = [(lab.success, lab.source, lab.reason) for lab in store.labels(episode_id) if lab.authoritative]
     return store.episode(episode_id).success, labels
 
 

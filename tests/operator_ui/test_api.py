@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from operator_ui.app import create_app
 from operator_ui.robot_link import RobotLink
@@ -91,6 +92,17 @@ def test_bad_requests_get_4xx_and_change_nothing(client: TestClient, store: Stor
     assert client.get(f"/api/episodes/{done}/video/thermal").status_code == 404
     assert _snapshot(store) == before
     assert store.pending_intents(StartEpisode) == []
+
+
+def test_a_row_this_version_cannot_read_answers_500_saying_which(client: TestClient, store: Store) -> None:
+    eid = _episode(store)
+    with store.backend.write_engine.begin() as c:
+        c.execute(text("UPDATE episodes SET status = 'done'"))
+    r = client.get(f"/api/episodes/{eid}")
+    assert r.status_code == 500
+    assert r.json()["detail"].startswith(
+        f"episodes.status of row {eid} holds 'done', not a value of EpisodeStatus"
+    )
 
 
 def test_start_only_while_the_loop_waits(client: TestClient, store: Store) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,10 +19,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, text
 
 from pde_contract.intents import AbortEpisode, EndEpisode, StartEpisode, TakeControl
-from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store
+from pde_contract.records import EpisodeStatus, LabelSource, PromptSource, PromptStatus, Stage
+from pde_storage import ConflictError, InvalidArgumentError, NotFoundError, Store, StoredValueError
 from pde_storage.db import head_revision, normalise_url
 from pde_storage.models import Base, Intent
-from pde_storage.rows import Stage
 from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
@@ -76,6 +79,67 @@ def test_tasks_and_task_state(store: Store) -> None:
     with pytest.raises(InvalidArgumentError, match="rollouts_per_prompt must be an integer >= 1, got 0"):
         store.set_task_state(TASK, rollouts_per_prompt=0)
     assert store.task_state(TASK).rollouts_per_prompt == 4
+
+
+def test_rows_carry_their_words_as_enum_members(store: Store) -> None:
+    """Rows hold pde_contract.records members; a member is its word, so the store takes either
+    and JSON holds the word."""
+    eid = _finished_episode(store, "place the green box in the bowl")
+    store.add_label(eid, True, source=LabelSource.SIMULATOR)
+    ep = store.episode(eid)
+    assert ep.stage is Stage.BOOTSTRAP and ep.status is EpisodeStatus.LABELLED
+    assert ep.status == "labelled"
+    [label] = store.labels(eid)
+    assert label.source is LabelSource.SIMULATOR and label.authoritative
+    p = store.prompt(ep.prompt_id)
+    assert p.status is PromptStatus.CANDIDATE and p.source is PromptSource.VLM
+    [canon] = store.prompts(TASK, PromptStatus.CANONICAL)
+    assert canon.status is PromptStatus.CANONICAL and canon.source is PromptSource.CANONICAL
+    assert store.task_state(TASK).stage is Stage.BOOTSTRAP
+    assert store.set_task_state(TASK, stage="rl").stage is Stage.RL
+    assert store.episodes(status=EpisodeStatus.LABELLED) == store.episodes(status="labelled") == [ep]
+    assert json.loads(json.dumps(dataclasses.asdict(ep), default=str))["status"] == "labelled"
+    assert store.count_episodes(status=EpisodeStatus.LABELLED) == 1
+    with pytest.raises(
+        InvalidArgumentError, match="episode status 'done' is not one of running, awaiting_label"
+    ):
+        store.count_episodes(status="done")
+
+
+def test_a_stored_word_the_enum_does_not_know_is_refused_naming_its_column(store: Store) -> None:
+    """A row written by a newer version (or by hand) with a word this version does not know fails
+    where it is read, saying which column of which row holds what."""
+    eid = _finished_episode(store)
+    store.add_label(eid, True)
+    reads: list[tuple[str, str, Callable[[], object]]] = [
+        ("tasks", "stage", lambda: store.task_state(TASK)),
+        ("prompts", "status", lambda: store.prompts(TASK)),
+        ("prompts", "source", lambda: store.prompt(store.episode(eid).prompt_id)),
+        ("episodes", "stage", lambda: store.episode(eid)),
+        ("episodes", "status", lambda: store.episodes(task=TASK)),
+        ("labels", "source", lambda: store.labels(eid)),
+    ]
+    for table, column, read in reads:
+        with store.backend.write_engine.begin() as c:
+            [(row_id, word)] = c.execute(text(f"SELECT id, {column} FROM {table}")).all()
+            c.execute(text(f"UPDATE {table} SET {column} = 'warmup'"))
+        with pytest.raises(StoredValueError) as err:
+            read()
+        assert str(err.value).startswith(
+            f"{table}.{column} of row {row_id} holds 'warmup', not a value of "
+        ), err
+        with store.backend.write_engine.begin() as c:
+            c.execute(text(f"UPDATE {table} SET {column} = :word"), {"word": word})
+        read()  # the row reads again once corrected
+    with store.backend.write_engine.begin() as c:
+        c.execute(text("UPDATE episodes SET status = 'done'"))
+    with pytest.raises(StoredValueError) as err:
+        store.episode(eid)
+    assert str(err.value) == (
+        f"episodes.status of row {eid} holds 'done', not a value of EpisodeStatus (running, "
+        "awaiting_label, labelled, aborted, discarded): a newer version of PDE wrote it, or someone "
+        "edited the row; run the newer version, or correct the row"
+    )
 
 
 def test_prompts_status_and_dedup(store: Store) -> None:
@@ -218,7 +282,7 @@ def test_prompt_statistics_of_one_stage(store: Store) -> None:
     ended(other, "bootstrap", True)
     store.add_label(ended(pid, "bootstrap", None), True, source="vlm")  # a proposal, not a label
 
-    def counts(stage: Stage | None) -> tuple[int, int, int]:
+    def counts(stage: str | None) -> tuple[int, int, int]:
         p = next(p for p in store.prompts(TASK, stage=stage) if p.id == pid)
         return p.n_episodes, p.n_success, p.n_finished
 
@@ -228,7 +292,7 @@ def test_prompt_statistics_of_one_stage(store: Store) -> None:
     assert (whole.n_episodes, whole.n_success, whole.n_finished) == (3, 2, 5)
     assert counts("rl") == (1, 1, 1)
     with pytest.raises(InvalidArgumentError, match="stage"):
-        store.prompts(TASK, stage="warmup")  # type: ignore[arg-type]
+        store.prompts(TASK, stage="warmup")
 
 
 def test_discard_restore_and_note(store: Store) -> None:

@@ -74,9 +74,9 @@ def test_proposers_are_made_by_name_and_an_unknown_name_lists_the_known_ones() -
 
 
 def test_every_named_proposer_has_a_source_the_store_keeps() -> None:
-    from pde_storage.rows import PROMPT_SOURCES
+    from pde_contract.records import PromptSource
     from supervisor.proposers import PROPOSERS, ProposerOptions
 
     for name, factory in PROPOSERS.items():
         options = ProposerOptions(wordings=("place it in the bowl",), outcomes=lambda _: [])
-        assert factory(options).source in PROMPT_SOURCES, name
+        assert factory(options).source in set(PromptSource), name
