@@ -283,6 +283,10 @@ def main() -> None:
         for t in releases
     ]
     release_s = [s - t for s, t in zip(still_after, releases, strict=True) if s is not None]
+    # per release, the latest start of a tick up to its still row's (a late tick delays what waits for it)
+    release_late_s = [
+        max(late_between(t, s)) for s, t in zip(still_after, releases, strict=True) if s is not None
+    ]
 
     result.update(
         {
@@ -327,6 +331,10 @@ def main() -> None:
                     "event_to_still_row_ms": percentiles(release_s, 1000.0),
                     "event_to_still_row_ticks": percentiles(release_s, 1.0 / period_s),
                     "without_a_still_row_before_the_end_button": still_after.count(None),
+                    "per_event": [
+                        {"ticks": round(x / period_s, 3), "latest_tick_start_ms": round(1000 * late, 2)}
+                        for x, late in zip(release_s, release_late_s, strict=True)
+                    ],
                 },
             },
             "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],

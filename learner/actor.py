@@ -15,8 +15,9 @@ A person may take over mid-episode (HIL-SERL style; ``run_episode(person=...)``)
 source's ``wants_control()`` says so (a SpaceMouse past its deadband), or ``takeover_requested()``
 does (the page's button, passed in by the loop), the policy's chunk is preempted at the next tick by
 the person's first row; the person's rows then run one per tick through the server's safety path
-(each with hold copies that the next row replaces: ``teleop.held``, as the recorder sends them)
-until the source ends the take, and the policy's next chunk starts from the state the person left.
+(each with hold copies that the next row replaces: ``teleop.held``, as the recorder sends them;
+a SpaceMouse is followed between the per-tick reads, a change sent at once) until the source ends
+the take, and the policy's next chunk starts from the state the person left.
 Each tick a person's row ran at (a copy, when the next row came late, as the row repeated) is a
 ChunkRecord with ``commanded_by="person"`` and no trace (PPO leaves it out); each takeover is an
 ``Intervention`` in the episode file. Offered while any policy chunk runs, the last one included.
