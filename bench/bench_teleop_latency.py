@@ -13,7 +13,9 @@ thread of this script pushes at random moments, as a hand would:
 - takeover (the actor during an RL episode, learner/actor.py, with a small flow policy): the
   device is pushed while a policy chunk has 5 rows or more left to run. Measured per push: event
   -> the tick that commanded the person's first row, and the policy rows the server ran after the
-  event (0: the policy's chunk stopped at the very next tick).
+  event (0: the policy's chunk stopped at the very next tick). Then a later change of the take:
+  the device let go 0.3 s later (the end button 0.3 s after that) -> the first tick that ran a
+  still row of the person's (no motion: the arm stops).
 
 Latencies are reported in ms and as a ratio to the server's tick period (its own tick log gives
 the measured period too, and how late each tick started against its schedule: whether the sim held
@@ -52,6 +54,7 @@ from tests.teleop.fakes import FakeSpaceMouseHID
 TASK = load_tasks(None).get("put_green_container_in_bowl")
 PUSH = 300  # raw axis value of the push: past the deadband (0.1 of 350), most of full scale
 END_BUTTON = 1 << TeleopSettings().spacemouse_end_button
+POLICY_CHUNK_LEN = 10  # the takeover episodes' policy (a person's chunk is a row and its copies)
 
 
 @dataclass
@@ -142,9 +145,12 @@ def recorder_pushes(
     return out, client.sent, take.stats
 
 
-def takeover_pushes(endpoint: str, n_episodes: int, rng: random.Random) -> list[float]:
-    """Pushes during RL episodes with a person source: their times (the person's rows are found
-    in the server's tick log by time)."""
+def takeover_pushes(
+    endpoint: str, n_episodes: int, rng: random.Random
+) -> tuple[list[float], list[float], dict[int, np.ndarray]]:
+    """Pushes during RL episodes with a person source: their times, the times the device was let go
+    (the person's rows are found in the server's tick log by time), and the rows of the chunks the
+    actor sent, by seq."""
     import torch
 
     from learner.actor import Actor, ActorSettings
@@ -155,15 +161,19 @@ def takeover_pushes(endpoint: str, n_episodes: int, rng: random.Random) -> list[
     hid = FakeSpaceMouseHID()
     person = SpaceMouseSource(TeleopSettings(), lambda: hid)
     events: list[float] = []
+    releases: list[float] = []
     stop = threading.Event()
 
+    client = NotedChunks(endpoint, name="bench-learner", timeout_s=5.0)
     with (
-        RobotClient(endpoint, name="bench-learner", timeout_s=5.0) as client,
+        client,
         RobotClient(endpoint, name="bench-hand", timeout_s=5.0) as watcher,
         person,
     ):
         client.connect()  # the server's control rate and pacing, for the actor
-        actor = Actor(make_test_policy("flow", chunk_len=10), client, ActorSettings(obs_timeout_s=10.0))
+        actor = Actor(
+            make_test_policy("flow", chunk_len=POLICY_CHUNK_LEN), client, ActorSettings(obs_timeout_s=10.0)
+        )
 
         def hand() -> None:
             while not stop.is_set():
@@ -175,7 +185,9 @@ def takeover_pushes(endpoint: str, n_episodes: int, rng: random.Random) -> list[
                 events.append(time.monotonic())
                 hid.push_translation(PUSH, 0, 0)
                 time.sleep(0.3)
+                releases.append(time.monotonic())
                 hid.push_translation(0, 0, 0)
+                time.sleep(0.3)
                 hid.push_buttons(END_BUTTON)  # the take ends; the policy goes on
                 hid.push_buttons(0)
 
@@ -193,7 +205,7 @@ def takeover_pushes(endpoint: str, n_episodes: int, rng: random.Random) -> list[
             )
         stop.set()
         thread.join()
-    return events
+    return events, releases, client.sent
 
 
 def main() -> None:
@@ -220,7 +232,7 @@ def main() -> None:
         t_rec0 = time.monotonic()
         pushes, rec_sent, take = recorder_pushes(server.cmd_endpoint, args.pushes, rng)
         t_rec1 = time.monotonic()
-        takeover_events = takeover_pushes(server.cmd_endpoint, args.episodes, rng)
+        takeover_events, releases, to_sent = takeover_pushes(server.cmd_endpoint, args.episodes, rng)
     log = server.result["tick_log"]
     ticks = [Tick(start, seq, row) for start, _, seq, row in log]
     starts = np.array([k.start_s for k in ticks])
@@ -259,6 +271,23 @@ def main() -> None:
         first_row_s.append(to_ticks[j].start_s - t_event)
         policy_rows_after.append(sum(1 for k in to_ticks[i0:j] if k.chunk_seq == running and running >= 0))
 
+    # A later change of the take: let go -> the first tick that ran a still row of the person's (a
+    # chunk of the actor's that is not the policy's, with no motion in the row that ran).
+    def still_person_row(k: Tick) -> bool:
+        rows = to_sent.get(k.chunk_seq)
+        return rows is not None and len(rows) != POLICY_CHUNK_LEN and not np.any(rows[k.row, :6])
+
+    # (before the end button, 0.3 s on: a push that found no take, the episode having ended, has none)
+    still_after = [
+        next((k.start_s for k in to_ticks if t < k.start_s < t + 0.3 and still_person_row(k)), None)
+        for t in releases
+    ]
+    release_s = [s - t for s, t in zip(still_after, releases, strict=True) if s is not None]
+    # per release, the latest start of a tick up to its still row's (a late tick delays what waits for it)
+    release_late_s = [
+        max(late_between(t, s)) for s, t in zip(still_after, releases, strict=True) if s is not None
+    ]
+
     result.update(
         {
             "tick_period_s": period_s,
@@ -295,6 +324,17 @@ def main() -> None:
                     "n": len(policy_rows_after),
                     "max": max(policy_rows_after, default=0),
                     "histogram": {str(v): policy_rows_after.count(v) for v in sorted(set(policy_rows_after))},
+                },
+                "release": {
+                    "what": "the device let go 0.3 s into the take -> the first tick that ran a still "
+                    "row of the person's (the arm stops)",
+                    "event_to_still_row_ms": percentiles(release_s, 1000.0),
+                    "event_to_still_row_ticks": percentiles(release_s, 1.0 / period_s),
+                    "without_a_still_row_before_the_end_button": still_after.count(None),
+                    "per_event": [
+                        {"ticks": round(x / period_s, 3), "latest_tick_start_ms": round(1000 * late, 2)}
+                        for x, late in zip(release_s, release_late_s, strict=True)
+                    ],
                 },
             },
             "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],

@@ -15,8 +15,9 @@ A person may take over mid-episode (HIL-SERL style; ``run_episode(person=...)``)
 source's ``wants_control()`` says so (a SpaceMouse past its deadband), or ``takeover_requested()``
 does (the page's button, passed in by the loop), the policy's chunk is preempted at the next tick by
 the person's first row; the person's rows then run one per tick through the server's safety path
-(each with hold copies that the next row replaces: ``teleop.held``, as the recorder sends them)
-until the source ends the take, and the policy's next chunk starts from the state the person left.
+(each with hold copies that the next row replaces: ``teleop.held``, as the recorder sends them;
+a SpaceMouse is followed between the per-tick reads, a change sent at once) until the source ends
+the take, and the policy's next chunk starts from the state the person left.
 Each tick a person's row ran at (a copy, when the next row came late, as the row repeated) is a
 ChunkRecord with ``commanded_by="person"`` and no trace (PPO leaves it out); each takeover is an
 ``Intervention`` in the episode file. Offered while any policy chunk runs, the last one included.
@@ -57,7 +58,7 @@ from pde_contract.messages import (
 )
 from pde_contract.seam import inference_lead_ticks, rows_run
 from pde_contract.settings import DataLayout, data_dir_field
-from teleop.held import HeldRows, TickStream, hold_copies, read_when_due
+from teleop.held import Following, HeldRows, TickStream, hold_copies, read_when_due
 from teleop.settings import TeleopSettings
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class ActorSettings(BaseSettings):
 class _Waited(enum.Enum):
     DONE = "done"  # the chunk ran (or is within rows_left of its end)
     STOPPED = "stopped"  # should_stop() said stop
-    TAKEOVER = "takeover"  # a person asked to take over
+    INTERRUPTED = "interrupted"  # interrupt() said so: a person takes over (or ends their take)
 
 
 @dataclass
@@ -278,11 +279,11 @@ class Actor:
         seq: int,
         should_stop: Callable[[], bool],
         rows_left: int = 0,
-        takeover: Callable[[], bool] | None = None,
+        interrupt: Callable[[], bool] | None = None,
     ) -> _Waited:
         """Wait until chunk ``seq`` has run (or has at most ``rows_left`` rows still to run), unless
-        ``should_stop()`` says stop first, or ``takeover()`` (asked at every poll) says a person
-        takes over."""
+        ``should_stop()`` says stop first, or ``interrupt()`` (asked at every poll) says a person
+        takes over the policy's chunk (or, during a take, ended it)."""
         cfg = self.settings
         deadline = time.monotonic() + cfg.chunk_timeout_s
         last_reply_s = time.monotonic()
@@ -292,8 +293,8 @@ class Actor:
                 next_stop_check_s = time.monotonic() + cfg.stop_check_period_s
                 if should_stop():
                     return _Waited.STOPPED
-            if takeover is not None and takeover():
-                return _Waited.TAKEOVER
+            if interrupt is not None and interrupt():
+                return _Waited.INTERRUPTED
             try:
                 status = self.client.status()
             except RobotServerError as e:
@@ -427,9 +428,12 @@ class Actor:
     ) -> tuple[_Running | None, Observation, bool]:
         """A person's take: their rows, one per tick with hold copies (``teleop.held``, as the
         recorder sends them), until the source ends it. The first row preempts ``running`` at the
-        server's next tick (its record then says where it stopped). Each tick a person's row ran
-        at is recorded, a copy as the row repeated. Returns (the policy's chunk if the person sent
-        no row, the observation after the take, whether ``should_stop`` stopped the episode)."""
+        server's next tick (its record then says where it stopped). A ``rereadable`` source (the
+        SpaceMouse) is followed between the per-tick reads as the recorder follows it
+        (``teleop.held.Following``): a changed row (a release, a push) is sent at once and runs at
+        the next tick. Each tick a person's row ran at is recorded, a copy as the row repeated.
+        Returns (the policy's chunk if the person sent no row, the observation after the take,
+        whether ``should_stop`` stopped the episode)."""
         if self._teleop_settings is None:
             self._teleop_settings = TeleopSettings()
         cfg, rate_hz, teleop = self.settings, self.control_rate_hz, self._teleop_settings
@@ -437,35 +441,49 @@ class Actor:
         info = self.client.info
         hold = hold_copies(teleop.record_hold_ticks, None if info is None else info.pacing)
         rows = HeldRows(self.client, episode_id, rate_hz, hold)
-        obs = self._newest_observation(obs)
-        seen = TickStream(obs)
-        person.start_take(float(obs.state.gripper_width_m))
+        seen = TickStream(self._newest_observation(obs))
+        person.start_take(float(seen.newest.state.gripper_width_m))
         sent: list[tuple[Observation, float]] = []  # per row: the newest observation, its send time
+
+        def send(row: np.ndarray) -> None:
+            nonlocal running
+            self._seq += 1
+            chunk, accepted = rows.send(row, self._seq)
+            if running is not None:  # the policy's chunk ran until the person's first row
+                running.preempted_at(accepted.start_tick)
+                running = None
+            sent.append((seen.newest, chunk.sent_time_s))
+
+        follow = Following(rows, person, period_s, send) if hold and person.rereadable else None
+
+        def poll() -> bool:
+            """Between the per-tick reads: the observations, and the device followed; True once
+            the person ended the take."""
+            seen.see(self._newest_observation(seen.newest))
+            return follow is not None and follow.poll()
+
         stopped = False
         for _ in range(max(1, math.ceil(cfg.takeover_max_s * rate_hz))):
             cmd = person.read(period_s)
             if cmd.end:
                 break
-            self._seq += 1
-            chunk, accepted = rows.send(cmd.ee_delta_row(), self._seq)
-            if running is not None:  # the policy's chunk ran until the person's first row
-                running.preempted_at(accepted.start_tick)
-                running = None
-            sent.append((obs, chunk.sent_time_s))
-            # Until the row has run (its copies may still be to run): the next one replaces them.
-            if self._wait_chunk_done(chunk.seq, should_stop, rows_left=hold) is _Waited.STOPPED:
+            send(cmd.ee_delta_row())
+            # Until the last row sent has run (its copies may still be to run: the next row
+            # replaces them); a row the device's change replaced meanwhile is waited for in turn.
+            waited, seq = _Waited.DONE, -1
+            while waited is _Waited.DONE and seq != self._seq:
+                seq = self._seq
+                waited = self._wait_chunk_done(seq, should_stop, rows_left=hold, interrupt=poll)
+            if waited is _Waited.STOPPED:
                 stopped = True
                 break
-            obs = self._newest_observation(obs)
-            seen.see(obs)
+            if poll():
+                break
             if hold and teleop.record_read_margin_s is not None:
-                read_when_due(
-                    time.monotonic(),
-                    period_s,
-                    teleop.record_read_margin_s,
-                    lambda: seen.see(self._newest_observation(seen.newest)),
-                )
-                obs = seen.newest
+                read_when_due(time.monotonic(), period_s, teleop.record_read_margin_s, poll)
+            if follow is not None and follow.ended:
+                break
+        obs = seen.newest
         if not rows.sent:
             return running, obs, stopped
         end_seq = self._seq
@@ -581,12 +599,12 @@ class Actor:
                             lead = inference_lead_ticks(
                                 max(recent_inference_s), rate_hz, cfg.overlap_margin_ticks
                             )
-                        waited = self._wait_chunk_done(seq, should_stop, rows_left=lead, takeover=watch)
+                        waited = self._wait_chunk_done(seq, should_stop, rows_left=lead, interrupt=watch)
                         if waited is _Waited.STOPPED:
                             self.client.stop()
                             running = None
                             break
-                        if waited is _Waited.TAKEOVER:
+                        if waited is _Waited.INTERRUPTED:  # watch(): a person takes over
                             assert person is not None
                             running, obs, stopped = self._take_over(
                                 person, watch, episode_id, running, obs, should_stop, recorded
@@ -649,11 +667,11 @@ class Actor:
                 running = _Running(record, accepted, len(chunk.actions))
             if running is not None and person is not None:
                 # A person may take over the last chunk too (the episode then ends with the take).
-                waited = self._wait_chunk_done(running.accepted.seq, should_stop, takeover=watch)
+                waited = self._wait_chunk_done(running.accepted.seq, should_stop, interrupt=watch)
                 if waited is _Waited.STOPPED:
                     self.client.stop()
                     running = None
-                elif waited is _Waited.TAKEOVER:
+                elif waited is _Waited.INTERRUPTED:  # watch(): a person takes over
                     running, obs, stopped = self._take_over(
                         person, watch, episode_id, running, obs, should_stop, recorded
                     )

@@ -119,15 +119,17 @@ class HeldRows:
 @dataclass
 class Following:
     """A ``rereadable`` source followed the whole tick: read again at every poll between the
-    recorder's per-tick reads, and when its row differs from the last one sent, the new row is sent
-    at once, so it runs at the server's next tick (a push anywhere in a tick waits for that tick,
-    not for the next per-tick read and the tick after it). A row replaced before it ran runs at no
-    tick (its reply's count says 0) and is recorded nowhere."""
+    per-tick reads (the recorder's, a takeover's), and when its row differs from the last one sent,
+    the new row is sent at once, so it runs at the server's next tick (a push anywhere in a tick
+    waits for that tick, not for the next per-tick read and the tick after it). A row replaced
+    before it ran runs at no tick (its reply's count says 0) and is recorded nowhere."""
 
     rows: HeldRows
     source: TeleopSource
     period_s: float
-    next_seq: Callable[[], int]
+    # sends a changed row: ``rows.send`` with the caller's next seq, and whatever the caller notes
+    # of each row it sends (the same function as its per-tick sends)
+    send: Callable[[np.ndarray], object]
     ended: bool = False  # a read ended the take (that read's row is not sent)
 
     def poll(self) -> bool:
@@ -139,7 +141,7 @@ class Following:
             else:
                 row = cmd.ee_delta_row().astype(np.float32)
                 if not np.array_equal(row, self.rows.sent[-1][1]):
-                    self.rows.send(row, self.next_seq())
+                    self.send(row)
         return self.ended
 
 

@@ -196,7 +196,9 @@ class Recorder:
         # a device whose reads consume nothing is followed the whole tick: a changed row is sent at
         # once and runs at the next tick (teleop.held.Following)
         follow = (
-            Following(rows, source, self.period_s, lambda: next(seqs)) if hold and source.rereadable else None
+            Following(rows, source, self.period_s, lambda row: rows.send(row, next(seqs)))
+            if hold and source.rereadable
+            else None
         )
 
         def see(obs: Observation | None) -> None:

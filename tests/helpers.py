@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import signal
@@ -148,3 +149,13 @@ class NotedChunks(RobotClient):
         self.sent[chunk.seq] = chunk.actions.copy()
         self.replies.append((sent_s, chunk.actions.copy(), accepted))
         return accepted
+
+    def ran_by_tick(self) -> dict[int, tuple[int, np.ndarray]]:
+        """The chunk (its seq) and row that ran at each server tick, from the replies: a chunk's
+        rows run from its start tick on, as many as the next chunk's reply says (a chunk replaced
+        before its tick ran none); what the last chunk sent ran is not known."""
+        ran: dict[int, tuple[int, np.ndarray]] = {}
+        for (_, rows, accepted), (_, _, after_it) in itertools.pairwise(self.replies):
+            for k in range(after_it.previous_rows_run):
+                ran[accepted.start_tick + k] = (accepted.seq, rows[k])
+        return ran

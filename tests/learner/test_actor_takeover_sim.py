@@ -2,22 +2,28 @@
 process so that its tick log can be read), with a scripted teleop source as the person: the episode
 records the person's rows, one per tick they ran at (a row held over a stall as a repeat), the
 server's ticks show the policy's chunk stopped where the person's first row ran, and the PPO batch
-holds none of the person's rows. Counted in ticks, never timed.
+holds none of the person's rows. And a SpaceMouse (on the fake HID device) taking over on a
+`pde robot-server` process at 1 Hz: each change of the device runs at the next tick. Counted in
+ticks, never timed.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
+import torch
 
 from learner.actor import Actor, ActorSettings
 from learner.policies.vla import make_test_policy
 from learner.rewards import reward_from_label
 from learner.trainer import Trainer, build_rollout_batch
+from pde_contract.client import RobotClient
 from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by
 from robot_server.executor import ChunkExecutor, TickRecord
 from robot_server.server import RobotServer
@@ -25,6 +31,14 @@ from teleop.scripted import ScriptedSource
 from teleop.settings import TeleopSettings
 from tests.helpers import NotedChunks
 from tests.learner.test_actor_overlap_sim import sim_server  # noqa: F401  (a fixture)
+from tests.teleop.fakes import FakeSpaceMouseHID
+from tests.teleop.mid_tick import (
+    SMALL_PUSH,
+    Change,
+    assert_each_within_a_tick,
+    change_mid_tick,
+    slow_server_and_spacemouse,
+)
 
 CHUNK_LEN = 10
 PERSON_ROWS = 3
@@ -255,3 +269,85 @@ def test_a_person_takes_over_the_episodes_last_chunk(
     assert 2 <= len(policy_ticks) < CHUNK_LEN and first_person_tick - fired_at[0] <= 1
     assert policy_ticks[-1] == first_person_tick - 1
     assert episode.chunks[0].rows_run == (0, len(policy_ticks))
+
+
+@pytest.mark.parametrize("read_margin_s", [None, 0.04], ids=["read-at-once", "read-margin"])
+def test_a_takeover_follows_the_device_and_each_change_runs_at_the_next_tick(
+    tmp_path: Path, read_margin_s: float | None
+) -> None:
+    """A `pde robot-server` process at 1 Hz (realtime), a SpaceMouse on the fake HID device: pushed
+    halfway through a tick of the policy's chunk (the takeover), let go halfway through a later
+    tick, pushed and let go again, then its end button. The actor follows the device between its per-tick
+    reads as the recorder does: each change runs at the server's very next tick (read at once
+    after each row, a release used to wait for the next per-tick read, after that tick: a tick
+    later). Every tick of the take ran a person's row, the episode records the row that ran at
+    each as the person's, the policy drives again after the take, and PPO leaves the person out."""
+    torch.manual_seed(0)
+    policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
+    changes: list[Change] = []
+
+    def hand(hid: FakeSpaceMouseHID, watcher: RobotClient) -> None:
+        # early in the policy's chunk: it would run for many ticks more by itself
+        while (st := watcher.status()).executing_chunk_seq < 0 or st.steps_remaining < CHUNK_LEN - 2:
+            time.sleep(0.005)
+        changes.extend(change_mid_tick(hid, watcher, [SMALL_PUSH, 0, SMALL_PUSH, 0]))
+
+    with slow_server_and_spacemouse(tmp_path) as (endpoint, watcher, hid, person):
+        client = NotedChunks(endpoint, name="learner", timeout_s=5.0)
+        with client:
+            client.connect()  # the server's control rate and pacing, for the actor
+
+            def policy_ran_after_the_take() -> bool:
+                """The policy's chunk after the take has run a row: it drives again (the episode need
+                not wait out that chunk's ticks)."""
+                ours = [a for _, rows, a in client.replies if len(rows) == CHUNK_LEN]
+                return len(ours) == 2 and client.status().tick > ours[1].start_tick
+
+            actor = Actor(
+                policy,
+                client,
+                ActorSettings(obs_timeout_s=10.0),
+                TeleopSettings(record_read_margin_s=read_margin_s),
+            )
+            thread = threading.Thread(target=hand, args=(hid, watcher), daemon=True)
+            thread.start()
+            episode = actor.run_episode(
+                episode_id="ep-follow",
+                task=TASK,
+                canonical_prompt="put the green container in the bowl",
+                rollout_prompt="put the green container in the bowl",
+                max_chunks=2,
+                seed=3,
+                person=person,
+                should_stop=policy_ran_after_the_take,
+            )
+            thread.join(10.0)
+    assert len(changes) == 4
+    assert_each_within_a_tick(changes)
+    ran = client.ran_by_tick()
+    person_seqs = {seq for seq, rows in client.sent.items() if len(rows) != CHUNK_LEN}
+
+    # the take: a person's row at every tick of it, recorded as theirs, the row that ran at each
+    [iv] = episode.interventions
+    take = range(iv.start_tick, iv.start_tick + iv.n_rows)
+    assert iv.trigger == "device" and all(t in ran and ran[t][0] in person_seqs for t in take), sorted(ran)
+    recorded = episode.chunks[iv.first_chunk : iv.first_chunk + iv.n_rows]
+    assert all(c.commanded_by == "person" and c.trace is None and c.rows_run == (0, 1) for c in recorded)
+    np.testing.assert_array_equal(np.concatenate([c.actions for c in recorded]), [ran[t][1] for t in take])
+
+    # each change ran at the tick after it: the takeover's push right after the policy's row, each
+    # later one right after the person's row before it
+    takeover, *later = changes
+    assert takeover.after == iv.start_tick and ran[takeover.after - 1][0] not in person_seqs
+    for c in changes:
+        assert (ran[c.after][1][0] > 0) == (c.x > 0), (
+            c,
+            {t: float(r[0]) for t, (_, r) in sorted(ran.items())},
+        )
+    for c in later:
+        assert c.after - 1 in take and (ran[c.after - 1][1][0] > 0) != (c.x > 0), c
+
+    # the policy drives again after the take; PPO leaves the person's rows out
+    assert [c.commanded_by for c in episode.chunks] == ["policy"] + ["person"] * iv.n_rows + ["policy"]
+    rb = build_rollout_batch(policy, [(episode, reward_from_label(False))])
+    assert len(rb) == 2 and rb.person_rows_left_out == iv.n_rows

@@ -4,7 +4,6 @@ rows go through the server one chunk each and are counted, five scripted demonst
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
@@ -24,7 +23,6 @@ from teleop.main import run_session
 from teleop.recorder import Recorder
 from teleop.scripted import ScriptedSource
 from teleop.settings import TeleopSettings
-from teleop.spacemouse import SpaceMouseSource
 from teleop.takes import LOG_NAME, counts_per_task
 from tests.helpers import NotedChunks
 from tests.learner.test_actor_sim import (  # noqa: F401  (the fixtures)
@@ -33,6 +31,13 @@ from tests.learner.test_actor_sim import (  # noqa: F401  (the fixtures)
     sim_server_group,
 )
 from tests.teleop.fakes import FakeSpaceMouseHID
+from tests.teleop.mid_tick import (
+    SMALL_PUSH,
+    Change,
+    assert_each_within_a_tick,
+    change_mid_tick,
+    slow_server_and_spacemouse,
+)
 from tests.teleop.tiny_sft import train_tiny_sft
 
 TASK = load_tasks(None).get("put_bowl_on_top_rack")
@@ -165,12 +170,6 @@ def test_a_device_that_moves_after_the_read_replaces_the_row_and_what_ran_is_rec
     assert up.count(0.0) == 0 or up[0] == 0.0
 
 
-# A tick a second: a push halfway through a tick leaves the recorder half a second to send it
-# before the next tick (the test asserts ticks, and must hold on a loaded machine).
-SLOW_RATE_HZ = 1.0
-SMALL_PUSH = 50  # raw SpaceMouse axis value, just past the deadband (35 of 350): about 5 mm a tick
-
-
 @pytest.mark.parametrize("read_margin_s", [None, 0.04], ids=["read-at-once", "read-margin"])
 def test_a_push_between_two_reads_is_sent_at_once_and_runs_at_the_next_tick(
     tmp_path: Path, read_margin_s: float | None
@@ -180,62 +179,34 @@ def test_a_push_between_two_reads_is_sent_at_once_and_runs_at_the_next_tick(
     soon as it is read and runs at the server's next tick. Read right after each row ran (no read
     margin), it used to wait for the next per-tick read, after that tick: a tick later. The take
     keeps one row per tick, and the end button, read between the per-tick reads, ends it."""
-    hid = FakeSpaceMouseHID()
     started = threading.Event()
-    # per change: the server's tick counter just before and just after it, and pushed or let go
-    changes: list[tuple[int, int, bool]] = []
+    changes: list[Change] = []
 
-    def hand(watcher: RobotClient) -> None:
-        def next_tick() -> None:
-            tick = watcher.status().tick
-            while watcher.status().tick == tick:
-                time.sleep(0.005)
-
+    def hand(hid: FakeSpaceMouseHID, watcher: RobotClient) -> None:
         started.wait(30.0)
-        for pushed in (True, False):
-            next_tick()
-            time.sleep(0.5 / SLOW_RATE_HZ)  # halfway to the next tick
-            before = watcher.status().tick
-            hid.push_translation(SMALL_PUSH if pushed else 0, 0, 0)
-            changes.append((before, watcher.status().tick, pushed))
-        next_tick()
-        next_tick()  # the row after the change's is sent too
-        hid.push_buttons(1 << TeleopSettings().spacemouse_end_button)
+        changes.extend(change_mid_tick(hid, watcher, [SMALL_PUSH, 0]))
 
-    with (
-        running_sim_server(
-            tmp_path,
-            pacing="realtime",
-            PDE_ROBOT_HEARTBEAT_TIMEOUT_S="2.0",
-            PDE_ROBOT_CONTROL_RATE_HZ=str(SLOW_RATE_HZ),
-        ) as (endpoint, _),
-        RobotClient(endpoint, name="hand", timeout_s=5.0) as watcher,
-        SpaceMouseSource(TeleopSettings(), lambda: hid) as source,
-    ):
+    with slow_server_and_spacemouse(tmp_path) as (endpoint, watcher, hid, source):
         client = NotedChunks(endpoint, name="pde-record", timeout_s=5.0)
         with client:
             recorder = Recorder(
                 client, TeleopSettings(record_read_margin_s=read_margin_s, observation_timeout_s=10.0)
             )
             recorder.reset(TASK, seed=0)
-            thread = threading.Thread(target=hand, args=(watcher,), daemon=True)
+            thread = threading.Thread(target=hand, args=(hid, watcher), daemon=True)
             thread.start()
             take = recorder.record(source, TASK, seed=0, on_row=lambda _n: started.set())
             thread.join(10.0)
     assert len(changes) == 2
-    # the row that ran at each tick, from the server's replies: a chunk's rows run from its start
-    # tick on, as many as the next chunk's reply says (a chunk replaced before its tick ran none)
-    ran: dict[int, np.ndarray] = {}
-    for (_, rows, accepted), (_, _, after_it) in itertools.pairwise(client.replies):
-        for k in range(after_it.previous_rows_run):
-            ran[accepted.start_tick + k] = rows[k]
-    for before, after, pushed in changes:
-        assert before == after, "the hand changed the device across a tick boundary: the test is void"
+    assert_each_within_a_tick(changes)
+    ran = {tick: row for tick, (_seq, row) in client.ran_by_tick().items()}
+    for c in changes:
         # ``after`` is the next tick to run when the device changed: that tick runs the change
-        assert after - 1 in ran and after in ran, (after, sorted(ran))
-        assert (ran[after - 1][0] > 0) != pushed and (ran[after][0] > 0) == pushed, (
+        pushed = c.x > 0
+        assert c.after - 1 in ran and c.after in ran, (c.after, sorted(ran))
+        assert (ran[c.after - 1][0] > 0) != pushed and (ran[c.after][0] > 0) == pushed, (
             pushed,
-            after,
+            c.after,
             {k: float(r[0]) for k, r in sorted(ran.items())},
         )
     st = take.stats
