@@ -74,7 +74,7 @@ class RobotClientLike(Protocol):
 
     def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted: ...
     def reset(self, task: str = "", seed: int | None = None) -> int | None: ...
-    def stop(self) -> None: ...
+    def stop(self) -> int | None: ...  # the tick it stopped at (None: a client that does not say)
     def status(self) -> Status: ...
     def start_heartbeat(self, period_s: float = 0.05) -> None: ...
     def stop_heartbeat(self) -> None: ...
@@ -197,8 +197,9 @@ class _Running:
     accepted: ChunkAccepted
     n_rows: int
 
-    def preempted_at(self, next_start_tick: int) -> None:
-        """The next chunk (the policy's or a person's) took over at ``next_start_tick``."""
+    def preempted_at(self, next_start_tick: int | None) -> None:
+        """The next chunk (the policy's or a person's), or a stop, took over at ``next_start_tick``
+        (None or -1: unknown, so every row is taken to have run)."""
         self.record.rows_run = rows_run(
             self.accepted.rows_skipped, self.n_rows, self.accepted.start_tick, next_start_tick
         )
@@ -383,6 +384,12 @@ class Actor:
             log.info("the robot server paces fast: chunks run 'sync' (rows outpace inference there)")
             return False
         return True
+
+    def _stop(self, running: _Running | None) -> None:
+        """Hold the arm; the chunk it stopped (if any) then records only the rows that ran."""
+        tick = self.client.stop()
+        if running is not None:
+            running.preempted_at(tick)
 
     def _submit(self, chunk: ActionChunk) -> ChunkAccepted:
         """Submit; a chunk whose rows are all in the past (an inference slower than the running
@@ -580,7 +587,7 @@ class Actor:
             obs = self._fresh_observation(-1)
             while n_sent < max_chunks:
                 if should_stop():
-                    self.client.stop()
+                    self._stop(running)
                     running = None
                     break
                 if running is not None:
@@ -589,7 +596,7 @@ class Actor:
                         # the sim: the chunk's end read off the observation stream (no Status polls)
                         ended = self._chunk_end_on_stream(seq, should_stop)
                         if ended is None:
-                            self.client.stop()
+                            self._stop(running)
                             running = None
                             break
                         obs = ended
@@ -601,7 +608,7 @@ class Actor:
                             )
                         waited = self._wait_chunk_done(seq, should_stop, rows_left=lead, interrupt=watch)
                         if waited is _Waited.STOPPED:
-                            self.client.stop()
+                            self._stop(running)
                             running = None
                             break
                         if waited is _Waited.INTERRUPTED:  # watch(): a person takes over
@@ -669,7 +676,7 @@ class Actor:
                 # A person may take over the last chunk too (the episode then ends with the take).
                 waited = self._wait_chunk_done(running.accepted.seq, should_stop, interrupt=watch)
                 if waited is _Waited.STOPPED:
-                    self.client.stop()
+                    self._stop(running)
                     running = None
                 elif waited is _Waited.INTERRUPTED:  # watch(): a person takes over
                     running, obs, stopped = self._take_over(
@@ -681,7 +688,7 @@ class Actor:
                 # The last chunk runs to its end (its record already says so).
                 ended = self._chunk_end_observation(running.accepted.seq, obs.seq, should_stop)
                 if ended is None:
-                    self.client.stop()
+                    self._stop(running)
                 else:
                     obs = ended
                     success = obs.task_success

@@ -243,8 +243,9 @@ class RobotClient:
     def gripper(self, width_m: float) -> None:
         self._payload(GripperCommand(width_m=width_m), Ack)
 
-    def stop(self) -> None:
-        self._payload(Stop(), Ack)
+    def stop(self) -> int:
+        """Drop the running chunk and hold; the tick it stopped at (-1: a server that does not say)."""
+        return self._payload(Stop(), Ack).tick
 
     def estop(self, reason: str = "") -> None:
         self._payload(EStop(reason=reason), Ack)

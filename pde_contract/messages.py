@@ -345,9 +345,10 @@ class HealthInfo(Message):
 
 
 class Ack(Message):
-    # Reset only: the control tick at which the reset took effect. Observations with a greater
-    # ``tick`` show the new scene; a subscriber may still hold one from before it (-1: not a reset,
-    # or a server that does not say).
+    # Reset: the control tick at which the reset took effect. Observations with a greater ``tick``
+    # show the new scene; a subscriber may still hold one from before it. Stop: the tick at which the
+    # chunk it dropped stopped (it ran its rows for the ticks before, as ChunkAccepted.start_tick says
+    # of a preempted chunk). -1: another request, or a server that does not say.
     tick: int = -1
 
 

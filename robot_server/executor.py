@@ -293,11 +293,15 @@ class ChunkExecutor:
                 f"motion is refused after a {fault.kind.value} fault: {fault.detail} {fault.action}",
             )
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """Drop the chunk and hold. Returns the ticks run when it took effect: the dropped chunk ran
+        its rows for the ticks before it, as it would have had a chunk preempted it then."""
         with self._lock:
             self._drop_chunk()
             self._hold_requested = True
+            tick = self._ticks
         self._wake.set()
+        return tick
 
     def estop(self, reason: str) -> None:
         with self._lock:

@@ -556,8 +556,7 @@ class RobotServer:
                 ex.gripper(w)
                 return Ack()
             case Stop():
-                ex.stop()
-                return Ack()
+                return Ack(tick=ex.stop())
             case EStop(reason=reason):
                 ex.estop(reason or "e-stop requested")
                 return Ack()

@@ -59,8 +59,9 @@ class FakeRobotClient:
     def reset(self, task: str = "", seed: int | None = None) -> None:
         self.calls.append(f"reset:{task}:{seed}")
 
-    def stop(self) -> None:
+    def stop(self) -> int | None:
         self.calls.append("stop")
+        return None  # a client that does not say the tick: every row of the chunk counts as run
 
     def status(self) -> Status:
         return Status(
@@ -275,6 +276,35 @@ def test_should_stop_is_asked_while_a_chunk_runs():
         should_stop=lambda: time.monotonic() > stop_at,
     )
     assert time.monotonic() - t0 < 10.0 and len(ep.chunks) == 1 and client.calls[-1] == "stop"
+
+
+class StoppedMidChunkClient(EndlessChunkClient):
+    """Its chunk starts at tick 100; a stop takes effect at tick 103 (after 3 of its rows ran)."""
+
+    def submit_chunk(self, chunk: ActionChunk) -> ChunkAccepted:
+        accepted = super().submit_chunk(chunk)
+        return msgspec.structs.replace(accepted, start_tick=100)
+
+    def stop(self) -> int:
+        super().stop()
+        return 103
+
+
+def test_a_chunk_stopped_mid_way_records_only_the_rows_that_ran():
+    """PPO and the episode file see the rows the arm ran, not the rows sent (the server's Stop says
+    the tick it took effect at)."""
+    client = StoppedMidChunkClient()
+    stop_at = time.monotonic() + 0.3
+    actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.001, chunk_timeout_s=30.0))
+    ep = actor.run_episode(
+        episode_id="ep1",
+        task="t",
+        canonical_prompt="c",
+        rollout_prompt="r",
+        max_chunks=3,
+        should_stop=lambda: time.monotonic() > stop_at,
+    )
+    assert [c.rows_run for c in ep.chunks] == [(0, 3)]
 
 
 @pytest.mark.parametrize(

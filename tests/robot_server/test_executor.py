@@ -216,6 +216,19 @@ def test_stop_holds_without_latching(make: Callable[..., tuple[ChunkExecutor, Fa
     ex.submit(ee_chunk(1, rows=1), CLIENT)
 
 
+def test_a_stop_says_the_tick_it_took_effect_at_and_the_chunk_ran_its_rows_before_it(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    ex, _ = make()
+    accepted, _ = ex.submit(ee_chunk(0, rows=50), CLIENT)
+    wait_for(lambda: len([r for r in ex.tick_log if r.chunk_seq == 0]) >= 3)
+    tick = ex.stop()
+    ran = [r.row for r in ex.tick_log if r.chunk_seq == 0]
+    assert tick - accepted.start_tick == len(ran) and ran == list(range(len(ran)))
+    wait_for(lambda: ex.snapshot().tick > tick + 2)  # holding now: no later row of the chunk runs
+    assert [r.row for r in ex.tick_log if r.chunk_seq == 0] == ran
+
+
 def test_reset_homes_and_restarts_sequences(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
     ex, robot = make(home_time_s=0.2)
     ex.submit(ee_chunk(3, rows=2), CLIENT)

@@ -504,8 +504,10 @@ def test_guiding_mode_hands_the_arm_over_and_back(client: RobotClient) -> None:
     client.release_estop()
     client.set_guiding_mode(False)
     assert not client.status().guiding
-    assert client.submit_chunk(ee_chunk(42, (0.0, 0.002, 0.0))).steps > 0
-    client.stop()
+    accepted = client.submit_chunk(ee_chunk(42, (0.0, 0.002, 0.0)))
+    assert accepted.steps > 0
+    # The stop's reply says the tick it took effect at: the chunk ran its rows for the ticks before.
+    assert client.stop() >= accepted.start_tick >= 0
     client.stop_heartbeat()
 
 
