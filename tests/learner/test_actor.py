@@ -11,6 +11,7 @@ from learner.rewards import reward_from_label
 from learner.synthetic import synthetic_observation
 from learner.trainer import Trainer
 from pde_contract.client import RobotServerError
+from pde_contract.episodes import EpisodeFile
 from pde_contract.messages import (
     ActionChunk,
     ActionSpace,
@@ -261,13 +262,11 @@ class EndlessChunkClient(FakeRobotClient):
         return st
 
 
-def test_should_stop_is_asked_while_a_chunk_runs():
-    """SIGTERM (the loop's stop) and the page's abort take effect mid-chunk, not after it."""
-    client = EndlessChunkClient()
-    stop_at = time.monotonic() + 0.3
+def _stopped_after(client: EndlessChunkClient, stop_after_s: float) -> EpisodeFile:
+    """An episode whose ``should_stop`` says stop ``stop_after_s`` into it (its first chunk runs)."""
+    stop_at = time.monotonic() + stop_after_s
     actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.001, chunk_timeout_s=30.0))
-    t0 = time.monotonic()
-    ep = actor.run_episode(
+    return actor.run_episode(
         episode_id="ep1",
         task="t",
         canonical_prompt="c",
@@ -275,6 +274,13 @@ def test_should_stop_is_asked_while_a_chunk_runs():
         max_chunks=3,
         should_stop=lambda: time.monotonic() > stop_at,
     )
+
+
+def test_should_stop_is_asked_while_a_chunk_runs():
+    """SIGTERM (the loop's stop) and the page's abort take effect mid-chunk, not after it."""
+    client = EndlessChunkClient()
+    t0 = time.monotonic()
+    ep = _stopped_after(client, 0.3)
     assert time.monotonic() - t0 < 10.0 and len(ep.chunks) == 1 and client.calls[-1] == "stop"
 
 
@@ -293,17 +299,7 @@ class StoppedMidChunkClient(EndlessChunkClient):
 def test_a_chunk_stopped_mid_way_records_only_the_rows_that_ran():
     """PPO and the episode file see the rows the arm ran, not the rows sent (the server's Stop says
     the tick it took effect at)."""
-    client = StoppedMidChunkClient()
-    stop_at = time.monotonic() + 0.3
-    actor = Actor(make_test_policy("flow"), client, ActorSettings(poll_period_s=0.001, chunk_timeout_s=30.0))
-    ep = actor.run_episode(
-        episode_id="ep1",
-        task="t",
-        canonical_prompt="c",
-        rollout_prompt="r",
-        max_chunks=3,
-        should_stop=lambda: time.monotonic() > stop_at,
-    )
+    ep = _stopped_after(StoppedMidChunkClient(), 0.3)
     assert [c.rows_run for c in ep.chunks] == [(0, 3)]
 
 
