@@ -598,10 +598,20 @@ document.addEventListener("keydown", (ev) => {
 });
 document.addEventListener("keyup", (ev) => { if (teleop.held.delete(teleopKey(ev)) && controlling()) sendTeleop(); });
 window.addEventListener("blur", () => { teleop.held.clear(); });  // a key let go elsewhere never arrives
-function handBack() {
+async function handBack() {
   if (!controlling()) return;
-  teleop.end += 1; teleop.held.clear(); sendTeleop();
-  if (teleop.holder === "takeover") { teleop.takeoverEpisode = null; toast("handed back: the policy goes on at its next chunk"); showTeleop(); }
+  teleop.end += 1; teleop.held.clear();
+  const episode = teleop.takeoverEpisode;
+  if (teleop.holder === "takeover") { teleop.takeoverEpisode = null; showTeleop(); }
+  // The press must reach the server even when a send is in flight now, after which a handed-back
+  // page sends no more: a final send of its own, after the one in flight.
+  const sent = await sendTeleop(true);
+  if (teleop.holder !== "takeover") return;
+  if (sent) toast("handed back: the policy goes on at its next chunk");
+  else {
+    teleop.takeoverEpisode = episode; showTeleop();
+    toast(`hand-back NOT SENT — ${teleop.error}: you still hold control (the arm holds still while the page is silent); press H again`);
+  }
 }
 function gamepadAxes(axes) {
   const pads = navigator.getGamepads ? Array.from(navigator.getGamepads()).filter((p) => p && p.connected) : [];
@@ -623,18 +633,24 @@ function teleopAxes() {
   gamepadAxes(axes);
   return axes.map((v) => Math.max(-1, Math.min(1, v)));
 }
-async function sendTeleop() {
-  if (!controlling() || teleop.inFlight) return;
+const HAND_BACK_TRIES = 3;
+async function sendTeleop(final = false) {
+  if (!final && (!controlling() || teleop.inFlight)) return true;
+  while (teleop.inFlight) await new Promise((r) => setTimeout(r, 10));  // a final send: after the one in flight
   teleop.inFlight = true;
   const axes = teleopAxes();
-  try {
-    await post("/api/teleop/command", { axes, gripper_presses: teleop.gripper, end_presses: teleop.end, device: teleop.device });
-    teleop.error = "";
-  } catch (e) { teleop.error = e.message; }
-  finally { teleop.inFlight = false; }
+  for (let tries = final ? HAND_BACK_TRIES : 1; tries > 0; tries--) {
+    try {
+      await post("/api/teleop/command", { axes, gripper_presses: teleop.gripper, end_presses: teleop.end, device: teleop.device });
+      teleop.error = "";
+      break;
+    } catch (e) { teleop.error = e.message; }
+  }
+  teleop.inFlight = false;
   const st = $("#teleop-status");
   st.dataset.axes = axes.join(",");
   showTeleop();
+  return !teleop.error;
 }
 function showTeleop() {
   const st = $("#teleop-status");
@@ -650,7 +666,7 @@ async function refreshTeleop() {
   const was = controlling();
   teleop.holder = t.holder;
   if (teleop.holder !== "takeover" || !current.episode || current.episode.id !== teleop.takeoverEpisode) teleop.takeoverEpisode = null;
-  if (controlling() && !teleop.timer) teleop.timer = setInterval(sendTeleop, t.send_period_ms);
+  if (controlling() && !teleop.timer) teleop.timer = setInterval(() => sendTeleop(), t.send_period_ms);
   if (!controlling() && teleop.timer) { clearInterval(teleop.timer); teleop.timer = null; teleop.held.clear(); }
   if (was !== controlling()) showTeleop();
 }

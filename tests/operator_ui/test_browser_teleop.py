@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from learner.loop.takeover import StorePageCommands
 from learner.sft import action_windows, select_demo_files
@@ -40,6 +41,14 @@ STILL_M = 0.002  # the arm holds: it moved less than this over several ticks
 WAIT_S = 60.0  # generous: the machine is shared and loaded; never a timing assertion
 
 
+def wait_for(done: Callable[[], bool], what: str) -> None:
+    """Each wait gets its own WAIT_S (a loaded machine slows every step; none is a timing check)."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
+        time.sleep(0.05)
+
+
 class Arm:
     """The measured arm, seen by a client of its own (as the page's server sees it)."""
 
@@ -60,10 +69,7 @@ class Arm:
         return self.client.status().counters.steps_executed
 
     def wait(self, done: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not done():
-            assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
-            time.sleep(0.05)
+        wait_for(done, what)
 
     def wait_ticks(self, ticks: int) -> None:
         first = self.steps()
@@ -248,11 +254,9 @@ class _PacedPagePerson(TeleopSource):
         return cmd
 
 
-def test_take_control_with_the_page_person_drives_with_the_pages_keys_until_hand_back(
-    page: Page, tmp_path: Path
-) -> None:
-    """Through the database: the page's server writes its commands into the `teleop_page` row, the
-    loop's page source reads them (learner/loop/takeover.py: StorePageCommands)."""
+@contextmanager
+def _page_person_took_over(page: Page, tmp_path: Path) -> Iterator[tuple[_PacedPagePerson, PersonActorFake]]:
+    """A loop episode running, and the page holding control of it (PDE_TELEOP_PERSON=page)."""
     feed: list[StorePageCommands] = []
     person = _PacedPagePerson(PageSource(lambda: feed[0]() if feed else None))
     actor = PersonActorFake(n_chunks=LONG_EPISODE_CHUNKS, chunk_time_s=0.1)
@@ -265,27 +269,62 @@ def test_take_control_with_the_page_person_drives_with_the_pages_keys_until_hand
         page.locator("#take-control").click()
         expect(page.locator("#hand-back")).to_be_visible(timeout=10_000)
         expect(page.locator("#teleop-status")).to_contain_text("took over the episode")
+        yield person, actor
+        page.goto("about:blank")
+
+
+def test_take_control_with_the_page_person_drives_with_the_pages_keys_until_hand_back(
+    page: Page, tmp_path: Path
+) -> None:
+    """Through the database: the page's server writes its commands into the `teleop_page` row, the
+    loop's page source reads them (learner/loop/takeover.py: StorePageCommands)."""
+    with _page_person_took_over(page, tmp_path) as (person, actor):
         page.keyboard.down("ArrowUp")
-        arm_wait = time.monotonic() + WAIT_S
-        while not any(r[0] > 0 for r in person.read_rows):  # the person read the key's motion
-            assert time.monotonic() < arm_wait, "the loop's page person never read the held key"
-            time.sleep(0.05)
+        wait_for(lambda: any(r[0] > 0 for r in person.read_rows), "the loop's page person read the held key")
         page.keyboard.up("ArrowUp")
         _all_still_sent(page)
         n = len(person.read_rows)
-        while len(person.read_rows) < n + 2:  # rows read after the zeros were sent
-            assert time.monotonic() < arm_wait, "the take stopped reading"
-            time.sleep(0.05)
+        wait_for(lambda: len(person.read_rows) >= n + 2, "rows read after the zeros were sent")
         page.keyboard.press("h")  # hand back
         expect(page.locator("#hand-back")).to_be_hidden(timeout=10_000)
-        while not actor.takes:
-            assert time.monotonic() < arm_wait, "the take did not end at hand back"
-            time.sleep(0.05)
+        wait_for(lambda: bool(actor.takes), "the take ended at the hand back")
         [take] = actor.takes
         assert any(r[0] > 0 for r in take) and not np.any(take[-1][:6])  # moved, then still
         page.locator("#end-failure").click()
         expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=30_000)
-        page.goto("about:blank")
+
+
+def test_a_hand_back_pressed_while_a_command_is_in_flight_still_ends_the_take(
+    page: Page, tmp_path: Path
+) -> None:
+    """The page sends one command at a time. A hand-back pressed while one was in flight was
+    dropped, and a page that has handed back sends no more: the take never ended while the page
+    said "handed back" (found as a CI flake). Now the press goes in a final send after the one in
+    flight."""
+    with _page_person_took_over(page, tmp_path) as (_, actor):
+        held: list[Route] = []
+        holding = [True]
+
+        def hold(route: Route) -> None:  # leaves the page's command unanswered: in flight
+            if holding[0]:
+                held.append(route)
+            else:
+                route.continue_()
+
+        page.route("**/api/teleop/command", hold)
+        deadline = time.monotonic() + WAIT_S
+        while not held:  # the page's periodic send is on its way, unanswered
+            assert time.monotonic() < deadline, "the page sent no command while holding control"
+            page.wait_for_timeout(20)
+        page.keyboard.press("h")  # hand back, with that send in flight
+        holding[0] = False
+        for route in held:
+            route.continue_()
+        # Later sends go straight through (a route handler runs only inside a Playwright call).
+        page.unroute("**/api/teleop/command")
+        expect(page.locator("#hand-back")).to_be_hidden(timeout=10_000)
+        wait_for(lambda: bool(actor.takes), "the take ended at the hand back")
+        expect(page.locator("#toast")).to_contain_text("handed back")
 
 
 def test_space_still_stops_the_arm_while_the_page_holds_control(
