@@ -439,8 +439,8 @@ class Actor:
         SpaceMouse) is followed between the per-tick reads as the recorder follows it
         (``teleop.held.Following``): a changed row (a release, a push) is sent at once and runs at
         the next tick. Each tick a person's row ran at is recorded, a copy as the row repeated.
-        Returns (the policy's chunk if the person sent no row, the observation after the take,
-        whether ``should_stop`` stopped the episode)."""
+        Returns (the policy's chunk if the person sent no row and nothing stopped it, the
+        observation after the take, whether ``should_stop`` stopped the episode)."""
         if self._teleop_settings is None:
             self._teleop_settings = TeleopSettings()
         cfg, rate_hz, teleop = self.settings, self.control_rate_hz, self._teleop_settings
@@ -471,6 +471,11 @@ class Actor:
 
         stopped = False
         for _ in range(max(1, math.ceil(cfg.takeover_max_s * rate_hz))):
+            # Asked before each of the person's rows: a row's wait asks it only after
+            # stop_check_period_s (a tick), which the take's waits do not last.
+            if should_stop():
+                stopped = True
+                break
             cmd = person.read(period_s)
             if cmd.end:
                 break
@@ -492,6 +497,9 @@ class Actor:
                 break
         obs = seen.newest
         if not rows.sent:
+            if stopped:  # before the person's first row: the policy's chunk is stopped here
+                self._stop(running)
+                running = None
             return running, obs, stopped
         end_seq = self._seq
         if hold:
