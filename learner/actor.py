@@ -480,10 +480,16 @@ class Actor:
             if cmd.end:
                 break
             send(cmd.ee_delta_row())
-            # Until the last row sent has run (its copies may still be to run: the next row
-            # replaces them); a row the device's change replaced meanwhile is waited for in turn.
+            # Until the row has run at its tick (its copies may still be to run: the next row
+            # replaces them); a row the device's change sent in its place before that tick is
+            # waited for in turn, but not one sent for a later tick (the next read replaces it):
+            # a device whose every report differs (a hand's jitter) was chased for ever, the take
+            # asking neither should_stop nor takeover_max_s.
+            tick = rows.sent[-1][0]
             waited, seq = _Waited.DONE, -1
-            while waited is _Waited.DONE and seq != self._seq:
+            while waited is _Waited.DONE and seq != self._seq and rows.sent[-1][0] == tick:
+                if seq >= 0:
+                    time.sleep(cfg.poll_period_s)  # replaced before its tick: not a busy loop
                 seq = self._seq
                 waited = self._wait_chunk_done(seq, should_stop, rows_left=hold, interrupt=poll)
             if waited is _Waited.STOPPED:

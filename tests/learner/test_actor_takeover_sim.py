@@ -9,9 +9,10 @@ ticks, never timed.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,10 @@ from pde_contract.client import RobotClient
 from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by
 from robot_server.executor import ChunkExecutor, TickRecord
 from robot_server.server import RobotServer
+from teleop.base import TeleopSource
 from teleop.scripted import ScriptedSource
 from teleop.settings import TeleopSettings
+from teleop.spacemouse import SpaceMouseSource
 from tests.helpers import NotedChunks
 from tests.learner.test_actor_overlap_sim import sim_server  # noqa: F401  (a fixture)
 from tests.teleop.fakes import FakeSpaceMouseHID
@@ -82,7 +85,7 @@ def run_with_person(
     server: RobotServer,
     endpoint: str,
     policy: Any,
-    person: ScriptedSource,
+    person: TeleopSource,
     settings: ActorSettings,
     episode_id: str,
     max_chunks: int,
@@ -340,6 +343,71 @@ def test_a_stop_as_a_person_takes_over_stops_the_policys_chunk(
     [(_seq, policy_ticks)] = ticks_by_chunk(list(server.executor.tick_log))
     [record] = [c for c in episode.chunks if c.rows_run and c.rows_run[1] > c.rows_run[0]]
     assert record.rows_run == (0, len(policy_ticks)) and len(policy_ticks) < CHUNK_LEN
+    assert server.executor.snapshot().executing_chunk_seq == -1  # held: nothing runs
+
+
+class JitteryHand(FakeSpaceMouseHID):
+    """A hand holding a small push on the SpaceMouse (once ``holding``): the device reports x one
+    count apart at every read, as a real hand's jitter does, so every read of the source gives a
+    changed row. Queued reports (the end button) come first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = False
+        self._reads = 0
+
+    def read(self, max_length: int, timeout_ms: int = 0) -> Sequence[int]:
+        queued = super().read(max_length, timeout_ms)
+        if queued or not self.holding:
+            return queued
+        self._reads += 1
+        if self._reads % 2 == 0:
+            return []  # a drain ends here: one new report per read of the source
+        return [1, *struct.pack("<3h", SMALL_PUSH + (self._reads // 2) % 2, 0, 0)]
+
+
+def test_a_stop_ends_the_take_of_a_jittering_hand_on_the_spacemouse(
+    sim_server: tuple[str, RobotServer],  # noqa: F811
+) -> None:
+    """A SpaceMouse whose row changes at every read is followed without being chased: the take
+    asks should_stop each tick, so the stop ends it. (The wait for a row followed every newer row,
+    those sent for later ticks too, and never ended: the take ignored the stop and takeover_max_s,
+    the person's end button alone ended it.) Every tick of the take ran a person's row, recorded."""
+    endpoint, server = sim_server
+    policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
+    hid = JitteryHand()
+    stop, episode_over, pressed_end = threading.Event(), threading.Event(), threading.Event()
+
+    def ticks_until(n: int) -> None:
+        while server.executor.snapshot().tick < n and not episode_over.is_set():
+            time.sleep(0.005)
+
+    def hand() -> None:
+        while server.executor.snapshot().executing_chunk_seq < 0:  # the policy drives
+            time.sleep(0.005)
+        hid.holding = True  # the takeover
+        ticks_until(server.executor.snapshot().tick + 5)
+        stop.set()  # the page's abort, while the person drives
+        ticks_until(server.executor.snapshot().tick + 30)  # ample for a take asking every tick
+        if not episode_over.is_set():  # it is not: end the take, so the test ends either way
+            pressed_end.set()
+            hid.push_buttons(1 << TeleopSettings().spacemouse_end_button)
+
+    thread = threading.Thread(target=hand, daemon=True)
+    thread.start()
+    try:
+        person = SpaceMouseSource(TeleopSettings(), lambda: hid)
+        settings = ActorSettings(obs_timeout_s=10.0)
+        episode, sent = run_with_person(
+            server, endpoint, policy, person, settings, "ep-jitter", 8, should_stop=stop.is_set
+        )
+    finally:
+        episode_over.set()
+        thread.join(10.0)
+    assert stop.is_set() and not pressed_end.is_set(), "the stop did not end the take"
+    [iv] = episode.interventions
+    [ticks] = person_ticks(episode, list(server.executor.tick_log), sent)
+    assert len(ticks) == iv.n_rows >= 1 and episode.chunks[-1].commanded_by == "person"
     assert server.executor.snapshot().executing_chunk_seq == -1  # held: nothing runs
 
 
