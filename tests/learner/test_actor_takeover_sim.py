@@ -9,10 +9,9 @@ ticks, never timed.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from teleop.settings import TeleopSettings
 from teleop.spacemouse import SpaceMouseSource
 from tests.helpers import NotedChunks
 from tests.learner.test_actor_overlap_sim import sim_server  # noqa: F401  (a fixture)
-from tests.teleop.fakes import FakeSpaceMouseHID
+from tests.teleop.fakes import FakeSpaceMouseHID, JitteryHand
 from tests.teleop.mid_tick import (
     SMALL_PUSH,
     Change,
@@ -346,26 +345,6 @@ def test_a_stop_as_a_person_takes_over_stops_the_policys_chunk(
     assert server.executor.snapshot().executing_chunk_seq == -1  # held: nothing runs
 
 
-class JitteryHand(FakeSpaceMouseHID):
-    """A hand holding a small push on the SpaceMouse (once ``holding``): the device reports x one
-    count apart at every read, as a real hand's jitter does, so every read of the source gives a
-    changed row. Queued reports (the end button) come first."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.holding = False
-        self._reads = 0
-
-    def read(self, max_length: int, timeout_ms: int = 0) -> Sequence[int]:
-        queued = super().read(max_length, timeout_ms)
-        if queued or not self.holding:
-            return queued
-        self._reads += 1
-        if self._reads % 2 == 0:
-            return []  # a drain ends here: one new report per read of the source
-        return [1, *struct.pack("<3h", SMALL_PUSH + (self._reads // 2) % 2, 0, 0)]
-
-
 def test_a_stop_ends_the_take_of_a_jittering_hand_on_the_spacemouse(
     sim_server: tuple[str, RobotServer],  # noqa: F811
 ) -> None:
@@ -375,7 +354,7 @@ def test_a_stop_ends_the_take_of_a_jittering_hand_on_the_spacemouse(
     the person's end button alone ended it.) Every tick of the take ran a person's row, recorded."""
     endpoint, server = sim_server
     policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
-    hid = JitteryHand()
+    hid = JitteryHand(SMALL_PUSH)
     stop, episode_over, pressed_end = threading.Event(), threading.Event(), threading.Event()
 
     def ticks_until(n: int) -> None:
