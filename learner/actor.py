@@ -439,8 +439,8 @@ class Actor:
         SpaceMouse) is followed between the per-tick reads as the recorder follows it
         (``teleop.held.Following``): a changed row (a release, a push) is sent at once and runs at
         the next tick. Each tick a person's row ran at is recorded, a copy as the row repeated.
-        Returns (the policy's chunk if the person sent no row, the observation after the take,
-        whether ``should_stop`` stopped the episode)."""
+        Returns (the policy's chunk if the person sent no row and nothing stopped it, the
+        observation after the take, whether ``should_stop`` stopped the episode)."""
         if self._teleop_settings is None:
             self._teleop_settings = TeleopSettings()
         cfg, rate_hz, teleop = self.settings, self.control_rate_hz, self._teleop_settings
@@ -471,14 +471,25 @@ class Actor:
 
         stopped = False
         for _ in range(max(1, math.ceil(cfg.takeover_max_s * rate_hz))):
+            # Asked before each of the person's rows: a row's wait asks it only after
+            # stop_check_period_s (a tick), which the take's waits do not last.
+            if should_stop():
+                stopped = True
+                break
             cmd = person.read(period_s)
             if cmd.end:
                 break
             send(cmd.ee_delta_row())
-            # Until the last row sent has run (its copies may still be to run: the next row
-            # replaces them); a row the device's change replaced meanwhile is waited for in turn.
+            # Until the row has run at its tick (its copies may still be to run: the next row
+            # replaces them); a row the device's change sent in its place before that tick is
+            # waited for in turn, but not one sent for a later tick (the next read replaces it):
+            # a device whose every report differs (a hand's jitter) was chased for ever, the take
+            # asking neither should_stop nor takeover_max_s.
+            tick = rows.sent[-1][0]
             waited, seq = _Waited.DONE, -1
-            while waited is _Waited.DONE and seq != self._seq:
+            while waited is _Waited.DONE and seq != self._seq and rows.sent[-1][0] == tick:
+                if seq >= 0:
+                    time.sleep(cfg.poll_period_s)  # replaced before its tick: not a busy loop
                 seq = self._seq
                 waited = self._wait_chunk_done(seq, should_stop, rows_left=hold, interrupt=poll)
             if waited is _Waited.STOPPED:
@@ -492,6 +503,9 @@ class Actor:
                 break
         obs = seen.newest
         if not rows.sent:
+            if stopped:  # before the person's first row: the policy's chunk is stopped here
+                self._stop(running)
+                running = None
             return running, obs, stopped
         end_seq = self._seq
         if hold:

@@ -75,10 +75,6 @@ class HeldRows:
         self.sent.append((accepted.start_tick, row))
         return chunk, accepted
 
-    def ran(self, st: Status) -> bool:
-        """Whether ``st`` shows the last row sent has run (its tick is past)."""
-        return bool(self.sent) and st.tick > self.sent[-1][0]
-
     def runs(self, last_ran: int) -> list[int]:
         """Rows each sent chunk ran (its row, then copies), the last having run ``last_ran``."""
         self._require_counts()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,13 @@ from pde_contract.client import RobotClient
 from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by
 from robot_server.executor import ChunkExecutor, TickRecord
 from robot_server.server import RobotServer
+from teleop.base import TeleopSource
 from teleop.scripted import ScriptedSource
 from teleop.settings import TeleopSettings
+from teleop.spacemouse import SpaceMouseSource
 from tests.helpers import NotedChunks
 from tests.learner.test_actor_overlap_sim import sim_server  # noqa: F401  (a fixture)
-from tests.teleop.fakes import FakeSpaceMouseHID
+from tests.teleop.fakes import FakeSpaceMouseHID, JitteryHand
 from tests.teleop.mid_tick import (
     SMALL_PUSH,
     Change,
@@ -82,11 +84,12 @@ def run_with_person(
     server: RobotServer,
     endpoint: str,
     policy: Any,
-    person: ScriptedSource,
+    person: TeleopSource,
     settings: ActorSettings,
     episode_id: str,
     max_chunks: int,
     teleop: TeleopSettings | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[EpisodeFile, dict[int, np.ndarray]]:
     """One episode of ``policy`` on the server with ``person`` able to take over, its tick log
     cleared first (so that it holds this episode's ticks); and the chunks sent, by seq."""
@@ -103,6 +106,7 @@ def run_with_person(
             max_chunks=max_chunks,
             seed=3,
             person=person,
+            should_stop=should_stop,
         )
         return episode, client.sent
 
@@ -269,6 +273,121 @@ def test_a_person_takes_over_the_episodes_last_chunk(
     assert 2 <= len(policy_ticks) < CHUNK_LEN and first_person_tick - fired_at[0] <= 1
     assert policy_ticks[-1] == first_person_tick - 1
     assert episode.chunks[0].rows_run == (0, len(policy_ticks))
+
+
+def test_a_stop_while_a_person_drives_ends_the_take_before_their_next_row(
+    sim_server: tuple[str, RobotServer],  # noqa: F811
+) -> None:
+    """should_stop (the page's Abort, the loop stopping) turns true while a person drives: the take
+    ends before the person's next row is read, the arm holds and the episode ends. (A take's rows
+    were each waited for less than the stop_check_period_s after which a wait asks should_stop: the
+    take went on until the person ended it, or takeover_max_s.) Counted in rows read, not timed."""
+    endpoint, server = sim_server
+    policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
+    trigger = ScriptedTrigger(server.executor, after_ticks=[6])
+    row = np.array([0.0, 0.0, 0.005, 0.0, 0.0, 0.0, 0.08])
+    stop = threading.Event()
+    reads_after_stop: list[int] = []
+    n_rows_before_stop, script_rows = 3, 40
+
+    def script() -> Iterator[np.ndarray]:
+        for k in range(script_rows):
+            if stop.is_set():
+                reads_after_stop.append(k)
+            if k + 1 == n_rows_before_stop:
+                stop.set()  # the page's Abort, pressed while the person drives
+            yield row
+
+    person = ScriptedSource(script(), wants_control=trigger)
+    settings = ActorSettings(obs_timeout_s=10.0)
+    episode, sent = run_with_person(
+        server, endpoint, policy, person, settings, "ep-stop-take", 8, should_stop=stop.is_set
+    )
+    assert reads_after_stop == []
+    [iv] = episode.interventions
+    [ticks] = person_ticks(episode, list(server.executor.tick_log), sent)
+    assert len(ticks) == iv.n_rows >= n_rows_before_stop and episode.chunks[-1].commanded_by == "person"
+    assert server.executor.snapshot().executing_chunk_seq == -1  # held: nothing runs
+
+
+def test_a_stop_as_a_person_takes_over_stops_the_policys_chunk(
+    sim_server: tuple[str, RobotServer],  # noqa: F811
+) -> None:
+    """should_stop turns true as the person takes over, before their first row: no row of theirs
+    is read, the policy's chunk is stopped (its record says the rows it ran) and the arm holds."""
+    endpoint, server = sim_server
+    policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
+    trigger = ScriptedTrigger(server.executor, after_ticks=[3])
+    stop = threading.Event()
+
+    def takes_over_and_stops() -> bool:
+        if trigger():
+            stop.set()
+            return True
+        return False
+
+    reads: list[int] = []
+
+    def script() -> Iterator[np.ndarray]:
+        for k in range(PERSON_ROWS):
+            reads.append(k)
+            yield np.array([0.0, 0.0, 0.005, 0.0, 0.0, 0.0, 0.08])
+
+    person = ScriptedSource(script(), wants_control=takes_over_and_stops)
+    settings = ActorSettings(obs_timeout_s=10.0)
+    episode, _sent = run_with_person(
+        server, endpoint, policy, person, settings, "ep-stop-first", 8, should_stop=stop.is_set
+    )
+    assert reads == [] and not episode.interventions and stop.is_set()
+    [(_seq, policy_ticks)] = ticks_by_chunk(list(server.executor.tick_log))
+    [record] = [c for c in episode.chunks if c.rows_run and c.rows_run[1] > c.rows_run[0]]
+    assert record.rows_run == (0, len(policy_ticks)) and len(policy_ticks) < CHUNK_LEN
+    assert server.executor.snapshot().executing_chunk_seq == -1  # held: nothing runs
+
+
+def test_a_stop_ends_the_take_of_a_jittering_hand_on_the_spacemouse(
+    sim_server: tuple[str, RobotServer],  # noqa: F811
+) -> None:
+    """A SpaceMouse whose row changes at every read is followed without being chased: the take
+    asks should_stop each tick, so the stop ends it. (The wait for a row followed every newer row,
+    those sent for later ticks too, and never ended: the take ignored the stop and takeover_max_s,
+    the person's end button alone ended it.) Every tick of the take ran a person's row, recorded."""
+    endpoint, server = sim_server
+    policy = make_test_policy("flow", chunk_len=CHUNK_LEN)
+    hid = JitteryHand(SMALL_PUSH)
+    stop, episode_over, pressed_end = threading.Event(), threading.Event(), threading.Event()
+
+    def ticks_until(n: int) -> None:
+        while server.executor.snapshot().tick < n and not episode_over.is_set():
+            time.sleep(0.005)
+
+    def hand() -> None:
+        while server.executor.snapshot().executing_chunk_seq < 0:  # the policy drives
+            time.sleep(0.005)
+        hid.holding = True  # the takeover
+        ticks_until(server.executor.snapshot().tick + 5)
+        stop.set()  # the page's abort, while the person drives
+        ticks_until(server.executor.snapshot().tick + 30)  # ample for a take asking every tick
+        if not episode_over.is_set():  # it is not: end the take, so the test ends either way
+            pressed_end.set()
+            hid.push_buttons(1 << TeleopSettings().spacemouse_end_button)
+
+    thread = threading.Thread(target=hand, daemon=True)
+    thread.start()
+    try:
+        person = SpaceMouseSource(TeleopSettings(), lambda: hid)
+        settings = ActorSettings(obs_timeout_s=10.0)
+        episode, sent = run_with_person(
+            server, endpoint, policy, person, settings, "ep-jitter", 8, should_stop=stop.is_set
+        )
+    finally:
+        episode_over.set()
+        thread.join(10.0)
+    assert stop.is_set() and not pressed_end.is_set(), "the stop did not end the take"
+    [iv] = episode.interventions
+    [ticks] = person_ticks(episode, list(server.executor.tick_log), sent)
+    assert len(ticks) == iv.n_rows >= 1 and episode.chunks[-1].commanded_by == "person"
+    assert server.executor.snapshot().executing_chunk_seq == -1  # held: nothing runs
 
 
 @pytest.mark.parametrize("read_margin_s", [None, 0.04], ids=["read-at-once", "read-margin"])

@@ -220,7 +220,8 @@ def test_a_stop_says_the_tick_it_took_effect_at_and_the_chunk_ran_its_rows_befor
     make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
 ) -> None:
     ex, _ = make()
-    accepted, _ = ex.submit(ee_chunk(0, rows=50), CLIENT)
+    # 5 s of rows: the stop comes mid-chunk however late a loaded machine runs this thread
+    accepted, _ = ex.submit(ee_chunk(0, rows=250, dx=0.0005), CLIENT)
     wait_for(lambda: len([r for r in ex.tick_log if r.chunk_seq == 0]) >= 3)
     tick = ex.stop()
     ran = [r.row for r in ex.tick_log if r.chunk_seq == 0]

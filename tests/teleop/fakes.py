@@ -1,4 +1,5 @@
-"""The one fake of the teleop tests: the SpaceMouse's HID device (no such device here)."""
+"""The one fake of the teleop tests: the SpaceMouse's HID device (no such device here), and a hand
+that jitters on it."""
 
 from __future__ import annotations
 
@@ -35,3 +36,24 @@ class FakeSpaceMouseHID:
 
     def push_buttons(self, mask: int) -> None:
         self.reports.append([3, mask & 0xFF, (mask >> 8) & 0xFF])
+
+
+class JitteryHand(FakeSpaceMouseHID):
+    """A hand holding a push of ``x`` (raw) on the device once ``holding``: it reports x one count
+    apart at every read, as a real hand's jitter does, so every read of the source gives a changed
+    row. Queued reports (the end button) come first."""
+
+    def __init__(self, x: int) -> None:
+        super().__init__()
+        self.x = x
+        self.holding = False
+        self._reads = 0
+
+    def read(self, max_length: int, timeout_ms: int = 0) -> Sequence[int]:
+        queued = super().read(max_length, timeout_ms)
+        if queued or not self.holding:
+            return queued
+        self._reads += 1
+        if self._reads % 2 == 0:
+            return []  # a drain ends here: one new report per read of the source
+        return [1, *struct.pack("<3h", self.x + (self._reads // 2) % 2, 0, 0)]
