@@ -14,6 +14,12 @@ from teleop.base import TeleopCommand, TeleopSource
 RowScript = Iterable[np.ndarray] | Callable[[], np.ndarray | None]
 
 
+def _asked(script: Callable[[], np.ndarray | None]) -> Iterator[np.ndarray]:
+    # Not iter(script, None): it compares each row with None (ambiguous for an array).
+    while (row := script()) is not None:
+        yield row
+
+
 class ScriptedSource(TeleopSource):
     name = "scripted"
 
@@ -32,7 +38,7 @@ class ScriptedSource(TeleopSource):
     def start_take(self, gripper_width_m: float) -> None:
         self._require_connected()
         script = self._script
-        self._rows = iter(script, None) if callable(script) else iter(script)
+        self._rows = _asked(script) if callable(script) else iter(script)
         self._last_width = gripper_width_m
 
     def read(self, period_s: float) -> TeleopCommand:

@@ -308,3 +308,13 @@ def test_takes_go_where_sft_reads_by_default(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PDE_DATA_DIR", "/srv/pde")
     assert TeleopSettings().demos == DataLayout(Path("/srv/pde")).demos
     assert TeleopSettings(demos_dir="/tmp/x").demos == Path("/tmp/x")
+
+
+def test_a_scripted_function_is_asked_once_per_read_until_it_says_none() -> None:
+    rows = [np.array([0.01, 0, 0, 0, 0, 0, 0.08]), np.array([0, 0.01, 0, 0, 0, 0, 0.04])]
+    asked = iter(rows)
+    with ScriptedSource(lambda: next(asked, None)) as source:
+        source.start_take(OPEN_M)
+        got = [source.read(PERIOD_S) for _ in range(3)]
+    np.testing.assert_allclose([g.ee_delta_row() for g in got[:2]], rows)
+    assert got[2].end and got[2].gripper_width_m == 0.04

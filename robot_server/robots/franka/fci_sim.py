@@ -67,15 +67,19 @@ class FciSim:
         from franky_sim import SimulationServer
         from franky_sim.mujoco_simulator import MujocoSimulator
 
-        self._sim = MujocoSimulator(enable_visualization=False)
-        self._sim.init()
-        kwargs = {} if self._initial_q is None else {"initial_q": self._initial_q}
-        self._robot = self._sim.add_robot(**kwargs)
-        candidates = [self._host_request] if self._host_request else list(loopback_candidates())
-        self._server = SimulationServer(self._sim, hostname_candidates=candidates)
-        self._server.init()
-        self.host = str(self._robot.hostname)
-        self._server.run_async(realtime=self._pacing)
+        try:
+            self._sim = MujocoSimulator(enable_visualization=False)
+            self._sim.init()
+            kwargs = {} if self._initial_q is None else {"initial_q": self._initial_q}
+            self._robot = self._sim.add_robot(**kwargs)
+            candidates = [self._host_request] if self._host_request else list(loopback_candidates())
+            self._server = SimulationServer(self._sim, hostname_candidates=candidates)
+            self._server.init()
+            self.host = str(self._robot.hostname)
+            self._server.run_async(realtime=self._pacing)
+        except BaseException:
+            self.stop()  # half started: nothing left running, and a retry may start again
+            raise
         logger.info("franky-sim serving an FR3 on %s (TCP 1337/1338)", self.host)
         return self
 

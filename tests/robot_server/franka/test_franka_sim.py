@@ -566,3 +566,11 @@ def test_a_second_start_is_refused_instead_of_orphaning_the_first_simulator(fci_
     with pytest.raises(RuntimeError, match="already running: stop"):
         fci_sim.start()
     assert fci_sim.running  # the first one still serves
+
+
+def test_a_start_that_fails_leaves_nothing_running_and_may_be_tried_again() -> None:
+    sim = FciSim(host="203.0.113.7")  # TEST-NET-3: never an address of this machine
+    for _ in range(2):  # the retry fails for the same reason, not as "already running"
+        with pytest.raises(OSError, match=r"203\.0\.113\.7"):
+            sim.start()
+        assert not sim.running
