@@ -230,6 +230,12 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--max-chunks", type=int, default=20)
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--seed", type=int, default=1000, help="first scene seed")
+    ap.add_argument(
+        "--torch-seed",
+        type=int,
+        default=0,
+        help="seed of the policy's sampling noise (same seed, scenes and checkpoint: same episodes)",
+    )
     add_device_arg(ap, settings.device)
     add_policy_args(ap)
     args = ap.parse_args(argv)
@@ -282,6 +288,11 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
             client,
             ActorSettings(deterministic=args.deterministic),
         )
+        import torch
+
+        from learner.policies.base import exploration_log_std
+
+        torch.manual_seed(args.torch_seed)
         for i in range(args.episodes):
             ep = actor.run_episode(
                 episode_id=f"eval-{uuid.uuid4().hex[:8]}",
@@ -295,7 +306,13 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
             print(f"episode {i}: success={ep.success} chunks={len(ep.chunks)}", flush=True)
     print(
         json.dumps(
-            {"version": loaded.version, "episodes": args.episodes, "success_rate": successes / args.episodes}
+            {
+                "version": loaded.version,
+                "episodes": args.episodes,
+                "success_rate": successes / args.episodes,
+                "torch_seed": args.torch_seed,
+                "exploration_log_std": exploration_log_std(loaded.policy),
+            }
         )
     )
     return 0
