@@ -143,7 +143,9 @@ def test_cameras_are_matched_by_the_image_inputs_names(tmp_path):
     obs = _obs(1)
     wrist_only = load_pi05(d).preprocess(obs).images[0, 0]
     (d / "pde_pi05.json").write_text(
-        json.dumps({"state_names": list(STATE_VECTOR_NAMES), "cameras": {"wrist_cam": "wrist", "front": None}})
+        json.dumps(
+            {"state_names": list(STATE_VECTOR_NAMES), "cameras": {"wrist_cam": "wrist", "front": None}}
+        )
     )
     mapped = load_pi05(d)
     assert mapped.mapping.cameras == ("wrist", None) and mapped.cameras == ("wrist",)
