@@ -58,6 +58,11 @@ def test_the_defaults_are_sane(backend: Literal["sim", "franka"]) -> None:
     ]
 
 
+def test_the_example_file_is_sane(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_CONFIG_FILE, str(REPO_ROOT / "config" / "robot.example.toml"))
+    assert cell_problems(RobotServerSettings(backend="franka"), FrankaConfig()) == []
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
