@@ -75,7 +75,7 @@ class PPOConfig:
     correction is dropped, every unit's first gradient is A * grad l); 'none'."""
     w0_log_max: float = math.log(2.0)
     """Bound on |log w0| used by 'drop'."""
-    pool_anchor_coef: float = 0.0
+    pool_anchor_coef: float = 1.0
     """Weight of a trust region on the rollout prompt's own likelihood for chunks rolled out under a
     prompt other than the canonical one: 0.5 * (log pi(a|o,p) - log pi_old(a|o,p))^2 per unit (the
     k2 estimate of KL(pi_old(.|o,p) || pi(.|o,p))), averaged as the policy loss averages. The mixed
