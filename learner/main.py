@@ -100,6 +100,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         help="TOML/JSON mapping of a --lerobot-dataset of another layout onto our state, actions and "
         "cameras (docs/lerobot_map.example.toml)",
     )
+    ap.add_argument(
+        "--control-rate-hz",
+        type=float,
+        default=SFTConfig.control_rate_hz,
+        help="the robot server's control rate (its PDE_ROBOT_CONTROL_RATE_HZ) the policy will act at; "
+        f"a --lerobot-dataset must have this fps (default {SFTConfig.control_rate_hz:g})",
+    )
     ap.add_argument("--checkpoints", default=settings.checkpoints, help="checkpoint folder (SFT = version 0)")
     ap.add_argument("--per-task", type=int, default=SFTConfig.episodes_per_task, help="demos per task")
     ap.add_argument("--tasks", default="", help="comma-separated task names (default: all in the demos)")
@@ -163,6 +170,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         batch_size=args.batch_size,
         learning_rate=args.lr,
         seed=args.seed,
+        control_rate_hz=args.control_rate_hz,
     )
     tasks = [t for t in args.tasks.split(",") if t] or None
     try:
