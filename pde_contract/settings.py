@@ -50,6 +50,12 @@ class DataLayout:
         return self.root / "logs"
 
     @property
+    def runs(self) -> Path:
+        """One folder per run of the loop or SFT: TensorBoard event files, ``episodes.jsonl`` and
+        ``pde report``'s page (learner/run_log.py); ``tensorboard --logdir`` this."""
+        return self.logs / "runs"
+
+    @property
     def sqlite_file(self) -> Path:
         """A SQLite database in the data folder (the demo's; a lab's compose uses PostgreSQL)."""
         return self.root / "pde.db"
@@ -109,6 +115,15 @@ def data_dir_field(prefix: str) -> Any:
 def robot_cmd_endpoint_field(prefix: str) -> Any:
     return _shared(
         prefix, "robot_cmd_endpoint", DEFAULT_ROBOT_CMD_ENDPOINT, "the robot server's ROUTER socket"
+    )
+
+
+def wandb_project_field(prefix: str) -> Any:
+    return _shared(
+        prefix,
+        "wandb_project",
+        "",
+        "Weights & Biases project that also gets the run's curves (needs wandb installed); empty: off",
     )
 
 
