@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,36 +110,30 @@ def start_server(
     return f"tcp://127.0.0.1:{cmd_port}"
 
 
-def eval_command(
-    endpoint: str,
-    checkpoint: str,
-    prompt: str,
-    episodes: int,
-    seed: int,
-    max_chunks: int,
-    torch_seed: int = 0,
-) -> list[str]:
+@dataclass(frozen=True)
+class Scenes:
+    """Which episodes an evaluation runs: scenes ``seed`` .. ``seed + episodes - 1``, at most
+    ``max_chunks`` chunks each, the policy's sampling noise seeded with ``torch_seed``."""
+
+    episodes: int
+    seed: int
+    max_chunks: int
+    torch_seed: int = 0
+
+
+def eval_command(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> list[str]:
     return [
         sys.executable, "-m", "pde", "learner", "eval", "--checkpoint", checkpoint,
         "--cmd-endpoint", endpoint, "--task", TARGET_TASK, "--prompt", TARGET_PROMPT,
-        "--rollout-prompt", prompt, "--episodes", str(episodes), "--seed", str(seed),
-        "--max-chunks", str(max_chunks), "--device", "cpu", "--torch-seed", str(torch_seed),
+        "--rollout-prompt", prompt, "--episodes", str(scenes.episodes), "--seed", str(scenes.seed),
+        "--max-chunks", str(scenes.max_chunks), "--device", "cpu", "--torch-seed", str(scenes.torch_seed),
     ]  # fmt: skip
 
 
-def run_eval(
-    endpoint: str,
-    checkpoint: str,
-    prompt: str,
-    episodes: int,
-    seed: int,
-    max_chunks: int,
-    torch_seed: int = 0,
-) -> dict[str, Any]:
-    """The target's sampled success under ``prompt`` on scenes ``seed`` .. ``seed + episodes - 1``,
-    the policy's sampling noise seeded with ``torch_seed``; with the log std it acted at."""
+def run_eval(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> dict[str, Any]:
+    """The target's sampled success under ``prompt`` on ``scenes``, with the log std it acted at."""
     t0 = time.monotonic()
-    cmd = eval_command(endpoint, checkpoint, prompt, episodes, seed, max_chunks, torch_seed)
+    cmd = eval_command(endpoint, checkpoint, prompt, scenes)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"eval of {prompt!r} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -244,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         def one(i: int) -> None:
             endpoint = endpoints[i % len(endpoints)]
             for prompt in todo[i :: len(endpoints)]:
-                row = run_eval(endpoint, args.checkpoint, prompt, args.episodes, args.seed, args.max_chunks)
+                row = run_eval(
+                    endpoint, args.checkpoint, prompt, Scenes(args.episodes, args.seed, args.max_chunks)
+                )
                 per_prompt[prompt] = {**row, "kind": kinds[prompt]}
                 print(f"{row['successes']:3d}/{row['episodes']}  {row['wilson95']}  {prompt}", flush=True)
                 save()

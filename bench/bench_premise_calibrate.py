@@ -37,7 +37,14 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from _pde_stats import FROZEN_FILES, frozen_block, overlap, t_interval  # noqa: E402
-from bench_premise import TARGET_PROMPT, TARGET_TASK, proposer_wordings, run_eval, start_server  # noqa: E402
+from bench_premise import (  # noqa: E402
+    TARGET_PROMPT,
+    TARGET_TASK,
+    Scenes,
+    proposer_wordings,
+    run_eval,
+    start_server,
+)
 from pde_arm import ALGORITHM_FILES  # noqa: E402
 
 # The calibration the frozen 33f7d33 runs used (kept as their record) and today's (issue 32 item 3).
@@ -261,15 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(sft, check=True, stdout=subprocess.DEVNULL)
                 sft_s = time.monotonic() - t0
                 ckpt = ckpts / "policy-000000.pt"
-                row = run_eval(
-                    endpoint,
-                    str(ckpt),
-                    TARGET_PROMPT,
-                    args.episodes,
-                    args.seed,
-                    args.max_chunks,
-                    args.torch_seed,
-                )
+                scenes = Scenes(args.episodes, args.seed, args.max_chunks, args.torch_seed)
+                row = run_eval(endpoint, str(ckpt), TARGET_PROMPT, scenes)
                 log_std = row["exploration_log_std"]
                 new_cells.append(
                     {
