@@ -150,3 +150,46 @@ def test_the_frozen_block_names_the_recipe_proposers_and_algorithm_files(calib: 
     assert {"learner/recipes/paper_regime.json", "supervisor/proposers.py", *ALGORITHM_FILES} <= hashed
     assert len(result["frozen"]["commit"]) == 40
     assert "--sim-profile fast --torch-seed 0" in result["command"]
+
+
+def test_the_main_calibration_is_at_the_benchmarks_settings(calib: ModuleType) -> None:
+    """bench/results/premise_calibration_main.json: the fast sim profile, the SFT checkpoint's own
+    log std in every cell, seeded sampling, scenes disjoint from the demos' and the evaluation's, and
+    the recipe copy (if any) at the p it chose."""
+    import math
+
+    from pde_arm import EVAL_SEED_BASE, BenchSettings
+
+    from learner.policies.vla import VLAConfig
+    from robot_server.sim.recorder import episode_seed
+
+    result = json.loads(calib.RESULTS_MAIN.read_text())
+    setup, cells = result["setup"], result["cells"]
+    assert setup["sim_profile"] == "fast" and setup["wordings_sha256"] == calib.wordings_sha256(
+        json.loads(calib.RECIPE.read_text())
+    )
+    first, last = setup["scene_seeds"]
+    scenes = set(range(first, last + 1))
+    demo_seeds = {
+        episode_seed(1000, task, attempt)
+        for task in calib.TASKS.split(",")
+        for attempt in range(10 * calib.DEMOS_PER_TASK)
+    }
+    evaluation = set(range(EVAL_SEED_BASE, EVAL_SEED_BASE + BenchSettings().eval_episodes))
+    assert not scenes & demo_seeds and not scenes & evaluation
+    assert cells, "no cell measured"
+    for c in cells:
+        assert c["exploration_log_std"] == pytest.approx(VLAConfig().gaussian_init_log_std)
+        assert c["exploration_sigma"] == pytest.approx(math.exp(c["exploration_log_std"]), abs=1e-4)
+        assert c["sim_profile"] == "fast" and c["torch_seed"] == setup["torch_seed"]
+        assert c["episodes"] == setup["episodes"] and len(c["commit"]) == 40
+    assert result["frozen"]["sha256"]["learner/recipes/paper_regime.json"]
+    chosen = calib.choose_p(cells)
+    assert result["chosen_canonical_prob"] == chosen
+    if calib.RECIPE_MAIN.is_file():  # written only for a p in band on >= 4 SFT seeds
+        recipe = json.loads(calib.RECIPE_MAIN.read_text())
+        assert chosen is not None and recipe["tasks"][calib.TARGET_TASK]["canonical_prob"] == chosen
+        assert calib.wordings_sha256(recipe) == setup["wordings_sha256"]
+        assert len(calib.qualifying(cells)[f"{chosen:g}"]) >= calib.MIN_SFT_SEEDS_IN_BAND
+    else:
+        assert chosen is None
