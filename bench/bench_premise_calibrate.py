@@ -108,10 +108,10 @@ def choose_p(cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND
 
 
 def recipe_at(recipe: dict[str, Any], p: float, note: str) -> dict[str, Any]:
-    """The recipe with the target's canonical probability ``p`` and ``note`` (where p came from)
-    ahead of its description; the wordings are unchanged (same ``wordings_sha256``)."""
+    """The recipe with the target's canonical probability ``p`` and ``note`` (where p came from) as
+    its description; the wordings are unchanged (same ``wordings_sha256``)."""
     out = table_at(recipe, p)
-    out["about"] = f"{note} {recipe.get('about', '')}".strip()
+    out["about"] = note
     return out
 
 
@@ -299,12 +299,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no p is in band on {MIN_SFT_SEEDS_IN_BAND} SFT seeds: {args.recipe_out} not written")
         else:
             seeds_in = qualifying(cells)[f"{p_chosen:g}"]
+            at_p = [c for c in cells if math.isclose(c["canonical_prob"], p_chosen)]
+            outside = [
+                f"{c['sft_seed']} ({c['success_rate']:.0%})" for c in at_p if c["sft_seed"] not in seeds_in
+            ]
             note = (
-                f"canonical_prob {p_chosen:g} from {_repo_relative(out_path)} (commit "
-                f"{cells[0]['commit'][:7]}, sim profile {args.sim_profile}, the SFT checkpoint's own "
-                f"log std, scenes {args.seed}-{args.seed + args.episodes - 1}, torch seed "
-                f"{args.torch_seed}): in 10-20% on SFT seeds {', '.join(map(str, seeds_in))}. "
-                f"Copied from {_repo_relative(recipe_path)}."
+                f"The paper's-regime premise recalibrated on main (issue 32 item 3): the labels of "
+                f"{_repo_relative(recipe_path)} unchanged, the target's canonical_prob {p_chosen:g} from "
+                f"{_repo_relative(out_path)} (from commit {at_p[0]['commit'][:7]}; sim profile "
+                f"{args.sim_profile}; the SFT checkpoint's own log std; scenes {args.seed}-"
+                f"{args.seed + args.episodes - 1}; torch seed {args.torch_seed}): the canonical prompt's "
+                f"sampled success under SFT is in 10-20% on SFT seeds {', '.join(map(str, seeds_in))}, "
+                f"the benchmark's SFT starts; outside it: {', '.join(outside) or 'none'}."
             )
             Path(args.recipe_out).write_text(json.dumps(recipe_at(recipe, p_chosen, note), indent=2) + "\n")
             print(f"wrote {args.recipe_out} at canonical_prob {p_chosen:g}")
