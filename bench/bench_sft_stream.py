@@ -146,6 +146,7 @@ def run_sft(dataset: Path, args: argparse.Namespace, work: Path) -> dict[str, ob
         "--batch-size", str(args.batch_size),
         "--memory-budget-mb", str(args.memory_budget_mb),
         "--loader-workers", str(args.loader_workers),
+        "--control-rate-hz", str(args.fps),  # a robot at the dataset's rate (one row a tick)
         "--device", "cpu",
         "--force",
     ]  # fmt: skip

@@ -100,6 +100,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         help="TOML/JSON mapping of a --lerobot-dataset of another layout onto our state, actions and "
         "cameras (docs/lerobot_map.example.toml)",
     )
+    ap.add_argument(
+        "--control-rate-hz",
+        type=float,
+        default=SFTConfig.control_rate_hz,
+        help="the robot server's control rate (its PDE_ROBOT_CONTROL_RATE_HZ) the policy will act at; "
+        f"a --lerobot-dataset must have this fps (default {SFTConfig.control_rate_hz:g})",
+    )
     ap.add_argument("--checkpoints", default=settings.checkpoints, help="checkpoint folder (SFT = version 0)")
     ap.add_argument("--per-task", type=int, default=SFTConfig.episodes_per_task, help="demos per task")
     ap.add_argument("--tasks", default="", help="comma-separated task names (default: all in the demos)")
@@ -183,6 +190,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
             batch_size=args.batch_size,
             learning_rate=args.lr,
             seed=args.seed,
+            control_rate_hz=args.control_rate_hz,
             memory_budget_mb=args.memory_budget_mb,
             loader_workers=args.loader_workers,
             stride=args.stride,
@@ -287,6 +295,12 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--max-chunks", type=int, default=20)
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--seed", type=int, default=1000, help="first scene seed")
+    ap.add_argument(
+        "--torch-seed",
+        type=int,
+        default=0,
+        help="seed of the policy's sampling noise (same seed, scenes and checkpoint: same episodes)",
+    )
     add_device_arg(ap, settings.device)
     add_policy_args(ap)
     args = ap.parse_args(argv)
@@ -339,6 +353,11 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
             client,
             ActorSettings(deterministic=args.deterministic),
         )
+        import torch
+
+        from learner.policies.base import exploration_log_std
+
+        torch.manual_seed(args.torch_seed)
         for i in range(args.episodes):
             ep = actor.run_episode(
                 episode_id=f"eval-{uuid.uuid4().hex[:8]}",
@@ -352,7 +371,13 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
             print(f"episode {i}: success={ep.success} chunks={len(ep.chunks)}", flush=True)
     print(
         json.dumps(
-            {"version": loaded.version, "episodes": args.episodes, "success_rate": successes / args.episodes}
+            {
+                "version": loaded.version,
+                "episodes": args.episodes,
+                "success_rate": successes / args.episodes,
+                "torch_seed": args.torch_seed,
+                "exploration_log_std": exploration_log_std(loaded.policy),
+            }
         )
     )
     return 0

@@ -40,6 +40,7 @@ from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from learner.sft_stream import EpisodeFileSource, EpisodeSource, SFTStream, open_stream
 from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
 from pde_contract.messages import ActionSpace
+from pde_contract.settings import DEFAULT_CONTROL_RATE_HZ
 from pde_contract.tasks import TaskCatalogue, UnknownTaskError
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ class SFTConfig:
     """Random image shift augmentation (pixels, after downscaling)."""
     seed: int = 0
     """Seed for the model init, sampling and prompts."""
+    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ
+    """The robot server's control rate the policy will act at: a LeRobot dataset's fps must be it
+    (one row per control tick)."""
     memory_budget_mb: float = 2048.0
     """Preprocessed samples SFT may hold in memory. A dataset larger than this streams from disk
     (learner/sft_stream.py): episodes decoded in DataLoader workers through a shuffle buffer of
@@ -169,20 +173,30 @@ def demo_source(
 
 
 def lerobot_source(
-    policy: Policy, root: str | Path, mapping: LeRobotMapping | None = None, stride: int = 1
+    policy: Policy,
+    root: str | Path,
+    mapping: LeRobotMapping | None = None,
+    stride: int = 1,
+    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
 ) -> EpisodeSource:
     """A LeRobotDataset's samples for ``policy`` (learner/lerobot_dataset.py); ``mapping``: how a
-    dataset of another layout feeds ours (None: our export layout)."""
+    dataset of another layout feeds ours (None: our export layout); its fps must be
+    ``control_rate_hz``."""
     from learner.lerobot_dataset import LeRobotSource
 
-    return LeRobotSource(root, policy.chunk_len, policy.action_space, stride, mapping, policy.cameras)
+    return LeRobotSource(
+        root, policy.chunk_len, policy.action_space, stride, mapping, policy.cameras, control_rate_hz
+    )
 
 
 def lerobot_sft_dataset(
-    policy: Policy, root: str | Path, mapping: LeRobotMapping | None = None
+    policy: Policy,
+    root: str | Path,
+    mapping: LeRobotMapping | None = None,
+    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
 ) -> SFTDataset:
     """SFT samples from a LeRobotDataset, all in memory, preprocessed by ``policy``."""
-    return memory_dataset(policy, lerobot_source(policy, root, mapping))
+    return memory_dataset(policy, lerobot_source(policy, root, mapping, control_rate_hz=control_rate_hz))
 
 
 def memory_dataset(policy: Policy, source: EpisodeSource) -> SFTDataset:
@@ -357,7 +371,10 @@ def cache_key(
     for f in files:
         st = f.stat()
         h.update(f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    h.update(json.dumps([asdict(vla), asdict(cfg)], sort_keys=True, default=str).encode())
+    # The control rate only decides whether a dataset is accepted, not what trains (and keys made
+    # before it existed stay what they were).
+    trained = {k: v for k, v in asdict(cfg).items() if k != "control_rate_hz"}
+    h.update(json.dumps([asdict(vla), trained], sort_keys=True, default=str).encode())
     if wordings is not None:
         h.update(json.dumps({"wordings": wordings.as_dict()}, sort_keys=True).encode())
     if policy_key is not None:
@@ -447,7 +464,7 @@ def run_sft(
     source = (
         demo_source(policy, files, prompt_of)
         if lerobot_dataset is None
-        else lerobot_source(policy, lerobot_dataset, mapping, cfg.stride)
+        else lerobot_source(policy, lerobot_dataset, mapping, cfg.stride, cfg.control_rate_hz)
     )
     stream = open_stream(source, policy.preprocess, cfg.memory_budget_mb, cfg.loader_workers)
     data: SFTDataset | SFTStream = stream

@@ -17,6 +17,9 @@ from pydantic import AliasChoices, Field
 DEFAULT_DATABASE_URL = "sqlite:///data/pde.db"
 DEFAULT_DATA_DIR = Path("data")
 DEFAULT_ROBOT_CMD_ENDPOINT = "tcp://127.0.0.1:5556"
+# The rate the robot server runs chunks at unless told otherwise (its PDE_ROBOT_CONTROL_RATE_HZ):
+# what SFT assumes a LeRobot dataset's rows are spaced at (`pde learner sft --control-rate-hz`).
+DEFAULT_CONTROL_RATE_HZ = 10.0
 
 
 @dataclass(frozen=True)
