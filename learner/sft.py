@@ -70,7 +70,7 @@ class SFTConfig:
     control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ
     """The robot server's control rate the policy will act at: a LeRobot dataset's fps must be it
     (one row per control tick)."""
-    memory_budget_mb: float = 2048.0
+    memory_budget_mb: float = 1024.0
     """Preprocessed samples SFT may hold in memory. A dataset larger than this streams from disk
     (learner/sft_stream.py): episodes decoded in DataLoader workers through a shuffle buffer of
     this size."""
