@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "data": ("pde_storage.main", "dataset tools: episode files to a LeRobotDataset (export-lerobot)"),
     "calibrate": ("calibration.main", "camera intrinsics and hand-eye calibration"),
     "demo": ("pde.demo", "the whole loop on one machine in simulation"),
+    "report": ("pde.report", "one HTML page per run: curves, per-prompt table, episode videos"),
     "keys": ("pde.keys", "CURVE key pairs for the authenticated robot link"),
     "health": ("pde.health", "exit 0 when a service is healthy (compose healthchecks)"),
     "doctor": ("pde.doctor.main", "robot PC checks: RT kernel and limits, FCI NIC, firewall, cameras"),

@@ -83,6 +83,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_LEARNER_DATA_DIR",
         "PDE_LEARNER_DEMO_DIR",
         "PDE_LEARNER_DEVICE",
+        "PDE_LEARNER_WANDB_PROJECT",
         "PDE_LOOP_ACTOR_DEVICE",
         "PDE_LOOP_ALPHA_MIN",
         "PDE_LOOP_ALPHA_WINDOW",
@@ -149,6 +150,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_LOOP_TASKS",
         "PDE_LOOP_TORCH_THREADS",
         "PDE_LOOP_VALUE_LEARNING_RATE",
+        "PDE_LOOP_WANDB_PROJECT",
         "PDE_PI05_WEIGHTS",
         "PDE_ROBOT_ADVERTISE_HOST",
         "PDE_ROBOT_BACKEND",
@@ -161,6 +163,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_ROBOT_COMMAND_STALL_TIMEOUT_S",
         "PDE_ROBOT_CONFIG",
         "PDE_ROBOT_CONTROL_RATE_HZ",
+        "PDE_ROBOT_ESTOP_STATE_FILE",
         "PDE_ROBOT_FCI_HOST",
         "PDE_ROBOT_HEARTBEAT_TIMEOUT_S",
         "PDE_ROBOT_HOST",
@@ -205,6 +208,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_SUPERVISOR_ETA",
         "PDE_SUPERVISOR_FALLBACK",
         "PDE_SUPERVISOR_FRAMES_PER_ROLLOUT",
+        "PDE_SUPERVISOR_HEARTBEAT_PERIOD_S",
         "PDE_SUPERVISOR_IMAGE_MAX_SIDE_PX",
         "PDE_SUPERVISOR_ITERATIONS_T0",
         "PDE_SUPERVISOR_JPEG_QUALITY",
@@ -246,6 +250,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_TELEOP_SPACEMOUSE_END_BUTTON",
         "PDE_TELEOP_SPACEMOUSE_FULL_SCALE",
         "PDE_TELEOP_SPACEMOUSE_GRIPPER_BUTTON",
+        "PDE_UI_ALLOWED_HOSTS",
         "PDE_UI_DATABASE_URL",
         "PDE_UI_DATA_DIR",
         "PDE_UI_EPISODES_TARGET",
@@ -265,6 +270,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_UI_ROBOT_TIMEOUT_S",
         "PDE_UI_SERVICE_STALE_S",
         "PDE_UI_TOKEN",
+        "PDE_WANDB_PROJECT",
     }
 )
 OPEN_PREFIXES: tuple[str, ...] = ()

@@ -178,6 +178,7 @@ class RobotServer:
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
                 limits=settings.safety_limits(),
                 rt_priority=settings.rt_priority or 0,
+                estop_state_file=settings.estop_state_file,
             ),
             on_tick=self._publish_from_tick if settings.pacing == "fast" else None,
         )
@@ -186,6 +187,11 @@ class RobotServer:
 
     def start(self) -> None:
         s = self.settings
+        if s.estop_state_file is None:
+            log.warning(
+                "no estop_state_file (nor PDE_DATA_DIR): a latched e-stop will not survive a restart of the "
+                "robot server; set PDE_DATA_DIR (the compose stacks do) or [robot] estop_state_file"
+            )
         if self._curve is not None:
             self._authenticator = LinkAuthenticator(self._ctx, self._curve.allowed_clients)
         self._pub = self._ctx.socket(zmq.PUB)
@@ -574,8 +580,8 @@ class RobotServer:
             case Stop():
                 return Ack(tick=ex.stop())
             case EStop(reason=reason):
-                ex.estop(reason or "e-stop requested")
-                return Ack()
+                # latched and on disk (fsynced) before this acknowledgement
+                return Reply(ok=True, payload=Ack(), message=ex.estop(reason or "e-stop requested"))
             case ReleaseEStop():
                 ex.release_estop()
                 return Ack()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +24,7 @@ _LIMITS = SafetyLimits()  # the one home of the safety defaults
 # libfranka's 1 kHz state packets. libfranka's own control thread runs at 99 either way.
 HARDWARE_RT_PRIORITY = 40
 MAX_RT_PRIORITY = 49
+ESTOP_STATE_NAME = "robot_estop.json"  # under PDE_DATA_DIR, beside [franka]'s robot_fault.json
 
 
 class RobotServerSettings(FileSettings):
@@ -62,6 +64,11 @@ class RobotServerSettings(FileSettings):
     command_stall_timeout_s: float = Field(default=2.0, gt=0)
     obs_sndhwm: int = Field(default=2, ge=1)  # messages queued per subscriber before dropping
     reset_timeout_s: float = Field(default=60.0, gt=0)
+    # Where a latched e-stop is kept (fsynced before the e-stop is acknowledged), so a restart of
+    # the server -- a kill -9 too -- does not release it. None: <PDE_DATA_DIR>/robot_estop.json
+    # where PDE_DATA_DIR is set (the compose stacks: the data volume), else it is not kept (the
+    # start says so). The FR3's reflexes and user stops: [franka] fault_state_file.
+    estop_state_file: Path | None = None
 
     # Sim backend
     image_width: int = Field(default=224, ge=16)
@@ -115,6 +122,9 @@ class RobotServerSettings(FileSettings):
             raise ValueError(
                 f"realsense settings for unknown camera(s) {unknown}: the cameras are {sorted(known)}"
             )
+        data_dir = os.environ.get("PDE_DATA_DIR", "")
+        if self.estop_state_file is None and data_dir:
+            self.estop_state_file = Path(data_dir) / ESTOP_STATE_NAME
         if self.cmd_port == self.obs_port:
             raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")
         self.safety_limits()  # validates the box and ranges, naming the bad value

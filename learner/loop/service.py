@@ -256,6 +256,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # Intents of a kind this version does not know (another version's): failed and logged, once.
     store.fail_unknown_intents()
+    from learner.run_log import RunLog, RunLogError
+
+    try:
+        run_log = RunLog.start(
+            layout.runs, "loop", settings.wandb_project, {"tasks": settings.tasks, "ppo": repr(settings.ppo)}
+        )
+    except RunLogError as e:
+        print(f"pde loop: {e}", file=sys.stderr)
+        client.close()
+        store.close()
+        return 2
     loop = EpisodeLoop(
         store,
         client,
@@ -265,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
         warm_up=warm_up,
+        run_log=run_log,
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
@@ -284,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             stop_followers()
         if person is not None:
             person.disconnect()
+        run_log.close()
         client.close()
         store.close()
     log.info("stopped after %d episode(s)", n)
