@@ -20,7 +20,7 @@ from robot_server.config_file import ENV_CONFIG_FILE
 from robot_server.robots.franka.config import FrankaConfig
 from robot_server.settings import RobotServerSettings
 from tests.fakes.fake_system import ready_robot_pc
-from tests.helpers import free_port, pde_command, subprocess_env
+from tests.helpers import REPO_ROOT, free_port, pde_command, subprocess_env
 from tests.robot_server.franka.conftest import unused_loopback
 
 
