@@ -442,14 +442,15 @@ def check_fps(root: Path, info: dict[str, Any], control_rate_hz: float) -> None:
         )
     if abs(float(fps) - control_rate_hz) > 1e-6 * control_rate_hz:
         ratio = float(fps) / control_rate_hz
+        whole = ratio > 1 and abs(ratio - round(ratio)) < 1e-9
+        keep = f" (one frame in {round(ratio)}, with absolute targets)" if whole else ""
         raise DatasetError(
             f"{root} was recorded at {fps} fps (meta/info.json), the robot acts at {control_rate_hz:g} Hz: "
-            f"SFT takes one row per control tick, so the policy would move {ratio:.3g} times as fast "
-            f"as the demonstrations (a {round(fps)}-row chunk spans 1 s of them, "
+            f"SFT takes one row per control tick, so the robot would move at {1 / ratio:.3g} times the "
+            f"demonstrations' speed (a {round(fps)}-row chunk spans 1 s of them, "
             f"{round(fps) / control_rate_hz:.3g} s on the robot). Write the dataset again at "
-            f"{control_rate_hz:g} fps (e.g. every {ratio:g}-th frame with its absolute target, where the "
-            f"ratio is whole), or run the robot server at {fps} Hz (PDE_ROBOT_CONTROL_RATE_HZ={fps}) and "
-            f"train with --control-rate-hz {fps}"
+            f"{control_rate_hz:g} fps{keep}, or run the robot server at {fps} Hz "
+            f"(PDE_ROBOT_CONTROL_RATE_HZ={fps}) and train with --control-rate-hz {fps}"
         )
 
 

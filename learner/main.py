@@ -367,12 +367,14 @@ def _export_policy(argv: list[str], settings: LearnerSettings) -> int:
     )
     ap.add_argument("--checkpoints", default=settings.checkpoints)
     ap.add_argument("--out", required=True, help="directory to write (created; files in it are replaced)")
+    from learner.policies.pi05_export import DEVICES, default_lerobot_device
+
     ap.add_argument(
         "--device",
-        choices=["cuda", "cpu"],
-        default="cuda",
+        choices=DEVICES,
+        default=default_lerobot_device(),
         help="where LeRobot's pipeline puts the batch (its config.device; a cuda one does not load "
-        "without CUDA)",
+        "without CUDA; default: cuda when this machine has it, else cpu)",
     )
     args = ap.parse_args(argv)
     from learner.checkpoints import CheckpointStore

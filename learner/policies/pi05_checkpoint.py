@@ -74,9 +74,11 @@ ACTION_COLUMNS = {ActionSpace.JOINT_ABS: ACTION_NAMES[ActionSpace.JOINT_ABS]}
 WEIGHTS_FILE = "model.safetensors"
 # LeRobot 0.5's name (0.6.1's relative-actions step makes it step_3); any step_N is read.
 STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
-NORM_MODES = ("QUANTILES", "MEAN_STD")
-QUANTILE_KEYS = ("q01", "q99")
-MEAN_STD_KEYS = ("mean", "std")
+NORM_MODES = ("QUANTILES", "MEAN_STD", "MIN_MAX")
+# The statistics each mode reads (LeRobot's NormalizationMode and its normaliser's keys).
+NORM_STATS = {"QUANTILES": ("q01", "q99"), "MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}
+# Modes that map a range [low, high] to [-1, 1] as 2 (x - low) / (high - low) - 1.
+RANGE_MODES = ("QUANTILES", "MIN_MAX")
 # Action names that say velocities or joint steps (DROID's joint_velocity, dq_1, qdot, twist): no
 # robot server here takes them, whatever action_space a file declares.
 VELOCITY_NAME = re.compile(r"vel|speed|twist|dot|(^|[^a-z])(dq|qd|delta_?q|dtheta)([^a-z]|$)")
@@ -101,7 +103,8 @@ class WeightsNotLoadedError(Pi05CheckpointError):
 @dataclass(frozen=True)
 class FeatureStats:
     """Normalisation of one feature: ``mode`` QUANTILES maps [q01, q99] to [-1, 1] (π0.5's default),
-    MEAN_STD to zero mean, unit deviation: x_norm = (x - offset) / scale - shift. QUANTILES keeps
+    MIN_MAX [min, max] the same way, MEAN_STD to zero mean, unit deviation:
+    x_norm = (x - offset) / scale - shift. QUANTILES (and MIN_MAX) keep
     LeRobot's form, 2 (x - q01) / (q99 - q01) - 1 (offset q01, scale half the range, shift 1), so
     that a constant entry (q01 == q99) gives -1 at q01 as there, not 0."""
 
@@ -121,13 +124,14 @@ class FeatureStats:
     def to_stats(self) -> dict[str, np.ndarray]:
         """Statistics LeRobot's normaliser turns into this normalisation: the range it divides by
         (openpi's 1e-6 included), a constant entry as q01 == q99 (LeRobot's 1e-8 applies again)."""
-        if self.mode != "QUANTILES":
+        if self.mode not in RANGE_MODES:
             return {"mean": self.offset.copy(), "std": self.scale.copy()}
+        low, high = NORM_STATS[self.mode]
         if self.shift == 0.0:  # centred, as policy checkpoints before the LeRobot form held it
-            return {"q01": self.offset - self.scale, "q99": self.offset + self.scale}
+            return {low: self.offset - self.scale, high: self.offset + self.scale}
         spread = self.scale * np.float32(2)
-        q99 = np.where(spread == np.float32(1e-8), self.offset, self.offset + spread)
-        return {"q01": self.offset.copy(), "q99": q99.astype(np.float32)}
+        top = np.where(spread == np.float32(1e-8), self.offset, self.offset + spread)
+        return {low: self.offset.copy(), high: top.astype(np.float32)}
 
     @staticmethod
     def unknown(dim: int) -> FeatureStats:
@@ -148,7 +152,7 @@ class FeatureStats:
             raise Pi05CheckpointError(
                 f"{where}: normalisation mode {mode!r} is not supported; use {NORM_MODES}"
             )
-        need = QUANTILE_KEYS if mode == "QUANTILES" else MEAN_STD_KEYS
+        need = NORM_STATS[mode]
         missing = [k for k in need if k not in stats]
         if missing:
             raise Pi05CheckpointError(
@@ -157,9 +161,9 @@ class FeatureStats:
             )
         # float32 as LeRobot holds them; the range is rounded once, as its float32 q99 - q01 is.
         a, b = (np.asarray(stats[k], dtype=np.float32).reshape(-1) for k in need)
-        spread = b - a if mode == "QUANTILES" else b
+        spread = b - a if mode in RANGE_MODES else b
         spread = spread + np.float32(1e-6) if openpi else np.where(spread == 0, np.float32(1e-8), spread)
-        if mode == "QUANTILES":
+        if mode in RANGE_MODES:
             return FeatureStats(mode, a, (spread / 2).astype(np.float32), shift=1.0)
         return FeatureStats(mode, a, spread.astype(np.float32))
 
@@ -737,12 +741,11 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
         ):
             mode = modes.get(feature, "QUANTILES")
             where = f"{source} ({feature.lower()})"
-            check_statistics(
-                found,
-                QUANTILE_KEYS if mode == "QUANTILES" else MEAN_STD_KEYS,
-                _feature_dim(raw, group, key),
-                where,
-            )
+            if mode not in NORM_STATS:
+                raise Pi05CheckpointError(
+                    f"{where}: normalisation mode {mode!r} is not supported; use {NORM_MODES}"
+                )
+            check_statistics(found, NORM_STATS[mode], _feature_dim(raw, group, key), where)
             stats.append(FeatureStats.from_stats(mode, found, where, from_openpi))
         state, action = stats
         if state.dim > config.max_state_dim or action.dim > config.max_action_dim:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import load_file as load_numpy
 from safetensors.numpy import save_file as save_numpy
 
 from learner.checkpoints import CheckpointStore
@@ -239,3 +240,34 @@ def test_deterministic_sampling_takes_the_checkpoints_inference_steps(tmp_path):
             x = x - velocity(x[:, None], torch.tensor([1.0 - i / 7]))[:, 0] / 7
     np.testing.assert_allclose(s.chain[:, -1], x.numpy(), atol=1e-5)
     assert policy.sample(obs, [PROMPT]).chain.shape[1] == 4  # the flow-SDE chain keeps flow_steps
+
+
+def test_min_max_normalisation_maps_min_and_max_to_minus_one_and_one_and_exports_as_such(tmp_path):
+    # LeRobot's MIN_MAX: 2 (x - min) / (max - min) - 1, statistics keys <feature>.min / .max.
+    from learner.policies.pi05_export import NORMALIZER_FILE, export_lerobot
+    from tests.learner.pi05_tiny import action_stats, state_stats
+
+    d = make_tiny_checkpoint(tmp_path / "src")
+    raw = json.loads((d / "config.json").read_text())
+    raw["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"}
+    (d / "config.json").write_text(json.dumps(raw))
+    s, a = state_stats(), action_stats()
+    stats = {f"observation.state.{k}": s[q].astype(np.float32) for k, q in (("min", "q01"), ("max", "q99"))}
+    stats |= {f"action.{k}": a[q].astype(np.float32) for k, q in (("min", "q01"), ("max", "q99"))}
+    save_numpy(stats, str(d / STATS_FILE))
+    policy = load_pi05(d)
+    st = policy.stats["state"]
+    assert st.mode == "MIN_MAX"
+    np.testing.assert_allclose(st.normalize(s["q01"].astype(np.float32)), -1.0, atol=1e-6)
+    np.testing.assert_allclose(st.normalize(s["q99"].astype(np.float32)), 1.0, atol=1e-6)
+    out = export_lerobot(policy, tmp_path / "out", device="cpu")
+    assert json.loads((out / "config.json").read_text())["normalization_mapping"]["ACTION"] == "MIN_MAX"
+    exported = load_numpy(str(out / NORMALIZER_FILE))
+    np.testing.assert_allclose(exported["action.min"], a["q01"], rtol=1e-6)
+    np.testing.assert_allclose(exported["action.max"], a["q99"], rtol=1e-6)
+    # A MIN_MAX checkpoint without min/max says which statistics it needs.
+    save_numpy(
+        {k.replace(".min", ".q01").replace(".max", ".q99"): v for k, v in stats.items()}, str(d / STATS_FILE)
+    )
+    with pytest.raises(Pi05CheckpointError, match=r"MIN_MAX normalisation needs \['min', 'max'\]"):
+        load_pi05(d)
