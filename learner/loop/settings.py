@@ -21,6 +21,7 @@ from pde_contract.settings import (
     database_url_field,
     robot_cmd_endpoint_field,
     tasks_file_field,
+    wandb_project_field,
 )
 from pde_contract.tasks import HEADLINE_TASKS, TaskCatalogue, load_tasks
 
@@ -43,6 +44,8 @@ class LoopSettings(BaseSettings):
     robot_cmd_endpoint: str = robot_cmd_endpoint_field("PDE_LOOP_")
     tasks_file: str = tasks_file_field()
     """PDE_TASKS_FILE: the lab's own tasks (pde_contract/tasks.py); empty: the paper's ten only."""
+    wandb_project: str = wandb_project_field("PDE_LOOP_")
+    """W&B project that also gets the run's curves (TensorBoard files are written regardless)."""
     tasks: list[str] = list(HEADLINE_TASKS)
     """Tasks to train: names of the paper's ten or of the tasks file."""
     auto_start: bool = False
