@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pde.loop")
 
 T = TypeVar("T")
-# How often the loop looks for the SFT policy while it waits for one (and rewrites its row, which
-# keeps it fresh for the page: the page calls a row older than PDE_UI_SERVICE_STALE_S dead).
-POLICY_POLL_S = 2.0
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
@@ -327,7 +324,8 @@ def wait_for_policy(
             found = latest()
             if found is not None:
                 return found
-            stop.wait(POLICY_POLL_S)
+            # Its heartbeat period: the page calls a row older than PDE_UI_SERVICE_STALE_S dead.
+            stop.wait(settings.heartbeat_period_s)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
