@@ -38,7 +38,7 @@ from learner.policies.base import DemoRows, ObsBatch, Policy
 from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from learner.sft_stream import EpisodeFileSource, EpisodeSource, SFTStream, open_stream
-from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
+from pde_contract.episodes import EPISODE_SUFFIXES, EpisodeFile, read_episode, rows_that_ran
 from pde_contract.messages import ActionSpace
 from pde_contract.settings import DEFAULT_CONTROL_RATE_HZ
 from pde_contract.tasks import TaskCatalogue, UnknownTaskError
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from learner.lerobot_dataset import LeRobotMapping
 
 log = logging.getLogger(__name__)
-EPISODE_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")
 
 
 @dataclass
