@@ -464,6 +464,9 @@ class SupervisorService:
                 phase=phase,
                 proposer=self.proposer.source,
                 eta=self.settings.eta,  # the page flags rejected prompts whose labels now reach it
+                iterations_t0=self.settings.iterations_t0,
+                candidates_k=self.settings.candidates_k,
+                pool_min_m=self.settings.pool_min_m,
                 vlm_available=self.health.available,
                 last_vlm_error=self.health.last_error,
                 inflight=sorted(str(k) for k in inflight),
