@@ -220,14 +220,11 @@ class Recorder:
             seq = next(seqs)
             due = rows.send(cmd.ee_delta_row(), seq)[1].start_tick
 
-            # The row (or the one that replaced it before it ran) runs at its start tick; the next
-            # is read only after that tick, so it replaces copies only (or nothing: the watchdog
-            # dropped the chunk in a stall). A row the device's change sent for a later tick is
-            # not waited for (the next read replaces it): a device whose every read differs (a
-            # hand's jitter) would be chased until observation_timeout_s.
+            # The next row is read only after this one ran (``HeldRows.has_run``), so it replaces
+            # copies only (or nothing: the watchdog dropped the chunk in a stall).
             def ran(st: Status, due: int = due) -> bool:
                 ticks.status(st)  # keeps its state: the joint_abs twin of the row before
-                return st.tick > due or ended()
+                return rows.has_run(st, due) or ended()
 
             self._poll_until(ran, see, f"row {seq} was accepted but did not run")
             if ended():
