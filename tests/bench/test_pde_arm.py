@@ -140,7 +140,7 @@ def lab_path(tmp: Path, arm_name: str) -> dict[str, Any]:
     )
     trainer = FakeTrainer(update_time_s=UPDATE_TIME_S)
     loop = EpisodeLoop(
-        store, FakeRobot(), scripted_actor(), settings, BackgroundTrainer(trainer, lambda p, v, m: "")
+        store, FakeRobot(), scripted_actor(), settings, BackgroundTrainer(trainer, lambda _new: "")
     )
     service = SupervisorService(
         supervisor_store,
