@@ -158,6 +158,7 @@ class Actor:
         self._policy = policy.for_acting(self.settings)
         self._teleop_settings = teleop_settings
         self._lock = threading.Lock()
+        self._episode_lock = threading.Lock()  # held by run_episode: an in-place swap waits for it
 
     @property
     def client(self) -> RobotClientLike:
@@ -168,8 +169,14 @@ class Actor:
         return self.session.control_rate_hz
 
     def set_policy(self, policy: Policy) -> None:
-        """Swap weights; takes effect at the next episode (never mid-episode). ``policy`` becomes
-        the actor's own (``Policy.for_acting``: a π0.5 one may be cast to bf16 in place)."""
+        """Swap weights; takes effect at the next episode (never mid-episode). The acting copy takes
+        ``policy``'s weights in place where it can (``Policy.take_weights_of``: π0.5's real-time copy
+        keeps its fused weights and captured CUDA graphs; the swap waits for a running episode to
+        end); otherwise ``policy`` becomes the actor's own (``Policy.for_acting``: a π0.5 one may be
+        cast to bf16 in place)."""
+        with self._episode_lock, self._lock:
+            if self._policy.take_weights_of(policy):
+                return
         acting = policy.for_acting(self.settings)
         with self._lock:
             self._policy = acting
@@ -228,7 +235,8 @@ class Actor:
             subscribers,
             should_stop,
         )
-        with session.heartbeat():
+        # an in-place swap (set_policy) waits for the chunks to be done
+        with session.heartbeat(), self._episode_lock:
             episode.run(max_chunks)
         result = EpisodeFile(
             episode_id=episode_id,

@@ -66,12 +66,17 @@ class ActorSettings(BaseSettings):
     cuda_graphs: bool = False
     """π0.5 with fast_inference on a CUDA GPU: sampling captured as one CUDA graph per batch size
     (on first use, in the warm-up before an episode) and replayed; on a CPU a logged no-op."""
+    compiled_kernels: bool = False
+    """π0.5 with fast_inference: the real-time path's elementwise pieces (residual add + RMS norm,
+    GeGLU, RoPE, the flow step) each compiled into one kernel by torch.compile (Inductor; on a CPU
+    it needs a C++ compiler). Compiled on first use (the warm-up), so the first episode starts later."""
 
     @model_validator(mode="after")
     def _graphs_need_the_fast_path(self) -> ActorSettings:
-        if self.cuda_graphs and not self.fast_inference:
-            raise ValueError(
-                "cuda_graphs captures the real-time path: set PDE_ACTOR_FAST_INFERENCE=1 as well "
-                "(or PDE_ACTOR_CUDA_GRAPHS=0)"
-            )
+        for name in ("cuda_graphs", "compiled_kernels"):
+            if getattr(self, name) and not self.fast_inference:
+                raise ValueError(
+                    f"{name} applies to the real-time path: set PDE_ACTOR_FAST_INFERENCE=1 as well "
+                    f"(or PDE_ACTOR_{name.upper()}=0)"
+                )
         return self

@@ -111,6 +111,8 @@ class ActingChoice(Protocol):
     def bf16_weights(self) -> bool: ...
     @property
     def cuda_graphs(self) -> bool: ...
+    @property
+    def compiled_kernels(self) -> bool: ...
 
 
 @dataclass
@@ -232,13 +234,19 @@ class Policy(nn.Module, ABC):
     def for_acting(self, choice: ActingChoice) -> Policy:
         """This policy made the actor's copy (it is one already: a loaded checkpoint or a trainer's
         snapshot), where it is. Only π0.5 has a faster way to sample; others sample as they are."""
-        if choice.fast_inference or choice.bf16_weights or choice.cuda_graphs:
+        if choice.fast_inference or choice.bf16_weights or choice.cuda_graphs or choice.compiled_kernels:
             log.info(
-                "%s has no real-time path: fast_inference, bf16_weights and cuda_graphs apply to "
-                "π0.5 only; it samples eagerly as trained",
+                "%s has no real-time path: fast_inference, bf16_weights, cuda_graphs and "
+                "compiled_kernels apply to π0.5 only; it samples eagerly as trained",
                 type(self).__name__,
             )
         return self
+
+    def take_weights_of(self, new: Policy) -> bool:
+        """A swap in place: this acting copy takes ``new``'s weights (the trainer's snapshot) and
+        keeps what it built around its own (π0.5's fused weights and captured CUDA graphs). False
+        when it cannot; the caller then makes ``new`` the acting copy (``for_acting``)."""
+        return False
 
 
 class PolicyNetwork(nn.Module, ABC):
