@@ -570,6 +570,7 @@ def _export_into(
                     "source": ep.source,
                     "action_space": str(ep.action_space),
                     "chunks": len(ep.chunks),
+                    "rows": n,
                     "rows_with_own_observation": rows.own_observation,
                 }
             )
