@@ -167,7 +167,7 @@ def run_variant(
                 robot=client,
                 actor=actor,
                 trainer=trainer,
-                save=lambda policy, version, metrics: "",
+                save=lambda _new: "",
                 settings=settings,
                 supervisor=SupervisorSettings(tasks=[TASK]),
                 proposer=None,
