@@ -110,6 +110,22 @@ _REQUEST_TAGS: dict[str, type] = {
 }
 
 
+class BindError(RuntimeError):
+    """A socket of the server could not be bound; the message names the address and the setting."""
+
+
+def _bind(socket: zmq.Socket[bytes], host: str, port: int, setting: str) -> None:
+    try:
+        socket.bind(f"tcp://{host}:{port}")
+    except zmq.ZMQError as e:
+        hint = (
+            f"is another robot server (or another program) using it? `ss -ltnp | grep :{port}` shows who"
+            if e.errno == zmq.EADDRINUSE
+            else "is the host an address of this machine?"
+        )
+        raise BindError(f"cannot bind tcp://{host}:{port} ({setting}): {e.strerror}; {hint}") from e
+
+
 @dataclass
 class _CameraSlot:
     camera: Camera
@@ -186,10 +202,10 @@ class RobotServer:
         if self._curve is not None:
             self._curve.apply(self._pub)
             self._curve.apply(self._router)
-        self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
+        _bind(self._pub, s.host, s.obs_port, "obs_port")
         # Larger messages make libzmq close the connection unread (no reply; MAX_FRAME_BYTES).
         self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
-        self._router.bind(f"tcp://{s.host}:{s.cmd_port}")
+        _bind(self._router, s.host, s.cmd_port, "cmd_port")
         for slot in self._slots:
             slot.camera.connect()
         self.executor.start()

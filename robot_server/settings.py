@@ -57,7 +57,8 @@ class RobotServerSettings(FileSettings):
     # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing
     # only. None: by backend (sim: 0, franka: HARDWARE_RT_PRIORITY). At most MAX_RT_PRIORITY.
     rt_priority: int | None = Field(default=None, ge=0, le=MAX_RT_PRIORITY)
-    heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
+    # 0 disables the watchdog (sim only); robot_server/config_check.py bounds it against the rate
+    heartbeat_timeout_s: float = Field(default=0.2, ge=0)
     # The command thread not turning for this long (one request stuck) drops the chunk and holds
     # the arm; Health then reports it. Far above any request's handling time (< 10 ms).
     command_stall_timeout_s: float = Field(default=2.0, gt=0)
@@ -90,11 +91,13 @@ class RobotServerSettings(FileSettings):
     workspace_min_m: tuple[float, float, float] = _LIMITS.workspace_min_m
     workspace_max_m: tuple[float, float, float] = _LIMITS.workspace_max_m
     max_flange_reach_m: float = Field(default=_LIMITS.max_flange_reach_m, gt=0.2, le=0.855)
-    max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0)
-    max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0)
+    # Per control tick. At most 10 cm and 0.5 rad: the safety layer's step, not a speed knob (0.05 m
+    # at 10 Hz is 0.5 m/s; a policy that needs more is wrong, not slow).
+    max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0, le=0.1)
+    max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0, le=0.5)
     max_tool_tilt_rad: float = Field(default=_LIMITS.max_tool_tilt_rad, gt=0, le=3.1416)
     wrist_margin_rad: float = Field(default=_LIMITS.wrist_margin_rad, ge=0, lt=1)
-    joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0)
+    joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0, le=0.3)
     joint_velocity_fraction: float = Field(default=_LIMITS.joint_velocity_fraction, gt=0, le=1)
     max_chunk_steps: int = Field(default=_LIMITS.max_chunk_steps, ge=1)
 
