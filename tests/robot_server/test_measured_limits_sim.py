@@ -5,11 +5,11 @@ Stated bounds, for the MEASURED TCP (not the targets): inside the workspace box 
 (0.0 mm) and at most the per-tick translation limit + ``STEP_TOL_M`` (0.0 mm) per tick, whatever the
 chunks ask, while they run and while the arm holds afterwards. No tolerance is needed because the
 sim plans its servo setpoints for the lag (robot_server/robots/sim/robot_sim.py): a setpoint's TCP
-ends at most the per-tick step from the measured TCP (8 mm less for joint targets) and keeps 3 mm
-inside the box (11 mm for joint targets), more than the measured tracking error at the walls
-(<= 2.0 mm for pose targets, 7.6 mm in a 0.7 rad/s joint move). Measured with these patterns
-(docs/robot-safety.md): 0.0 mm outside, <= 49 mm per tick; before: 1.2 / 5.1 mm outside, 50.6 /
-60.8 mm per tick (ee_delta walls / joint_abs).
+ends at most the per-tick step less 10 mm from the measured TCP (8 mm less again for joint targets)
+and keeps 3 mm inside the box (8 mm more for joint-space sweeps), more than the tracking error
+measured at the walls (<= 2.0 mm for straight pose moves, 7.6 mm in a 0.7 rad/s joint move) and
+past a setpoint (6.2 mm). Measured (bench/bench_sim_limits.py, docs/robot-safety.md): 0.0 mm
+outside and <= 42.7 mm per tick; before: up to 10.3 mm outside and 60.8 mm per tick.
 """
 
 from __future__ import annotations
