@@ -39,13 +39,16 @@ def versions(**modules: Any) -> dict[str, str]:
     in another venv, e.g. LeRobot's)."""
     import subprocess
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
-    )
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
+        ).stdout.strip()
+    except FileNotFoundError:  # a machine without git (a GPU machine's copy of the tree)
+        commit = ""
     return {
         **{name: str(m.__version__) for name, m in modules.items()},
         "python": platform.python_version(),
-        "ours": commit.stdout.strip(),
+        "ours": commit or "unknown",
     }
 
 

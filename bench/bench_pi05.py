@@ -38,6 +38,8 @@ import argparse
 import copy
 import dataclasses
 import gc
+import json
+import os
 import re
 import sys
 import time
@@ -372,7 +374,7 @@ def _double_until_oom(policy: Pi05Policy, rb: RolloutBatch, device: torch.device
     return {"largest_minibatch": fits, "tried": tried}
 
 
-PARTS = ("latency", "ppo", "memory-search", "loop-memory")
+PARTS = ("latency", "lerobot", "ppo", "memory-search", "loop-memory")
 H100_MEMORY_GIB = 81_559 / 1024  # what nvidia-smi shows for one H100 80GB HBM3 (MiB)
 
 
@@ -409,6 +411,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--loop-trainable", default="all,expert", help="loop-memory: the trainable settings, one run each"
     )
+    ap.add_argument(
+        "--lerobot-python",
+        default=sys.executable,
+        help="lerobot: a Python where LeRobot 0.6.1 imports (with --lerobot-path on its path)",
+    )
+    ap.add_argument("--lerobot-path", default="", help="lerobot: prepended to that Python's PYTHONPATH")
+    ap.add_argument("--lerobot-runs", type=int, default=30, help="lerobot: chunks timed per mode")
     ap.add_argument("--loop-rollouts", type=int, default=16, help="loop-memory: episodes sampled")
     ap.add_argument("--loop-chunks", type=int, default=4, help="loop-memory: chunks per episode")
     ap.add_argument("--no-gradient-checkpointing", action="store_true")
@@ -446,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             write_result(args.out, result, cmd, quiet=not final)
 
-    if any(p in parts for p in ("latency", "ppo", "memory-search")):
+    if any(p in parts for p in ("latency", "lerobot", "ppo", "memory-search")):
         torch.manual_seed(0)
         t0 = time.perf_counter()
         with torch.device(device):  # initialise the 3B parameters where they will live
@@ -458,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
             result["chunk_latency"] = latency_before_after(
                 policy, args.latency_runs, device, variants, args.slow_runs
             )
+            save()
+        if "lerobot" in parts:
+            result["lerobot"] = lerobot_side_by_side(policy, args, device, result.get("chunk_latency", {}))
             save()
         if "ppo" in parts or "memory-search" in parts:
             t0 = time.perf_counter()
@@ -492,6 +504,67 @@ def main(argv: list[str] | None = None) -> int:
             save()
     save(final=True)
     return 0
+
+
+def lerobot_side_by_side(
+    policy: Pi05Policy, args: argparse.Namespace, device: torch.device, ours: dict[str, Any]
+) -> dict[str, Any]:
+    """LeRobot 0.6.1's own PI05Policy on ``policy``'s weights, exported by ``export_lerobot`` into a
+    temporary directory, the same observation, prompt tokens and noise (bench/lerobot_pi05_latency.py,
+    run by ``--lerobot-python``), and the ratios of its p50 over ours (same step counts)."""
+    import subprocess
+    import tempfile
+
+    from check_pi05_lerobot import lerobot_sizes
+
+    from learner.policies.pi05_export import export_lerobot
+
+    with tempfile.TemporaryDirectory(prefix="pde-pi05-lerobot-") as tmp:
+        work = Path(tmp)
+        t0 = time.perf_counter()
+        export_lerobot(policy, work / "pi05", device=device.type)
+        export_s = time.perf_counter() - t0
+        obs = policy.preprocess([synthetic_observation(np.random.default_rng(0), size_px=224)])
+        ids, valid = policy.tokenize(
+            [CANON], policy.normalize_state(obs.state.to(policy.device)).cpu().numpy()
+        )
+        torch.manual_seed(7)
+        chunk = policy.sample(obs, [CANON], deterministic=True)  # float32 eager, 10 Euler steps
+        arrays = {f"image:{k}": obs.images[:, j].numpy() for j, k in enumerate(policy.image_keys)}
+        arrays |= {
+            "tokens": ids.cpu().numpy(),
+            "token_valid": valid.cpu().numpy(),
+            "noise": chunk.chain[:, 0],
+            "chunk_euler10": chunk.chain[:, -1],
+        }
+        np.savez(work / "inputs.npz", **arrays)
+        cmd = [args.lerobot_python, str(Path(__file__).parent / "lerobot_pi05_latency.py")]
+        cmd += [str(work / "pi05"), str(work / "inputs.npz"), "--device", device.type]
+        cmd += ["--runs", str(args.lerobot_runs)]
+        if args.tiny:
+            (work / "sizes.json").write_text(json.dumps(lerobot_sizes(policy.config)))
+            cmd += ["--sizes", str(work / "sizes.json")]
+        paths = [p for p in (args.lerobot_path, str(Path(__file__).parent.parent)) if p]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LEROBOT_TIMEOUT_S)
+    if done.returncode:
+        return {
+            "error": f"exit {done.returncode}",
+            "stderr_tail": done.stderr[-3000:],
+            "export_s": round(export_s, 1),
+        }
+    out: dict[str, Any] = {"export_s": round(export_s, 1), **json.loads(done.stdout.strip().splitlines()[-1])}
+    modes = {"predict_action_chunk_10_steps": "deterministic_10_steps", "predict_action_chunk_5_steps": "sde"}
+    for dtype in ("float32", "bfloat16"):
+        for theirs, mode in modes.items():
+            for name, timed in ours.items():
+                if isinstance(timed, dict) and mode in timed and dtype in out:
+                    key = f"ratio_lerobot_{dtype}_{theirs}_over_{name}_{mode}_p50"
+                    out[key] = round(out[dtype][theirs]["p50_ms"] / timed[mode]["p50_ms"], 2)
+    return out
+
+
+LEROBOT_TIMEOUT_S = 300
 
 
 def ppo_update(
