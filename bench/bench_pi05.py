@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import write_result  # bench/ is on sys.path when run as a script
+from _common import call_latency_ms, write_result  # bench/ is on sys.path when run as a script
 from _pi05_parts import count_kernels, part_times, swap_cost
 
 from learner.actor import ActorSettings, policy_trace
@@ -100,21 +100,9 @@ def chunk_latency_ms(
     policy: Pi05Policy, runs: int, deterministic: bool, device: torch.device
 ) -> dict[str, float]:
     obs = policy.preprocess([synthetic_observation(np.random.default_rng(0), size_px=224)])
-    times = []
-    for i in range(runs + 3):  # 3 warm-up calls (kernels, allocator, CUDA graph capture)
-        sync(device)
-        t0 = time.perf_counter()
-        policy.sample(obs, [CANON], deterministic=deterministic)
-        sync(device)
-        if i >= 3:
-            times.append((time.perf_counter() - t0) * 1e3)
-    a = np.asarray(times)
-    return {
-        "p50_ms": round(float(np.median(a)), 2),
-        "p90_ms": round(float(np.percentile(a, 90)), 2),
-        "p99_ms": round(float(np.percentile(a, 99)), 2),
-        "n": len(a),
-    }
+    return call_latency_ms(
+        lambda: policy.sample(obs, [CANON], deterministic=deterministic), runs, lambda: sync(device)
+    )
 
 
 # The actor's ways to sample, before and after (ActorSettings: PDE_ACTOR_*).
@@ -470,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
         if "lerobot" in parts:
             result["lerobot"] = lerobot_side_by_side(policy, args, device, result.get("chunk_latency", {}))
+            print("lerobot", result["lerobot"], flush=True)
             save()
         if "ppo" in parts or "memory-search" in parts:
             t0 = time.perf_counter()
@@ -528,8 +517,13 @@ def lerobot_side_by_side(
         ids, valid = policy.tokenize(
             [CANON], policy.normalize_state(obs.state.to(policy.device)).cpu().numpy()
         )
-        torch.manual_seed(7)
-        chunk = policy.sample(obs, [CANON], deterministic=True)  # float32 eager, 10 Euler steps
+        trained_with = policy.options
+        policy.options = dataclasses.replace(trained_with, bf16=False)  # float32: LeRobot's default
+        try:
+            torch.manual_seed(7)
+            chunk = policy.sample(obs, [CANON], deterministic=True)  # eager, 10 Euler steps
+        finally:
+            policy.options = trained_with
         arrays = {f"image:{k}": obs.images[:, j].numpy() for j, k in enumerate(policy.image_keys)}
         arrays |= {
             "tokens": ids.cpu().numpy(),

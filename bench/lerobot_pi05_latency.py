@@ -35,28 +35,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: _common, check_pi05_lerobot
-from _common import versions
+from _common import call_latency_ms, versions
 from check_pi05_lerobot import teach_lerobot_tiny_sizes
-
-WARMUP_CALLS = 3
-
-
-def _latency_ms(call: Callable[[], Any], runs: int, sync: Callable[[], None]) -> dict[str, float]:
-    times = []
-    for i in range(runs + WARMUP_CALLS):
-        sync()
-        t0 = time.perf_counter()
-        call()
-        sync()
-        if i >= WARMUP_CALLS:
-            times.append((time.perf_counter() - t0) * 1e3)
-    a = np.asarray(times)
-    return {
-        "p50_ms": round(float(np.median(a)), 2),
-        "p90_ms": round(float(np.percentile(a, 90)), 2),
-        "p99_ms": round(float(np.percentile(a, 99)), 2),
-        "n": len(a),
-    }
 
 
 def load(directory: Path, dtype: str, device: str) -> Any:
@@ -108,13 +88,13 @@ def timed(
             "chunk_max_abs_diff_vs_ours_float32_euler10": float(
                 np.abs(chunk - ours[..., : chunk.shape[-1]]).max()
             ),
-            "predict_action_chunk_10_steps": _latency_ms(
+            "predict_action_chunk_10_steps": call_latency_ms(
                 lambda: policy.predict_action_chunk(batch), runs, sync
             ),
-            "predict_action_chunk_5_steps": _latency_ms(
+            "predict_action_chunk_5_steps": call_latency_ms(
                 lambda: policy.predict_action_chunk(batch, num_steps=5), runs, sync
             ),
-            "select_action": _latency_ms(select, runs, sync),
+            "select_action": call_latency_ms(select, runs, sync),
         }
 
 
