@@ -75,12 +75,25 @@ class PPOConfig:
     correction is dropped, every unit's first gradient is A * grad l); 'none'."""
     w0_log_max: float = math.log(2.0)
     """Bound on |log w0| used by 'drop'."""
+    pool_anchor_coef: float = 1.0
+    """Weight of a trust region on the rollout prompt's own likelihood for chunks rolled out under a
+    prompt other than the canonical one: 0.5 * (log pi(a|o,p) - log pi_old(a|o,p))^2 per unit (the
+    k2 estimate of KL(pi_old(.|o,p) || pi(.|o,p))), averaged as the policy loss averages. The mixed
+    ratio's clip bounds only 1/2 (log pi(a|o,p_g) + log pi(a|o,p)); in a network shared between
+    prompts the canonical half's pull moves the pool prompt's actions too, past their old mean, and
+    nothing in the mixed loss holds them (docs/learner.md, "Why the pool was spent"). 0: off."""
     dual_clip: float = 3.0
     """Dual-clip c: for negative advantages the loss is bounded by c * |A| (0 disables)."""
     target_kl: float | None = 0.05
     """Stop the epochs early when a minibatch's approx_kl (per unit) exceeds this (None: never)."""
     seed: int = 0
     """Minibatch shuffling seed."""
+    diagnostics_obs: int = 32
+    """Observations of the batch on which each update measures, per prompt, KL(new || old) and how
+    far the mean action moved (learner/ppo_diagnostics.py; 0: not measured)."""
+    diagnostics_chunks: int = 128
+    """Chunks per prompt source on which each update measures the gradient norm of each half of the
+    mixed log-likelihood at its start (0: not measured)."""
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -124,6 +137,9 @@ class PPOConfig:
             ("ent_coef", self.ent_coef, self.ent_coef >= 0, ">= 0"),
             ("max_grad_norm", self.max_grad_norm, self.max_grad_norm > 0, "> 0"),
             ("w0_log_max", self.w0_log_max, self.w0_log_max > 0, "> 0"),
+            ("pool_anchor_coef", self.pool_anchor_coef, self.pool_anchor_coef >= 0, ">= 0 (0: off)"),
+            ("diagnostics_obs", self.diagnostics_obs, self.diagnostics_obs >= 0, ">= 0 (0: off)"),
+            ("diagnostics_chunks", self.diagnostics_chunks, self.diagnostics_chunks >= 0, ">= 0 (0: off)"),
             # c <= 1 would bound the loss below the clipped surrogate itself
             ("dual_clip", self.dual_clip, self.dual_clip == 0 or self.dual_clip > 1, "0 (off) or > 1"),
             ("target_kl", self.target_kl, _none_or(self.target_kl, 0.0, True), "> 0 or None (never stop)"),

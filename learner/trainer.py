@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from learner import ppo_diagnostics as mech
 from learner.policies.base import ObsBatch, PairEvaluation, Policy
 from learner.ppo import (
     PPOConfig,
@@ -162,6 +163,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
         self.rng = np.random.default_rng(self.config.seed)
         self.n_updates = 0
+        self.last_diagnostics: mech.UpdateDiagnostics | None = None  # the last update's, per prompt
 
     def policy_snapshot(self) -> Policy:
         snap = copy.deepcopy(self.policy)
@@ -207,6 +209,94 @@ class Trainer:
         else:
             advantages, returns = compute_gae(rb.rewards, rb.old_values, rb.dones, cfg.gamma, cfg.gae_lambda)
         return advantages, returns, weights
+
+    def _pool_anchor(
+        self,
+        rb: RolloutBatch,
+        mb: np.ndarray,
+        logp_rollout: torch.Tensor,
+        old_units: torch.Tensor,
+        units_ran: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> torch.Tensor:
+        """PPOConfig.pool_anchor_coef's penalty: 0.5 * (log pi(a|o,p) - log pi_old(a|o,p))^2 per unit
+        of the chunks with nonzero ``weights`` (those rolled out under another prompt than the
+        canonical one), a unit mean per chunk, chunks weighted as the policy loss weighs them."""
+        device = logp_rollout.device
+        units = ratio_units(logp_rollout * rb.rows_ran[mb].unsqueeze(-1).to(device), self.config.ratio_unit)
+        ran = units_ran.to(units.dtype)
+        per_chunk = (0.5 * (units - old_units) ** 2 * ran).sum(1) / ran.sum(1).clamp(min=1)
+        return (per_chunk * weights).sum() / weights.sum().clamp(min=1e-12)
+
+    def _half_gradient_norms(
+        self,
+        rb: RolloutBatch,
+        sources: dict[str, np.ndarray],
+        out: dict[str, mech.SourceDiagnostics],
+        t_adv: torch.Tensor,
+        t_weights: torch.Tensor,
+        t_old_units: torch.Tensor,
+        t_log_w0: torch.Tensor,
+        t_units_ran: torch.Tensor,
+    ) -> None:
+        """At the update's start, per source ('canonical', 'pool'): the norm of the policy loss's
+        gradient through each half of the mixed log-likelihood, on at most ``diagnostics_chunks``
+        of its chunks (the other half held fixed)."""
+        cfg = self.config
+        if cfg.diagnostics_chunks == 0:
+            return
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        for name in (mech.CANONICAL, mech.POOL):
+            rows = np.flatnonzero(sources[name])
+            if rows.size == 0:
+                continue
+            idx = np.sort(self.rng.choice(rows, size=min(rows.size, cfg.diagnostics_chunks), replace=False))
+            ev = self.policy.evaluate_pair(
+                rb.obs.index(idx),
+                [rb.rollout_prompts[i] for i in idx],
+                [rb.canonical_prompts[i] for i in idx],
+                rb.chains[idx],
+            )
+            lr, lc = ev.rollout.log_prob_elements, ev.canonical_log_prob_elements
+            ran = rb.rows_ran[idx].unsqueeze(-1).to(lr.device)
+            for half, ell in (
+                ("grad_norm_canonical_half", mixed_log_prob(cfg.ratio_variant, lr.detach(), lc)),
+                ("grad_norm_rollout_half", mixed_log_prob(cfg.ratio_variant, lr, lc.detach())),
+            ):
+                if not ell.requires_grad:  # that half is not in this variant's ratio
+                    setattr(out[name], half, 0.0)
+                    continue
+                log_ratio, keep = guard_w0(
+                    ratio_units(ell * ran, cfg.ratio_unit) - t_old_units[idx], t_log_w0[idx], cfg.w0_guard,
+                    cfg.w0_log_max,
+                )  # fmt: skip
+                pl = clipped_policy_loss(
+                    log_ratio,
+                    t_adv[idx],
+                    cfg.clip_coef,
+                    cfg.dual_clip,
+                    keep & t_units_ran[idx],
+                    t_weights[idx],
+                )
+                grads = torch.autograd.grad(pl.pg_loss, params, retain_graph=True, allow_unused=True)
+                norm = float(np.sqrt(sum(float((g.float() ** 2).sum()) for g in grads if g is not None)))
+                setattr(out[name], half, norm)
+
+    def _watched(
+        self, rb: RolloutBatch, pool_texts: list[str]
+    ) -> tuple[ObsBatch, torch.Tensor, list[str]] | None:
+        """Fixed observations for the per-prompt movement: up to ``diagnostics_obs`` chunks of the
+        batch's most frequent task (its canonical prompt), with that prompt and its pool prompts."""
+        cfg = self.config
+        if cfg.diagnostics_obs == 0:
+            return None
+        canonical = max(set(rb.canonical_prompts), key=rb.canonical_prompts.count)
+        rows = np.flatnonzero(np.asarray(rb.canonical_prompts, dtype=object) == canonical)
+        pools = sorted(
+            {rb.rollout_prompts[i] for i in rows if rb.rollout_prompts[i] != canonical}, key=pool_texts.index
+        )
+        idx = mech.fixed_subset(rows.size, cfg.diagnostics_obs, np.random.default_rng(cfg.seed))
+        return rb.obs.index(rows[idx]), rb.chains[rows[idx]], [canonical, *pools]
 
     def update(self, batch: Batch) -> dict[str, float]:
         cfg = self.config
@@ -262,6 +352,14 @@ class Trainer:
         )
         stats.update(ratio_stats("w0", log_w0.numpy().reshape(-1)))
         stats["w0_guarded_frac"] = float((log_w0.abs() > cfg.w0_log_max).float().mean())
+        sources = mech.prompt_sources(rb.rollout_prompts, rb.canonical_prompts)
+        pool_texts = mech.pool_prompt_texts(rb.rollout_prompts, rb.canonical_prompts)
+        texts = {f"{mech.POOL}{i}": p for i, p in enumerate(pool_texts, start=1)}
+        _, keep0 = guard_w0(log_w0, log_w0, cfg.w0_guard, cfg.w0_log_max)
+        per_source = mech.start_of_update(
+            sources, log_w0, keep0 & (ratio_units(ran.expand(-1, -1, d).float(), cfg.ratio_unit) > 0),
+            cfg.clip_coef, texts,
+        )  # fmt: skip
         if differs.any():
             chunk_lr = (logp_c0 - logp_r0).flatten(1).sum(1).numpy()
             stats.update(ratio_stats("prompt_ratio", chunk_lr[differs]))
@@ -277,9 +375,17 @@ class Trainer:
         t_old_values = torch.from_numpy(rb.old_values).float().to(device)
         t_old_units = old_units.to(device)
         t_log_w0 = log_w0.to(device)
+        t_differs = torch.from_numpy(differs).to(device)
+        self._half_gradient_norms(
+            rb, sources, per_source, t_adv, t_weights, t_old_units, t_log_w0, t_units_ran
+        )
+        watched = self._watched(rb, pool_texts)
+        before = mech.snapshot(self.policy, *watched, seed=cfg.seed) if watched else None
+        clips = mech.ClipCounter(list(sources))
 
         # Epochs x minibatches
         approx_kls, clipfracs, pg_losses, v_losses, entropies, kept = [], [], [], [], [], []
+        anchors: list[float] = []
         b_inds = np.arange(n)
         stop = False
         for _epoch in range(cfg.update_epochs):
@@ -298,6 +404,7 @@ class Trainer:
                     new_units - t_old_units[mb], t_log_w0[mb], cfg.w0_guard, cfg.w0_log_max
                 )
                 keep = keep & t_units_ran[mb]
+                clips.add(sources, mb, log_ratio.detach(), keep, cfg.clip_coef)
 
                 pl = clipped_policy_loss(
                     log_ratio, t_adv[mb], cfg.clip_coef, cfg.dual_clip, keep, t_weights[mb]
@@ -307,6 +414,11 @@ class Trainer:
                 )
                 entropy = ev.rollout.entropy.mean()
                 loss = pl.pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+                if cfg.pool_anchor_coef > 0 and bool(t_differs[mb].any()):
+                    anchor = self._pool_anchor(rb, mb, ev.rollout.log_prob_elements, t_old_units[mb],
+                                               t_units_ran[mb], t_weights[mb] * t_differs[mb])  # fmt: skip
+                    loss = loss + cfg.pool_anchor_coef * anchor
+                    anchors.append(float(anchor.detach()))
 
                 self.optimizer.zero_grad()
                 loss.backward()
@@ -327,6 +439,17 @@ class Trainer:
 
         self.n_updates += 1
         self.policy.eval()
+        for name, frac in clips.fractions().items():
+            per_source[name].clipfrac = frac
+        if before is not None and watched is not None:
+            after = mech.snapshot(self.policy, *watched, seed=cfg.seed)
+            names = {rb_c: mech.CANONICAL for rb_c in before.prompts[:1]}
+            names.update({p: f"{mech.POOL}{pool_texts.index(p) + 1}" for p in before.prompts[1:]})
+            mech.movement(self.policy, before, after, per_source, names)
+        self.last_diagnostics = mech.UpdateDiagnostics(list(per_source.values()))
+        stats.update(self.last_diagnostics.metrics())
+        if anchors:
+            stats["pool_anchor"] = float(np.mean(anchors))
         stats.update(
             {
                 "pg_loss": float(np.mean(pg_losses)),

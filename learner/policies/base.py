@@ -429,3 +429,11 @@ class FlowChunkPolicy(ChunkPolicy):
 def check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:
     if len(prompts) != len(obs):
         raise ValueError(f"{name} has {len(prompts)} entries for {len(obs)} observations")
+
+
+def exploration_log_std(policy: Policy) -> float | None:
+    """The exploration log std the policy acts at (a Gaussian head's, mean over dims; None for a
+    flow chain, whose noise is fixed): the sigma a premise must be measured at and a benchmark run
+    at (issue 32: runs at -1.0 against a premise measured at -1.5)."""
+    noise = policy.noise_parameters()
+    return float(noise[0].detach().float().mean()) if noise else None

@@ -103,8 +103,16 @@ class Pi05Config:
     time_sampling_beta_beta: float = 1.0
     time_sampling_scale: float = 0.999
     time_sampling_offset: float = 0.001
+    n_action_steps: int | None = None
+    """LeRobot's: rows of each chunk its ``select_action`` runs before it infers again. Kept as the
+    checkpoint said and written back by the LeRobot export (None: ``chunk_size``, what our actor
+    runs)."""
 
     def __post_init__(self) -> None:
+        if self.n_action_steps is not None and not 1 <= self.n_action_steps <= self.chunk_size:
+            raise ValueError(
+                f"n_action_steps {self.n_action_steps} must be in 1..chunk_size ({self.chunk_size})"
+            )
         vlm, expert = self.vlm_dims, self.expert_dims
         _variant(SIGLIP_VARIANTS, self.vision_variant, "vision_variant")
         if (vlm.depth, vlm.num_heads, vlm.num_kv_heads, vlm.head_dim) != (

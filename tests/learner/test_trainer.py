@@ -236,3 +236,49 @@ def test_person_rows_leave_the_batch():
     # an episode the person drove from start to end has nothing of the policy's: left out whole
     taken.chunks = [_person_chunk(a, 0.01)]
     assert len(build_rollout_batch(policy, batch)) == 3
+
+
+@pytest.mark.parametrize("head", ["flow", "gaussian"])
+def test_update_reports_the_mechanism_per_prompt_source(head):
+    """Per source (canonical, the pool, each pool prompt): typed, named, and consistent with what
+    the sources are (a canonical chunk's w0 is 1 and its two halves of l are one gradient)."""
+    torch.manual_seed(0)
+    policy = make_test_policy(head)
+    rng = np.random.default_rng(0)
+    prompts = [CANON, "drop the green box into the bowl", CANON, "place the green tub in the bowl"] * 2
+    batch = [
+        (synthetic_episode(policy, rng, 2, p, CANON, i < 4, size_px=20, episode_id=f"e{i}"), float(i < 4))
+        for i, p in enumerate(prompts)
+    ]
+    trainer = Trainer(policy, PPOConfig(minibatch_size=4, learning_rate=1e-3, target_kl=None))
+    stats = trainer.update(batch)
+    diag = trainer.last_diagnostics
+    assert diag is not None
+    assert [s.source for s in diag.sources] == ["canonical", "pool", "pool1", "pool2"]
+    assert [diag.source(f"pool{i}").prompt for i in (1, 2)] == [prompts[1], prompts[3]]
+    canonical, pool = diag.source("canonical"), diag.source("pool")
+    assert canonical.n_chunks == pool.n_chunks == 8
+    assert canonical.log_w0_mean == pytest.approx(0.0, abs=1e-5) and canonical.w0_dropped_frac == 0.0
+    assert canonical.grad_norm_canonical_half == pytest.approx(canonical.grad_norm_rollout_half)
+    assert pool.grad_norm_canonical_half > 0 and pool.grad_norm_rollout_half > 0
+    assert pool.w0_dropped_frac == pytest.approx(stats["w0_guarded_frac"] * 2, abs=0.05)
+    for s in diag.sources:  # the update moved every prompt; each move is measured against another mean
+        assert s.kl_new_old > 0 and s.mean_move_rms > 0 and np.isfinite(s.move_toward_frac), s
+        assert 0.0 <= s.clipfrac <= 1.0
+    assert canonical.move_toward == "pool" and pool.move_toward == "canonical"
+    assert stats["mech/pool1/kl_new_old"] == diag.source("pool1").kl_new_old  # the loop's metrics
+
+
+def test_pool_anchor_holds_the_pool_prompt():
+    """PPOConfig.pool_anchor_coef: the same batch and step, the pool prompts move less."""
+    moves = []
+    for coef in (0.0, 100.0):
+        torch.manual_seed(0)
+        policy = make_test_policy("gaussian")
+        trainer = Trainer(policy, PPOConfig(minibatch_size=4, learning_rate=1e-3, pool_anchor_coef=coef))
+        stats = trainer.update(_batch(policy, "drop the green box into the bowl"))
+        assert ("pool_anchor" in stats) == (coef > 0)
+        moves.append(trainer.last_diagnostics.source("pool").kl_new_old)
+    assert moves[1] < 0.5 * moves[0], moves
+    with pytest.raises(ValueError, match="pool_anchor_coef must be >= 0"):
+        PPOConfig(pool_anchor_coef=-1.0)
