@@ -557,9 +557,9 @@ def main() -> int:
         openpi_delta: dict[str, Any] = {}
         for case, delta in (("declared_delta_actions", True), ("declared_joint_abs_only", False)):
             conv = work / f"openpi_{case}"
-            declared = openpi_conversion(quant, conv, sizes, delta)
+            said = openpi_conversion(quant, conv, sizes, delta)
             _pde(args.pde_python, me, "--ours", "act", str(conv), str(work / f"ours_5_{case}.npz"))
-            openpi_delta[case] = {"pde_pi05.json": declared} | lerobot_act(
+            openpi_delta[case] = {"pde_pi05.json": said} | lerobot_act(
                 policy, pre, post, work / f"ours_5_{case}.npz", rename
             )
         FIXTURE.mkdir(parents=True, exist_ok=True)
