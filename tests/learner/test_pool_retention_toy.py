@@ -49,22 +49,23 @@ def _sft(policy: SmallVLAPolicy, obs, steps: int = 150) -> None:
         targets[prompt] = target
     opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
     for _ in range(steps):
-        loss = sum(
-            (
-                (policy.gaussian_mean(policy.condition(policy.encode_observations(obs), [p] * len(obs))) - y)
-                ** 2
-            ).mean()
-            for p, y in targets.items()
-        )
+        losses = [((_means(policy, obs, p) - y) ** 2).mean() for p, y in targets.items()]
+        loss = torch.stack(losses).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
 
 
+def _means(policy: SmallVLAPolicy, obs, prompt: str) -> torch.Tensor:
+    """The Gaussian head's mean chunk [B, T, D] under ``prompt`` (normalised units)."""
+    return policy.gaussian_mean(policy.condition(policy.encode_observations(obs), [prompt] * len(obs)))
+
+
 @torch.no_grad()
-def a_share(policy: SmallVLAPolicy, obs, prompt: str) -> float:
+def a_share(policy, obs, prompt: str) -> float:
     """Exact probability that a sampled chunk lands in mode A, averaged over the observations."""
-    mean = policy.gaussian_mean(policy.condition(policy.encode_observations(obs), [prompt] * len(obs)))
+    assert isinstance(policy, SmallVLAPolicy)
+    mean = _means(policy, obs, prompt)
     first = mean[:, :, 0].mean(1).numpy()
     sd = float(policy._gaussian_std()[0, 0, 0, 0]) / math.sqrt(policy.chunk_len)
 
