@@ -93,10 +93,11 @@ class PPOConfig:
     """Minibatch shuffling seed."""
     diagnostics_obs: int = 32
     """Observations of the batch on which each update measures, per prompt, KL(new || old) and how
-    far the mean action moved (learner/ppo_diagnostics.py; 0: not measured)."""
+    far the mean action moved (learner/ppo_diagnostics.py; 0: not measured; a single-process trainer
+    only: under torchrun the extra passes would be collectives)."""
     diagnostics_chunks: int = 128
     """Chunks per prompt source on which each update measures the gradient norm of each half of the
-    mixed log-likelihood at its start (0: not measured)."""
+    mixed log-likelihood at its start (0: not measured; single-process, as diagnostics_obs)."""
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
