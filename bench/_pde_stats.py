@@ -141,7 +141,11 @@ def contrast(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], see
     ga, gb = _gains(a), _gains(b)
     if set(ga) == set(gb):
         diffs = [ga[s] - gb[s] for s in sorted(ga)]
-        return {"paired": True, **_interval_block(diffs)}
+        return {
+            "paired": True,
+            **_interval_block(diffs),
+            "clustered_by_sft_seed": clustered_interval({s: ga[s] - gb[s] for s in ga}),
+        }
     xa, xb = np.array(list(ga.values())), np.array(list(gb.values()))
     if xa.size < 2 or xb.size < 2:
         raise ValueError(f"a contrast needs at least 2 seeds per arm, got {xa.size} and {xb.size}")
@@ -161,6 +165,22 @@ def contrast(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], see
         "ci95": [mean - half, mean + half],
         "ci95_bootstrap": [float(low), float(high)],
     }
+
+
+def clustered_interval(diff_by_run: Mapping[tuple[Any, Any], float]) -> dict[str, Any]:
+    """The interval with the SFT seed as the cluster: runs from one SFT checkpoint share its start
+    and are not independent, so the unit is the SFT seed's mean over its RL seeds, and the t
+    interval has (SFT seeds - 1) degrees of freedom. ``ci95`` None, with the reason, below 2 SFT
+    seeds. (The seed-level ``ci95`` beside it treats every run as independent: too narrow.)"""
+    by_sft: dict[Any, list[float]] = {}
+    for (sft_seed, _), d in diff_by_run.items():
+        by_sft.setdefault(sft_seed, []).append(d)
+    means = {str(k): float(np.mean(v)) for k, v in sorted(by_sft.items(), key=lambda kv: str(kv[0]))}
+    block: dict[str, Any] = {"n_sft_seeds": len(means), "sft_seed_means": means}
+    if len(means) < 2:
+        return {**block, "mean": None, "ci95": None, "reason": f"{len(means)} SFT seed(s): no interval"}
+    low, high = t_interval(list(means.values()))
+    return {**block, "mean": float(np.mean(list(means.values()))), "ci95": [low, high]}
 
 
 def primary_contrast(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -305,6 +325,67 @@ def run_mechanism(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def time_course(arms: Mapping[str, Mapping[str, Any]], reference: str = "noise") -> dict[str, Any]:
+    """Each arm's canonical success at every evaluation point (pooled k/n over runs), and its gain
+    over ``reference`` at that point, paired by (SFT seed, RL seed), with the seed-level and the
+    SFT-clustered intervals: one endpoint hides an arm that leads early and falls back."""
+
+    def at(rows: Sequence[Mapping[str, Any]], when: int) -> dict[tuple[Any, Any], float]:
+        return {
+            (r.get("sft_seed"), r["seed"]): float(ev["rate"])
+            for r in rows
+            for ev in r.get("evaluations", [])
+            if int(ev["env_episodes"]) == when
+        }
+
+    ref_rows = arms[reference]["per_seed"] if reference in arms else []
+    out: dict[str, Any] = {}
+    for name, arm in arms.items():
+        rows = arm["per_seed"]
+        points = sorted({int(ev["env_episodes"]) for r in rows for ev in r.get("evaluations", [])})
+        course = []
+        for when in points:
+            evs = [ev for r in rows for ev in r.get("evaluations", []) if int(ev["env_episodes"]) == when]
+            k, n = sum(int(ev["successes"]) for ev in evs), sum(int(ev["n"]) for ev in evs)
+            point: dict[str, Any] = {"env_episodes": when, "runs": len(evs), **success_interval(k, n)}
+            mine, ref = at(rows, when), at(ref_rows, when)
+            both = sorted(set(mine) & set(ref), key=str)
+            if name != reference and len(both) >= 2:
+                diffs = [mine[s] - ref[s] for s in both]
+                point[f"minus_{reference}"] = {
+                    "paired_runs": len(both),
+                    **_interval_block(diffs),
+                    "clustered_by_sft_seed": clustered_interval({s: mine[s] - ref[s] for s in both}),
+                }
+            course.append(point)
+        out[name] = course
+    return out
+
+
+def train_by_version(episodes: Sequence[Mapping[str, Any]], canonical_prompt: str) -> list[dict[str, Any]]:
+    """RL-stage training episodes of one or more runs, pooled by the policy version that acted:
+    the canonical prompt's and the pool prompts' successes as counts (k/n). A mean of per-update
+    rates over whole runs mixes versions and weighs one-episode rates like 30-episode ones."""
+    cells: dict[int, dict[str, list[int]]] = {}
+    for e in episodes:
+        if e.get("kind") != "train" or e.get("stage") != "rl":
+            continue
+        who = "canonical" if e["prompt"] == canonical_prompt else "pool"
+        kn = cells.setdefault(int(e["policy_version"]), {"canonical": [0, 0], "pool": [0, 0]})[who]
+        kn[0] += bool(e["success"])
+        kn[1] += 1
+    return [
+        {
+            "policy_version": v,
+            **{
+                who: {"successes": k, "n": n, "rate": k / n if n else None}
+                for who, (k, n) in cells[v].items()
+            },
+        }
+        for v in sorted(cells)
+    ]
+
+
 def mechanism(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Per arm: each run's ``run_mechanism`` and their means (alpha at the first and last update, the
     pool's share of RL rollouts and its training success, episodes spent before the first update)."""
@@ -333,6 +414,7 @@ def mechanism(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             "mean_canonical_success_train": _mean(
                 [x for r in runs for x in r["canonical_success_train"] if x is not None]
             ),
+            "train_by_version": arm.get("train_by_version", []),
         }
     return out
 
@@ -460,6 +542,7 @@ def add_blocks(result: dict[str, Any], premise: Mapping[str, Any]) -> dict[str, 
     result["target"] = target_block(result["arm_stats"], result["primary_contrast"])
     result["secondary_contrasts"] = secondary_contrasts(result["arms"])
     result["mechanism"] = mechanism(result["arms"])
+    result["time_course"] = time_course(result["arms"])
     result.setdefault("frozen", {})["premise_and_proposers"] = frozen_block()
     return result
 

@@ -3,8 +3,9 @@
 decoding every JPEG frame (the input side alone), and the real-time duration of the exported rows.
 
     .venv/bin/python bench/bench_lerobot_export.py --in data/demos [--vcodecs libsvtav1,h264] [--version v2.1]
-writes bench/results/lerobot_export.json. Without --in it first records --episodes-per-task expert
-episodes per task at 224x224 into a temporary folder (not timed).
+writes bench/results/lerobot_export.json (or --result). Without --in it first records --episodes-per-task
+expert episodes per task (--tasks: only those) at 224x224 into a temporary folder (not timed). The
+result counts the rows whose observation was read at their own tick (``rows_with_own_observation``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def main() -> int:
     p.add_argument("--episodes-per-task", type=int, default=4, help="without --in: demos to record per task")
     p.add_argument("--vcodecs", default="libsvtav1,h264")
     p.add_argument("--version", default="v3.0", choices=["v3.0", "v2.1"], help="the LeRobotDataset layout")
+    p.add_argument("--tasks", default="", help="without --in: comma-separated tasks to record (default: all)")
+    p.add_argument("--result", type=Path, default=RESULT, help=f"result file (default {RESULT})")
     args = p.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,7 +61,8 @@ def main() -> int:
         if not args.in_dir:
             from robot_server.sim.recorder import RecordConfig, record_demos
 
-            record_demos(in_dir, RecordConfig(episodes_per_task=args.episodes_per_task))
+            tasks = {"tasks": args.tasks.split(",")} if args.tasks else {}
+            record_demos(in_dir, RecordConfig(episodes_per_task=args.episodes_per_task, **tasks))
         read_s, in_bytes = _read_all(in_dir)
         runs = {}
         for codec in args.vcodecs.split(","):
@@ -73,6 +77,8 @@ def main() -> int:
                 "dataset_mb": round(_size_bytes(out) / 1e6, 1),
             }
             episodes, frames = report.episodes, report.frames
+            provenance = (out / "meta/pde_episodes.jsonl").read_text().splitlines()
+            own_rows = sum(json.loads(line)["rows_with_own_observation"] for line in provenance)
             shutil.rmtree(out)
     out_json = {
         "bench": "lerobot_export",
@@ -82,6 +88,8 @@ def main() -> int:
         ),
         "episodes": episodes,
         "frames": frames,
+        # rows whose state and frames were read at their own tick (the rest repeat their chunk start's)
+        "rows_with_own_observation": own_rows,
         "input_mb": round(in_bytes / 1e6, 1),
         "reference": "reading every episode file and decoding every JPEG frame, same run",
         "reference_read_s": round(read_s, 1),
@@ -93,10 +101,12 @@ def main() -> int:
         },
         "command": "python bench/bench_lerobot_export.py "
         + (f"--in {args.in_dir}" if args.in_dir else f"--episodes-per-task {args.episodes_per_task}")
-        + f" --vcodecs {args.vcodecs} --version {args.version}",
+        + (f" --tasks {args.tasks}" if args.tasks and not args.in_dir else "")
+        + f" --vcodecs {args.vcodecs} --version {args.version}"
+        + (f" --result {args.result}" if args.result != RESULT else ""),
     }
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(out_json, indent=1) + "\n")
+    args.result.parent.mkdir(parents=True, exist_ok=True)
+    args.result.write_text(json.dumps(out_json, indent=1) + "\n")
     print(json.dumps(out_json, indent=1))
     return 0
 

@@ -54,6 +54,7 @@ from _pde_stats import (  # noqa: E402
     overlap_by_proposer,
     premise_block,
     recorded_proposals,
+    train_by_version,
 )
 from bench_learning import start_server  # noqa: E402
 from pde_arm import BenchSettings, file_sha256, frozen_inputs, parse_arm, run_arm  # noqa: E402
@@ -154,6 +155,13 @@ def markdown_table(result: dict[str, Any]) -> str:
     if pc:
         what = gain(pc) if pc["mean"] is not None else f"not yet: {pc['reason']}"
         lines.append(f"\nPrimary contrast, {pc['definition']}, over {pc['n_seeds']} paired runs: {what}")
+        cl = pc.get("clustered_by_sft_seed")
+        if cl:
+            ci = cl["ci95"]
+            lines.append(
+                f"Clustered by SFT seed ({cl['n_sft_seeds']} clusters, t with {cl['n_sft_seeds'] - 1} df): "
+                + (f"{cl['mean']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else cl["reason"])
+            )
     target = result.get("target")
     if target and target["met"] is not None:
         ratio = "n/a" if target["gain_ratio"] is None else f"{target['gain_ratio']:.2f}"
@@ -167,11 +175,17 @@ def markdown_table(result: dict[str, Any]) -> str:
         if m["mean_alpha_first"] is None or name == "noise":
             continue
         first, last = m["mean_alpha_first"], m["mean_alpha_last"]
+
+        def rates(who: str, m: dict[str, Any] = m) -> str:
+            return ", ".join(
+                "-" if v[who]["rate"] is None else f"{v[who]['rate']:.2f}" for v in m["train_by_version"]
+            )
+
         lines.append(
             f"`{name}`: first PPO update after {m['mean_env_episodes_at_first_update']:.0f} episodes "
             f"(mean), {m['mean_updates']:.1f} updates, alpha {first:.2f} -> {last:.2f}, pool prompts "
-            f"{_pct(m['mean_pool_prompt_share'])} of RL rollouts at {_pct(m['mean_pool_success'])} success "
-            f"(canonical prompt in training: {_pct(m['mean_canonical_success_train'])})"
+            f"{_pct(m['mean_pool_prompt_share'])} of RL rollouts; training success by policy version "
+            f"(RL stage, pooled over runs), pool: {rates('pool')}; canonical: {rates('canonical')}"
         )
     done = result.get("completeness")
     if done:
@@ -275,6 +289,11 @@ def merge(
     arms: dict[str, Any] = {}
     for p in sorted(parts, key=lambda p: (p["arm"], p["result"]["sft_seed"], p["result"]["seed"])):
         arms.setdefault(p["arm"], {"per_seed": []})["per_seed"].append(p["result"])
+    # evaluations act under the canonical prompt; parts without any leave the table empty
+    goal = next((e["prompt"] for p in parts for e in p.get("episodes", []) if e["kind"] == "eval"), None)
+    for name, a in arms.items():
+        eps = [e for p in parts if p["arm"] == name for e in p.get("episodes", [])]
+        a["train_by_version"] = train_by_version(eps, goal) if goal is not None else []
     for a in arms.values():
         rows = a["per_seed"]
         n = sum(r["eval_episodes"] for r in rows)
@@ -316,7 +335,6 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
         rollouts_per_scene=args.rollouts_per_scene,
         synchronous_updates=args.synchronous_updates,
         learning_rate=args.lr,
-        init_log_std=args.init_log_std,
         wordings=tuple(w.strip() for w in args.wordings.split("|") if w.strip()),
     )
 
@@ -349,9 +367,6 @@ def main(argv: list[str] | None = None) -> int:
         help="wait for each PPO update before the next episode (reproducible; a lab does not)",
     )
     ap.add_argument("--lr", type=float, default=d.learning_rate)
-    ap.add_argument(
-        "--init-log-std", type=float, default=d.init_log_std, help="Gaussian head's start log std, all arms"
-    )
     ap.add_argument("--wordings", default="", help="'|'-separated wordings: the oracle arm's pool")
     ap.add_argument("--image-px", type=int, default=128)
     ap.add_argument(
@@ -420,7 +435,7 @@ def run_parts(args: argparse.Namespace) -> None:
         for arm, seed in todo:
             cache = args.work_dir / (
                 f"start-{file_sha256(args.sft_checkpoint)[:16]}-seed{seed}-e{bench.eval_episodes}"
-                f"-c{bench.max_chunks}-std{bench.init_log_std}-px{args.image_px}-spread{args.layout_spread}"
+                f"-c{bench.max_chunks}-px{args.image_px}-spread{args.layout_spread}"
                 f"{profile_tag}.json"
             )
             part = run_arm(arm, seed, args.sft_seed, args.sft_checkpoint, endpoint, bench, embedder, cache)

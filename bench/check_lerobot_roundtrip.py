@@ -12,6 +12,10 @@ checkout's own venv for the recording and the export:
    each camera image is the frame our layout puts at the row (decoded with PyAV here, exactly).
 3. LeRobot's own statistics code on our rows (``compute_episode_stats``, ``aggregate_stats``)
    against our ``meta/stats.json`` and per-episode stats: the largest differences are recorded.
+5. fps (issue 36): LeRobot writes the fixture's episodes (tests/fixtures/lerobot_v30/make_fixture.py)
+   at 30 fps and at our 10 Hz control rate with ``LeRobotDataset.create``; our SFT reader
+   (``read_lerobot_dataset``, the robot's default rate) refuses the 30 fps one with what to do and
+   reads the 10 fps one.
 4. Training as π0.5 would normalise: a DataLoader with action chunks (``delta_timestamps``), an ACT
    policy (small, no pretrained backbone) whose state and action normalisation is QUANTILES (q01/q99
    from our stats, as π0.5's), two optimiser steps, finite loss.
@@ -210,6 +214,41 @@ def _train(root: Path) -> dict[str, object]:
     }
 
 
+def _fps(work: Path, python: str) -> dict[str, object]:
+    """The fixture's episodes written by LeRobot at 30 fps and at 10 fps, read by our SFT reader."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    sys.path.insert(0, str(REPO / "tests" / "fixtures" / "lerobot_v30"))
+    import make_fixture as fx  # what LeRobot is given: the suite's fixture episodes
+
+    read = (
+        "import sys\n"
+        "from learner.lerobot_dataset import DatasetError, read_lerobot_dataset\n"
+        "from pde_contract.messages import ActionSpace\n"
+        "try:\n"
+        "    samples = read_lerobot_dataset(sys.argv[1], 4, ActionSpace.EE_DELTA)\n"
+        "    print('read', len(samples.observations), 'samples')\n"
+        "except DatasetError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    out: dict[str, object] = {}
+    for fps in (30, 10):
+        root = work / f"lerobot_written_{fps}fps"
+        ds = LeRobotDataset.create(repo_id=f"pde/fps{fps}", fps=fps, features=fx.features(), root=root)
+        for index, task in enumerate(fx.TASKS):
+            values = fx.episode(index)
+            for i in range(fx.LENGTHS[index]):
+                ds.add_frame({key: v[i] for key, v in values.items()} | {"task": task})
+            ds.save_episode()
+        ds.finalize()
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        done = subprocess.run(
+            [python, "-c", read, str(root)], env=env, cwd=REPO, capture_output=True, text=True
+        )
+        out[f"written_at_{fps}_fps"] = done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pde-python", default=str(REPO / ".venv" / "bin" / "python"), help="our venv's python")
@@ -253,6 +292,7 @@ def main() -> int:
             "stats": _stats(ours),
             "train": _train(ours),
             "lerobot_on_our_v21_export": v21,
+            "sft_reader_on_lerobot_datasets_by_fps": _fps(work, args.pde_python),
         }
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     RESULT.parent.mkdir(parents=True, exist_ok=True)

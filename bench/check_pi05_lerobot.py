@@ -21,6 +21,19 @@ this checkout's own venv for our side (``--ours ...``, the same file):
    downloaded for (``tokenizer.json``; ``pde_pi05.json`` with the two tiny sizes LeRobot has no
    field for), load it with ``load_pi05`` (``--init DIR``) and compare chunks as in 1. The JSON and
    statistics files LeRobot wrote are kept in tests/fixtures/pi05_lerobot/ for the suite.
+3. **An empty-camera checkpoint**: LeRobot saves one with a wrist camera and ``empty_cameras=1``
+   (its config.json lists ``empty_camera_0``, which LeRobot always masks); ours must leave that input
+   absent (before issue 36 it fed it the external camera) and give LeRobot's chunk.
+4. **Velocity and unnamed actions**: LeRobot saves checkpoints whose 8 action columns are named
+   ``dq_1`` ... ``gripper`` or not named at all; LeRobot loads them, ours refuses both with what to
+   write. Declaring ``"action_space": "joint_abs"`` in ``pde_pi05.json`` (what the refusal asks for)
+   loads the unnamed one and still refuses the ``dq_*`` one.
+5. **An openpi DeltaActions conversion**: a LeRobot save with relative joints and an absolute
+   gripper (QUANTILES) rewritten as openpi's converter leaves a checkpoint (its config.json, weights
+   without ``model.``, ``assets/<id>/norm_stats.json``) with ``pde_pi05.json`` declaring
+   ``joint_abs`` and openpi's ``delta_actions`` mask: ours against LeRobot's relative actions on the
+   original (openpi adds 1e-6 to each range where LeRobot does not), and, for contrast, the same
+   conversion declared ``joint_abs`` alone (the offsets sent as targets).
 
 Tiny sizes: LeRobot builds only its full-size Gemma variants and PaliGemma's SigLIP So400m with a
 257152-token vocabulary; here its ``get_gemma_config``, ``PI05Config``'s variant check and the
@@ -147,6 +160,12 @@ def ours_act(policy_from: str, out: Path) -> None:
     present = [k for k, cam in zip(policy.image_keys, policy.mapping.cameras, strict=True) if cam is not None]
     for j, key in enumerate(present):
         arrays[f"image:{key}"] = obs.images[:, j].numpy()
+    mapped = {
+        "cameras": dict(zip(policy.image_keys, policy.mapping.cameras, strict=True)),
+        "action_space": policy.action_space.value,
+        "offset_columns": [i for i, rel in enumerate(policy.relative) if rel],
+    }
+    arrays["mapping"] = np.array(json.dumps(mapped))
     np.savez(out, **arrays)
 
 
@@ -268,13 +287,19 @@ def _pipeline_loads(directory: Path, tokenizer: Path) -> str:
     return "loaded"
 
 
-def lerobot_act(policy: Any, pre: Any, post: Any, inputs: Path) -> dict[str, Any]:
-    """LeRobot's chunk for ``inputs`` (our side's file) from the same noise; ours beside it."""
+def lerobot_act(
+    policy: Any, pre: Any, post: Any, inputs: Path, rename: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """LeRobot's chunk for ``inputs`` (our side's file) from the same noise; ours beside it.
+    ``rename``: our image input -> LeRobot's (an openpi conversion of a LeRobot save)."""
     import torch
 
     given = np.load(inputs)
     batch: dict[str, Any] = {
-        k.removeprefix("image:"): torch.from_numpy(given[k]).float() / 255.0
+        (rename or {}).get(k.removeprefix("image:"), k.removeprefix("image:")): torch.from_numpy(
+            given[k]
+        ).float()
+        / 255.0
         for k in given.files
         if k.startswith("image:")
     }
@@ -298,11 +323,23 @@ def lerobot_act(policy: Any, pre: Any, post: Any, inputs: Path) -> dict[str, Any
         "max_abs_diff_chunk": float(np.abs(chunk - ours).max()),
         "max_abs_diff_select_action_vs_our_first_row": float(np.abs(first - ours[:, 0]).max()),
         "max_abs_action": float(np.abs(ours).max()),
+        "ours_mapped": json.loads(str(given["mapping"])),
+        "lerobot_image_inputs_fed": sorted(k for k in batch if k.startswith("observation.images.")),
     }
 
 
-def lerobot_save(directory: Path, sizes: dict[str, Any], tokenizer: Path) -> dict[str, Any]:
-    """A tiny random PI05Policy and its π0.5 pipelines, written by LeRobot's save_pretrained."""
+def lerobot_save(
+    directory: Path,
+    sizes: dict[str, Any],
+    tokenizer: Path,
+    image_keys: tuple[str, ...] = LEROBOT_IMAGE_KEYS,
+    empty_cameras: int = 0,
+    action_names: list[str] | None = LEROBOT_ACTION_NAMES,
+    action_norm: str = "MEAN_STD",
+) -> dict[str, Any]:
+    """A tiny random PI05Policy and its π0.5 pipelines, written by LeRobot's save_pretrained:
+    ``image_keys`` and ``empty_cameras`` (LeRobot adds ``empty_camera_i`` inputs it always masks),
+    the action names (None: unnamed) and the action normalisation (the relative offsets' stats)."""
     import torch
     from lerobot.configs import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.pi05.configuration_pi05 import PI05Config
@@ -311,6 +348,7 @@ def lerobot_save(directory: Path, sizes: dict[str, Any], tokenizer: Path) -> dic
     from lerobot.processor import tokenizer_processor
 
     px, state_dim, action_dim = sizes["image_px"], 8, len(LEROBOT_ACTION_NAMES)
+    norm = {"MEAN_STD": NormalizationMode.MEAN_STD, "QUANTILES": NormalizationMode.QUANTILES}[action_norm]
     config = PI05Config(
         paligemma_variant=sizes["paligemma_variant"],
         action_expert_variant=sizes["action_expert_variant"],
@@ -322,14 +360,15 @@ def lerobot_save(directory: Path, sizes: dict[str, Any], tokenizer: Path) -> dic
         tokenizer_max_length=sizes["tokenizer_max_length"],
         use_relative_actions=True,
         relative_exclude_joints=["gripper"],
-        action_feature_names=list(LEROBOT_ACTION_NAMES),
+        action_feature_names=None if action_names is None else list(action_names),
+        empty_cameras=empty_cameras,
         normalization_mapping={
             "VISUAL": NormalizationMode.IDENTITY,
             "STATE": NormalizationMode.QUANTILES,
-            "ACTION": NormalizationMode.MEAN_STD,
+            "ACTION": norm,
         },
         input_features={
-            **{k: PolicyFeature(type=FeatureType.VISUAL, shape=(3, px, px)) for k in LEROBOT_IMAGE_KEYS},
+            **{k: PolicyFeature(type=FeatureType.VISUAL, shape=(3, px, px)) for k in image_keys},
             "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(state_dim,)),
         },
         output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action_dim,))},
@@ -346,6 +385,8 @@ def lerobot_save(directory: Path, sizes: dict[str, Any], tokenizer: Path) -> dic
         "action": {
             "mean": torch.linspace(-0.05, 0.05, action_dim),
             "std": torch.linspace(0.02, 0.1, action_dim),
+            "q01": torch.linspace(-0.3, -0.1, action_dim),
+            "q99": torch.linspace(0.1, 0.25, action_dim),
         },
     }
     # LeRobot's π0.5 pipeline names PaliGemma's tokenizer, which it would download: ours instead,
@@ -361,7 +402,70 @@ def lerobot_save(directory: Path, sizes: dict[str, Any], tokenizer: Path) -> dic
     policy.save_pretrained(directory)
     pre.save_pretrained(directory)
     post.save_pretrained(directory)
-    return {"files": sorted(p.name for p in directory.iterdir())}
+    features = json.loads((directory / "config.json").read_text())["input_features"]
+    return {"files": sorted(p.name for p in directory.iterdir()), "config_input_features": list(features)}
+
+
+def openpi_conversion(saved: Path, out: Path, sizes: dict[str, Any], delta: bool) -> dict[str, Any]:
+    """What openpi's convert_jax_model_to_pytorch.py would leave for the π0.5 LeRobot ``saved``
+    (relative joints, absolute gripper: openpi's DeltaActions(make_bool_mask(7, -1)) in LeRobot's
+    words): openpi's config.json (action_dim, action_horizon, the variants, precision float32; the
+    tiny sizes LeRobot's defaults would give added), weights without LeRobot's ``model.`` prefix,
+    the statistics as assets/<id>/norm_stats.json, and the lab's pde_pi05.json: the action space,
+    the prompt with the state and, where ``delta``, the delta_actions mask."""
+    from safetensors.numpy import load_file as load_numpy
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True)
+    weights = load_file(str(saved / "model.safetensors"))
+    save_file(
+        {k.removeprefix("model."): v.contiguous() for k, v in weights.items()}, str(out / "model.safetensors")
+    )
+    lerobot = json.loads((saved / "config.json").read_text())
+    config = {
+        "action_dim": lerobot["max_action_dim"],
+        "action_horizon": lerobot["chunk_size"],
+        "paligemma_variant": lerobot["paligemma_variant"],
+        "action_expert_variant": lerobot["action_expert_variant"],
+        "precision": "float32",
+    } | {k: lerobot[k] for k in ("image_resolution", "max_state_dim", "tokenizer_max_length")}
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    stats = load_numpy(str(next(saved.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))))
+    norm = {
+        ours: {k.split(".")[-1]: v.tolist() for k, v in stats.items() if k.rsplit(".", 1)[0] == theirs}
+        for ours, theirs in (("state", "observation.state"), ("actions", "action"))
+    }
+    (out / "assets" / "lab").mkdir(parents=True)
+    (out / "assets" / "lab" / "norm_stats.json").write_text(json.dumps({"norm_stats": norm}))
+    shutil.copy(saved / "tokenizer.json", out / "tokenizer.json")
+    said: dict[str, Any] = {"action_space": "joint_abs", "state_in_prompt": True}
+    if delta:
+        said["delta_actions"] = [True] * 7 + [False]
+    said["model_sizes"] = {k: sizes[k] for k in ("vision_variant", "vocab_size")}
+    (out / "pde_pi05.json").write_text(json.dumps(said, indent=1))
+    return {k: v for k, v in said.items() if k != "model_sizes"}
+
+
+def _ours_refusal(python: str, me: str, directory: Path, out: Path) -> str:
+    """What our load says of ``directory`` (the last line of its error), or "loaded"."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [python, me, "--ours", "act", str(directory), str(out)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode == 0:
+        return "loaded"
+    return done.stderr.strip().splitlines()[-1]
+
+
+def _lerobot_saved_for_ours(saved: Path, tokenizer: Path, sizes: dict[str, Any]) -> None:
+    """What a lab adds to LeRobot's save: the tokenizer, and the two tiny sizes LeRobot has no field for."""
+    shutil.copy(tokenizer, saved / "tokenizer.json")
+    tiny = {k: sizes[k] for k in ("vision_variant", "vocab_size")}
+    (saved / "pde_pi05.json").write_text(json.dumps({"model_sizes": tiny}))
 
 
 def main() -> int:
@@ -404,13 +508,56 @@ def main() -> int:
         # 2. LeRobot's save, loaded by ours
         saved = work / "lerobot_saved"
         written = lerobot_save(saved, sizes, tokenizer)
-        shutil.copy(tokenizer, saved / "tokenizer.json")
-        tiny = {k: sizes[k] for k in ("vision_variant", "vocab_size")}
-        (saved / "pde_pi05.json").write_text(json.dumps({"model_sizes": tiny}))
+        _lerobot_saved_for_ours(saved, tokenizer, sizes)
         _pde(args.pde_python, me, "--ours", "act", str(saved), str(work / "ours_2.npz"))
         policy, pre, post, loaded = lerobot_load(saved, tokenizer)
         lerobot_into_ours: dict[str, Any] = {"written": written, "loaded_back_by_lerobot": loaded}
         lerobot_into_ours |= lerobot_act(policy, pre, post, work / "ours_2.npz")
+        # 3. LeRobot's save with empty_cameras=1: its empty_camera_0 masked on both sides
+        empty = work / "lerobot_empty_camera"
+        written = lerobot_save(empty, sizes, tokenizer, ("observation.images.wrist",), empty_cameras=1)
+        _lerobot_saved_for_ours(empty, tokenizer, sizes)
+        _pde(args.pde_python, me, "--ours", "act", str(empty), str(work / "ours_3.npz"))
+        policy, pre, post, loaded = lerobot_load(empty, tokenizer)
+        empty_camera: dict[str, Any] = {
+            "written": written,
+            **lerobot_act(policy, pre, post, work / "ours_3.npz"),
+        }
+        # 4. LeRobot's saves whose actions are velocities or unnamed: refused by ours, with what to write
+        refused: dict[str, Any] = {}
+        declared: dict[str, str] = {}
+        for case, names in (
+            ("velocity_names_dq", [*(f"dq_{i}" for i in range(1, 8)), "gripper"]),
+            ("unnamed_8_columns", None),
+        ):
+            d = work / f"lerobot_{case}"
+            lerobot_save(d, sizes, tokenizer, action_names=names)
+            _lerobot_saved_for_ours(d, tokenizer, sizes)
+            lerobot_load(d, tokenizer)  # LeRobot itself loads it as it is
+            refused[case] = _ours_refusal(args.pde_python, me, d, work / "x.npz")
+            said = json.loads((d / "pde_pi05.json").read_text()) | {"action_space": "joint_abs"}
+            (d / "pde_pi05.json").write_text(json.dumps(said))
+            declared[case] = _ours_refusal(args.pde_python, me, d, work / "x.npz")
+        velocity = {"lerobot_loads_all": True, "ours_without_pde_pi05_json": refused}
+        velocity["ours_with_action_space_joint_abs_declared"] = declared
+        # 5. an openpi conversion of a relative-joint π0.5 (openpi's DeltaActions), declared in
+        # pde_pi05.json; LeRobot's use_relative_actions on the original is the reference
+        quant = work / "lerobot_relative_quantiles"
+        lerobot_save(quant, sizes, tokenizer, action_norm="QUANTILES")
+        _lerobot_saved_for_ours(quant, tokenizer, sizes)
+        policy, pre, post, _ = lerobot_load(quant, tokenizer)
+        rename = {
+            "observation.images.base_0_rgb": "observation.images.front",
+            "observation.images.left_wrist_0_rgb": "observation.images.wrist",
+        }
+        openpi_delta: dict[str, Any] = {}
+        for case, delta in (("declared_delta_actions", True), ("declared_joint_abs_only", False)):
+            conv = work / f"openpi_{case}"
+            said = openpi_conversion(quant, conv, sizes, delta)
+            _pde(args.pde_python, me, "--ours", "act", str(conv), str(work / f"ours_5_{case}.npz"))
+            openpi_delta[case] = {"pde_pi05.json": said} | lerobot_act(
+                policy, pre, post, work / f"ours_5_{case}.npz", rename
+            )
         FIXTURE.mkdir(parents=True, exist_ok=True)
         for name in FIXTURE_FILES:
             shutil.copy(saved / name, FIXTURE / name)
@@ -419,8 +566,11 @@ def main() -> int:
     (FIXTURE / "versions.json").write_text(json.dumps(fixture_versions, indent=2) + "\n")
     worst = max(
         float(r[k])
-        for r in (ours_into_lerobot, lerobot_into_ours)
+        for r in (ours_into_lerobot, lerobot_into_ours, empty_camera, openpi_delta["declared_delta_actions"])
         for k in ("max_abs_diff_chunk", "max_abs_diff_select_action_vs_our_first_row")
+    )
+    all_refused = all("Pi05CheckpointError" in v for v in refused.values()) and (
+        "Pi05CheckpointError" in declared["velocity_names_dq"] and declared["unnamed_8_columns"] == "loaded"
     )
     result = {
         "what": "a tiny random π0.5 exported by `pde learner export-policy --format lerobot` and run by "
@@ -432,8 +582,11 @@ def main() -> int:
         "prompts": PROMPTS,
         "ours_into_lerobot": ours_into_lerobot,
         "lerobot_into_ours": lerobot_into_ours,
+        "lerobot_empty_camera_into_ours": empty_camera,
+        "velocity_or_unnamed_actions": velocity,
+        "openpi_delta_conversion_into_ours_vs_lerobot_relative": openpi_delta,
         "tolerance": args.tolerance,
-        "passed": bool(worst <= args.tolerance),
+        "passed": bool(worst <= args.tolerance and all_refused),
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     RESULT.parent.mkdir(parents=True, exist_ok=True)

@@ -113,10 +113,9 @@ class BenchSettings:
     rollouts_per_scene: int = 1
     synchronous_updates: bool = True
     learning_rate: float = 3e-5
-    init_log_std: float | None = -1.0
-    """The Gaussian head's exploration log std at the start, the same for every arm (the earlier
-    benchmark's and bench_learning's recipe); None: the SFT checkpoint's own. The flow head has no
-    such parameter and ignores it."""
+    # No exploration-noise knob of its own: every arm acts with the SFT checkpoint's own noise, as a
+    # lab's `pde loop` and `pde learner eval` do (the frozen 33f7d33 parts set log std -1.0 here
+    # against a premise measured at the checkpoint's -1.5; issue 32). Each part records the sigma.
     wordings: tuple[str, ...] = ()
     """The scripted proposer's list (the oracle arm)."""
     supervisor_poll_s: float = 0.05
@@ -408,6 +407,7 @@ def run_arm(
     from learner.actor import Actor, ActorSettings
     from learner.checkpoints import CheckpointStore
     from learner.loop.retention import CheckpointKeeper
+    from learner.policies.base import exploration_log_std
     from learner.trainer import Trainer
     from pde_contract.client import RobotClient
 
@@ -426,9 +426,6 @@ def run_arm(
         supervisor_store = Store.open(url, data / "media")
         checkpoints = CheckpointStore(data / "checkpoints")
         start = CheckpointStore.load(sft_checkpoint).policy
-        if bench.init_log_std is not None and start.noise_parameters():
-            with torch.no_grad():
-                start.noise_parameters()[0].fill_(bench.init_log_std)
         checkpoints.save(start, 0, {"sft_seed": float(sft_seed)})
         loaded = checkpoints.latest("cpu")
         assert loaded is not None
@@ -529,5 +526,6 @@ def run_arm(
         "iterations": record.updates,
         "prompts": record.prompts,
         "wall_s": time.perf_counter() - t_start,
+        "exploration_log_std": exploration_log_std(start),
     }
     return {"result": result, "episodes": episodes, "settings": {"arm": asdict(arm), "bench": asdict(bench)}}

@@ -144,14 +144,19 @@ class ActorSettings(BaseSettings):
     cuda_graphs: bool = False
     """π0.5 with fast_inference on a CUDA GPU: sampling captured as one CUDA graph per batch size
     (on first use, in the warm-up before an episode) and replayed; on a CPU a logged no-op."""
+    compiled_kernels: bool = False
+    """π0.5 with fast_inference: the real-time path's elementwise pieces (residual add + RMS norm,
+    GeGLU, RoPE, the flow step) each compiled into one kernel by torch.compile (Inductor; on a CPU
+    it needs a C++ compiler). Compiled on first use (the warm-up), so the first episode starts later."""
 
     @model_validator(mode="after")
     def _graphs_need_the_fast_path(self) -> ActorSettings:
-        if self.cuda_graphs and not self.fast_inference:
-            raise ValueError(
-                "cuda_graphs captures the real-time path: set PDE_ACTOR_FAST_INFERENCE=1 as well "
-                "(or PDE_ACTOR_CUDA_GRAPHS=0)"
-            )
+        for name in ("cuda_graphs", "compiled_kernels"):
+            if getattr(self, name) and not self.fast_inference:
+                raise ValueError(
+                    f"{name} applies to the real-time path: set PDE_ACTOR_FAST_INFERENCE=1 as well "
+                    f"(or PDE_ACTOR_{name.upper()}=0)"
+                )
         return self
 
 
@@ -230,12 +235,19 @@ class Actor:
         # (read from the environment at the first takeover, not by an actor nobody takes over from)
         self._teleop_settings = teleop_settings
         self._lock = threading.Lock()
+        self._episode_lock = threading.Lock()  # held by run_episode: an in-place swap waits for it
         # Chunk seqs must increase across episodes and restarts of this client: start from the clock.
         self._seq = int(time.time() * 1000)
 
     def set_policy(self, policy: Policy) -> None:
-        """Swap weights; takes effect at the next episode (never mid-episode). ``policy`` becomes
-        the actor's own (``Policy.for_acting``: a π0.5 one may be cast to bf16 in place)."""
+        """Swap weights; takes effect at the next episode (never mid-episode). The acting copy takes
+        ``policy``'s weights in place where it can (``Policy.take_weights_of``: π0.5's real-time copy
+        keeps its fused weights and captured CUDA graphs; the swap waits for a running episode to
+        end); otherwise ``policy`` becomes the actor's own (``Policy.for_acting``: a π0.5 one may be
+        cast to bf16 in place)."""
+        with self._episode_lock, self._lock:
+            if self._policy.take_weights_of(policy):
+                return
         acting = policy.for_acting(self.settings)
         with self._lock:
             self._policy = acting
@@ -597,6 +609,7 @@ class Actor:
         )
         n_sent = 0
         self.client.start_heartbeat(cfg.heartbeat_period_s)
+        self._episode_lock.acquire()  # an in-place swap (set_policy) waits for the chunks to be done
         try:
             obs = self._fresh_observation(-1)
             while n_sent < max_chunks:
@@ -707,6 +720,7 @@ class Actor:
                     obs = ended
                     success = obs.task_success
         finally:
+            self._episode_lock.release()
             self.client.stop_heartbeat()
         episode = EpisodeFile(
             episode_id=episode_id,

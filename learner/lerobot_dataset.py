@@ -39,6 +39,7 @@ from pde_contract.messages import (
     Observation,
     RobotState,
 )
+from pde_contract.settings import DEFAULT_CONTROL_RATE_HZ
 from pde_storage.lerobot_export import ACTION_NAMES
 
 IMAGE_PREFIX = "observation.images."
@@ -429,6 +430,30 @@ def _read_info(root: Path) -> dict[str, Any]:
     return info
 
 
+def check_fps(root: Path, info: dict[str, Any], control_rate_hz: float) -> None:
+    """A dataset row is one control tick in SFT (a chunk is the next ``chunk_len`` rows): the
+    dataset's fps must be the robot's control rate. Refused, not resampled: keeping every k-th row is
+    exact only for absolute targets at a whole ratio; ee_delta steps would have to be composed
+    (rotation vectors do not add) and a wrong resampling would teach wrong speeds without a word."""
+    fps = info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not fps > 0:
+        raise DatasetError(
+            f"{root}/meta/info.json gives no fps ({fps!r}); LeRobot writes one: write it again"
+        )
+    if abs(float(fps) - control_rate_hz) > 1e-6 * control_rate_hz:
+        ratio = float(fps) / control_rate_hz
+        whole = ratio > 1 and abs(ratio - round(ratio)) < 1e-9
+        keep = f" (one frame in {round(ratio)}, with absolute targets)" if whole else ""
+        raise DatasetError(
+            f"{root} was recorded at {fps} fps (meta/info.json), the robot acts at {control_rate_hz:g} Hz: "
+            f"SFT takes one row per control tick, so the robot would move at {1 / ratio:.3g} times the "
+            f"demonstrations' speed (a {round(fps)}-row chunk spans 1 s of them, "
+            f"{round(fps) / control_rate_hz:.3g} s on the robot). Write the dataset again at "
+            f"{control_rate_hz:g} fps{keep}, or run the robot server at {fps} Hz "
+            f"(PDE_ROBOT_CONTROL_RATE_HZ={fps}) and train with --control-rate-hz {fps}"
+        )
+
+
 @dataclass
 class _EpisodeData:
     index: int
@@ -554,11 +579,14 @@ def read_lerobot_dataset(
     stride: int = 1,
     mapping: LeRobotMapping | None = None,
     cameras: Sequence[str] | None = None,
+    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
 ) -> DatasetSamples:
     """``mapping``: how a dataset of another layout feeds ours (None: our export layout);
-    ``cameras``: the policy's, checked against the mapping's before anything is decoded."""
+    ``cameras``: the policy's, checked against the mapping's before anything is decoded;
+    ``control_rate_hz``: the robot's, which the dataset's fps must be (:func:`check_fps`)."""
     root = Path(root)
     info = _read_info(root)
+    check_fps(root, info, control_rate_hz)
     features: dict[str, Any] = info.get("features", {})
     if mapping is None:
         _check_own_layout(root, features, action_space)

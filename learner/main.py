@@ -12,6 +12,7 @@ import argparse
 import importlib
 import json
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
 from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
 from pde_contract.job_status import JobStatus, Phase, write_status
-from pde_contract.settings import DEFAULT_ROBOT_CMD_ENDPOINT, DataLayout, data_dir_field, tasks_file_field
+from pde_contract.settings import (
+    DEFAULT_ROBOT_CMD_ENDPOINT,
+    DataLayout,
+    data_dir_field,
+    tasks_file_field,
+    wandb_project_field,
+)
 from pde_contract.tasks import load_tasks
 
 
@@ -39,6 +46,8 @@ class LearnerSettings(BaseSettings):
     """PDE_TASKS_FILE: `sft` trains each demo's task under its canonical prompt there."""
     device: str = "auto"
     """Where the policy runs: auto (CUDA if torch sees a GPU, else CPU), cpu, cuda or cuda:N."""
+    wandb_project: str = wandb_project_field("PDE_LEARNER_")
+    """W&B project that also gets SFT's curves (TensorBoard files are written regardless)."""
 
     @property
     def checkpoints(self) -> str:
@@ -90,6 +99,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         metavar="FILE",
         help="TOML/JSON mapping of a --lerobot-dataset of another layout onto our state, actions and "
         "cameras (docs/lerobot_map.example.toml)",
+    )
+    ap.add_argument(
+        "--control-rate-hz",
+        type=float,
+        default=SFTConfig.control_rate_hz,
+        help="the robot server's control rate (its PDE_ROBOT_CONTROL_RATE_HZ) the policy will act at; "
+        f"a --lerobot-dataset must have this fps (default {SFTConfig.control_rate_hz:g})",
     )
     ap.add_argument("--checkpoints", default=settings.checkpoints, help="checkpoint folder (SFT = version 0)")
     ap.add_argument("--per-task", type=int, default=SFTConfig.episodes_per_task, help="demos per task")
@@ -154,6 +170,7 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         batch_size=args.batch_size,
         learning_rate=args.lr,
         seed=args.seed,
+        control_rate_hz=args.control_rate_hz,
     )
     tasks = [t for t in args.tasks.split(",") if t] or None
     try:
@@ -168,7 +185,26 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         if args.status_file and lead:
             write_status(args.status_file, JobStatus(job="sft", phase=phase, total_steps=cfg.steps, **fields))
 
+    from learner.run_log import RunLog, RunLogError
+    from pde_contract.run_metrics import SftCurve
+
+    run_log: RunLog | None = None
+    if lead:
+        try:
+            run_log = RunLog.start(
+                DataLayout(settings.data_dir).runs, "sft", settings.wandb_project, {"sft": vars(args)}
+            )
+        except RunLogError as e:
+            print(f"pde learner sft: {e}", file=sys.stderr)
+            return 2
+    last_step_at = [time.perf_counter()]
+
     def on_step(step: int, loss: float) -> None:
+        if run_log is not None:
+            now = time.perf_counter()
+            run_log.scalar(SftCurve.LOSS, loss, step)
+            run_log.scalar(SftCurve.STEP_S, now - last_step_at[0], step)
+            last_step_at[0] = now
         if lead and (step % max(1, cfg.steps // 100) == 0 or step == cfg.steps - 1):
             print(f"sft step {step}/{cfg.steps} loss {loss:.4f}", flush=True)
             status("training", step=step + 1, loss=round(loss, 4))
@@ -205,6 +241,9 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # Pi05CheckpointError is a RuntimeError
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
+    finally:
+        if run_log is not None:
+            run_log.close()
     status("done", step=cfg.steps, cached=cached, checkpoint=str(path))
     if lead:
         print(json.dumps({"checkpoint": str(path), "cached": cached, **metrics}, indent=1))
@@ -230,6 +269,12 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--max-chunks", type=int, default=20)
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--seed", type=int, default=1000, help="first scene seed")
+    ap.add_argument(
+        "--torch-seed",
+        type=int,
+        default=0,
+        help="seed of the policy's sampling noise (same seed, scenes and checkpoint: same episodes)",
+    )
     add_device_arg(ap, settings.device)
     add_policy_args(ap)
     args = ap.parse_args(argv)
@@ -282,6 +327,11 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
             client,
             ActorSettings(deterministic=args.deterministic),
         )
+        import torch
+
+        from learner.policies.base import exploration_log_std
+
+        torch.manual_seed(args.torch_seed)
         for i in range(args.episodes):
             ep = actor.run_episode(
                 episode_id=f"eval-{uuid.uuid4().hex[:8]}",
@@ -295,7 +345,13 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
             print(f"episode {i}: success={ep.success} chunks={len(ep.chunks)}", flush=True)
     print(
         json.dumps(
-            {"version": loaded.version, "episodes": args.episodes, "success_rate": successes / args.episodes}
+            {
+                "version": loaded.version,
+                "episodes": args.episodes,
+                "success_rate": successes / args.episodes,
+                "torch_seed": args.torch_seed,
+                "exploration_log_std": exploration_log_std(loaded.policy),
+            }
         )
     )
     return 0
@@ -311,12 +367,14 @@ def _export_policy(argv: list[str], settings: LearnerSettings) -> int:
     )
     ap.add_argument("--checkpoints", default=settings.checkpoints)
     ap.add_argument("--out", required=True, help="directory to write (created; files in it are replaced)")
+    from learner.policies.pi05_export import DEVICES, default_lerobot_device
+
     ap.add_argument(
         "--device",
-        choices=["cuda", "cpu"],
-        default="cuda",
+        choices=DEVICES,
+        default=default_lerobot_device(),
         help="where LeRobot's pipeline puts the batch (its config.device; a cuda one does not load "
-        "without CUDA)",
+        "without CUDA; default: cuda when this machine has it, else cpu)",
     )
     args = ap.parse_args(argv)
     from learner.checkpoints import CheckpointStore

@@ -39,6 +39,7 @@ from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
 from pde_contract.messages import ActionSpace
+from pde_contract.settings import DEFAULT_CONTROL_RATE_HZ
 from pde_contract.tasks import TaskCatalogue, UnknownTaskError
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class SFTConfig:
     """Random image shift augmentation (pixels, after downscaling)."""
     seed: int = 0
     """Seed for the model init, sampling and prompts."""
+    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ
+    """The robot server's control rate the policy will act at: a LeRobot dataset's fps must be it
+    (one row per control tick)."""
 
 
 @dataclass
@@ -159,14 +163,22 @@ def build_dataset(policy: Policy, files: list[Path], prompt_of: dict[str, str] |
 
 
 def lerobot_sft_dataset(
-    policy: Policy, root: str | Path, mapping: LeRobotMapping | None = None
+    policy: Policy,
+    root: str | Path,
+    mapping: LeRobotMapping | None = None,
+    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
 ) -> SFTDataset:
     """SFT samples from a LeRobotDataset (learner/lerobot_dataset.py), preprocessed by ``policy``;
     ``mapping``: how a dataset of another layout feeds ours (None: our export layout)."""
     from learner.lerobot_dataset import read_lerobot_dataset
 
     samples = read_lerobot_dataset(
-        root, policy.chunk_len, policy.action_space, mapping=mapping, cameras=policy.cameras
+        root,
+        policy.chunk_len,
+        policy.action_space,
+        mapping=mapping,
+        cameras=policy.cameras,
+        control_rate_hz=control_rate_hz,
     )
     return SFTDataset(
         policy.preprocess(samples.observations), samples.actions, samples.prompts, samples.tasks
@@ -301,7 +313,10 @@ def cache_key(
     for f in files:
         st = f.stat()
         h.update(f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    h.update(json.dumps([asdict(vla), asdict(cfg)], sort_keys=True, default=str).encode())
+    # The control rate only decides whether a dataset is accepted, not what trains (and keys made
+    # before it existed stay what they were).
+    trained = {k: v for k, v in asdict(cfg).items() if k != "control_rate_hz"}
+    h.update(json.dumps([asdict(vla), trained], sort_keys=True, default=str).encode())
     if wordings is not None:
         h.update(json.dumps({"wordings": wordings.as_dict()}, sort_keys=True).encode())
     if policy_key is not None:
@@ -391,7 +406,7 @@ def run_sft(
     data = (
         build_dataset(policy, files, prompt_of)
         if lerobot_dataset is None
-        else lerobot_sft_dataset(policy, lerobot_dataset, mapping)
+        else lerobot_sft_dataset(policy, lerobot_dataset, mapping, cfg.control_rate_hz)
     )
     trained, metrics = train_sft(policy, data, cfg, on_step, device, wordings, ctx, engine)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from operator_ui.host_guard import HostOriginGuard, allowed_hosts
 from operator_ui.record_session import RecordSession
 from operator_ui.robot_link import RobotLink
 from operator_ui.routers import episodes, health, loop, metrics, prompts, robot, run, state, teleop
@@ -76,6 +77,8 @@ def create_app(
     app.add_exception_handler(StoredValueError, _error(500))
     for r in (state, episodes, loop, prompts, metrics, robot, health, run, teleop):
         app.include_router(r.router)
+    # Outermost: no route answers a foreign Host or Origin (the E-STOP and the static files included).
+    app.add_middleware(HostOriginGuard, hosts=allowed_hosts(settings.host, settings.allowed_host_names))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/", include_in_schema=False)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import secrets
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, Header, HTTPException, Path, Query, Request
 
 from operator_ui.robot_link import RobotLink
 from operator_ui.settings import UISettings
+from pde_storage.models import ROW_ID_MAX
 from pde_storage.protocols import OperatorStore
 
 
@@ -43,6 +44,12 @@ def require_token(
     if not secrets.compare_digest(given.encode(), expected.encode()):
         raise HTTPException(403, "wrong token; nothing was changed")
 
+
+# Ids start at 1 and end at ROW_ID_MAX (PostgreSQL's INTEGER): a larger number cannot be a row, and
+# sent to the database it overflows (a 500); it is a 422 naming the parameter instead.
+_ROW_ID = f"a row id, 1 to {ROW_ID_MAX}"
+RowId = Annotated[int, Path(ge=1, le=ROW_ID_MAX, description=_ROW_ID)]
+RowIdQuery = Annotated[int | None, Query(ge=1, le=ROW_ID_MAX, description=_ROW_ID)]
 
 StoreDep = Annotated[OperatorStore, Depends(get_store)]
 RobotDep = Annotated[RobotLink, Depends(get_robot)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import PrivateAttr, model_validator
+from pydantic import PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pde_contract.settings import (
@@ -48,6 +48,11 @@ class UISettings(BaseSettings):
     host: str = "127.0.0.1"
     """Bind address. Anything but localhost needs a real token (>= 16 characters, no placeholder)."""
     port: int = 8000
+    allowed_hosts: str = ""
+    """More host names (or addresses) the page answers to, comma-separated, e.g.
+    ``pde-cell.lab.local,192.168.1.20``: the names a tablet on the lab network uses. localhost,
+    loopback addresses and the bound address are always allowed; a request with any other Host
+    gets 421 (operator_ui/host_guard.py)."""
     token: str = ""
     """Required on every request that changes something (header ``Authorization: Bearer <token>``).
     Empty on localhost: a random one is generated and printed at start-up."""
@@ -67,8 +72,11 @@ class UISettings(BaseSettings):
     0: no target."""
     label_undo_s: float = 3.0
     """A label waits this long on the page (Undo) before it is sent and the loop moves on."""
-    service_stale_s: float = 10.0
-    """A service whose last heartbeat is older than this is shown as down."""
+    service_stale_s: float = 2.0
+    """A service whose last heartbeat is older than this is shown as down, and a Start is refused.
+    The loop and the supervisor beat every 0.5 s (PDE_LOOP_HEARTBEAT_PERIOD_S,
+    PDE_SUPERVISOR_HEARTBEAT_PERIOD_S); with the page's health poll (0.5 s) a killed one is
+    bannered 2.5 s after its last beat at most. Keep it >= 3 beats: a busy machine delays beats."""
     restarted_by: str = ""
     """Set by a process supervisor that restarts crashed services itself (``pde demo`` sets "pde
     demo"): a down service's banner then says so instead of giving the command to start it."""
@@ -92,6 +100,21 @@ class UISettings(BaseSettings):
     def _read_tasks(self) -> UISettings:
         self._catalogue = load_tasks(self.tasks_file)  # read once: TasksFileError names the bad field
         return self
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _plain_names(cls, value: str) -> str:
+        for name in (n.strip() for n in value.split(",")):
+            if "/" in name or " " in name:
+                raise ValueError(
+                    f"PDE_UI_ALLOWED_HOSTS: {name!r} is not a host name: give names or addresses only "
+                    "(e.g. 'pde-cell.lab.local,192.168.1.20'), no scheme, path or spaces"
+                )
+        return value
+
+    @property
+    def allowed_host_names(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.allowed_hosts.split(",") if n.strip())
 
     @property
     def catalogue(self) -> TaskCatalogue:

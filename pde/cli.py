@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from pde_contract.environment import UnknownVariableError, check_environment
+
 # subcommand -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "robot-server": ("robot_server.main", "stream cameras and state, execute action chunks (sim or FR3)"),
@@ -21,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "data": ("pde_storage.main", "dataset tools: episode files to a LeRobotDataset (export-lerobot)"),
     "calibrate": ("calibration.main", "camera intrinsics and hand-eye calibration"),
     "demo": ("pde.demo", "the whole loop on one machine in simulation"),
+    "report": ("pde.report", "one HTML page per run: curves, per-prompt table, episode videos"),
     "keys": ("pde.keys", "CURVE key pairs for the authenticated robot link"),
     "health": ("pde.health", "exit 0 when a service is healthy (compose healthchecks)"),
     "doctor": ("pde.doctor.main", "robot PC checks: RT kernel and limits, FCI NIC, firewall, cameras"),
@@ -41,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
         print(f"pde: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    try:  # before any service reads its settings: a misspelt variable would be silently ignored
+        check_environment()
+    except UnknownVariableError as e:
+        print(f"pde {name}: {e}", file=sys.stderr)
         return 2
     module_name, _ = SUBCOMMANDS[name]
     try:

@@ -1,7 +1,7 @@
 """``pde keys``: ZeroMQ CURVE key pairs for the robot link (pde_contract/link.py).
 
     pde keys init keys/                       # the server and the default clients, ready to copy
-    pde keys init keys/ --clients learner,operator-ui,laptop
+    pde keys init keys/ --clients learner,operator-ui,recorder,laptop
     pde keys new keys/extra tablet            # one more pair: NAME.key and NAME.key_secret
     pde keys show keys/robot-pc/server.key_secret
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pde_contract.link import LinkKeyError, generate_key_pair, read_key_file
 
-DEFAULT_CLIENTS = ("learner", "operator-ui")
+DEFAULT_CLIENTS = ("learner", "operator-ui", "recorder")  # recorder: `pde record` (docs/teleop.md)
 
 
 def _parser() -> argparse.ArgumentParser:

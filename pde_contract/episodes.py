@@ -7,8 +7,12 @@ log-probability, value, the stored denoising chain) and the chunk's timing. Meta
 prompts, policy versions) lives in the database; this file holds the bulky arrays and is enough on
 its own to train from.
 
-Format 2 (``EPISODE_FORMAT_VERSION``) records the trace as ``PolicyTrace`` only. Format-1 files
-still read: ``read_episode`` upgrades them as it reads them (``_upgrade_v1``).
+Format 3 (``EPISODE_FORMAT_VERSION``) adds each row's own observation (``ChunkRecord.row_observations``:
+the state and camera frames read at the tick the row ran), so an exported dataset row pairs its
+action with what the robot saw at that instant, not with the chunk start's observation. Format 2
+recorded the trace as ``PolicyTrace`` only and one observation per chunk; its files read as format 3
+with no row observations. Format-1 files still read: ``read_episode`` upgrades them as it reads them
+(``_upgrade_v1``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pde_contract.codec import CodecError, packb, unpackb
 from pde_contract.files import atomic_write_bytes
 from pde_contract.messages import ActionSpace, Observation
 
-EPISODE_FORMAT_VERSION = 2
+EPISODE_FORMAT_VERSION = 3
 
 
 class PolicyTrace(msgspec.Struct, kw_only=True):
@@ -51,6 +55,20 @@ class ChunkRecord(msgspec.Struct, kw_only=True):
     # Recordings without a policy (demonstrations) keep the default; EpisodeFile.source says who
     # recorded them. Files from before the field read as all "policy".
     commanded_by: Literal["policy", "person"] = "policy"
+    # Row r -> the observation read at the tick row r ran (before it was applied): its state and
+    # camera frames. Row 0's is ``observation`` itself when the chunk ran from its first row, and is
+    # not repeated here. Rows without an entry were not observed on their own (format-2 files, a
+    # recorder that saw only chunk starts): ``observation_of_row`` falls back to ``observation``.
+    row_observations: dict[int, Observation] = {}
+
+
+def observation_of_row(chunk: ChunkRecord, row: int) -> tuple[Observation, bool]:
+    """The observation to pair with row ``row`` of the chunk, and whether it was read at that row's
+    tick (False: the chunk start's, older than the row)."""
+    own = chunk.row_observations.get(row)
+    if own is not None:
+        return own, True
+    return chunk.observation, row == 0
 
 
 def rows_that_ran(chunk: ChunkRecord) -> tuple[int, int]:
@@ -132,7 +150,7 @@ class _EpisodeExtrasV1(msgspec.Struct):
 
 
 def _upgrade_v1(data: bytes) -> EpisodeFile:
-    """A format-1 file as format 2. Format 1 is format 2 plus ``ChunkRecord.extras``; episodes
+    """A format-1 file as the current format. Format 1 is format 2 plus ``ChunkRecord.extras``; episodes
     recorded before ``PolicyTrace`` carry their trace there ("log_prob" and "value" as one-element
     arrays, "chain", and, from when it was recorded, "log_prob_elements"), which becomes the chunk's
     ``trace`` as the format-1 trainer read it. Other extras (none was ever written) are dropped, and
@@ -152,7 +170,7 @@ def _upgrade_v1(data: bytes) -> EpisodeFile:
 
 
 def read_episode(path: str | Path) -> EpisodeFile:
-    """Read an episode file of this format or of format 1 (upgraded as it is read)."""
+    """Read an episode file of this format or of formats 1 and 2 (upgraded as they are read)."""
     data = Path(path).read_bytes()
     try:
         version = unpackb(data, _FormatVersion).format_version
@@ -160,6 +178,10 @@ def read_episode(path: str | Path) -> EpisodeFile:
         raise ValueError(f"{path}: not an episode file ({e})") from e
     if version == EPISODE_FORMAT_VERSION:
         return unpackb(data, EpisodeFile)
+    if version == 2:  # format 3 less the row observations: it decodes with their default
+        episode: EpisodeFile = unpackb(data, EpisodeFile)
+        episode.format_version = EPISODE_FORMAT_VERSION
+        return episode
     if version == 1:
         return _upgrade_v1(data)
     what_to_do = (
@@ -168,6 +190,6 @@ def read_episode(path: str | Path) -> EpisodeFile:
         else "no such format was ever written: the file is not one of this project's episodes"
     )
     raise ValueError(
-        f"{path}: episode format {version}; this code reads formats 1 and {EPISODE_FORMAT_VERSION} "
+        f"{path}: episode format {version}; this code reads formats 1 to {EPISODE_FORMAT_VERSION} "
         f"({what_to_do})"
     )

@@ -33,6 +33,7 @@ class LoopPhase(StrEnum):
 
     STARTING = "starting"
     STOPPED = "stopped"
+    WAITING_FOR_POLICY = "waiting_for_policy"  # no checkpoint yet: `pde learner sft` first
     PAUSED = "paused"
     WAITING_FOR_SUPERVISOR = "waiting_for_supervisor"
     RESETTING = "resetting"

@@ -17,6 +17,9 @@ from pydantic import AliasChoices, Field
 DEFAULT_DATABASE_URL = "sqlite:///data/pde.db"
 DEFAULT_DATA_DIR = Path("data")
 DEFAULT_ROBOT_CMD_ENDPOINT = "tcp://127.0.0.1:5556"
+# The rate the robot server runs chunks at unless told otherwise (its PDE_ROBOT_CONTROL_RATE_HZ):
+# what SFT assumes a LeRobot dataset's rows are spaced at (`pde learner sft --control-rate-hz`).
+DEFAULT_CONTROL_RATE_HZ = 10.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,12 @@ class DataLayout:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def runs(self) -> Path:
+        """One folder per run of the loop or SFT: TensorBoard event files, ``episodes.jsonl`` and
+        ``pde report``'s page (learner/run_log.py); ``tensorboard --logdir`` this."""
+        return self.logs / "runs"
 
     @property
     def sqlite_file(self) -> Path:
@@ -106,6 +115,15 @@ def data_dir_field(prefix: str) -> Any:
 def robot_cmd_endpoint_field(prefix: str) -> Any:
     return _shared(
         prefix, "robot_cmd_endpoint", DEFAULT_ROBOT_CMD_ENDPOINT, "the robot server's ROUTER socket"
+    )
+
+
+def wandb_project_field(prefix: str) -> Any:
+    return _shared(
+        prefix,
+        "wandb_project",
+        "",
+        "Weights & Biases project that also gets the run's curves (needs wandb installed); empty: off",
     )
 
 

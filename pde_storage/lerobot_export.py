@@ -15,21 +15,22 @@ Two layouts: **v3.0** (default; LeRobot 0.4 and later, 0.6.1 included, read noth
     OUT/data/chunk-000/episode_000000.parquet
     OUT/videos/chunk-000/observation.images.<camera>/episode_000000.mp4
 
-How an action chunk becomes rows. Our episodes hold one observation per action chunk of T rows
-(T = 10 at 10 Hz for the expert), and every row was executed at the control rate. LeRobot stores
-one row per control step at ``fps`` and builds action chunks itself from ``delta_timestamps``
-(ACT: ``{"action": [i / fps for i in range(chunk_size)]}``). So each executed action row is one
-dataset row, ``fps`` = the control rate, ``action`` = that row; ``observation.state`` and the
-camera frames are those of the chunk start, repeated over the chunk's rows (the video holds the same
-image T times, so video timestamps stay ``frame_index / fps`` as LeRobot's decoder checks). Two extra
-integer columns say where a row sits: ``chunk_index`` (which chunk of the episode) and ``chunk_row``
-(0..T-1). Only rows with ``chunk_row == 0`` carry an observation taken at that instant; training
-on the frames where ``chunk_row == 0`` with an action horizon of T reproduces exactly what the robot
-saw and did (sample those indices with a ``SubsetRandomSampler``); the other rows see a stale
-observation. LeRobot ignores these two columns for policy inputs (only ``observation*`` and
-``action*`` keys become policy features). Rows are the chunks as sent; a chunk that a later one
-preempted (policy rollouts) is exported whole. Per-chunk policy traces (``PolicyTrace``: log-probabilities,
-values, denoising chains) are not exported.
+How an action chunk becomes rows. LeRobot stores one row per control step at ``fps`` and builds
+action chunks itself from ``delta_timestamps`` (ACT: ``{"action": [i / fps for i in range(chunk_size)]}``).
+So each executed action row is one dataset row, ``fps`` = the control rate, ``action`` = that row,
+and ``observation.state`` and the camera frames are the ones read at that row's tick
+(``ChunkRecord.row_observations``, episode format 3: the expert recorder reads one before every row,
+the teleop recorder records one row per chunk). Where an episode did not record a row's own
+observation (format-2 files; the learner's policy rollouts, which see the stream only at chunk
+boundaries) the row takes its chunk start's, as every row did before format 3;
+``meta/pde_episodes.jsonl`` counts, per episode, the rows that had their own
+(``rows_with_own_observation``). The video holds one frame per row, so video timestamps stay
+``frame_index / fps`` as LeRobot's decoder checks. Two extra integer columns say where a row sits:
+``chunk_index`` (which chunk of the episode) and ``chunk_row`` (its row in the chunk); LeRobot
+ignores them for policy inputs (only ``observation*`` and ``action*`` keys become policy features).
+Rows are the chunks as sent; a chunk that a later one preempted (policy rollouts) is exported up to
+the rows that ran. Per-chunk policy traces (``PolicyTrace``: log-probabilities, values, denoising
+chains) are not exported.
 
 ``observation.state`` is 15 floats in the learner's order (``learner.policies.observations``): TCP
 position (m), TCP quaternion xyzw, gripper width (m), joint positions (rad). ``action`` is the
@@ -68,9 +69,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
+from pde_contract.episodes import EpisodeFile, observation_of_row, read_episode, rows_that_ran
 from pde_contract.jpeg import decode_jpeg
-from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, state_vector
+from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, Observation, state_vector
 from pde_storage import lerobot_v30
 from pde_storage.lerobot_stats import as_lists, image_sample_indices, image_stats, vector_stats
 from pde_storage.video import VideoEncoding, write_video
@@ -173,12 +174,35 @@ class _EpisodeRows:
     action: np.ndarray  # [N, D] float32
     chunk_index: np.ndarray  # [N] int64
     chunk_row: np.ndarray  # [N] int64
-    images: dict[str, list[np.ndarray]]  # camera -> one RGB HWC uint8 image per chunk
+    images: dict[str, list[np.ndarray]]  # camera -> each observation's RGB HWC uint8 image, in row order
+    image_of_row: np.ndarray  # [N] int64: the row's index into each camera's ``images``
+    own_observation: int  # rows whose state and images were read at their own tick
+
+
+def _camera_images(path: Path, c: int, obs: Observation, schema: _Schema) -> dict[str, np.ndarray]:
+    frames = {f.name: f for f in obs.cameras}
+    if sorted(frames) != sorted(schema.cameras):
+        raise ExportError(
+            f"{path}: chunk {c} has cameras {sorted(frames)}, the dataset has {sorted(schema.cameras)}"
+        )
+    out = {}
+    for name, (h, w) in schema.cameras.items():
+        img = _decode(path, c, name, frames[name].jpeg)
+        if img.shape[:2] != (h, w):
+            raise ExportError(
+                f"{path}: chunk {c}, camera {name!r} is {img.shape[1]}x{img.shape[0]}, the dataset's "
+                f"is {w}x{h}; export episodes recorded at one --image-size together"
+            )
+        out[name] = img
+    return out
 
 
 def _episode_rows(path: Path, ep: EpisodeFile, schema: _Schema) -> _EpisodeRows:
-    states, actions, chunk_idx, chunk_row = [], [], [], []
+    """One row per executed action row, with the state and images read at that row's tick where
+    the episode recorded them (``ChunkRecord.row_observations``), else the chunk start's."""
+    states, actions, chunk_idx, chunk_row, image_of_row = [], [], [], [], []
     images: dict[str, list[np.ndarray]] = {name: [] for name in schema.cameras}
+    own_rows = n_images = 0
     for c, chunk in enumerate(ep.chunks):
         a = np.asarray(chunk.actions)
         if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != schema.action_dim:
@@ -187,31 +211,28 @@ def _episode_rows(path: Path, ep: EpisodeFile, schema: _Schema) -> _EpisodeRows:
             )
         if not np.isfinite(a).all():
             raise ExportError(f"{path}: chunk {c} has NaN or infinite actions; re-record this episode")
-        frames = {f.name: f for f in chunk.observation.cameras}
-        if sorted(frames) != sorted(schema.cameras):
-            raise ExportError(
-                f"{path}: chunk {c} has cameras {sorted(frames)}, the dataset has {sorted(schema.cameras)}"
-            )
-        for name, (h, w) in schema.cameras.items():
-            img = _decode(path, c, name, frames[name].jpeg)
-            if img.shape[:2] != (h, w):
-                raise ExportError(
-                    f"{path}: chunk {c}, camera {name!r} is {img.shape[1]}x{img.shape[0]}, the dataset's "
-                    f"is {w}x{h}; export episodes recorded at one --image-size together"
-                )
-            images[name].append(img)
         first, end = rows_that_ran(chunk)  # overlapped inference: only the rows that ran
-        t = end - first
-        states.append(np.repeat(state_vector(chunk.observation.state)[None], t, axis=0))
+        seen: dict[int, int] = {}  # id(observation) -> its index in ``images``: each decoded once
+        for r in range(first, end):
+            obs, own = observation_of_row(chunk, r)
+            own_rows += own
+            if id(obs) not in seen:
+                seen[id(obs)], n_images = n_images, n_images + 1
+                for name, img in _camera_images(path, c, obs, schema).items():
+                    images[name].append(img)
+            image_of_row.append(seen[id(obs)])
+            states.append(state_vector(obs.state))
         actions.append(a[first:end].astype(np.float32))
-        chunk_idx.append(np.full(t, c, dtype=np.int64))
+        chunk_idx.append(np.full(end - first, c, dtype=np.int64))
         chunk_row.append(np.arange(first, end, dtype=np.int64))
     return _EpisodeRows(
-        state=np.concatenate(states),
+        state=np.stack(states).astype(np.float32),
         action=np.concatenate(actions),
         chunk_index=np.concatenate(chunk_idx),
         chunk_row=np.concatenate(chunk_row),
         images=images,
+        image_of_row=np.asarray(image_of_row, dtype=np.int64),
+        own_observation=own_rows,
     )
 
 
@@ -525,15 +546,16 @@ def _export_into(
                 schema=arrow_schema,
             )
             stats = {key: vector_stats(v, quantiles=v3) for key, v in columns.items()}
-            # the sampled rows' images are chunk images: count how often each is sampled
-            sampled_chunks = rows.chunk_index[image_sample_indices(n)]
-            for cam, chunk_images in rows.images.items():
-                counts = np.bincount(sampled_chunks, minlength=len(chunk_images))
-                stats[_video_key(cam)] = image_stats(chunk_images, counts, quantiles=v3)
+            # a row's image may serve several rows (a chunk start's, in an episode that did not
+            # record each row's): count how often each is sampled
+            sampled = rows.image_of_row[image_sample_indices(n)]
+            for cam, cam_images in rows.images.items():
+                counts = np.bincount(sampled, minlength=len(cam_images))
+                stats[_video_key(cam)] = image_stats(cam_images, counts, quantiles=v3)
             stats = {key: stats[key] for key in features}  # in the features' order, as LeRobot
-            # one video frame per dataset row: each chunk's image repeated over its rows
-            images = {_video_key(cam): chunk_images for cam, chunk_images in rows.images.items()}
-            repeats = np.bincount(rows.chunk_index, minlength=len(ep.chunks)).tolist()
+            # one video frame per dataset row: each image repeated over the rows it serves
+            images = {_video_key(cam): cam_images for cam, cam_images in rows.images.items()}
+            repeats = np.bincount(rows.image_of_row).tolist()  # rows are in image order
             writer.add_episode(lerobot_v30.EpisodeOut(ep_index, task, table, images, repeats, stats))
             provenance.append(
                 {
@@ -548,6 +570,7 @@ def _export_into(
                     "source": ep.source,
                     "action_space": str(ep.action_space),
                     "chunks": len(ep.chunks),
+                    "rows_with_own_observation": rows.own_observation,
                 }
             )
             report.episodes += 1

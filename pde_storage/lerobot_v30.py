@@ -55,8 +55,8 @@ class EpisodeOut:
     index: int
     task: str
     table: pa.Table  # its rows
-    images: dict[str, list[np.ndarray]]  # video key -> one image per chunk
-    repeats: list[int]  # how many rows (video frames) each chunk's image is shown
+    images: dict[str, list[np.ndarray]]  # video key -> its images in row order
+    repeats: list[int]  # how many rows (video frames) each image is shown
     stats: dict[str, Stats]
 
 

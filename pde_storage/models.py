@@ -20,6 +20,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+# The largest id a row can have in every supported database: the id columns are ``Integer``,
+# PostgreSQL's 32-bit INTEGER (SQLite's holds 64 bits). A larger number sent to PostgreSQL is an
+# out-of-range error, not "no such row": callers that take ids from outside check this first.
+ROW_ID_MAX = 2**31 - 1
+
 
 class Base(DeclarativeBase):
     pass

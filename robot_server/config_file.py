@@ -153,6 +153,9 @@ def effective_settings(
             if name in from_file
             else "default"
         )
+        if source != "file" and name in from_file:
+            # Said on the line: a compose stack's variable silently beating the file is a surprise.
+            source += f", over the file's {_show(from_file[name])}"
         out.append(EffectiveSetting(cls.config_section, name, getattr(settings, name), source))
     return out
 

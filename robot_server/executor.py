@@ -7,10 +7,13 @@ none (the arm holds when a chunk runs out). A newer chunk replaces the rest of t
 next tick, starting with its row meant for that tick (``ActionChunk.first_row_tick``: the rows meant
 for ticks that ran while it was inferred are skipped, pde_contract.seam). The watchdog drops the
 chunk and holds when its client has been silent for ``heartbeat_timeout_s``; the e-stop holds and
-latches. While the backend reports a latched fault (user stop, reflex: ``Robot.fault()``) or guiding
-mode is on, the thread stands down: chunks are refused and no target is sent (the arm stays where it
-stopped, or where the operator moves it) until a reset (the operator's acknowledgement) or the end
-of guiding.
+latches. While the e-stop is latched, the backend reports a latched fault (user stop, reflex:
+``Robot.fault()``) or guiding mode is on, the thread stands down: chunks are refused and no target
+is sent -- arm or gripper -- (the arm stays where it stopped, or where the operator moves it) until
+the e-stop's release, a reset (the operator's acknowledgement of a fault) or the end of guiding.
+The e-stop is kept on disk (``ExecutorConfig.estop_state_file``, robot_server/latch_file.py) before
+``estop()`` returns, and restored when an executor is built on the same file: a restart of the
+server, a kill -9 included, does not release it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -36,6 +40,7 @@ from pde_contract.messages import (
     RobotState,
 )
 from pde_contract.seam import SeamError, rows_in_the_past
+from robot_server.latch_file import LatchFile, LatchFileError, LatchRecord
 from robot_server.robots.base import FaultReport, Robot, RobotTarget
 from robot_server.safety import (
     PlanStart,
@@ -64,6 +69,8 @@ class ExecutorConfig:
     # > 0: run the control thread under SCHED_FIFO at this priority (needs CAP_SYS_NICE; on the
     # robot PC it keeps tick jitter low under load). Ignored with fast pacing, which never sleeps.
     rt_priority: int = 0
+    # Where a latched e-stop is kept across restarts (robot_server/latch_file.py); None: it is not.
+    estop_state_file: Path | None = None
 
     @property
     def period_s(self) -> float:
@@ -168,6 +175,12 @@ class ChunkExecutor:
         self._hold_requested = False
         self._estopped = False
         self._estop_reason = ""
+        self._estop_generation = 0  # e-stops latched: a release never clears a newer one
+        self._estop_file_lock = threading.Lock()  # orders the file's writes and removals
+        self._estop_file = LatchFile(
+            config.estop_state_file,
+            "release the e-stop (ReleaseEStop: the page's Release button, or RobotClient.release_estop())",
+        )
         self._reset: _ResetRequest | None = None
         self._last_seq = -1
         self._last_episode: str | None = None
@@ -184,6 +197,23 @@ class ChunkExecutor:
         # read: the clock that chunks' first_row_tick is measured on.
         self._ticks = 0
         self._state_tick = 0
+        self._restore_estop()
+
+    def _restore_estop(self) -> None:
+        """An e-stop latched before a restart (or an unreadable latch file) latches this executor
+        too, before anything can move."""
+        record = self._estop_file.load()
+        if record is None:
+            return
+        self._estopped = True
+        if record.latched_at:
+            self._estop_reason = (
+                f"{record.detail} (latched {record.latched_at}, before the robot server restarted)"
+            )
+        else:
+            self._estop_reason = f"{record.detail} {record.action}"
+        self._last_error = f"e-stop restored from {self._estop_file.path}: {self._estop_reason}"
+        log.error("%s", self._last_error)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -303,20 +333,46 @@ class ChunkExecutor:
         self._wake.set()
         return tick
 
-    def estop(self, reason: str) -> None:
+    def estop(self, reason: str) -> str:
+        """Latch: hold now, then keep the latch on disk (fsynced) before returning, so that an
+        acknowledged e-stop survives a restart. Returns "" or why it could not be kept (the latch
+        holds in this process all the same)."""
         with self._lock:
             self._drop_chunk()
             if not self._estopped:
                 self.counters.estops += 1
             self._estopped = True
             self._estop_reason = reason
+            self._estop_generation += 1
             self._hold_requested = True
         self._wake.set()
+        try:
+            with self._estop_file_lock:
+                self._estop_file.save(
+                    LatchRecord("estop", reason, "Check the cell, then " + self._estop_file.release + ".")
+                )
+        except LatchFileError as e:
+            log.error("%s", e)
+            with self._lock:
+                self._last_error = str(e)
+            return str(e)
+        return ""
 
     def release_estop(self) -> None:
+        """The operator's explicit release; the file goes first (a latch whose file stays would
+        come back at a restart: then it stays latched here too, and the error says what to do)."""
         with self._lock:
-            self._estopped = False
-            self._estop_reason = ""
+            generation = self._estop_generation
+        # File I/O outside the control thread's lock; an e-stop pressed meanwhile stays latched.
+        with self._estop_file_lock:
+            try:
+                self._estop_file.clear()
+            except LatchFileError as e:
+                raise SafetyError(ErrorCode.BACKEND_ERROR, str(e)) from e
+            with self._lock:
+                if self._estop_generation == generation:
+                    self._estopped = False
+                    self._estop_reason = ""
 
     def gripper(self, width_m: float) -> None:
         with self._lock:
@@ -660,6 +716,9 @@ class ChunkExecutor:
                 next_t = time.monotonic()
                 continue
             stand_down = self._read_fault()  # also while disconnected: Status shows why
+            with self._lock:
+                # an e-stop stands down after its hold: nothing moves, arm or gripper, until released
+                stand_down = stand_down or self._estopped
             if not self._connected:
                 if start - last_reconnect >= cfg.reconnect_period_s:
                     last_reconnect = start

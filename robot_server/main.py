@@ -112,25 +112,28 @@ def serve(argv: list[str]) -> int:
     args = _server_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from robot_server.backends import BackendUnavailableError, build_backend, franka_config, franka_flags
+    from robot_server.config_check import check_cell
     from robot_server.robots.franka.config import FrankaConfig
-    from robot_server.server import RobotServer
+    from robot_server.server import BindError, RobotServer
     from robot_server.settings import RobotServerSettings
 
     if args.config is not None:  # the settings sources read the file's name from here
         os.environ[ENV_CONFIG_FILE] = str(args.config)
     flags = _overrides(args)
-    franka: FrankaConfig | None = None
     try:
         settings = RobotServerSettings(**flags)
-        if settings.backend == "franka":
-            franka = franka_config(settings)
+        # The [franka] section is read and checked on the sim backend too: a lab tries its file
+        # on the sim first, and a mistake there should not wait for the arm.
+        franka: FrankaConfig = franka_config(settings)
+        check_cell(settings, franka)
     except (ValidationError, ConfigFileError) as e:
         print(f"pde robot-server: invalid settings:\n{e}", file=sys.stderr)
         return 2
     lines = [f"robot configuration file: {config_file_path() or f'none ({ENV_CONFIG_FILE} is not set)'}"]
     lines += format_settings(effective_settings(settings, flags))
-    if franka is not None:
-        lines += format_settings(effective_settings(franka, franka_flags(settings), "[robot] fci_host"))
+    lines += format_settings(effective_settings(franka, franka_flags(settings), "[robot] fci_host"))
+    if settings.backend != "franka":
+        lines.append(f"([franka] is checked but not used: backend {settings.backend})")
     if args.print_config:
         print("\n".join(lines), flush=True)
         return 0
@@ -151,10 +154,9 @@ def serve(argv: list[str]) -> int:
     try:
         server.start()
     except Exception as e:
-        print(
-            f"pde robot-server: could not start ({type(e).__name__}: {e}); is the port in use?",
-            file=sys.stderr,
-        )
+        # Only the bind says "port": an RT-kernel refusal, FCI refused or a missing camera say their own.
+        cause = str(e) if isinstance(e, BindError) else f"{type(e).__name__}: {e}"
+        print(f"pde robot-server: could not start ({cause})", file=sys.stderr)
         server.close()
         backend.close()
         return 1

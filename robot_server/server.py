@@ -110,6 +110,22 @@ _REQUEST_TAGS: dict[str, type] = {
 }
 
 
+class BindError(RuntimeError):
+    """A socket of the server could not be bound; the message names the address and the setting."""
+
+
+def _bind(socket: zmq.Socket[bytes], host: str, port: int, setting: str) -> None:
+    try:
+        socket.bind(f"tcp://{host}:{port}")
+    except zmq.ZMQError as e:
+        hint = (
+            f"is another robot server (or another program) using it? `ss -ltnp | grep :{port}` shows who"
+            if e.errno == zmq.EADDRINUSE
+            else "is the host an address of this machine?"
+        )
+        raise BindError(f"cannot bind tcp://{host}:{port} ({setting}): {e.strerror}; {hint}") from e
+
+
 @dataclass
 class _CameraSlot:
     camera: Camera
@@ -162,6 +178,7 @@ class RobotServer:
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
                 limits=settings.safety_limits(),
                 rt_priority=settings.rt_priority or 0,
+                estop_state_file=settings.estop_state_file,
             ),
             on_tick=self._publish_from_tick if settings.pacing == "fast" else None,
         )
@@ -170,6 +187,11 @@ class RobotServer:
 
     def start(self) -> None:
         s = self.settings
+        if s.estop_state_file is None:
+            log.warning(
+                "no estop_state_file (nor PDE_DATA_DIR): a latched e-stop will not survive a restart of the "
+                "robot server; set PDE_DATA_DIR (the compose stacks do) or [robot] estop_state_file"
+            )
         if self._curve is not None:
             self._authenticator = LinkAuthenticator(self._ctx, self._curve.allowed_clients)
         self._pub = self._ctx.socket(zmq.PUB)
@@ -180,10 +202,10 @@ class RobotServer:
         if self._curve is not None:
             self._curve.apply(self._pub)
             self._curve.apply(self._router)
-        self._pub.bind(f"tcp://{s.host}:{s.obs_port}")
+        _bind(self._pub, s.host, s.obs_port, "obs_port")
         # Larger messages make libzmq close the connection unread (no reply; MAX_FRAME_BYTES).
         self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
-        self._router.bind(f"tcp://{s.host}:{s.cmd_port}")
+        _bind(self._router, s.host, s.cmd_port, "cmd_port")
         for slot in self._slots:
             slot.camera.connect()
         self.executor.start()
@@ -558,8 +580,8 @@ class RobotServer:
             case Stop():
                 return Ack(tick=ex.stop())
             case EStop(reason=reason):
-                ex.estop(reason or "e-stop requested")
-                return Ack()
+                # latched and on disk (fsynced) before this acknowledgement
+                return Reply(ok=True, payload=Ack(), message=ex.estop(reason or "e-stop requested"))
             case ReleaseEStop():
                 ex.release_estop()
                 return Ack()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +24,7 @@ _LIMITS = SafetyLimits()  # the one home of the safety defaults
 # libfranka's 1 kHz state packets. libfranka's own control thread runs at 99 either way.
 HARDWARE_RT_PRIORITY = 40
 MAX_RT_PRIORITY = 49
+ESTOP_STATE_NAME = "robot_estop.json"  # under PDE_DATA_DIR, beside [franka]'s robot_fault.json
 
 
 class RobotServerSettings(FileSettings):
@@ -55,12 +57,18 @@ class RobotServerSettings(FileSettings):
     # SCHED_FIFO priority of the control thread (0: normal). Needs CAP_SYS_NICE; realtime pacing
     # only. None: by backend (sim: 0, franka: HARDWARE_RT_PRIORITY). At most MAX_RT_PRIORITY.
     rt_priority: int | None = Field(default=None, ge=0, le=MAX_RT_PRIORITY)
-    heartbeat_timeout_s: float = Field(default=0.2, ge=0)  # 0 disables the watchdog
+    # 0 disables the watchdog (sim only); robot_server/config_check.py bounds it against the rate
+    heartbeat_timeout_s: float = Field(default=0.2, ge=0)
     # The command thread not turning for this long (one request stuck) drops the chunk and holds
     # the arm; Health then reports it. Far above any request's handling time (< 10 ms).
     command_stall_timeout_s: float = Field(default=2.0, gt=0)
     obs_sndhwm: int = Field(default=2, ge=1)  # messages queued per subscriber before dropping
     reset_timeout_s: float = Field(default=60.0, gt=0)
+    # Where a latched e-stop is kept (fsynced before the e-stop is acknowledged), so a restart of
+    # the server -- a kill -9 too -- does not release it. None: <PDE_DATA_DIR>/robot_estop.json
+    # where PDE_DATA_DIR is set (the compose stacks: the data volume), else it is not kept (the
+    # start says so). The FR3's reflexes and user stops: [franka] fault_state_file.
+    estop_state_file: Path | None = None
 
     # Sim backend
     image_width: int = Field(default=224, ge=16)
@@ -83,11 +91,13 @@ class RobotServerSettings(FileSettings):
     workspace_min_m: tuple[float, float, float] = _LIMITS.workspace_min_m
     workspace_max_m: tuple[float, float, float] = _LIMITS.workspace_max_m
     max_flange_reach_m: float = Field(default=_LIMITS.max_flange_reach_m, gt=0.2, le=0.855)
-    max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0)
-    max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0)
+    # Per control tick. At most 10 cm and 0.5 rad: the safety layer's step, not a speed knob (0.05 m
+    # at 10 Hz is 0.5 m/s; a policy that needs more is wrong, not slow).
+    max_step_translation_m: float = Field(default=_LIMITS.max_step_translation_m, gt=0, le=0.1)
+    max_step_rotation_rad: float = Field(default=_LIMITS.max_step_rotation_rad, gt=0, le=0.5)
     max_tool_tilt_rad: float = Field(default=_LIMITS.max_tool_tilt_rad, gt=0, le=3.1416)
     wrist_margin_rad: float = Field(default=_LIMITS.wrist_margin_rad, ge=0, lt=1)
-    joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0)
+    joint_margin_rad: float = Field(default=_LIMITS.joint_margin_rad, ge=0, le=0.3)
     joint_velocity_fraction: float = Field(default=_LIMITS.joint_velocity_fraction, gt=0, le=1)
     max_chunk_steps: int = Field(default=_LIMITS.max_chunk_steps, ge=1)
 
@@ -112,6 +122,9 @@ class RobotServerSettings(FileSettings):
             raise ValueError(
                 f"realsense settings for unknown camera(s) {unknown}: the cameras are {sorted(known)}"
             )
+        data_dir = os.environ.get("PDE_DATA_DIR", "")
+        if self.estop_state_file is None and data_dir:
+            self.estop_state_file = Path(data_dir) / ESTOP_STATE_NAME
         if self.cmd_port == self.obs_port:
             raise ValueError(f"cmd_port and obs_port are both {self.cmd_port}: give them different ports")
         self.safety_limits()  # validates the box and ranges, naming the bad value

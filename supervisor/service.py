@@ -145,7 +145,7 @@ class SupervisorService:
         # The heartbeat has its own thread: a poll that waits (the sentence model still loading on a
         # loaded machine, a slow database) must not make a live service look dead to its healthcheck.
         beat = Heartbeat(
-            "supervisor heartbeat", self.settings.poll_interval_s, self._beat, join_timeout_s=10.0
+            "supervisor heartbeat", self.settings.heartbeat_period_s, self._beat, join_timeout_s=10.0
         )
         beat.start()
         try:
@@ -165,7 +165,7 @@ class SupervisorService:
             log.exception("could not record the supervisor's stop")
 
     def _beat(self) -> None:
-        if time.monotonic() - self._last_publish < self.settings.poll_interval_s:
+        if time.monotonic() - self._last_publish < self.settings.heartbeat_period_s:
             return  # a poll just published: one write per period is enough
         self.publish()
 

@@ -89,6 +89,12 @@ class SupervisorSettings(BaseSettings):
         default=60.0, ge=0, description="how long to stay on the fallback before retrying"
     )
     poll_interval_s: float = Field(default=1.0, gt=0)
+    heartbeat_period_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="how often the state row is written: the page calls the supervisor down after "
+        "PDE_UI_SERVICE_STALE_S (2 s) without it",
+    )
     score_episodes: bool = Field(
         default=True, description="propose a success label for each finished episode"
     )

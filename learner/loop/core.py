@@ -22,6 +22,14 @@ from learner.loop.updates import UpdateScheduler
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
 from pde_contract.intents import AbortEpisode, IntentT, StartEpisode
+from pde_contract.records import PromptSource, PromptStatus
+from pde_contract.run_metrics import (
+    RunEpisode,
+    TaskCurve,
+    prompt_success_metric,
+    source_success_metric,
+    task_metric,
+)
 from pde_contract.service_state import LastStart, LoopPhase, LoopState
 from pde_storage import CANONICAL_SUCCESS_WINDOW, EpisodeRow, IntentRow
 from pde_storage.heartbeat import Heartbeat
@@ -65,6 +73,13 @@ class ActorLike(Protocol):
     def set_policy(self, policy: Any) -> None: ...
 
 
+class RunLogLike(Protocol):
+    """Where a run's curves and episodes go besides the store (learner/run_log.py: TensorBoard)."""
+
+    def scalar(self, name: str, value: float, step: int) -> None: ...
+    def episode(self, record: RunEpisode) -> None: ...
+
+
 def relabelled(episode: EpisodeFile, prompt: str) -> EpisodeFile:
     """``episode`` as if rolled out under ``prompt``: its behaviour log-probs are dropped, so PPO
     re-evaluates them under ``prompt`` at the update's start (learner.trainer)."""
@@ -99,8 +114,10 @@ class EpisodeLoop:
         policy_version: int = 0,
         trained_through_episode_id: int = 0,
         warm_up: Callable[[Plan], None] | None = None,
+        run_log: RunLogLike | None = None,
     ) -> None:
         self.store = store
+        self.run_log = run_log
         self.robot = robot
         self.actor = actor
         self.settings = settings
@@ -514,15 +531,54 @@ class EpisodeLoop:
     def _after_label(self, ep: EpisodeRow) -> None:
         if ep.status != "labelled":
             return
-        self._record_curves(ep.task)
+        self._record_curves(ep)
         self._maybe_start_update()
 
-    def _record_curves(self, task: str) -> None:
+    def _record_curves(self, ep: EpisodeRow) -> None:
+        """After ``ep``'s label: the book's curves, and the run's (its prompt's and its prompt
+        source's success, the pool's admissions, the episode's time), at ``step`` labels."""
+        task = ep.task
         step = self.store.count_episodes(status="labelled")
         outcomes = self._canonical_outcomes(task, CANONICAL_SUCCESS_WINDOW)
         alpha = self.store.task_state(task).alpha
-        pool_size = len(self.store.prompts(task, "pool"))
-        self._add_metrics(self.book.curves(task, outcomes, alpha, pool_size, step))
+        prompts = self.store.prompts(task)
+        n_of = {s: sum(p.status == s for p in prompts) for s in PromptStatus}
+        self._add_metrics(self.book.curves(task, outcomes, alpha, n_of[PromptStatus.POOL], step))
+        prompt = next(p for p in prompts if p.id == ep.prompt_id)
+        same_source = [p for p in prompts if p.source == prompt.source]
+        n_labelled = sum(p.n_episodes for p in same_source)
+        judged = n_of[PromptStatus.POOL] + n_of[PromptStatus.REJECTED]
+        episode_s = (ep.finished_at - ep.created_at).total_seconds() if ep.finished_at else 0.0
+        points = [
+            Metric(task_metric(task, TaskCurve.CANDIDATES), float(n_of[PromptStatus.CANDIDATE]), step),
+            Metric(task_metric(task, TaskCurve.REJECTED), float(n_of[PromptStatus.REJECTED]), step),
+            Metric(task_metric(task, TaskCurve.EPISODE_S), episode_s, step),
+        ]
+        if judged:
+            rate = n_of[PromptStatus.POOL] / judged
+            points.append(Metric(task_metric(task, TaskCurve.ADMISSION_RATE), rate, step))
+        if prompt.success_rate is not None:
+            points.append(Metric(prompt_success_metric(task, prompt.id), prompt.success_rate, step))
+        if n_labelled:
+            rate = sum(p.n_success for p in same_source) / n_labelled
+            points.append(Metric(source_success_metric(task, PromptSource(prompt.source)), rate, step))
+        self._add_metrics(points)
+        if self.run_log is not None:
+            self.run_log.episode(
+                RunEpisode(
+                    id=ep.id,
+                    task=task,
+                    prompt_id=ep.prompt_id,
+                    prompt=ep.rollout_prompt,
+                    prompt_source=PromptSource(prompt.source),
+                    stage=ep.stage,
+                    policy_version=ep.policy_version,
+                    success=bool(ep.success),
+                    episode_s=episode_s,
+                    labelled_step=step,
+                    videos=dict(ep.video_paths),
+                )
+            )
 
     def _canonical_outcomes(self, task: str, limit: int) -> list[bool]:
         """The outcomes of the task's canonical prompt's last ``limit`` labelled episodes, oldest
@@ -536,6 +592,8 @@ class EpisodeLoop:
     def _add_metrics(self, metrics: Sequence[Metric]) -> None:
         for m in metrics:
             self.store.add_metric(m.name, m.value, m.step)
+            if self.run_log is not None:
+                self.run_log.scalar(m.name, m.value, m.step)
 
     def _maybe_start_update(self) -> None:
         if self.trainer is None or self.trainer.busy:

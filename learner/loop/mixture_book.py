@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from learner.mixture import AlphaSchedule, window_success
+from pde_contract.run_metrics import TaskCurve, task_metric
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,11 @@ class MixtureBook:
             why = f"canonical success over its {canonical_episodes} bootstrap rollouts"
         schedule = self.schedule(start)
         return AlphaStart(
-            schedule.ema_success, schedule.alpha, start, why, (Metric(f"{task}/ema_start", start, step),)
+            schedule.ema_success,
+            schedule.alpha,
+            start,
+            why,
+            (Metric(task_metric(task, TaskCurve.EMA_START), start, step),),
         )
 
     def update(
@@ -87,10 +92,10 @@ class MixtureBook:
         outcomes = list(canonical_outcomes)[-self.alpha_window :]
         schedule = self.schedule(ema_success or 0.0)
         alpha = schedule.update_from_window(outcomes)
-        metrics = [Metric(f"{task}/alpha_window_episodes", float(len(outcomes)), step)]
+        metrics = [Metric(task_metric(task, TaskCurve.ALPHA_WINDOW_EPISODES), float(len(outcomes)), step)]
         rate = window_success(outcomes, self.alpha_window)
         if rate is not None:
-            metrics.append(Metric(f"{task}/alpha_window_success", rate, step))
+            metrics.append(Metric(task_metric(task, TaskCurve.ALPHA_WINDOW_SUCCESS), rate, step))
         return AlphaUpdate(schedule.ema_success, alpha, iteration + 1, tuple(metrics))
 
     def curves(
@@ -101,7 +106,7 @@ class MixtureBook:
         points = []
         rate = window_success(canonical_outcomes, self.curve_window)
         if rate is not None:
-            points.append(Metric(f"{task}/canonical_success", rate, step))
-        points.append(Metric(f"{task}/alpha", alpha, step))
-        points.append(Metric(f"{task}/pool_size", float(pool_size), step))
+            points.append(Metric(task_metric(task, TaskCurve.CANONICAL_SUCCESS), rate, step))
+        points.append(Metric(task_metric(task, TaskCurve.ALPHA), alpha, step))
+        points.append(Metric(task_metric(task, TaskCurve.POOL_SIZE), float(pool_size), step))
         return points

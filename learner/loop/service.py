@@ -6,20 +6,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from learner.loop.core import EpisodeLoop
+import msgspec
+
+from learner.loop.core import SERVICE_NAME, EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.takeover import StorePageCommands, TakeoverActor
 from learner.loop.training import BackgroundTrainer, TrainerLike
 from learner.policy_args import add_policy_args, load_init_policy
 from pde_contract.messages import ActionSpace
+from pde_contract.service_state import LoopPhase, LoopState
 from pde_contract.settings import DataLayout
 from pde_storage import ConflictError, Store
+from pde_storage.service_states import write_state
 from teleop.base import TeleopError
 from teleop.main import person_source
 from teleop.settings import TeleopSettings
@@ -31,6 +37,8 @@ if TYPE_CHECKING:
     from learner.trainer import Batch, Trainer
 
 log = logging.getLogger("pde.loop")
+
+T = TypeVar("T")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
@@ -149,12 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             "resuming from %s; --init %s is used only when there is no checkpoint", loaded.path, settings.init
         )
     if loaded is None:
-        print(
-            f"pde loop: no policy checkpoint in {checkpoints.directory}; train the SFT policy first "
-            "(`pde learner sft ...`)",
-            file=sys.stderr,
-        )
-        return 2
+        loaded = wait_for_policy(store, lambda: checkpoints.latest(device), checkpoints.directory, settings)
+        if loaded is None:  # stopped while waiting
+            store.close()
+            return 0
     known = [*checkpoints.versions(), *(c.version for c in store.checkpoints())]
     loaded = checkpoints.renumbered(loaded, max(known), device)
     with contextlib.suppress(ConflictError):
@@ -189,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if msg := sim_cannot_run(settings, info.backend):
         print(f"pde loop: {msg}", file=sys.stderr)
+        # The page shows why no task appears (the loop creates them): its row says so.
+        write_state(store, SERVICE_NAME, LoopState(phase=LoopPhase.STOPPED, pid=os.getpid(), last_error=msg))
         client.close()
         store.close()
         return 2
@@ -245,6 +253,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # Intents of a kind this version does not know (another version's): failed and logged, once.
     store.fail_unknown_intents()
+    from learner.run_log import RunLog, RunLogError
+
+    try:
+        run_log = RunLog.start(
+            layout.runs, "loop", settings.wandb_project, {"tasks": settings.tasks, "ppo": repr(settings.ppo)}
+        )
+    except RunLogError as e:
+        print(f"pde loop: {e}", file=sys.stderr)
+        client.close()
+        store.close()
+        return 2
     loop = EpisodeLoop(
         store,
         client,
@@ -254,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         policy_version=loaded.version,
         trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
         warm_up=warm_up,
+        run_log=run_log,
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
@@ -273,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             stop_followers()
         if person is not None:
             person.disconnect()
+        run_log.close()
         client.close()
         store.close()
     log.info("stopped after %d episode(s)", n)
@@ -281,6 +302,35 @@ def main(argv: list[str] | None = None) -> int:
 
         end_distributed(0)
     return 0
+
+
+def wait_for_policy(
+    store: Store, latest: Callable[[], T | None], directory: Path, settings: LoopSettings
+) -> T | None:
+    """No policy checkpoint yet: wait for one (``pde learner sft`` writes version 0) in phase
+    ``waiting_for_policy``, which the page shows with what to do, instead of exiting (compose would
+    restart the learner over and over). None: stopped (SIGTERM, Ctrl-C) while waiting."""
+    detail = (
+        f"no policy checkpoint in {directory} yet: train the SFT policy from the demonstrations "
+        "(`pde learner sft`, docs/teleop.md); the loop starts when it appears"
+    )
+    print(f"pde loop: {detail}", file=sys.stderr, flush=True)
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    state = LoopState(phase=LoopPhase.WAITING_FOR_POLICY, pid=os.getpid(), detail=detail)
+    try:
+        while not stop.is_set():
+            write_state(store, SERVICE_NAME, state)  # also the heartbeat: the page sees it alive
+            found = latest()
+            if found is not None:
+                return found
+            # Its heartbeat period: the page calls a row older than PDE_UI_SERVICE_STALE_S dead.
+            stop.wait(settings.heartbeat_period_s)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    write_state(store, SERVICE_NAME, msgspec.structs.replace(state, phase=LoopPhase.STOPPED))
+    return None
 
 
 def sim_cannot_run(settings: LoopSettings, backend: str) -> str:

@@ -21,6 +21,7 @@ from pde_contract.settings import (
     database_url_field,
     robot_cmd_endpoint_field,
     tasks_file_field,
+    wandb_project_field,
 )
 from pde_contract.tasks import HEADLINE_TASKS, TaskCatalogue, load_tasks
 
@@ -43,6 +44,8 @@ class LoopSettings(BaseSettings):
     robot_cmd_endpoint: str = robot_cmd_endpoint_field("PDE_LOOP_")
     tasks_file: str = tasks_file_field()
     """PDE_TASKS_FILE: the lab's own tasks (pde_contract/tasks.py); empty: the paper's ten only."""
+    wandb_project: str = wandb_project_field("PDE_LOOP_")
+    """W&B project that also gets the run's curves (TensorBoard files are written regardless)."""
     tasks: list[str] = list(HEADLINE_TASKS)
     """Tasks to train: names of the paper's ten or of the tasks file."""
     auto_start: bool = False
@@ -93,8 +96,10 @@ class LoopSettings(BaseSettings):
     poll_period_s: float = 0.01
     """The first pause of each wait for the operator's start intent and label; the pause doubles
     while nothing comes, up to 10x this (learner/loop/core.py: POLL_BACKOFF_FACTOR)."""
-    heartbeat_period_s: float = 1.0
-    """How often the loop's state is written for the page's health panel while it waits."""
+    heartbeat_period_s: float = 0.5
+    """How often the loop's state is written for the page's health panel while it waits: the page
+    calls the loop down after PDE_UI_SERVICE_STALE_S (2 s) without one, so a killed loop is
+    bannered within 3 s and a Start is refused, not queued."""
     error_backoff_s: float = 2.0
     """Pause after a robot error (e.g. e-stop latched) before trying again."""
     final_update_timeout_s: float = 600.0

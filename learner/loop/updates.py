@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from learner.loop.mixture_book import Metric
 from learner.loop.training import UpdateResult
+from pde_contract.run_metrics import PPO_UPDATE_WALL_S, ppo_metric
 
 
 class LabelledEpisode(Protocol):
@@ -85,9 +86,9 @@ class UpdateScheduler:
             return Swap(result.version, None, error)
         self.policy_version = result.version
         metrics = [
-            Metric(f"ppo/{k}", float(v), result.version)
+            Metric(ppo_metric(k), float(v), result.version)
             for k, v in result.stats.items()
             if math.isfinite(float(v))
         ]
-        metrics.append(Metric("ppo/update_s", result.duration_s, result.version))
+        metrics.append(Metric(PPO_UPDATE_WALL_S, result.duration_s, result.version))
         return Swap(result.version, result.policy, metrics=tuple(metrics))

@@ -111,6 +111,8 @@ class ActingChoice(Protocol):
     def bf16_weights(self) -> bool: ...
     @property
     def cuda_graphs(self) -> bool: ...
+    @property
+    def compiled_kernels(self) -> bool: ...
 
 
 @dataclass
@@ -232,13 +234,19 @@ class Policy(nn.Module, ABC):
     def for_acting(self, choice: ActingChoice) -> Policy:
         """This policy made the actor's copy (it is one already: a loaded checkpoint or a trainer's
         snapshot), where it is. Only π0.5 has a faster way to sample; others sample as they are."""
-        if choice.fast_inference or choice.bf16_weights or choice.cuda_graphs:
+        if choice.fast_inference or choice.bf16_weights or choice.cuda_graphs or choice.compiled_kernels:
             log.info(
-                "%s has no real-time path: fast_inference, bf16_weights and cuda_graphs apply to "
-                "π0.5 only; it samples eagerly as trained",
+                "%s has no real-time path: fast_inference, bf16_weights, cuda_graphs and "
+                "compiled_kernels apply to π0.5 only; it samples eagerly as trained",
                 type(self).__name__,
             )
         return self
+
+    def take_weights_of(self, new: Policy) -> bool:
+        """A swap in place: this acting copy takes ``new``'s weights (the trainer's snapshot) and
+        keeps what it built around its own (π0.5's fused weights and captured CUDA graphs). False
+        when it cannot; the caller then makes ``new`` the acting copy (``for_acting``)."""
+        return False
 
 
 class PolicyNetwork(nn.Module, ABC):
@@ -421,3 +429,11 @@ class FlowChunkPolicy(ChunkPolicy):
 def check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:
     if len(prompts) != len(obs):
         raise ValueError(f"{name} has {len(prompts)} entries for {len(obs)} observations")
+
+
+def exploration_log_std(policy: Policy) -> float | None:
+    """The exploration log std the policy acts at (a Gaussian head's, mean over dims; None for a
+    flow chain, whose noise is fixed): the sigma a premise must be measured at and a benchmark run
+    at (issue 32: runs at -1.0 against a premise measured at -1.5)."""
+    noise = policy.noise_parameters()
+    return float(noise[0].detach().float().mean()) if noise else None

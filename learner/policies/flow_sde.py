@@ -81,6 +81,24 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) ->
     return -0.5 * ((x - mean) / std) ** 2 - torch.log(std) - 0.5 * _LOG_2PI
 
 
+def sde_step(
+    x: torch.Tensor,
+    v: torch.Tensor,
+    t: torch.Tensor,
+    sigma: torch.Tensor,
+    std: torch.Tensor,
+    dt: float,
+    draw: torch.Tensor,
+    log_prob: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One flow-SDE transition of x [B, T, D] with velocity v and the standard normal ``draw``:
+    (x_{i+1}, log_prob plus the transition's density). Elementwise only, so the actor's path can
+    compile it into one kernel (learner/policies/pi05_fused.py)."""
+    mean = transition_mean(x.unsqueeze(1), v.unsqueeze(1), t, sigma, dt).squeeze(1)
+    x_next = mean + std * draw
+    return x_next, log_prob + gaussian_log_prob(x_next, mean, std)
+
+
 def sample_chain(
     velocity_fn: VelocityFn,
     noise: torch.Tensor,
@@ -105,10 +123,8 @@ def sample_chain(
             x = x - schedule.dt * v
         else:
             sigma = schedule.sigmas[i : i + 1].to(noise.device)
-            mean = transition_mean(x.unsqueeze(1), v.unsqueeze(1), t, sigma, schedule.dt)
-            mean = mean.squeeze(1)
-            x = mean + stds[i] * (torch.randn_like(mean) if step_noise is None else step_noise[i])
-            log_prob = log_prob + gaussian_log_prob(x, mean, stds[i])
+            draw = torch.randn_like(x) if step_noise is None else step_noise[i]
+            x, log_prob = sde_step(x, v, t, sigma, stds[i], schedule.dt, draw, log_prob)
         chain.append(x)
     if deterministic:
         log_prob = torch.full_like(log_prob, float("nan"))

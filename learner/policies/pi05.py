@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from learner.policies import flow_sde
-from learner.policies.base import ActingChoice, ChunkSample, DemoRows, FlowChunkPolicy, ObsBatch
+from learner.policies.base import ActingChoice, ChunkSample, DemoRows, FlowChunkPolicy, ObsBatch, Policy
 from learner.policies.observations import STATE_DIM
 from learner.policies.pi05_checkpoint import (
     MAPPING_FILE,
@@ -348,9 +348,12 @@ class Pi05Policy(FlowChunkPolicy):
         """This policy made the actor's copy, in place (it is the actor's own: a loaded checkpoint or
         a trainer's snapshot; the trainer's weights stay float32, its master copy). ``bf16_weights``:
         the network's weights cast to bfloat16 (the statistics stay float32) and run under autocast;
-        ``fast_inference``: sampling through the real-time path; ``cuda_graphs``: that path captured."""
-        if choice.cuda_graphs and not choice.fast_inference:
-            raise ValueError("cuda_graphs captures the real-time path: set fast_inference too")
+        ``fast_inference``: sampling through the real-time path (fused weights); ``cuda_graphs``: that
+        path captured; ``compiled_kernels``: its elementwise pieces compiled."""
+        if (choice.cuda_graphs or choice.compiled_kernels) and not choice.fast_inference:
+            raise ValueError(
+                "cuda_graphs and compiled_kernels apply to the real-time path: set fast_inference too"
+            )
         if not (choice.fast_inference or choice.bf16_weights):
             return self
         # No autograd: nothing trains this copy (and autocast then keeps no cast weights that a
@@ -362,8 +365,38 @@ class Pi05Policy(FlowChunkPolicy):
             self.options = dataclasses.replace(self.options, bf16=True)
         if choice.fast_inference:
             self.model.set_sdpa_attention(True)
-            self._realtime = RealtimeSampler(self, choice.cuda_graphs)
+            self._realtime = RealtimeSampler(self, choice.cuda_graphs, choice.compiled_kernels)
         return self
+
+    def take_weights_of(self, new: Policy) -> bool:
+        """The swap without re-capture: ``new``'s weights (the trainer's snapshot, float32) copied
+        into this real-time copy's tensors (cast to their dtype on the way; the fused weights and a
+        captured CUDA graph read those tensors, so they run the new weights with no new capture and
+        no allocation). False when ``new`` is not the same π0.5 (architecture, options, mapping,
+        tokenizer, adapters) or this copy has no real-time path: the caller then makes ``new`` the
+        acting copy."""
+        if self._realtime is None or not isinstance(new, Pi05Policy) or not self._same_policy_as(new):
+            return False
+        mine, theirs = self.state_dict(), new.state_dict()
+        if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape for k in mine):
+            return False
+        with torch.no_grad():
+            for name, tensor in mine.items():
+                tensor.copy_(theirs[name])
+        self.stats = dict(new.stats)
+        return True
+
+    def _same_policy_as(self, other: Pi05Policy) -> bool:
+        mine = dataclasses.replace(self.options, bf16=other.options.bf16)  # the actor's copy sets bf16
+        return (
+            self.config == other.config
+            and mine == other.options
+            and self.mapping == other.mapping
+            and self.tokenizer_json == other.tokenizer_json
+            and self.relative == other.relative
+            and self.state_in_prompt == other.state_in_prompt
+            and self.image_keys == other.image_keys
+        )
 
     @torch.no_grad()
     def sample(self, obs: ObsBatch, prompts: Sequence[str], deterministic: bool = False) -> ChunkSample:

@@ -11,10 +11,12 @@ Layout (LeRobot 0.6.1's ``save_pretrained`` plus the tokenizer and our mapping):
   (keys ``observation.state.q01``, ``action.q99``, ...) or openpi's ``assets/<id>/norm_stats.json``
   (``{"norm_stats": {"state": {...}, "actions": {...}}}``, what openpi's converter copies);
 - ``tokenizer.json`` (here or in ``tokenizer/``): the PaliGemma tokenizer, read with ``tokenizers``;
-- ``pde_pi05.json`` (optional, ours): which FR3 state entries and cameras feed the checkpoint's, and
-  the action space (:class:`Pi05Mapping`); without it the defaults below apply when they fit. Its
-  ``model_sizes`` holds the size fields LeRobot's config has no name for (``vision_variant``,
-  ``vocab_size``: small test models only; LeRobot fixes So400m and 257152).
+- ``pde_pi05.json`` (optional, ours; :class:`MappingFile`): which FR3 state entries and cameras feed
+  the checkpoint's, the action space, openpi's delta-action mask, whether the prompt holds the state;
+  each field it leaves out takes its default (:func:`read_checkpoint`), and a default that the
+  checkpoint leaves open is refused with the line to write. Its ``model_sizes`` holds the size
+  fields LeRobot's config has no name for (``vision_variant``, ``vocab_size``: small test models
+  only; LeRobot fixes So400m and 257152).
 
 Every missing or mismatched piece stops start-up with a message naming the file and what to do.
 """
@@ -22,12 +24,15 @@ Every missing or mismatched piece stops start-up with a message naming the file 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors.numpy import load_file as load_numpy
 from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import load_file, save_file
@@ -45,6 +50,13 @@ IMAGE_PREFIX = "observation.images."
 OPENPI_IMAGE_KEYS = tuple(
     f"{IMAGE_PREFIX}{k}" for k in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 )
+# openpi's single-arm robots (DROID, LIBERO) feed its second wrist input nothing (a zero image, mask
+# False: droid_policy.py, libero_policy.py): absent by default in an openpi conversion.
+OPENPI_UNUSED_IMAGE_KEY = f"{IMAGE_PREFIX}right_wrist_0_rgb"
+# LeRobot's PI05Config(empty_cameras=N) adds image inputs observation.images.empty_camera_0..N-1
+# (validate_features); no dataset has them, so its _preprocess_images always feeds them a -1 image
+# with mask 0: absent, whatever a mapping says.
+EMPTY_CAMERA_PREFIX = f"{IMAGE_PREFIX}empty_camera_"
 MAPPING_FILE = "pde_pi05.json"
 # Pi05Config's size fields that LeRobot's PI05Config lacks, with the values LeRobot fixes; other
 # values are read from pde_pi05.json's MODEL_SIZES_KEY (or from config.json, as tests write it).
@@ -62,7 +74,18 @@ ACTION_COLUMNS = {ActionSpace.JOINT_ABS: ACTION_NAMES[ActionSpace.JOINT_ABS]}
 WEIGHTS_FILE = "model.safetensors"
 # LeRobot 0.5's name (0.6.1's relative-actions step makes it step_3); any step_N is read.
 STATS_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
-NORM_MODES = ("QUANTILES", "MEAN_STD")
+NORM_MODES = ("QUANTILES", "MEAN_STD", "MIN_MAX")
+# The statistics each mode reads (LeRobot's NormalizationMode and its normaliser's keys).
+NORM_STATS = {"QUANTILES": ("q01", "q99"), "MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}
+# Modes that map a range [low, high] to [-1, 1] as 2 (x - low) / (high - low) - 1.
+RANGE_MODES = ("QUANTILES", "MIN_MAX")
+# Action names that say velocities or joint steps (DROID's joint_velocity, dq_1, qdot, twist): no
+# robot server here takes them, whatever action_space a file declares.
+VELOCITY_NAME = re.compile(r"vel|speed|twist|dot|(^|[^a-z])(dq|qd|delta_?q|dtheta)([^a-z]|$)")
+JOINT_POSITION_NAME = re.compile(r"joint|^q_?\d|^j\d")
+GRIPPER_NAME = re.compile(r"gripper|finger")
+
+log = logging.getLogger(__name__)
 
 
 class Pi05CheckpointError(RuntimeError):
@@ -80,7 +103,8 @@ class WeightsNotLoadedError(Pi05CheckpointError):
 @dataclass(frozen=True)
 class FeatureStats:
     """Normalisation of one feature: ``mode`` QUANTILES maps [q01, q99] to [-1, 1] (π0.5's default),
-    MEAN_STD to zero mean, unit deviation: x_norm = (x - offset) / scale - shift. QUANTILES keeps
+    MIN_MAX [min, max] the same way, MEAN_STD to zero mean, unit deviation:
+    x_norm = (x - offset) / scale - shift. QUANTILES (and MIN_MAX) keep
     LeRobot's form, 2 (x - q01) / (q99 - q01) - 1 (offset q01, scale half the range, shift 1), so
     that a constant entry (q01 == q99) gives -1 at q01 as there, not 0."""
 
@@ -100,13 +124,14 @@ class FeatureStats:
     def to_stats(self) -> dict[str, np.ndarray]:
         """Statistics LeRobot's normaliser turns into this normalisation: the range it divides by
         (openpi's 1e-6 included), a constant entry as q01 == q99 (LeRobot's 1e-8 applies again)."""
-        if self.mode != "QUANTILES":
+        if self.mode not in RANGE_MODES:
             return {"mean": self.offset.copy(), "std": self.scale.copy()}
+        low, high = NORM_STATS[self.mode]
         if self.shift == 0.0:  # centred, as policy checkpoints before the LeRobot form held it
-            return {"q01": self.offset - self.scale, "q99": self.offset + self.scale}
+            return {low: self.offset - self.scale, high: self.offset + self.scale}
         spread = self.scale * np.float32(2)
-        q99 = np.where(spread == np.float32(1e-8), self.offset, self.offset + spread)
-        return {"q01": self.offset.copy(), "q99": q99.astype(np.float32)}
+        top = np.where(spread == np.float32(1e-8), self.offset, self.offset + spread)
+        return {low: self.offset.copy(), high: top.astype(np.float32)}
 
     @staticmethod
     def unknown(dim: int) -> FeatureStats:
@@ -127,7 +152,7 @@ class FeatureStats:
             raise Pi05CheckpointError(
                 f"{where}: normalisation mode {mode!r} is not supported; use {NORM_MODES}"
             )
-        need = ("q01", "q99") if mode == "QUANTILES" else ("mean", "std")
+        need = NORM_STATS[mode]
         missing = [k for k in need if k not in stats]
         if missing:
             raise Pi05CheckpointError(
@@ -136,9 +161,9 @@ class FeatureStats:
             )
         # float32 as LeRobot holds them; the range is rounded once, as its float32 q99 - q01 is.
         a, b = (np.asarray(stats[k], dtype=np.float32).reshape(-1) for k in need)
-        spread = b - a if mode == "QUANTILES" else b
+        spread = b - a if mode in RANGE_MODES else b
         spread = spread + np.float32(1e-6) if openpi else np.where(spread == 0, np.float32(1e-8), spread)
-        if mode == "QUANTILES":
+        if mode in RANGE_MODES:
             return FeatureStats(mode, a, (spread / 2).astype(np.float32), shift=1.0)
         return FeatureStats(mode, a, spread.astype(np.float32))
 
@@ -156,28 +181,6 @@ class Pi05Mapping:
     cameras: tuple[str | None, ...]
     """Our camera for each of the checkpoint's image inputs in order; null: absent (masked out)."""
     action_space: ActionSpace = ActionSpace.EE_DELTA
-
-    @staticmethod
-    def default(state_dim: int, image_keys: tuple[str, ...], action_dim: int) -> Pi05Mapping:
-        """Ours as they are when the dimensions allow no other reading: the full 15-entry state or
-        the 7 joints + gripper (DROID's order); ee_delta for 7 action columns, joint_abs for 8;
-        cameras by the image inputs' names (:func:`default_cameras`)."""
-        if state_dim == len(STATE_VECTOR_NAMES):
-            names: tuple[str, ...] = STATE_VECTOR_NAMES
-        elif state_dim == 8:
-            names = (*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m")
-        else:
-            raise Pi05CheckpointError(
-                f"the checkpoint's state has {state_dim} entries; say which of ours feed it in "
-                f'{MAPPING_FILE}: {{"state_names": [...]}} with names from {list(STATE_VECTOR_NAMES)}'
-            )
-        spaces = {d: s for s, d in ACTION_DIMS.items()}
-        if action_dim not in spaces:
-            raise Pi05CheckpointError(
-                f"the checkpoint acts in {action_dim} dimensions; the FR3 takes "
-                f"{ {s.value: d for s, d in ACTION_DIMS.items()} }: fine-tune a checkpoint for one of them"
-            )
-        return Pi05Mapping(names, default_cameras(image_keys), spaces[action_dim])
 
     def check(self, state_dim: int, n_images: int, action_dim: int) -> None:
         unknown = [n for n in self.state_names if n not in STATE_VECTOR_NAMES]
@@ -213,6 +216,8 @@ class Pi05Mapping:
 
     @staticmethod
     def from_json_dict(raw: dict[str, Any]) -> Pi05Mapping:
+        """A policy checkpoint's mapping (``to_json_dict``: cameras in the image inputs' order; a
+        lab's ``pde_pi05.json`` names them instead, :class:`MappingFile`)."""
         try:
             return Pi05Mapping(
                 state_names=tuple(raw["state_names"]),
@@ -221,9 +226,62 @@ class Pi05Mapping:
             )
         except (KeyError, ValueError) as e:
             raise Pi05CheckpointError(
-                f"{MAPPING_FILE}: {e!r}; expected state_names (list), cameras (list, null for none) "
-                f"and action_space ({[s.value for s in ActionSpace]})"
+                f"the policy checkpoint's π0.5 mapping is damaged ({e!r}): export it again from its "
+                f"source directory, whose {MAPPING_FILE} says the mapping"
             ) from e
+
+
+class MappingFile(BaseModel):
+    """``pde_pi05.json``: what a lab says about a checkpoint; every field may be left out (its
+    default applies where the checkpoint allows no other reading, else loading says what to write).
+
+    - ``state_names``: our state entries (``STATE_VECTOR_NAMES``) in the checkpoint's state order;
+    - ``cameras``: ``{"<image input>": "<our camera>" | null}``, by the names of config.json's
+      image inputs (with or without ``observation.images.``); null: absent (masked, as LeRobot
+      masks a camera its batch lacks); inputs left out take their defaults;
+    - ``action_space``: ``ee_delta`` or ``joint_abs`` (``pde_contract.messages.ActionSpace``);
+    - ``delta_actions``: openpi's ``DeltaActions`` mask (e.g. ``make_bool_mask(7, -1)``: seven
+      true, then false): column i, where true, is the model's offset from state entry i; columns
+      past the mask are absolute;
+    - ``state_in_prompt``: false for openpi's ``discrete_state_input=False`` (``pi05_libero``);
+    - ``model_sizes``: the tiny test sizes LeRobot has no field for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state_names: list[str] | None = None
+    cameras: dict[str, str | None] | None = None
+    action_space: ActionSpace | None = None
+    delta_actions: list[bool] | None = None
+    state_in_prompt: bool | None = None
+    model_sizes: dict[str, Any] | None = None
+
+
+def read_mapping_file(directory: Path, image_keys: tuple[str, ...]) -> MappingFile:
+    """``pde_pi05.json`` of ``directory`` (an empty MappingFile without one)."""
+    path = directory / MAPPING_FILE
+    if not path.is_file():
+        return MappingFile()
+    raw = _read_json(path)
+    if "cameras" in raw and not isinstance(raw["cameras"], dict):
+        template: dict[str, str | None] = {}
+        for key in image_keys:  # the by-name rule, as an example to edit
+            ours = "wrist" if "wrist" in key.lower() else "external"
+            fits = ours not in template.values() and not key.startswith(EMPTY_CAMERA_PREFIX)
+            template[key.removeprefix(IMAGE_PREFIX)] = ours if fits else None
+        raise Pi05CheckpointError(
+            f"{path}: cameras must name the checkpoint's image inputs (matched by name, not by "
+            f'order), e.g. "cameras": {json.dumps(template)} with our camera or null (absent) for each'
+        )
+    try:
+        return MappingFile.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()
+        )
+        raise Pi05CheckpointError(
+            f"{path}: {problems}. Its fields: {sorted(MappingFile.model_fields)} (docs/pi05.md; "
+            f"action_space one of {[s.value for s in ActionSpace]})"
+        ) from None
 
 
 @dataclass
@@ -319,49 +377,90 @@ def _read_stats(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nd
     )
 
 
-def default_cameras(image_keys: tuple[str, ...]) -> tuple[str | None, ...]:
-    """Our camera for each image input, by its name: the first input named ``*wrist*`` gets the
-    wrist camera (openpi's ``left_wrist_0_rgb``, DROID's wrist view), the first other one the external
-    camera (``base_0_rgb``, ``front``, ``exterior_image_1_left``); the rest are absent (masked)."""
-    out: list[str | None] = []
-    for key in image_keys:
-        ours = "wrist" if "wrist" in key.removeprefix(IMAGE_PREFIX).lower() else "external"
-        out.append(None if ours in out else ours)
-    return tuple(out)
+def default_state_names(state_dim: int) -> tuple[str, ...]:
+    """Ours as they are when the dimension allows no other reading: the full 15-entry state, or the
+    7 joints + gripper (DROID's order)."""
+    if state_dim == len(STATE_VECTOR_NAMES):
+        return STATE_VECTOR_NAMES
+    if state_dim == 8:
+        return (*(f"joint_{i}_rad" for i in range(1, 8)), "gripper_width_m")
+    raise Pi05CheckpointError(
+        f"the checkpoint's state has {state_dim} entries; say which of ours feed it in "
+        f'{MAPPING_FILE}: {{"state_names": [...]}} with names from {list(STATE_VECTOR_NAMES)}'
+    )
 
 
-def _cameras_by_name(raw: Any, image_keys: tuple[str, ...], where: Path) -> tuple[str | None, ...]:
-    """``{"<image input>": "<our camera>" | null}`` -> our camera per image input in the config's
-    order; inputs not named are absent. An input is named as in config.json or without the
-    ``observation.images.`` prefix."""
-    template = json.dumps(dict(zip(image_keys, default_cameras(image_keys), strict=True)))
-    if not isinstance(raw, dict):
-        raise Pi05CheckpointError(
-            f"{where}: cameras must name the checkpoint's image inputs (matched by name, not by "
-            f'order), e.g. "cameras": {template}'
-        )
+def image_inputs(config: dict[str, Any], openpi: bool) -> tuple[str, ...]:
+    """The checkpoint's image inputs in order: config.json's VISUAL ``input_features`` and the
+    ``empty_camera_i`` inputs its ``empty_cameras`` adds (LeRobot's validate_features), or openpi's
+    three."""
+    if openpi:
+        return OPENPI_IMAGE_KEYS
+    features = config.get("input_features", {})
+    keys = [k for k, v in features.items() if isinstance(v, dict) and v.get("type") == "VISUAL"]
+    empty = config.get("empty_cameras", 0)
+    keys += [f"{EMPTY_CAMERA_PREFIX}{i}" for i in range(empty if isinstance(empty, int) else 0)]
+    return tuple(dict.fromkeys(keys))
+
+
+def resolve_cameras(
+    image_keys: tuple[str, ...], given: dict[str, str | None] | None, openpi: bool, where: Path
+) -> tuple[tuple[str | None, ...], list[str]]:
+    """Our camera for each image input (None: absent, masked) and a note per input on why.
+
+    An input named in ``given`` (pde_pi05.json ``cameras``) takes what it says; LeRobot's
+    ``empty_camera_i`` is absent (a camera there would be refused: LeRobot never feeds one);
+    openpi's ``right_wrist_0_rgb`` is absent (its single-arm convention); otherwise by name: the
+    first ``*wrist*`` input gets the wrist camera, the first other one the external camera. Any
+    further input is refused with the line to write: no camera is dropped without a word."""
     short = {k.removeprefix(IMAGE_PREFIX): k for k in image_keys}
-    unknown = [k for k in raw if k not in image_keys and k not in short]
+    named = {short.get(k, k): v for k, v in (given or {}).items()}
+    unknown = [k for k in named if k not in image_keys]
     if unknown:
         raise Pi05CheckpointError(
             f"{where}: cameras names {unknown}, which are not image inputs of config.json "
-            f'{list(image_keys)}; e.g. "cameras": {template}'
+            f"{[k.removeprefix(IMAGE_PREFIX) for k in image_keys]}"
         )
-    full = {short.get(k, k): v for k, v in raw.items()}
-    return tuple(full.get(k) for k in image_keys)
-
-
-def _mapping_file(directory: Path, image_keys: tuple[str, ...]) -> tuple[Pi05Mapping | None, dict[str, Any]]:
-    """The mapping ``pde_pi05.json`` gives (None without the file, or with none of the mapping's
-    fields, e.g. only ``model_sizes``) and the file's raw fields."""
-    path = directory / MAPPING_FILE
-    if not path.is_file():
-        return None, {}
-    raw = _read_json(path)
-    if not {"state_names", "cameras", "action_space"} & set(raw):
-        return None, raw
-    cameras = _cameras_by_name(raw.get("cameras"), image_keys, path)
-    return Pi05Mapping.from_json_dict({**raw, "cameras": list(cameras)}), raw
+    fed = [k for k, v in named.items() if v is not None and k.startswith(EMPTY_CAMERA_PREFIX)]
+    if fed:
+        raise Pi05CheckpointError(
+            f"{where}: cameras feeds {fed}, LeRobot's empty-camera inputs (PI05Config empty_cameras), "
+            "which LeRobot always masks: the checkpoint never saw an image there. Write null for them "
+            "or leave them out"
+        )
+    out: list[str | None] = []
+    notes: list[str] = []
+    undecided: list[str] = []
+    for key in image_keys:
+        name = key.removeprefix(IMAGE_PREFIX)
+        if key in named:
+            out.append(named[key])
+            notes.append(f"{name} <- {named[key] or 'absent'} ({MAPPING_FILE})")
+            continue
+        if key.startswith(EMPTY_CAMERA_PREFIX) or (openpi and key == OPENPI_UNUSED_IMAGE_KEY):
+            why = "openpi's single-arm convention" if openpi else "LeRobot's empty camera, masked"
+            out.append(None)
+            notes.append(f"{name} absent ({why})")
+            continue
+        ours = "wrist" if "wrist" in name.lower() else "external"
+        taken = ours in out or any(named.get(k) == ours for k in image_keys)
+        if taken:
+            undecided.append(key)
+            out.append(None)
+            continue
+        out.append(ours)
+        notes.append(f"{name} <- {ours} (by name)")
+    if undecided:
+        inputs = [k.removeprefix(IMAGE_PREFIX) for k in image_keys]
+        left = [k.removeprefix(IMAGE_PREFIX) for k in undecided]
+        line = dict(zip(inputs, out, strict=True))
+        raise Pi05CheckpointError(
+            f"{where.parent / 'config.json'} has image inputs {inputs}; by name the FR3's wrist and "
+            f"external cameras feed the first wrist and first other one, which leaves {left} without "
+            f'a camera. Say what each gets in {where}: "cameras": {json.dumps(line)} (null: absent, '
+            "masked as LeRobot masks a camera its batch lacks; or name one of ours)"
+        )
+    return tuple(out), notes
 
 
 def _model_sizes(directory: Path, config: dict[str, Any]) -> dict[str, Any]:
@@ -415,6 +514,27 @@ def _relative_columns(raw: dict[str, Any], directory: Path, action_dim: int) -> 
     return (*mask, *([True] * (action_dim - len(mask))))
 
 
+def delta_columns(
+    lerobot: tuple[bool, ...], delta_actions: list[bool] | None, action_dim: int, where: Path
+) -> tuple[bool, ...]:
+    """The relative columns: LeRobot's (config.json / policy_preprocessor.json) or openpi's
+    ``DeltaActions`` mask from pde_pi05.json ``delta_actions`` (openpi's semantics: column i < len(mask)
+    is an offset from state entry i where the mask is true; columns past the mask are absolute)."""
+    if delta_actions is None:
+        return lerobot
+    if len(delta_actions) > action_dim:
+        raise Pi05CheckpointError(
+            f"{where}: delta_actions has {len(delta_actions)} entries for {action_dim} action columns"
+        )
+    mask = (*delta_actions, *([False] * (action_dim - len(delta_actions))))
+    if any(lerobot) and tuple(lerobot) != mask:
+        raise Pi05CheckpointError(
+            f"{where}: delta_actions {list(mask)} and LeRobot's relative actions of config.json / "
+            f"{PREPROCESSOR_FILE} {list(lerobot)} disagree: keep one"
+        )
+    return mask if any(mask) else ()
+
+
 def _check_relative(relative: tuple[bool, ...], mapping: Pi05Mapping, where: Path) -> None:
     """A relative column becomes an absolute target once the state entry of its index is added:
     the FR3 must take absolute targets and that entry must be the same quantity as the column."""
@@ -445,14 +565,14 @@ def _check_relative(relative: tuple[bool, ...], mapping: Pi05Mapping, where: Pat
         )
 
 
-def _state_in_prompt(config: dict[str, Any], mapping: dict[str, Any], path: Path, openpi: bool) -> bool:
+def _state_in_prompt(config: dict[str, Any], mapping: MappingFile, path: Path, openpi: bool) -> bool:
     """Whether the prompt holds the discretised state (π0.5 as LeRobot and most openpi configs run it)
     or not (openpi's ``discrete_state_input=False``, e.g. ``pi05_libero``): config.json's
     ``discrete_state_input`` or pde_pi05.json's ``state_in_prompt``. openpi's converter records it
     nowhere, so a converted checkpoint must say it."""
     said = {
         f"{path / 'config.json'} discrete_state_input": config.get("discrete_state_input"),
-        f"{path / MAPPING_FILE} state_in_prompt": mapping.get("state_in_prompt"),
+        f"{path / MAPPING_FILE} state_in_prompt": mapping.state_in_prompt,
     }
     given = {k: v for k, v in said.items() if v is not None}
     if any(not isinstance(v, bool) for v in given.values()):
@@ -477,32 +597,99 @@ def _action_names(config: dict[str, Any], directory: Path) -> list[str]:
     return [str(n) for n in names or []]
 
 
-def _check_action_meaning(
-    config: dict[str, Any], directory: Path, mapping: dict[str, Any], openpi: bool, dim: int
-) -> None:
-    """Refuse actions the FR3's servers do not take (their spaces: ``ActionSpace``; none takes joint
-    velocities), as far as the checkpoint tells what its actions are: LeRobot's action names, or
-    nothing (openpi's converter), where pde_pi05.json must say the action space."""
+def _names_say(names: list[str]) -> ActionSpace | None:
+    """The action space the column names state: ours (``ACTION_NAMES``), or 7 joint positions and
+    a gripper (LeRobot's ``joint_1.pos`` ... ``gripper.pos``); None when they say neither."""
+    for space, ours in ACTION_NAMES.items():
+        if tuple(names) == ours:
+            return space
+    low = [n.lower() for n in names]
+    if (
+        len(low) == ACTION_DIMS[ActionSpace.JOINT_ABS]
+        and all(JOINT_POSITION_NAME.search(n) for n in low[:7])
+        and GRIPPER_NAME.search(low[7])
+    ):
+        return ActionSpace.JOINT_ABS
+    return None
+
+
+def decide_action_space(
+    config: dict[str, Any], directory: Path, declared: ActionSpace | None, openpi: bool, dim: int
+) -> tuple[ActionSpace, str]:
+    """The action space and where it comes from, as far as the checkpoint states what its actions
+    are: LeRobot's action names (config.json ``action_feature_names``, the relative-actions step of
+    policy_preprocessor.json) and pde_pi05.json's ``action_space``. Refused: velocity-like names
+    (none of the FR3's servers takes velocities: ``ActionSpace``), names that say another space than
+    the file, and columns nothing names or declares (e.g. openpi's converter, whose pi05_droid gives
+    joint velocities)."""
+    spaces = {s.value: ACTION_NAMES[s] for s in ActionSpace}
     todo = (
         "fine-tune it on the lab's demonstrations in one of them: copy the directory without its "
         "statistics (policy_preprocessor_step_*_normalizer_processor.safetensors, assets/), write "
         f'{MAPPING_FILE} with "action_space", and run `pde learner sft --policy pi05 --init COPY` '
         "(the statistics then come from the demos)"
     )
-    spaces = [s.value for s in ActionSpace]
-    velocity = [n for n in _action_names(config, directory) if "vel" in n.lower()]
+    names = _action_names(config, directory)
+    velocity = [n for n in names if VELOCITY_NAME.search(n.lower())]
     if velocity:
         raise Pi05CheckpointError(
-            f"{directory}: the checkpoint acts in velocities ({velocity}); the robot server takes "
-            f"{spaces} (absolute joint targets or end-effector steps), none a velocity: {todo}"
+            f"{directory}: the checkpoint acts in velocities or joint steps ({velocity}); the robot "
+            f"server takes {list(spaces)} (absolute joint targets or end-effector steps), none a "
+            f"velocity: {todo}"
         )
-    if openpi and "action_space" not in mapping:
+    said = _names_say(names) if names else None
+    if declared is not None:
+        if said is not None and said != declared:
+            raise Pi05CheckpointError(
+                f"{directory / MAPPING_FILE} declares action_space {declared.value}, the checkpoint's "
+                f"action names {names} say {said.value}: keep the one that is true"
+            )
+        return declared, f"{declared.value} ({MAPPING_FILE})"
+    if said is not None:
+        return said, f"{said.value} (by the action names)"
+    what = (
+        f"names its {dim} action columns {names}, which say neither"
+        if names
+        else (
+            f"(openpi's converter) does not record what its {dim} action columns are (openpi's "
+            "pi05_droid gives 7 joint velocities and a gripper position)"
+            if openpi
+            else f"does not name its {dim} action columns (config.json action_feature_names)"
+        )
+    )
+    raise Pi05CheckpointError(
+        f"{directory / 'config.json'} {what}. The FR3 takes {spaces}; if the checkpoint was trained "
+        f'on one of them, say which in {directory / MAPPING_FILE}: "action_space": "joint_abs" (or '
+        f'"ee_delta"), with "delta_actions": [true, ..., false] if openpi\'s DeltaActions made the '
+        f"joints offsets from the state; else {todo}"
+    )
+
+
+def check_statistics(
+    stats: dict[str, np.ndarray], need: tuple[str, ...], want: int | None, where: str
+) -> None:
+    """The statistics a normalisation uses: one flat array each, of one length (the feature's, where
+    config.json gives its shape), every value finite; else what is wrong and in which file."""
+    lengths = {k: int(np.asarray(stats[k]).size) for k in need if k in stats}
+    if want is not None and any(n != want for n in lengths.values()):
         raise Pi05CheckpointError(
-            f"{directory / 'config.json'} (openpi's converter) does not record what its {dim} action "
-            "columns are; openpi's pi05_droid gives 7 joint velocities and a gripper position, which no "
-            f"robot server here takes ({spaces}). If the checkpoint was trained on one of those, say "
-            f'which in {directory / MAPPING_FILE}: "action_space": ...; else {todo}'
+            f"{where}: statistics of lengths {lengths}, config.json gives the feature {want} entries: "
+            "the statistics are of another dataset or feature; recompute them for the checkpoint's"
         )
+    if len(set(lengths.values())) > 1:
+        raise Pi05CheckpointError(f"{where}: statistics of different lengths {lengths}; recompute them")
+    bad = {k: np.flatnonzero(~np.isfinite(np.asarray(stats[k], dtype=np.float64))).tolist() for k in lengths}
+    bad = {k: v for k, v in bad.items() if v}
+    if bad:
+        raise Pi05CheckpointError(
+            f"{where}: statistics not finite (NaN or inf) at entries {bad}: the actions would be NaN "
+            "(a constant or empty column in the dataset?); recompute them"
+        )
+
+
+def _feature_dim(config: dict[str, Any], group: str, key: str) -> int | None:
+    shape = config.get(group, {}).get(key, {}).get("shape") if isinstance(config.get(group), dict) else None
+    return int(np.prod(shape)) if isinstance(shape, list) and shape else None
 
 
 def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi05Checkpoint:
@@ -530,14 +717,13 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
         config = Pi05Config.from_json_dict(raw)
     except (TypeError, ValueError) as e:
         raise Pi05CheckpointError(f"{path / 'config.json'}: {e}") from e
-    features = raw.get("input_features", {})
-    image_keys = tuple(k for k, v in features.items() if isinstance(v, dict) and v.get("type") == "VISUAL")
-    image_keys = OPENPI_IMAGE_KEYS if openpi else image_keys
+    image_keys = image_inputs(raw, openpi)
     if not image_keys:
         raise Pi05CheckpointError(f"{path / 'config.json'} names no VISUAL input_features (the cameras)")
     modes = raw.get("normalization_mapping", {})
-    given, mapping_raw = _mapping_file(path, image_keys)
-    in_prompt = _state_in_prompt(raw, mapping_raw, path, openpi)
+    said = read_mapping_file(path, image_keys)
+    in_prompt = _state_in_prompt(raw, said, path, openpi)
+    known = True
     try:
         state_stats, action_stats, source = _read_stats(path)
     except MissingStatsError:
@@ -545,34 +731,53 @@ def read_checkpoint(directory: str | Path, stats_from_demos: bool = False) -> Pi
             raise
         # A base checkpoint (e.g. lerobot/pi05_base) has no statistics of the lab's robot: SFT
         # computes them from the demonstrations (Pi05Policy.set_statistics_from); until then none.
-        mapping = given or Pi05Mapping.default(len(STATE_VECTOR_NAMES), image_keys, 7)
-        mapping.check(len(mapping.state_names), len(image_keys), ACTION_DIMS[mapping.action_space])
-        unknown = (
-            FeatureStats.unknown(len(mapping.state_names)),
-            FeatureStats.unknown(ACTION_DIMS[mapping.action_space]),
-        )
-        relative = _relative_columns(raw, path, ACTION_DIMS[mapping.action_space])
-        _check_relative(relative, mapping, path / "config.json")
-        tokenizer = _find_tokenizer(path).read_text()
-        return Pi05Checkpoint(path, config, image_keys, *unknown, mapping, tokenizer, relative, in_prompt)
-    from_openpi = source.suffix == ".json"
-    state = FeatureStats.from_stats(
-        modes.get("STATE", "QUANTILES"), state_stats, f"{source} (state)", from_openpi
+        known = False
+    if known:
+        from_openpi = source.suffix == ".json"
+        stats = []
+        for feature, group, key, found in (
+            ("STATE", "input_features", "observation.state", state_stats),
+            ("ACTION", "output_features", "action", action_stats),
+        ):
+            mode = modes.get(feature, "QUANTILES")
+            where = f"{source} ({feature.lower()})"
+            if mode not in NORM_STATS:
+                raise Pi05CheckpointError(
+                    f"{where}: normalisation mode {mode!r} is not supported; use {NORM_MODES}"
+                )
+            check_statistics(found, NORM_STATS[mode], _feature_dim(raw, group, key), where)
+            stats.append(FeatureStats.from_stats(mode, found, where, from_openpi))
+        state, action = stats
+        if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
+            raise Pi05CheckpointError(
+                f"{source}: state {state.dim} / action {action.dim} entries exceed the model's "
+                f"{config.max_state_dim} / {config.max_action_dim}"
+            )
+        state_dim, action_dim = state.dim, action.dim
+    else:
+        state_dim = len(said.state_names) if said.state_names is not None else len(STATE_VECTOR_NAMES)
+        action_dim = _feature_dim(raw, "output_features", "action") or 0
+    space, space_source = decide_action_space(raw, path, said.action_space, openpi, action_dim)
+    action_dim = ACTION_DIMS[space] if not known else action_dim
+    cameras, camera_notes = resolve_cameras(image_keys, said.cameras, openpi, path / MAPPING_FILE)
+    state_names = tuple(said.state_names) if said.state_names is not None else default_state_names(state_dim)
+    mapping = Pi05Mapping(state_names, cameras, space)
+    mapping.check(state_dim, len(image_keys), action_dim)
+    relative = delta_columns(
+        _relative_columns(raw, path, action_dim), said.delta_actions, action_dim, path / MAPPING_FILE
     )
-    action = FeatureStats.from_stats(
-        modes.get("ACTION", "QUANTILES"), action_stats, f"{source} (action)", from_openpi
-    )
-    if state.dim > config.max_state_dim or action.dim > config.max_action_dim:
-        raise Pi05CheckpointError(
-            f"{source}: state {state.dim} / action {action.dim} entries exceed the model's "
-            f"{config.max_state_dim} / {config.max_action_dim}"
-        )
-    _check_action_meaning(raw, path, mapping_raw, openpi, action.dim)
-    mapping = given or Pi05Mapping.default(state.dim, image_keys, action.dim)
-    mapping.check(state.dim, len(image_keys), action.dim)
-    relative = _relative_columns(raw, path, action.dim)
     _check_relative(relative, mapping, path / "config.json")
+    if not known:
+        state, action = FeatureStats.unknown(len(state_names)), FeatureStats.unknown(action_dim)
     tokenizer_json = _find_tokenizer(path).read_text()
+    offsets = [i for i, r in enumerate(relative) if r]
+    log.info(
+        "π0.5 %s: cameras %s; actions %s%s",
+        path,
+        ", ".join(camera_notes),
+        space_source,
+        f", columns {offsets} offsets from the state" if offsets else "",
+    )
     return Pi05Checkpoint(
         path, config, image_keys, state, action, mapping, tokenizer_json, relative, in_prompt
     )
@@ -665,7 +870,12 @@ def write_checkpoint(
         k: {"type": "VISUAL", "shape": [3, *raw["image_resolution"]]} for k in image_keys
     }
     raw["input_features"]["observation.state"] = {"type": "STATE", "shape": [len(state_stats["q01"])]}
-    raw["output_features"] = {"action": {"type": "ACTION", "shape": [len(action_stats["q01"])]}}
+    action_dim = len(action_stats["q01"])
+    raw["output_features"] = {"action": {"type": "ACTION", "shape": [action_dim]}}
+    # The action space stated as LeRobot states it, by the columns' names (ours).
+    space = mapping.action_space if mapping else {d: s for s, d in ACTION_DIMS.items()}.get(action_dim)
+    if space is not None:
+        raw["action_feature_names"] = list(ACTION_NAMES[space])
     raw["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}
     (path / "config.json").write_text(json.dumps(raw, indent=1))
     save_file(

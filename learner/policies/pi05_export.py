@@ -75,7 +75,7 @@ def lerobot_config(policy: Pi05Policy, device: str = "cuda") -> dict[str, Any]:
     size = [3, cfg.image_resolution_px, cfg.image_resolution_px]
     return raw | {
         "n_obs_steps": 1,
-        "n_action_steps": cfg.chunk_size,
+        "n_action_steps": cfg.n_action_steps or cfg.chunk_size,
         "input_features": {
             **{k: {"type": "VISUAL", "shape": size} for k in policy.image_keys},
             "observation.state": {"type": "STATE", "shape": [stats["state"].dim]},
@@ -155,9 +155,16 @@ def lerobot_processors(policy: Pi05Policy, config: dict[str, Any]) -> tuple[dict
     return {"name": "policy_preprocessor", "steps": pre}, {"name": "policy_postprocessor", "steps": post}
 
 
-def export_lerobot(policy: Pi05Policy, directory: str | Path, device: str = "cuda") -> Path:
+def default_lerobot_device() -> str:
+    """cuda when this machine has it, else cpu: LeRobot refuses a cuda config on a CPU machine."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def export_lerobot(policy: Pi05Policy, directory: str | Path, device: str | None = None) -> Path:
     """Write ``policy`` as a LeRobot 0.6.1 π0.5 directory (module docstring) whose preprocessor
-    puts the batch on ``device``; Pi05CheckpointError for what LeRobot's π0.5 cannot express."""
+    puts the batch on ``device`` (None: ``default_lerobot_device``); Pi05CheckpointError for what
+    LeRobot's π0.5 cannot express."""
+    device = device or default_lerobot_device()
     if device not in DEVICES:
         raise Pi05CheckpointError(f"device {device!r}: LeRobot's pipeline runs π0.5 on one of {DEVICES}")
     if not policy.statistics_known:

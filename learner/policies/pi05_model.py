@@ -103,8 +103,16 @@ class Pi05Config:
     time_sampling_beta_beta: float = 1.0
     time_sampling_scale: float = 0.999
     time_sampling_offset: float = 0.001
+    n_action_steps: int | None = None
+    """LeRobot's: rows of each chunk its ``select_action`` runs before it infers again. Kept as the
+    checkpoint said and written back by the LeRobot export (None: ``chunk_size``, what our actor
+    runs)."""
 
     def __post_init__(self) -> None:
+        if self.n_action_steps is not None and not 1 <= self.n_action_steps <= self.chunk_size:
+            raise ValueError(
+                f"n_action_steps {self.n_action_steps} must be in 1..chunk_size ({self.chunk_size})"
+            )
         vlm, expert = self.vlm_dims, self.expert_dims
         _variant(SIGLIP_VARIANTS, self.vision_variant, "vision_variant")
         if (vlm.depth, vlm.num_heads, vlm.num_kv_heads, vlm.head_dim) != (
@@ -547,6 +555,20 @@ class Pi05Model(nn.Module):
     ) -> PrefixCache:
         """Run the VLM over [image tokens, prompt tokens] (bidirectional, as π0.5's prefix).
         image_valid bool [B, C] (False: an absent camera), token_valid bool [B, Lt]."""
+        x, pad = self.prefix_inputs(image_tokens, image_valid, tokens, token_valid)
+        allowed = pad[:, None, :] & pad[:, :, None]
+        hidden, kv = self.vlm.language_model(x, torch.cumsum(pad, 1) - 1, additive_mask(allowed))
+        return PrefixCache(kv=kv, pad=pad, hidden=hidden)
+
+    def prefix_inputs(
+        self,
+        image_tokens: torch.Tensor,
+        image_valid: torch.Tensor,
+        tokens: torch.Tensor,
+        token_valid: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prefix's embeddings [B, L, width] (image tokens, then the scaled prompt embeddings)
+        and which of its tokens are valid, bool [B, L]."""
         lm = self.vlm.language_model
         assert lm.embed_tokens is not None
         lang = lm.embed_tokens(tokens) * math.sqrt(lm.embed_tokens.embedding_dim)
@@ -554,10 +576,23 @@ class Pi05Model(nn.Module):
         per_camera = image_tokens.shape[1] // image_valid.shape[1]
         # expand, not repeat_interleave: no host sync, so a CUDA graph can capture the prefix
         per_token = image_valid[:, :, None].expand(-1, -1, per_camera).reshape(image_valid.shape[0], -1)
-        pad = torch.cat([per_token, token_valid], dim=1)
-        allowed = pad[:, None, :] & pad[:, :, None]
-        hidden, kv = lm(x, torch.cumsum(pad, 1) - 1, additive_mask(allowed))
-        return PrefixCache(kv=kv, pad=pad, hidden=hidden)
+        return x, torch.cat([per_token, token_valid], dim=1)
+
+    @staticmethod
+    def suffix_attention(prefix_pad: torch.Tensor, horizon: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For a chunk's ``horizon`` tokens after a prefix with valid tokens ``prefix_pad`` [N, L]:
+        the additive mask [N, 1, horizon, L + horizon] (the valid prefix and the whole chunk) and the
+        tokens' position ids [N, horizon]."""
+        n, prefix_len = prefix_pad.shape
+        allowed = torch.cat(
+            [
+                prefix_pad[:, None, :].expand(n, horizon, prefix_len),
+                torch.ones(n, horizon, horizon, dtype=torch.bool, device=prefix_pad.device),
+            ],
+            dim=2,
+        )
+        offsets = prefix_pad.sum(1, keepdim=True)
+        return additive_mask(allowed), offsets + torch.arange(horizon, device=prefix_pad.device)[None, :]
 
     def time_condition(self, t: torch.Tensor) -> torch.Tensor:
         emb = sinusoidal_time_embedding(
@@ -568,21 +603,12 @@ class Pi05Model(nn.Module):
     def velocity(self, prefix: PrefixCache, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Expert velocity for noisy chunks x_t [N, T, max_action_dim] at times t [N], attending to
         ``prefix`` (batch N). The chunk's tokens attend to each other and to the valid prefix."""
-        n, horizon = x_t.shape[:2]
+        horizon = x_t.shape[1]
         suffix = self.action_in_proj(x_t)
         cond = self.time_condition(t)
-        prefix_len = prefix.pad.shape[1]
-        allowed = torch.cat(
-            [
-                prefix.pad[:, None, :].expand(n, horizon, prefix_len),
-                torch.ones(n, horizon, horizon, dtype=torch.bool, device=x_t.device),
-            ],
-            dim=2,
-        )
-        offsets = prefix.pad.sum(1, keepdim=True)
-        position_ids = offsets + torch.arange(horizon, device=x_t.device)[None, :]
+        mask, position_ids = self.suffix_attention(prefix.pad, horizon)
         past = [(k.to(suffix.dtype), v.to(suffix.dtype)) for k, v in prefix.kv]
-        out, _ = self.expert(suffix, position_ids, additive_mask(allowed), past, cond.to(suffix.dtype))
+        out, _ = self.expert(suffix, position_ids, mask, past, cond.to(suffix.dtype))
         return self.action_out_proj(out.float())
 
     def sample_time(self, n: int, device: torch.device) -> torch.Tensor:

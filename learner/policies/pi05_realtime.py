@@ -32,6 +32,8 @@ import torch
 
 from learner.policies import flow_sde
 from learner.policies.base import ChunkSample, ObsBatch, check_len, chunk_sample
+from learner.policies.pi05_fused import FusedPi05, fusable
+from learner.policies.pi05_model import PrefixCache
 
 if TYPE_CHECKING:
     from learner.policies.pi05 import Pi05Policy
@@ -59,12 +61,12 @@ class CapturedNetwork:
     inputs into the graph's buffers and replays it. The outputs are the graph's own buffers:
     read them before the next run."""
 
-    def __init__(self, network: Network, inputs: Sequence[torch.Tensor]) -> None:
+    def __init__(self, network: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> None:
         self.inputs = [t.clone() for t in inputs]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(GRAPH_WARMUP_RUNS):
+            for _ in range(GRAPH_WARMUP_RUNS):  # also compiles what torch.compile wraps
                 network(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
@@ -72,7 +74,7 @@ class CapturedNetwork:
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.outputs = network(*self.inputs)
 
-    def run(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def run(self, *inputs: torch.Tensor) -> Any:
         for buffer, value in zip(self.inputs, inputs, strict=True):
             buffer.copy_(value)
         self.graph.replay()
@@ -82,15 +84,26 @@ class CapturedNetwork:
 class RealtimeSampler:
     """``Pi05Policy.sample`` for the actor's copy (``Pi05Policy.for_acting``), which holds it. It
     holds no reference back to the policy: a swapped-out copy is freed at once with its graphs, not
-    at some later garbage collection of a reference cycle (6.7 GB of GPU memory at full size)."""
+    at some later garbage collection of a reference cycle (6.7 GB of GPU memory at full size).
 
-    def __init__(self, policy: Pi05Policy, cuda_graphs: bool) -> None:
+    The network runs on fused weights (learner/policies/pi05_fused.py) unless the model has forward
+    hooks (LoRA adapters), which fused GEMMs would skip: then through the model's modules."""
+
+    def __init__(self, policy: Pi05Policy, cuda_graphs: bool, compiled_kernels: bool = False) -> None:
         device = policy.device
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         if cuda_graphs and not self.cuda_graphs:
             log.info("cuda_graphs: π0.5 runs on %s, not a CUDA GPU: sampling without CUDA graphs", device)
         self._schedules = {False: _on(policy.schedule, device), True: _on(policy.euler, device)}
         self._captured: dict[tuple[int, bool], CapturedNetwork] = {}
+        why_not = fusable(policy.model)
+        if why_not is not None:
+            log.info("π0.5's real-time path without fused weights: %s", why_not)
+            if compiled_kernels:
+                log.warning("compiled_kernels: nothing to compile without fused weights (%s)", why_not)
+        self.fused = FusedPi05(policy.model, compiled_kernels) if why_not is None else None
+        # False: the model's own modules (SDPA, the kept prefix), what the tests compare bit for bit.
+        self.use_fused = self.fused is not None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> RealtimeSampler:
         raise TypeError(
@@ -109,21 +122,49 @@ class RealtimeSampler:
         shape = (batch, p.chunk_len, p.config.max_action_dim)
         return torch.stack([torch.randn(shape, device=p.device) for _ in range(draws)])
 
-    def network(self, p: Pi05Policy, deterministic: bool) -> Network:
-        schedule = self._schedules[deterministic]
+    # The network in its three parts (bench/bench_pi05.py times each apart).
 
-        def run(
-            images: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor, noise: torch.Tensor
-        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            image_valid = torch.ones(images.shape[:2], dtype=torch.bool, device=images.device)
+    def images(self, p: Pi05Policy, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images [B, C, 3, H, W] -> image tokens [B, C * image_tokens, width]."""
+        with p._autocast():
+            if self.fused is not None and self.use_fused:
+                return self.fused.embed_images(images)
+            return p.model.embed_images(images.float() / 255.0 * 2.0 - 1.0)
+
+    def prefix(
+        self, p: Pi05Policy, tokens: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor
+    ) -> PrefixCache:
+        """Image tokens and the prompt's ids/mask -> the prefix cache (every camera present)."""
+        image_valid = torch.ones(tokens.shape[0], len(p.cameras), dtype=torch.bool, device=tokens.device)
+        with p._autocast():
+            if self.fused is not None and self.use_fused:
+                return self.fused.prefix(*p.model.prefix_inputs(tokens, image_valid, ids, valid))
+            return p.model.embed_prefix(tokens, image_valid, ids, valid)
+
+    def chain(
+        self, p: Pi05Policy, prefix: PrefixCache, noise: torch.Tensor, deterministic: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The flow chain over ``prefix`` from ``noise`` (``draw_noise``) and the value:
+        (chain [B, K+1, T, D], log_prob [B, T, D] over all model columns, value [B])."""
+        schedule = self._schedules[deterministic]
+        step_noise = None if deterministic else noise[1:]
+        if self.fused is not None and self.use_fused:
             with p._autocast():
-                pixels = images.float() / 255.0 * 2.0 - 1.0
-                prefix = p.model.embed_prefix(p.model.embed_images(pixels), image_valid, ids, valid)
-            step_noise = None if deterministic else noise[1:]
+                chain, log_prob = self.fused.sample_chain(
+                    prefix, noise[0], schedule, deterministic, step_noise
+                )
+        else:
             chain, log_prob = flow_sde.sample_chain(
                 p.prefix_velocity_fn(prefix), noise[0], schedule, deterministic, step_noise
             )
-            return chain, log_prob, p.value_from_prefix(prefix)
+        return chain, log_prob, p.value_from_prefix(prefix)
+
+    def network(self, p: Pi05Policy, deterministic: bool) -> Network:
+        def run(
+            images: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor, noise: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            prefix = self.prefix(p, self.images(p, images), ids, valid)
+            return self.chain(p, prefix, noise, deterministic)
 
         return run
 
@@ -143,6 +184,16 @@ class RealtimeSampler:
                 return None
         return self._captured[key]
 
+    def _check_fused(self) -> None:
+        """The fused tensors are still the model's weights: a ``.to()`` of the model after
+        ``for_acting`` would have copied its weights away from them (stale weights). Fused anew then,
+        and the graphs (which hold the old tensors) captured anew."""
+        if self.fused is None or self.fused.intact():
+            return
+        log.warning("π0.5's actor copy was moved after for_acting: fusing its weights again, new graphs")
+        self.fused = FusedPi05(self.fused.model, self.fused.compiled)
+        self._captured.clear()
+
     @torch.no_grad()
     def sample(
         self, p: Pi05Policy, obs: ObsBatch, prompts: Sequence[str], deterministic: bool
@@ -150,6 +201,7 @@ class RealtimeSampler:
         """Policy ``p`` (the one holding this sampler) samples a chunk for each observation."""
         check_len(obs, prompts, "prompts")
         obs = obs.to(p.device)
+        self._check_fused()
         ids, valid = p.tokenize(prompts, p.normalize_state(obs.state).cpu().numpy())
         noise = self.draw_noise(p, len(obs), deterministic)
         inputs = (obs.images, ids, valid, noise)

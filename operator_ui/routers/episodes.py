@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse
 
-from operator_ui.deps import StoreDep, TokenDep
+from operator_ui.deps import RowId, RowIdQuery, StoreDep, TokenDep
 from operator_ui.routers.loop import refuse_in_practice
 from operator_ui.schemas import (
     DiscardIn,
@@ -22,6 +22,7 @@ from operator_ui.schemas import (
 )
 from pde_contract.records import EpisodeStatus, Stage
 from pde_storage import CheckpointRow, EpisodeRow, LabelRow
+from pde_storage.models import ROW_ID_MAX
 from pde_storage.protocols import EpisodeReader
 
 router = APIRouter(prefix="/api/episodes", tags=["episodes"])
@@ -33,9 +34,11 @@ def list_episodes(
     task: str | None = None,
     status: EpisodeStatus | None = None,
     stage: Stage | None = None,
-    prompt_id: int | None = None,
+    prompt_id: RowIdQuery = None,
     label: Literal["success", "failure", "none"] | None = None,
-    before_id: int | None = Query(None, ge=1, description="page: episodes older than this id"),
+    before_id: Annotated[
+        int | None, Query(ge=1, le=ROW_ID_MAX, description="page: episodes older than this id")
+    ] = None,
     limit: int = Query(50, ge=1, le=1000),
 ) -> list[EpisodeOut]:
     """Newest first; pass the last id of a page as ``before_id`` for the next (older) page."""
@@ -73,7 +76,7 @@ def ppo_use(
 
 
 @router.get("/{episode_id}")
-def get_episode(episode_id: int, store: StoreDep) -> EpisodeDetailOut:
+def get_episode(episode_id: RowId, store: StoreDep) -> EpisodeDetailOut:
     e = store.episode(episode_id)
     labels = store.labels(episode_id)
     return EpisodeDetailOut.of(
@@ -90,7 +93,7 @@ def labelled(store: EpisodeReader, lab: LabelRow) -> LabelledOut:
 
 
 @router.post("/{episode_id}/label", dependencies=[TokenDep])
-def label_episode(episode_id: int, body: LabelIn, store: StoreDep) -> LabelledOut:
+def label_episode(episode_id: RowId, body: LabelIn, store: StoreDep) -> LabelledOut:
     """The operator's label of an ended episode; a second one is refused (use relabel)."""
     refuse_in_practice(store)
     lab = store.add_label(
@@ -100,7 +103,7 @@ def label_episode(episode_id: int, body: LabelIn, store: StoreDep) -> LabelledOu
 
 
 @router.post("/{episode_id}/relabel", dependencies=[TokenDep])
-def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> LabelledOut:
+def relabel_episode(episode_id: RowId, body: LabelIn, store: StoreDep) -> LabelledOut:
     """Change a label; the earlier ones stay in the history."""
     refuse_in_practice(store)
     lab = store.add_label(
@@ -110,24 +113,24 @@ def relabel_episode(episode_id: int, body: LabelIn, store: StoreDep) -> Labelled
 
 
 @router.post("/{episode_id}/discard", dependencies=[TokenDep])
-def discard_episode(episode_id: int, body: DiscardIn, store: StoreDep) -> EpisodeOut:
+def discard_episode(episode_id: RowId, body: DiscardIn, store: StoreDep) -> EpisodeOut:
     """Keep the episode but leave it out of training and statistics (undo: restore)."""
     refuse_in_practice(store)
     return EpisodeOut.of(store.discard_episode(episode_id, body.reason))
 
 
 @router.post("/{episode_id}/restore", dependencies=[TokenDep])
-def restore_episode(episode_id: int, store: StoreDep) -> EpisodeOut:
+def restore_episode(episode_id: RowId, store: StoreDep) -> EpisodeOut:
     return EpisodeOut.of(store.restore_episode(episode_id))
 
 
 @router.put("/{episode_id}/note", dependencies=[TokenDep])
-def set_note(episode_id: int, body: NoteIn, store: StoreDep) -> EpisodeOut:
+def set_note(episode_id: RowId, body: NoteIn, store: StoreDep) -> EpisodeOut:
     return EpisodeOut.of(store.set_episode_note(episode_id, body.note))
 
 
 @router.get("/{episode_id}/video/{camera}")
-def episode_video(episode_id: int, camera: str, store: StoreDep) -> FileResponse:
+def episode_video(episode_id: RowId, camera: str, store: StoreDep) -> FileResponse:
     e = store.episode(episode_id)
     path = e.video_paths.get(camera)
     if path is None or not Path(path).is_file():

@@ -11,11 +11,12 @@ from fastapi import APIRouter
 
 from operator_ui.deps import StoreDep
 from operator_ui.schemas import CurvesOut, MetricPointOut, PPOUpdateMark, VersionSuccess
+from pde_contract.run_metrics import TaskCurve, task_metric
 from pde_storage import CANONICAL_SUCCESS_WINDOW, CheckpointRow
 from pde_storage.protocols import EpisodeReader
 
 router = APIRouter(prefix="/api", tags=["metrics"])
-LOOP_CURVES = ("alpha", "pool_size")  # recorded by the loop, x = labelled episodes so far
+LOOP_CURVES = (TaskCurve.ALPHA, TaskCurve.POOL_SIZE)  # recorded by the loop, x = labelled episodes so far
 
 
 def success_curve(store: EpisodeReader, task: str, prompt_id: int, window: int | None) -> list[list[float]]:
@@ -59,7 +60,7 @@ def success_by_version(store: EpisodeReader, task: str) -> list[VersionSuccess]:
 @router.get("/tasks/{task}/curves")
 def task_curves(task: str, store: StoreDep) -> CurvesOut:
     canon = store.prompts(task, "canonical")[0]  # 404 for an unknown task
-    loop_curves = {c: [[float(s), v] for s, v, _ in store.metrics(f"{task}/{c}")] for c in LOOP_CURVES}
+    loop_curves = {c: [[float(s), v] for s, v, _ in store.metrics(task_metric(task, c))] for c in LOOP_CURVES}
     return CurvesOut(
         canonical_success=success_curve(store, task, canon.id, CANONICAL_SUCCESS_WINDOW),
         canonical_window=CANONICAL_SUCCESS_WINDOW,
@@ -68,8 +69,8 @@ def task_curves(task: str, store: StoreDep) -> CurvesOut:
             for p in store.prompts(task, ("pool", "candidate", "rejected"))
             if p.n_episodes
         },
-        alpha=loop_curves["alpha"],
-        pool_size=loop_curves["pool_size"],
+        alpha=loop_curves[TaskCurve.ALPHA],
+        pool_size=loop_curves[TaskCurve.POOL_SIZE],
         ppo_updates=ppo_update_marks(store, store.checkpoints()),
         success_by_version=success_by_version(store, task),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 
-from operator_ui.deps import SettingsDep, StoreDep, TokenDep
+from operator_ui.deps import RowId, SettingsDep, StoreDep, TokenDep
 from operator_ui.schemas import PromptOut, ResetGuideOut, TaskOut
 from pde_contract.records import PromptStatus, Stage
 from pde_contract.service_state import SUPERVISOR_ROW, SupervisorState
@@ -65,7 +65,7 @@ def task_prompts(task: str, store: StoreDep) -> list[PromptOut]:
 
 
 @router.post("/prompts/{prompt_id}/admit", dependencies=[TokenDep])
-def admit_prompt(prompt_id: int, store: StoreDep) -> PromptOut:
+def admit_prompt(prompt_id: RowId, store: StoreDep) -> PromptOut:
     """The operator's override of a rejection, only while the task's pool is still open."""
     p = store.prompt(prompt_id)
     if p.status != PromptStatus.REJECTED:

@@ -895,7 +895,7 @@ function refreshAll() { refreshState().catch(() => {}); refreshHistory().catch((
 showOutbox();
 every(300, refreshState);
 every(1500, refreshHistory);
-every(1000, refreshHealth);  // a dead service is on the banner within robot_down_s + 1 s
+every(500, refreshHealth);  // a dead service is on the banner within robot_down_s (or service_stale_s) + 0.5 s
 every(4000, refreshPools);
 every(2000, refreshProgress);
 every(300, refreshTeleop);

@@ -15,10 +15,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pde.doctor.system import UNLIMITED, System
+from pde.doctor.system import UNLIMITED, Handshake, System
 from robot_server.robots.franka.realtime import classify_kernel
 
 Status = Literal["pass", "fail", "skip"]
@@ -325,16 +326,53 @@ def check_firewall(system: System, cfg: DoctorConfig) -> CheckResult:
     )
 
 
+# The arm's answer to libfranka's handshake, asked once per doctor run (run_checks): the fci and
+# libfranka lines both rest on it, and the FCI takes one client at a time.
+_ANSWERS: ContextVar[dict[str, Handshake] | None] = ContextVar("doctor_answers", default=None)
+
+
+def _arm_answer(system: System, cfg: DoctorConfig) -> Handshake:
+    answers = _ANSWERS.get()
+    if answers is None:
+        return system.franka_handshake(cfg.fci_host, cfg.timeout_s)
+    if cfg.fci_host not in answers:
+        answers[cfg.fci_host] = system.franka_handshake(cfg.fci_host, cfg.timeout_s)
+    return answers[cfg.fci_host]
+
+
 def check_fci_reachable(system: System, cfg: DoctorConfig) -> CheckResult:
+    """PASS only when the arm answered libfranka's handshake: an open TCP port is any program's."""
     error = system.tcp_connect(cfg.fci_host, FCI_PORT, cfg.timeout_s)
+    tcp = f"TCP {cfg.fci_host}:{FCI_PORT}"
     if error is None:
-        return _ok("fci", f"TCP {cfg.fci_host}:{FCI_PORT} accepts connections")
+        if not cfg.handshake or system.libfranka_version() is None:
+            why = "--no-connect" if not cfg.handshake else "franky-control is not installed"
+            return _skip(
+                "fci",
+                f"{tcp} accepts connections, but no arm was asked to answer ({why}): any program may "
+                "listen there",
+                "run the doctor without --no-connect (robot server stopped), in the robot server's image",
+            )
+        shake = _arm_answer(system, cfg)
+        if shake.outcome in ("ok", "incompatible"):
+            sim = " (loopback: a franky-sim, not the arm)" if _is_loopback(system, cfg) else ""
+            return _ok("fci", f"{tcp}: the arm answered libfranka's handshake{sim}")
+        return _fail(
+            "fci",
+            f"{tcp} accepts connections, but no arm answered libfranka's handshake ({shake.message})",
+            "see the libfranka line; check that fci_host is the control box's FCI address",
+        )
     if "refused" in error.lower():
         fix = "the control box answers but the FCI does not listen: in Desk, unlock the joints and "
         fix += "activate FCI (docs/lab-setup.md §8)"
     else:
         fix = f"check the cable to the control box's LAN port and `ping {cfg.fci_host}` (see fci-nic)"
-    return _fail("fci", f"TCP {cfg.fci_host}:{FCI_PORT}: {error}", fix)
+    return _fail("fci", f"{tcp}: {error}", fix)
+
+
+def _is_loopback(system: System, cfg: DoctorConfig) -> bool:
+    ip = _fci_address(system, cfg)
+    return ip is not None and ip.is_loopback
 
 
 def check_libfranka(system: System, cfg: DoctorConfig) -> CheckResult:
@@ -345,7 +383,7 @@ def check_libfranka(system: System, cfg: DoctorConfig) -> CheckResult:
     ours = f"libfranka {libfranka} (franky-control {franky})"
     if not cfg.handshake:
         return _skip("libfranka", f"{ours}; not connecting (--no-connect)")
-    shake = system.franka_handshake(cfg.fci_host, cfg.timeout_s)
+    shake = _arm_answer(system, cfg)
     if shake.outcome == "ok":
         return _ok("libfranka", f"{ours}: the arm accepted it and its UDP state stream arrives")
     if shake.outcome == "incompatible":
@@ -354,6 +392,14 @@ def check_libfranka(system: System, cfg: DoctorConfig) -> CheckResult:
             f"{ours} refused by the arm: {shake.message}",
             f"the FR3's system version and libfranka must match ({FRANKA_COMPATIBILITY}): update "
             "the arm's system in Desk, or use a franky-control built on a matching libfranka",
+        )
+    # libfranka's own text cannot tell a wrong route from a busy FCI: the fci-nic check can.
+    nic = check_fci_nic(system, cfg)
+    if nic.status == "fail":
+        return _fail(
+            "libfranka",
+            f"{ours}: {shake.message}",
+            f"the route to the arm is wrong: {nic.detail} (see fci-nic)",
         )
     if shake.outcome == "timeout":
         return _fail(
@@ -449,4 +495,8 @@ CHECKS: list[Callable[[System, DoctorConfig], CheckResult]] = [
 
 
 def run_checks(system: System, cfg: DoctorConfig) -> list[CheckResult]:
-    return [check(system, cfg) for check in CHECKS]
+    token = _ANSWERS.set({})
+    try:
+        return [check(system, cfg) for check in CHECKS]
+    finally:
+        _ANSWERS.reset(token)

@@ -25,12 +25,16 @@ def _camera(value: str) -> tuple[str, str]:
 
 
 def _configured() -> tuple[str, dict[str, str]]:
-    """The FCI host and camera serials the robot server would use (its environment)."""
+    """The FCI host and camera serials the robot server would use (its environment and file),
+    checked as the server checks them at start."""
     from robot_server.backends import franka_config
+    from robot_server.config_check import check_cell
     from robot_server.settings import RobotServerSettings
 
     settings = RobotServerSettings()
-    return franka_config(settings).host, dict(settings.realsense_serials)
+    franka = franka_config(settings)
+    check_cell(settings, franka)
+    return franka.host, dict(settings.realsense_serials)
 
 
 def report(results: list[CheckResult], out: TextIO | None = None) -> int:

@@ -48,7 +48,7 @@ def expert_rng(seed: int) -> np.random.Generator:
 
 
 def observe(
-    robot: SimRobot, cameras: Sequence[SimCamera], seq: int, episode_id: str, chunk_seq: int
+    robot: SimRobot, cameras: Sequence[SimCamera], seq: int, episode_id: str, chunk_seq: int, tick: int = -1
 ) -> Observation:
     return Observation(
         seq=seq,
@@ -58,6 +58,7 @@ def observe(
         episode_id=episode_id,
         executing_chunk_seq=chunk_seq,
         task_success=robot.task_success(),
+        tick=tick,
     )
 
 
@@ -72,7 +73,8 @@ def run_expert_episode(
 ) -> EpisodeFile:
     """Reset to ``task_name``/``seed``, run the expert until its script ends (or ``max_chunks``) and
     return the episode. Observations (with camera frames when ``cameras`` are given) are taken at
-    the start of every chunk; ``success`` is the task's check at the end."""
+    the start of every chunk and before each of its later rows (``ChunkRecord.row_observations``:
+    each row's own state and frames); ``success`` is the task's check at the end."""
     task = load(task_name)
     if not isinstance(task, TabletopTask):
         raise ValueError(f"the scripted expert only knows tabletop tasks, not {task_name!r}")
@@ -81,13 +83,18 @@ def run_expert_episode(
     expert = Expert(robot.world, task, expert_rng(seed), driver.pos, driver.quat_xyzw)
     episode_id = episode_id or uuid.uuid4().hex
     chunks: list[ChunkRecord] = []
+    tick = 0  # rows run so far: the tick the next row runs at
     for chunk_seq in range(max_chunks):
-        obs = observe(robot, cameras, chunk_seq, episode_id, chunk_seq)
+        obs = observe(robot, cameras, tick, episode_id, chunk_seq, tick)
         # float32 on the wire and on disk: execute exactly what is recorded
         actions = expert.next_chunk(chunk_rows).astype(np.float32)
-        for row in actions:
+        row_observations = {}
+        for r, row in enumerate(actions):
+            if r > 0:
+                row_observations[r] = observe(robot, cameras, tick, episode_id, chunk_seq, tick)
             driver.step(row.astype(np.float64))
-        chunks.append(ChunkRecord(observation=obs, actions=actions))
+            tick += 1
+        chunks.append(ChunkRecord(observation=obs, actions=actions, row_observations=row_observations))
         if expert.done:
             break
     return EpisodeFile(

@@ -53,13 +53,15 @@ ALWAYS = {
     WORKSTATION: {"postgres", "learner", "supervisor", "operator_ui"},
 }
 PROFILES = {
-    SINGLE: ("", "sim", "vllm", "sim,vllm"),
+    SINGLE: ("", "sim", "vllm", "record", "sim,vllm,record"),
     ROBOT: ("",),
-    WORKSTATION: ("", "sim", "vllm", "sim,vllm"),
+    WORKSTATION: ("", "sim", "vllm", "record", "sim,vllm,record"),
 }
 # Not plain `pde` processes: the database and the VLM server are other images. (docker-compose v1
 # `config` lists every service whatever the profiles; their `profiles` key says which.)
 OTHER_IMAGES = {"postgres", "vllm"}
+# Run once, not kept up (no healthcheck): the sim's demos + SFT, and `pde record`.
+ONE_OFF = {"sim_setup", "record"}
 
 needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose is not installed")
 
@@ -125,7 +127,7 @@ def test_each_stack_validates_with_each_profile(tmp_path: Path, stack: str) -> N
     services = config(env, stack=stack)["services"]
     always = {n for n, s in services.items() if not s.get("profiles")}
     assert always == ALWAYS[stack]
-    assert set(services) - always == ({"sim_setup", "vllm"} if stack != ROBOT else set())
+    assert set(services) - always == ({"sim_setup", "vllm", "record"} if stack != ROBOT else set())
 
 
 @needs_compose
@@ -225,7 +227,7 @@ def test_two_machine_stacks(tmp_path: Path) -> None:
     assert robot["network_mode"] == "host" and robot["ulimits"]["rtprio"] == 99
     assert "PDE_DATABASE_URL" not in renv  # the robot PC has no database
     ws = config(env, stack=WORKSTATION)["services"]
-    for name in ("learner", "operator_ui"):
+    for name in ("learner", "operator_ui", "record"):
         wenv = ws[name]["environment"]
         assert wenv["PDE_ROBOT_CMD_ENDPOINT"] == "tcp://192.0.2.10:5556"
         assert wenv["PDE_ROBOT_LINK_SERVER_KEY"] == "/keys/server.key"
@@ -233,7 +235,8 @@ def test_two_machine_stacks(tmp_path: Path) -> None:
         assert f"{tmp_path / 'keys'}:/keys:ro" in ws[name]["volumes"]
     # What `pde keys init` writes is what the stacks name.
     assert {
-        Path(ws[n]["environment"]["PDE_ROBOT_LINK_CLIENT_KEY"]).name for n in ("learner", "operator_ui")
+        Path(ws[n]["environment"]["PDE_ROBOT_LINK_CLIENT_KEY"]).name
+        for n in ("learner", "operator_ui", "record")
     } == {f"{c}.key_secret" for c in DEFAULT_CLIENTS}
     # The same service definitions in every stack (docker/compose.services.yml).
     single = config(env)["services"]
@@ -259,7 +262,7 @@ def test_every_dependency_is_waited_for_by_its_health(tmp_path: Path, stack: str
         for dep, how in (svc.get("depends_on") or {}).items():
             assert how["condition"] == "service_healthy", (name, dep)
             assert "healthcheck" in services[dep], f"{name} waits for {dep}, which has no healthcheck"
-        if name not in OTHER_IMAGES and name != "sim_setup":
+        if name not in OTHER_IMAGES | ONE_OFF:
             assert svc["healthcheck"]["test"][:3] == ["CMD", "pde", "health"], name
 
 
@@ -401,7 +404,7 @@ def _run_stacks(
     try:
         for services, keys_dir in stacks:
             for name in start_order(services):
-                if name in OTHER_IMAGES or name == "sim_setup":
+                if name in OTHER_IMAGES | ONE_OFF:
                     continue
                 svc, env = services[name], _service_env(services[name], data_dir, keys_dir)
                 _start_healthy(procs, name, svc, env, data_dir)
@@ -435,7 +438,7 @@ def test_single_machine_services_start_and_answer_their_healthchecks(
 ) -> None:
     services = config(env_file(tmp_path, **_ports(fresh_db)), "sim")["services"]
     started = _run_stacks(tmp_path, sft_checkpoints, [(services, tmp_path / "no-keys")])
-    assert set(started) == set(services) - OTHER_IMAGES - {"sim_setup"}
+    assert set(started) == set(services) - OTHER_IMAGES - ONE_OFF
 
 
 @needs_compose

@@ -1,5 +1,6 @@
-"""Episode files written before a field existed still read, with the field's default; format-1 files
-(tests/fixtures/episode_v1, written by the format-1 code) read as format 2."""
+"""Episode files written before a field existed still read, with the field's default; format-1 and
+format-2 files (tests/fixtures/episode_v1 and episode_v2, written by that format's code) read as
+format 3."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pde_contract.episodes import (
     ChunkRecord,
     EpisodeFile,
     PolicyTrace,
+    observation_of_row,
     read_episode,
     rows_commanded_by,
     write_episode,
@@ -23,6 +25,7 @@ from pde_contract.messages import ActionSpace
 from tests.storage.factories import make_episode_file, make_observation
 
 EPISODE_V1 = Path(__file__).resolve().parents[1] / "fixtures" / "episode_v1"
+EPISODE_V2 = Path(__file__).resolve().parents[1] / "fixtures" / "episode_v2"
 
 
 @functools.cache
@@ -54,7 +57,7 @@ def assert_same_trace(got: PolicyTrace | None, want: PolicyTrace | None) -> None
 def test_a_format_1_file_reads_with_the_trace_the_format_1_trainer_read(name: str) -> None:
     assert unpackb((EPISODE_V1 / name).read_bytes(), dict)["format_version"] == 1
     episode = read_episode(EPISODE_V1 / name)
-    assert episode.format_version == EPISODE_FORMAT_VERSION == 2
+    assert episode.format_version == EPISODE_FORMAT_VERSION == 3
     want = format_1_traces()[name]
     assert len(episode.chunks) == len(want)
     for chunk, trace in zip(episode.chunks, want, strict=True):
@@ -62,10 +65,10 @@ def test_a_format_1_file_reads_with_the_trace_the_format_1_trainer_read(name: st
     assert (name == "demo.episode") == (want[0] is None)
 
 
-def test_an_upgraded_format_1_file_writes_as_format_2(tmp_path: Path) -> None:
+def test_an_upgraded_format_1_file_writes_as_format_3(tmp_path: Path) -> None:
     write_episode(tmp_path / "up.episode", read_episode(EPISODE_V1 / "rollout_extras.episode"))
     raw = unpackb((tmp_path / "up.episode").read_bytes(), dict)
-    assert raw["format_version"] == 2 and not any("extras" in c for c in raw["chunks"])
+    assert raw["format_version"] == 3 and not any("extras" in c for c in raw["chunks"])
     for chunk, trace in zip(
         read_episode(tmp_path / "up.episode").chunks, format_1_traces()["rollout_extras.episode"], strict=True
     ):
@@ -73,7 +76,7 @@ def test_an_upgraded_format_1_file_writes_as_format_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "advice"), [(3, "written by newer code"), (0, "not one of this project")]
+    ("version", "advice"), [(4, "written by newer code"), (0, "not one of this project")]
 )
 def test_an_unknown_format_is_refused_saying_what_to_do(tmp_path: Path, version: int, advice: str) -> None:
     raw = unpackb(packb(make_episode_file(1, "t", n_chunks=1)), dict)
@@ -81,9 +84,32 @@ def test_an_unknown_format_is_refused_saying_what_to_do(tmp_path: Path, version:
     path = tmp_path / "x.episode"
     path.write_bytes(packb(raw))
     with pytest.raises(
-        ValueError, match=rf"x.episode: episode format {version}; this code reads formats 1 and 2.*{advice}"
+        ValueError, match=rf"x.episode: episode format {version}; this code reads formats 1 to 3.*{advice}"
     ):
         read_episode(path)
+
+
+def test_a_format_2_file_reads_as_format_3_with_the_chunk_start_for_every_row(tmp_path: Path) -> None:
+    raw = unpackb((EPISODE_V2 / "demo.episode").read_bytes(), dict)
+    assert raw["format_version"] == 2 and not any("row_observations" in c for c in raw["chunks"])
+    episode = read_episode(EPISODE_V2 / "demo.episode")
+    assert episode.format_version == 3 and len(episode.chunks) == 3
+    for chunk in episode.chunks:
+        assert chunk.row_observations == {}
+        assert observation_of_row(chunk, 0) == (chunk.observation, True)
+        assert observation_of_row(chunk, 2) == (chunk.observation, False)
+    write_episode(tmp_path / "up.episode", episode)  # and writes as format 3
+    assert unpackb((tmp_path / "up.episode").read_bytes(), dict)["format_version"] == 3
+
+
+def test_row_observations_round_trip(tmp_path: Path) -> None:
+    episode = make_episode_file(1, "t", n_chunks=2, rows=3)
+    episode.chunks[1].row_observations = {1: make_observation(7), 2: make_observation(8)}
+    write_episode(tmp_path / "x.episode", episode)
+    back = read_episode(tmp_path / "x.episode").chunks[1]
+    assert sorted(back.row_observations) == [1, 2]
+    obs, own = observation_of_row(back, 2)
+    assert own and obs.seq == 8 and obs.cameras[0].jpeg == make_observation(8).cameras[0].jpeg
 
 
 def test_a_file_that_is_not_an_episode_is_refused(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from pde.health import Unhealthy, check_robot_server
+from pde.keys import DEFAULT_CLIENTS
 from pde.keys import main as keys_main
 from pde_contract.client import RobotClient, RobotServerError
 from pde_contract.link import (
@@ -294,7 +295,10 @@ def test_ready_line_says_whether_the_link_is_encrypted(lab: Lab) -> None:
     from robot_server.main import _link_mode
 
     assert _link_mode(RobotServerSettings()) == "plain (loopback only)"
-    assert _link_mode(lab.server.settings) == f"curve (2 client keys from {lab.keys / 'robot-pc/clients'})"
+    assert (
+        _link_mode(lab.server.settings)
+        == f"curve ({len(DEFAULT_CLIENTS)} client keys from {lab.keys / 'robot-pc/clients'})"
+    )
 
 
 def test_robot_server_command_refuses_a_lan_host_without_keys() -> None:

@@ -67,3 +67,22 @@ def test_a_dataset_labelled_with_another_version_is_refused_as_inconsistent(data
     with pytest.raises(DatasetError, match=r"is not a v2\.1 template") as e:
         read_lerobot_dataset(root, chunk_len=6, action_space=ActionSpace.EE_DELTA)
     assert "the files and codebase_version disagree" in str(e.value)
+
+
+def test_a_dataset_at_another_fps_than_the_robots_control_rate_is_refused_with_what_to_do(
+    dataset, tmp_path, capsys
+):
+    init, root, _ = dataset
+    info_path = root / "meta" / "info.json"
+    info_path.write_text(json.dumps(json.loads(info_path.read_text()) | {"fps": 15}))
+    with pytest.raises(DatasetError, match=r"recorded at 15 fps.*robot acts at 10 Hz") as e:
+        read_lerobot_dataset(root, chunk_len=6, action_space=ActionSpace.EE_DELTA)
+    assert "PDE_ROBOT_CONTROL_RATE_HZ=15" in str(e.value) and "--control-rate-hz 15" in str(e.value)
+    assert len(read_lerobot_dataset(root, 6, ActionSpace.EE_DELTA, control_rate_hz=15).observations) == 6
+    argv = ["sft", "--policy", "pi05", "--init", str(init), "--lerobot-dataset", str(root)]
+    argv += ["--checkpoints", str(tmp_path / "ck"), "--steps", "1", "--batch-size", "2", "--device", "cpu"]
+    assert main(argv) == 2
+    assert "recorded at 15 fps" in capsys.readouterr().err
+    assert not (tmp_path / "ck" / "policy-000000.pt").exists()
+    assert main([*argv, "--control-rate-hz", "15"]) == 0  # a robot server run at 15 Hz
+    assert (tmp_path / "ck" / "policy-000000.pt").exists()

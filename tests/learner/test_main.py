@@ -6,7 +6,9 @@ import pytest
 from learner.main import main
 from pde_contract.episodes import write_episode
 from pde_contract.job_status import read_status
+from pde_contract.run_metrics import SftCurve
 from tests.helpers import pde_command, subprocess_env
+from tests.learner.loop.test_run_log import read_scalars
 from tests.learner.test_sft import _demo
 
 
@@ -48,10 +50,14 @@ def test_sft_command_trains_then_reuses_the_cache(tmp_path):
         "--status-file",
         str(tmp_path / "sft.status.json"),
     )
-    first = subprocess.run(
-        cmd, capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240
-    )
+    env = subprocess_env(OMP_NUM_THREADS="1", PDE_LEARNER_DATA_DIR=str(tmp_path / "data"))
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
     assert first.returncode == 0, first.stderr
+    # The run's curves, read back with TensorBoard's reader: a loss and a step time per step.
+    (run_dir,) = (tmp_path / "data" / "logs" / "runs").iterdir()
+    scalars = read_scalars(run_dir)
+    assert run_dir.name.startswith("sft-")
+    assert [s for s, _ in scalars[SftCurve.LOSS]] == [s for s, _ in scalars[SftCurve.STEP_S]] == [0, 1, 2]
     out = json.loads(first.stdout[first.stdout.index("{") :])
     assert out["cached"] is False and (tmp_path / "ckpt" / "policy-000000.pt").is_file()
     status = read_status(tmp_path / "sft.status.json")
@@ -64,9 +70,7 @@ def test_sft_command_trains_then_reuses_the_cache(tmp_path):
         False,
     )
     assert status.checkpoint == out["checkpoint"]
-    second = subprocess.run(
-        cmd, capture_output=True, text=True, env=subprocess_env(OMP_NUM_THREADS="1"), timeout=240
-    )
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
     assert json.loads(second.stdout[second.stdout.index("{") :])["cached"] is True
     status = read_status(tmp_path / "sft.status.json")
     assert status is not None and status.phase == "done" and status.cached

@@ -209,3 +209,60 @@ def test_calibration_rows_pick_the_recipes_probability(stats: ModuleType) -> Non
     assert [r["rate"] for r in stats.premise_block(rows, False, {})["canonical_start"]] == [0.22, 0.08]
     with pytest.raises(ValueError, match=r"no cell at canonical_prob 0\.1"):
         stats.calibration_rows(calibration, 0.1)
+
+
+def test_the_clustered_interval_takes_the_sft_seed_as_the_unit(stats: ModuleType) -> None:
+    # SFT seed 0's runs differ by 0.1, 0.2, 0.3 (mean 0.2); SFT seed 2's by 0.0, 0.0 (mean 0.0).
+    # Over the two cluster means: mean 0.1, sd 0.141421, se 0.1, t(0.975, 1) = 12.7062 -> +-1.27062
+    diffs = {(0, 0): 0.1, (0, 1): 0.2, (0, 2): 0.3, (2, 0): 0.0, (2, 1): 0.0}
+    block = stats.clustered_interval(diffs)
+    assert block["n_sft_seeds"] == 2 and block["sft_seed_means"] == pytest.approx({"0": 0.2, "2": 0.0})
+    assert block["mean"] == pytest.approx(0.1)
+    assert block["ci95"] == pytest.approx([0.1 - 1.270620, 0.1 + 1.270620], abs=1e-5)
+    one = stats.clustered_interval({(0, 0): 0.1, (0, 1): 0.3})
+    assert one["ci95"] is None and "1 SFT seed" in one["reason"]
+    # a paired contrast carries it beside the (too narrow) seed-level interval
+    rows = lambda g: [  # noqa: E731
+        {"sft_seed": k[0], "seed": k[1], "success_start": 0.1, "success_end": 0.1 + v} for k, v in g.items()
+    ]
+    c = stats.contrast(rows(diffs), rows({k: 0.0 for k in diffs}))
+    assert c["paired"] and c["clustered_by_sft_seed"]["mean"] == pytest.approx(0.1)
+
+
+def test_training_success_is_pooled_by_policy_version_as_counts(stats: ModuleType) -> None:
+    goal = "put it there"
+
+    def ep(v: int, prompt: str, ok: bool, stage: str = "rl", kind: str = "train") -> dict[str, object]:
+        return {"kind": kind, "stage": stage, "policy_version": v, "prompt": prompt, "success": ok}
+
+    episodes = [
+        ep(0, "a pool wording", True), ep(0, "a pool wording", True), ep(0, "another", False),
+        ep(0, goal, False), ep(1, goal, True), ep(1, "a pool wording", False),
+        ep(0, "a pool wording", True, stage="bootstrap"),  # the search: not the RL stage
+        ep(1, goal, True, kind="eval"),  # evaluations: not training
+    ]  # fmt: skip
+    table = stats.train_by_version(episodes, goal)
+    assert [row["policy_version"] for row in table] == [0, 1]
+    assert table[0]["pool"] == {"successes": 2, "n": 3, "rate": pytest.approx(2 / 3)}
+    assert table[0]["canonical"] == {"successes": 0, "n": 1, "rate": 0.0}
+    assert table[1]["canonical"]["successes"] == 1 and table[1]["pool"]["rate"] == 0.0
+
+
+def test_the_time_course_gives_every_evaluation_point_and_its_paired_gain(stats: ModuleType) -> None:
+    def run(sft: int, seed: int, rates: list[float]) -> dict[str, object]:
+        evs = [
+            {"env_episodes": at, "successes": round(r * 100), "n": 100, "rate": r}
+            for at, r in zip((0, 128, 320), rates, strict=True)
+        ]
+        return {"sft_seed": sft, "seed": seed, "evaluations": evs}
+
+    arms = {
+        "noise": {"per_seed": [run(0, 0, [0.1, 0.2, 0.4]), run(2, 0, [0.1, 0.3, 0.4])]},
+        "oracle": {"per_seed": [run(0, 0, [0.1, 0.5, 0.4]), run(2, 0, [0.1, 0.4, 0.3])]},
+    }
+    course = stats.time_course(arms)
+    at128 = course["oracle"][1]
+    assert at128["env_episodes"] == 128 and at128["successes"] == 90 and at128["n"] == 200
+    assert at128["minus_noise"]["mean"] == pytest.approx(0.2)  # (0.3 + 0.1) / 2
+    assert course["oracle"][2]["minus_noise"]["mean"] == pytest.approx(-0.05)
+    assert "minus_noise" not in course["noise"][1]

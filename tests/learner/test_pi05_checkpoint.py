@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import load_file as load_numpy
 from safetensors.numpy import save_file as save_numpy
 
 from learner.checkpoints import CheckpointStore
 from learner.policies.pi05 import Pi05CheckpointError, Pi05Options, load_pi05, state_prompt, task_prompt
-from learner.policies.pi05_checkpoint import PREPROCESSOR_FILE, STATS_FILE, Pi05Mapping
+from learner.policies.pi05_checkpoint import ACTION_NAMES, PREPROCESSOR_FILE, STATS_FILE, Pi05Mapping
 from learner.synthetic import synthetic_observation
 from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace
 from tests.learner.pi05_tiny import (
@@ -62,8 +63,10 @@ def test_a_relative_checkpoint_sends_state_plus_offset_for_all_but_the_excluded_
 
 def test_relative_columns_follow_lerobots_mask_and_its_preprocessor_json(tmp_path):
     # No action names: LeRobot's mask makes every column relative, the gripper too.
-    no_names = {"use_relative_actions": True}
-    assert load_pi05(make_joint_checkpoint(tmp_path / "a", no_names)).relative == (True,) * 8
+    no_names = {"use_relative_actions": True, "action_feature_names": None}
+    d = make_joint_checkpoint(tmp_path / "a", no_names)
+    (d / "pde_pi05.json").write_text(json.dumps({"action_space": "joint_abs"}))  # unnamed: declared
+    assert load_pi05(d).relative == (True,) * 8
     # What LeRobot runs is the pipeline's step config: it overrides config.json.
     d = make_joint_checkpoint(tmp_path / "b")
     step = {"enabled": True, "exclude_joints": ["JOINT_7", "grip"], "action_names": JOINT_ACTION_NAMES}
@@ -81,7 +84,9 @@ def test_relative_columns_follow_lerobots_mask_and_its_preprocessor_json(tmp_pat
 def test_relative_actions_that_cannot_become_targets_are_refused(tmp_path):
     d = make_tiny_checkpoint(tmp_path / "ee")
     raw = json.loads((d / "config.json").read_text())
-    (d / "config.json").write_text(json.dumps(raw | RELATIVE))
+    (d / "config.json").write_text(
+        json.dumps(raw | RELATIVE | {"action_feature_names": list(ACTION_NAMES[ActionSpace.EE_DELTA])})
+    )
     with pytest.raises(Pi05CheckpointError, match=r"ee_delta.*use_relative_actions false"):
         load_pi05(d)
     d = make_joint_checkpoint(tmp_path / "order", RELATIVE)
@@ -139,14 +144,16 @@ def test_cameras_are_matched_by_the_image_inputs_names(tmp_path):
     obs = _obs(1)
     wrist_only = load_pi05(d).preprocess(obs).images[0, 0]
     (d / "pde_pi05.json").write_text(
-        json.dumps({"state_names": list(STATE_VECTOR_NAMES), "cameras": {"wrist_cam": "wrist"}})
+        json.dumps(
+            {"state_names": list(STATE_VECTOR_NAMES), "cameras": {"wrist_cam": "wrist", "front": None}}
+        )
     )
     mapped = load_pi05(d)
     assert mapped.mapping.cameras == ("wrist", None) and mapped.cameras == ("wrist",)
     assert torch.equal(mapped.preprocess(obs).images[0, 0], wrist_only)
     (d / "pde_pi05.json").write_text(json.dumps({"state_names": [], "cameras": ["wrist", "external"]}))
     with pytest.raises(
-        Pi05CheckpointError, match=r'by name, not by order.*"observation.images.wrist_cam": "wrist"'
+        Pi05CheckpointError, match=r'by name, not by order.*"wrist_cam": "wrist", "front": "external"'
     ):
         load_pi05(d)
     (d / "pde_pi05.json").write_text(json.dumps({"state_names": [], "cameras": {"top": "external"}}))
@@ -233,3 +240,34 @@ def test_deterministic_sampling_takes_the_checkpoints_inference_steps(tmp_path):
             x = x - velocity(x[:, None], torch.tensor([1.0 - i / 7]))[:, 0] / 7
     np.testing.assert_allclose(s.chain[:, -1], x.numpy(), atol=1e-5)
     assert policy.sample(obs, [PROMPT]).chain.shape[1] == 4  # the flow-SDE chain keeps flow_steps
+
+
+def test_min_max_normalisation_maps_min_and_max_to_minus_one_and_one_and_exports_as_such(tmp_path):
+    # LeRobot's MIN_MAX: 2 (x - min) / (max - min) - 1, statistics keys <feature>.min / .max.
+    from learner.policies.pi05_export import NORMALIZER_FILE, export_lerobot
+    from tests.learner.pi05_tiny import action_stats, state_stats
+
+    d = make_tiny_checkpoint(tmp_path / "src")
+    raw = json.loads((d / "config.json").read_text())
+    raw["normalization_mapping"] = {"VISUAL": "IDENTITY", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"}
+    (d / "config.json").write_text(json.dumps(raw))
+    s, a = state_stats(), action_stats()
+    stats = {f"observation.state.{k}": s[q].astype(np.float32) for k, q in (("min", "q01"), ("max", "q99"))}
+    stats |= {f"action.{k}": a[q].astype(np.float32) for k, q in (("min", "q01"), ("max", "q99"))}
+    save_numpy(stats, str(d / STATS_FILE))
+    policy = load_pi05(d)
+    st = policy.stats["state"]
+    assert st.mode == "MIN_MAX"
+    np.testing.assert_allclose(st.normalize(s["q01"].astype(np.float32)), -1.0, atol=1e-6)
+    np.testing.assert_allclose(st.normalize(s["q99"].astype(np.float32)), 1.0, atol=1e-6)
+    out = export_lerobot(policy, tmp_path / "out", device="cpu")
+    assert json.loads((out / "config.json").read_text())["normalization_mapping"]["ACTION"] == "MIN_MAX"
+    exported = load_numpy(str(out / NORMALIZER_FILE))
+    np.testing.assert_allclose(exported["action.min"], a["q01"], rtol=1e-6)
+    np.testing.assert_allclose(exported["action.max"], a["q99"], rtol=1e-6)
+    # A MIN_MAX checkpoint without min/max says which statistics it needs.
+    save_numpy(
+        {k.replace(".min", ".q01").replace(".max", ".q99"): v for k, v in stats.items()}, str(d / STATS_FILE)
+    )
+    with pytest.raises(Pi05CheckpointError, match=r"MIN_MAX normalisation needs \['min', 'max'\]"):
+        load_pi05(d)

@@ -71,7 +71,7 @@ def test_the_export_has_lerobots_files_keys_and_steps_and_loads_back_to_the_same
     sizes = json.loads((out / "pde_pi05.json").read_text())["model_sizes"]
     assert sizes == {"vision_variant": "dummy", "vocab_size": 512}
     assert config["type"] == "pi05" and config["n_action_steps"] == config["chunk_size"]
-    assert config["device"] == "cuda"
+    assert config["device"] == ("cuda" if torch.cuda.is_available() else "cpu")  # what exists here
     assert list(config["input_features"]) == [*IMAGE_KEYS, "observation.state"]
     assert config["output_features"] == {"action": {"type": "ACTION", "shape": [8]}}
     assert config["use_relative_actions"] and config["relative_exclude_joints"] == ["gripper_width_m"]
@@ -99,6 +99,25 @@ def test_the_export_has_lerobots_files_keys_and_steps_and_loads_back_to_the_same
     assert back.relative == policy.relative == (True,) * 7 + (False,)
     assert back.mapping == policy.mapping
     _same_samples(policy, back, policy.preprocess(_obs()))
+
+
+def test_n_action_steps_is_kept_as_the_checkpoint_said_and_device_defaults_to_what_exists(tmp_path, capsys):
+    # A LeRobot π0.5 that runs 2 of its 4 rows per inference exports as such, not forced to 4.
+    src = make_tiny_checkpoint(tmp_path / "src")
+    raw = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(raw | {"n_action_steps": 2}))
+    policy = load_pi05(src)
+    assert policy.config.n_action_steps == 2 and policy.config.chunk_size == 4
+    store = CheckpointStore(tmp_path / "ck")
+    store.save(policy, 1)  # and through our own checkpoint file
+    argv = ["export-policy", "--format", "lerobot", "--checkpoints", str(tmp_path / "ck")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["n_action_steps"], config["chunk_size"]) == (2, 4)
+    assert config["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    (src / "config.json").write_text(json.dumps(raw | {"n_action_steps": 5}))
+    with pytest.raises(Pi05CheckpointError, match=r"n_action_steps 5 must be in 1\.\.chunk_size"):
+        load_pi05(src)
 
 
 def test_lora_is_merged_into_the_exported_layers(tmp_path):

@@ -32,6 +32,7 @@ class Choice:
     fast_inference: bool = True
     bf16_weights: bool = False
     cuda_graphs: bool = False
+    compiled_kernels: bool = False
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,9 @@ def test_without_dtype_or_kernel_changes_the_fast_path_gives_the_eager_bits(
 ):
     eager = _load(ckpt_dir, bf16=autocast)
     fast = _load(ckpt_dir, bf16=autocast).for_acting(Choice())
-    fast.model.set_sdpa_attention(False)  # only the prefix handling differs now
+    fast.model.set_sdpa_attention(False)
+    assert fast._realtime is not None
+    fast._realtime.use_fused = False  # the model's modules: only the prefix handling differs now
     _same(_sample(eager, deterministic), _sample(fast, deterministic))
 
 

@@ -16,6 +16,8 @@ from tests.operator_ui.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.storage.conftest import db_url, pg_admin_url, store  # noqa: F401  (shared fixtures)
 
 TOKEN = "test-token-0123456789abcdef"
+# The page answers only the hosts it knows (operator_ui/host_guard.py), not TestClient's "testserver".
+LOCAL = "http://127.0.0.1"
 
 
 @pytest.fixture
@@ -23,7 +25,7 @@ def client(store: Store, tmp_path: Path) -> Iterator[TestClient]:  # noqa: F811
     settings = UISettings.model_validate({"data_dir": tmp_path, "database_url": store.url})
     # A robot server that does not exist: the page must say so, not hang.
     link = RobotLink(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3)
-    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link)) as c:
+    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link), base_url=LOCAL) as c:
         yield c
     link.close()
 

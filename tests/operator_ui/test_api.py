@@ -21,7 +21,7 @@ from pde_contract.service_state import RUN_CONTROL_ROW, SUPERVISOR_ROW, RunContr
 from pde_storage import Store
 from pde_storage.service_states import write_state
 from tests.helpers import free_port, pde_command, subprocess_env
-from tests.operator_ui.conftest import AUTH, TOKEN
+from tests.operator_ui.conftest import AUTH, LOCAL, TOKEN
 from tests.storage.factories import finish_with_videos, make_episode_file
 
 TASK = "put_green_container_in_bowl"
@@ -281,7 +281,7 @@ def test_under_a_restarting_supervisor_the_banner_says_it_restarts_the_service(
         {"data_dir": tmp_path, "database_url": store.url, "restarted_by": "pde demo"}
     )
     link = RobotLink(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3)
-    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link)) as c:
+    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link), base_url=LOCAL) as c:
         down = {p["service"]: p for p in c.get("/api/health").json()["problems"]}
     link.close()  # the app closes only a link it made
     assert sorted(down) == ["loop", "robot_server"]
@@ -303,7 +303,7 @@ def test_the_reset_guide_shows_the_tasks_reset_instructions(
         {"data_dir": tmp_path, "database_url": store.url, "tasks_file": str(tasks)}
     )
     link = RobotLink(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3)
-    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link)) as c:
+    with TestClient(create_app(settings, TOKEN, store=store, robot_link=link), base_url=LOCAL) as c:
         guide = c.get(f"/api/tasks/{TASK}/reset-guide").json()
         assert c.get("/api/tasks/no_such_task/reset-guide").status_code == 404
     link.close()

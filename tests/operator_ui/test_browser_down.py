@@ -5,15 +5,20 @@ stale, as a killed process leaves them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
+from pde_contract.intents import StartEpisode
 from pde_storage import Store
-from tests.helpers import free_port
+from tests.helpers import free_port, subprocess_env
 from tests.operator_ui.browser import SHOTS, sim_robot_server, ui_process, ui_server
 from tests.operator_ui.conftest import TOKEN
 
@@ -84,3 +89,57 @@ def test_dead_loop_and_supervisor_get_banners_with_the_command(page: Page, tmp_p
         alive.clear()
         beat.join(5)
         store.close()
+
+
+@contextmanager
+def beating(url: str, media: Path, service: str) -> Iterator[subprocess.Popen[bytes]]:
+    """tests/operator_ui/beating_service.py as a process: the service's row and heartbeat."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.operator_ui.beating_service", url, str(media), service],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"beating\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_kill9_of_the_loop_and_the_supervisor_is_bannered_in_seconds_and_start_refused(
+    page: Page, tmp_path: Path
+) -> None:
+    """Default settings (PDE_UI_SERVICE_STALE_S, the services' heartbeat periods): a killed loop
+    or supervisor is on the banner within 3 s (10 s before: the old stale threshold), and a Start
+    pressed while the loop is dead is refused with the reason, never queued for a later loop."""
+    url = f"sqlite:///{tmp_path}/pde.db"
+    robot = f"tcp://127.0.0.1:{free_port()}"
+    banner = page.locator("#service-banner")
+    with (
+        ui_server(url, tmp_path, TOKEN, robot) as (base, _),
+        beating(url, tmp_path / "media", "loop") as loop,
+        beating(url, tmp_path / "media", "supervisor") as sup,
+    ):
+        page.goto(f"{base}/#token={TOKEN}")
+        for name in ("loop", "supervisor"):
+            expect(page.locator(f'.pill[data-service="{name}"]')).to_have_class("pill ok", timeout=20_000)
+        expect(banner.locator('[data-service="loop"]')).to_have_count(0)
+        for name, proc in (("loop", loop), ("supervisor", sup)):
+            proc.kill()  # SIGKILL: no "stopped" row, only the beats stop
+            killed_at = time.monotonic()
+            expect(banner.locator(f'[data-service="{name}"]')).to_contain_text("not running", timeout=6_000)
+            print(f"{name} banner {time.monotonic() - killed_at:.2f} s after kill -9")
+            expect(page.locator(f'.pill[data-service="{name}"]')).to_have_class("pill down")
+        expect(page.locator("#start")).to_be_disabled()
+        r = page.request.post(f"{base}/api/loop/start", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status == 409 and "not running" in r.json()["detail"], (r.status, r.text())
+        store = Store.open(url, tmp_path / "media")
+        try:
+            assert store.pending_intents(StartEpisode) == []  # nothing queued for a later loop
+        finally:
+            store.close()
+        page.goto("about:blank")

@@ -230,12 +230,50 @@ def test_firewall_unreadable_is_a_skip_that_says_how_to_look() -> None:
 
 def test_fci_reachable() -> None:
     pc = ready_robot_pc()
-    assert check_fci_reachable(pc, CFG).detail == "TCP 172.16.0.2:1337 accepts connections"
+    assert (
+        check_fci_reachable(pc, CFG).detail == "TCP 172.16.0.2:1337: the arm answered libfranka's handshake"
+    )
     pc.tcp_errors[(FCI_HOST, 1337)] = "Connection refused"
     result = check_fci_reachable(pc, CFG)
     assert result.status == "fail" and "activate FCI" in result.fix
     pc.tcp_errors[(FCI_HOST, 1337)] = "no answer within 5 s"
     assert "ping 172.16.0.2" in check_fci_reachable(pc, CFG).fix
+
+
+def test_no_pass_for_fci_without_an_answer_from_the_arm(capsys: pytest.CaptureFixture[str]) -> None:
+    # Something listens on 1337 but no arm answers libfranka: the port alone is no pass.
+    pc = ready_robot_pc()
+    pc.handshake = Handshake("timeout", "no answer within 15 s")
+    result = check_fci_reachable(pc, CFG)
+    assert result.status == "fail" and "no arm answered libfranka's handshake" in result.detail, result
+    # Not asked (--no-connect, or no franky-control): a skip that says why, never a pass.
+    pc.handshakes.clear()
+    result = check_fci_reachable(pc, dataclasses.replace(CFG, handshake=False))
+    assert result.status == "skip" and "--no-connect" in result.detail and pc.handshakes == []
+    pc.libfranka = None
+    assert check_fci_reachable(pc, CFG).status == "skip"
+    # A whole run asks the arm once for both lines.
+    pc = ready_robot_pc()
+    pc.handshake = Handshake("timeout", "no answer within 15 s")
+    argv = ["--fci-host", FCI_HOST, "--camera", f"external={SERIALS['external']}"]
+    assert main([*argv, "--camera", f"wrist={SERIALS['wrist']}"], system=pc) == 1
+    out = capsys.readouterr().out
+    assert "PASS  fci  " not in out and "FAIL  fci  " in out and pc.handshakes == [FCI_HOST]
+
+
+def test_libfranka_names_a_routing_problem_rather_than_another_client() -> None:
+    pc = ready_robot_pc()
+    pc.handshake = Handshake("timeout", "no answer within 15 s")
+    assert "another client may hold the FCI" in check_libfranka(pc, CFG).fix  # the route is right
+    _with_routes(
+        pc, route_line("eno1", "0.0.0.0/0", gateway="192.168.1.1"), route_line("eno1", "192.168.1.0/24")
+    )
+    result = check_libfranka(pc, CFG)
+    assert result.status == "fail" and "another client" not in result.fix, result
+    assert result.fix == (
+        "the route to the arm is wrong: 172.16.0.2 is reached through the gateway 192.168.1.1 on eno1 "
+        "(see fci-nic)"
+    )
 
 
 def test_libfranka_against_the_arm() -> None:

@@ -46,8 +46,10 @@ def test_flag_beats_environment_beats_file_beats_default(
     assert settings.heartbeat_timeout_s == 0.3
     sources = {r.name: r.source for r in effective_settings(settings, flags)}
     assert sources["workspace_min_m"] == "file"
-    assert sources["control_rate_hz"] == "environment"
-    assert sources["heartbeat_timeout_s"] == "flag"
+    # A variable or flag that beats the file says so (a compose stack's variable would otherwise
+    # hide the file's value without a word).
+    assert sources["control_rate_hz"] == "environment, over the file's 12.0"
+    assert sources["heartbeat_timeout_s"] == "flag, over the file's 0.5"
     assert sources["workspace_max_m"] == "default"
     franka = FrankaConfig()
     assert franka.relative_dynamics_factor == 0.1

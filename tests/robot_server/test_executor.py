@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode, RobotFault
-from robot_server.executor import ChunkExecutor, ExecutorConfig
+from robot_server.executor import ChunkExecutor
 from robot_server.robots.base import FaultReport, RobotNotConnectedError
 from robot_server.safety import SafetyError
 from tests.robot_server.fakes import HOME_POS, FakeRobot
@@ -36,23 +36,6 @@ def ee_chunk(
     return ActionChunk(
         seq=seq, episode_id=episode, action_space=ActionSpace.EE_DELTA, actions=a, control_rate_hz=rate_hz
     )
-
-
-@pytest.fixture
-def make() -> Iterator[Callable[..., tuple[ChunkExecutor, FakeRobot]]]:
-    made: list[ChunkExecutor] = []
-
-    def _make(**kw: object) -> tuple[ChunkExecutor, FakeRobot]:
-        robot = FakeRobot(home_time_s=float(kw.pop("home_time_s", 0.0)))  # type: ignore[arg-type]
-        cfg = ExecutorConfig(**{"control_rate_hz": 50.0, "heartbeat_timeout_s": 0.0, **kw})  # type: ignore[arg-type]
-        ex = ChunkExecutor(robot, cfg)
-        ex.start()
-        made.append(ex)
-        return ex, robot
-
-    yield _make
-    for ex in made:
-        ex.close()
 
 
 def test_rows_execute_one_per_tick_then_hold(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:

@@ -64,7 +64,9 @@ class ServerProc:
             raise AssertionError(f"robot-server did not stop within {timeout_s} s after SIGTERM") from None
 
 
-def start_server(*extra: str, cmd_port: int | None = None, obs_port: int | None = None) -> ServerProc:
+def start_server(
+    *extra: str, cmd_port: int | None = None, obs_port: int | None = None, env: dict[str, str] | None = None
+) -> ServerProc:
     cmd_port = cmd_port or free_port()
     obs_port = obs_port or free_port()
     proc = subprocess.Popen(
@@ -78,7 +80,7 @@ def start_server(*extra: str, cmd_port: int | None = None, obs_port: int | None 
             str(obs_port),
             *extra,
         ),
-        env=subprocess_env(MUJOCO_GL="egl"),
+        env=subprocess_env(MUJOCO_GL="egl", **(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -378,6 +380,32 @@ def assert_motion_refused(client: RobotClient, code: ErrorCode, says: str) -> No
         with pytest.raises(RobotServerError) as ei:
             call()
         assert ei.value.code is code and says in ei.value.message, ei.value.message
+
+
+def test_an_estop_survives_a_kill_and_the_next_chunk_is_refused(tmp_path: Path) -> None:
+    env = {"PDE_DATA_DIR": str(tmp_path)}
+    first = start_server(env=env)
+    try:
+        with RobotClient(first.cmd_endpoint, name="sim-test", timeout_s=5.0) as c:
+            c.connect()
+            c.estop("operator pressed e-stop on the page")  # acknowledged: on disk now
+    finally:
+        first.proc.kill()  # kill -9: no clean shutdown writes anything
+        first.proc.wait(15)
+        first.pump.join(5)
+    second = start_server(env=env)
+    try:
+        with RobotClient(second.cmd_endpoint, name="sim-test", timeout_s=5.0) as c:
+            c.connect()
+            st = c.status()
+            assert st.estopped and "operator pressed e-stop on the page" in st.estop_reason
+            assert "before the robot server restarted" in st.estop_reason
+            assert c.latest_observation(timeout_s=10.0).estopped  # what the page shows
+            assert_motion_refused(c, ErrorCode.ESTOPPED, "release_estop")
+            c.release_estop()
+            assert c.submit_chunk(ee_chunk(5, (0.0, 0.01, 0.0))).steps == 5
+    finally:
+        assert second.stop() == 0, "".join(second.lines)
 
 
 def test_estop_holds_until_released(client: RobotClient) -> None:

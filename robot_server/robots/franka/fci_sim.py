@@ -92,6 +92,12 @@ class FciSim:
         return self._sim.data
 
     @property
+    def hand_width_m(self) -> float:
+        """The simulated hand's finger width, read from the simulator itself (not through FCI):
+        what the fingers do, whatever a client is told."""
+        return float(self._robot.hand_width)
+
+    @property
     def running(self) -> bool:
         return bool(self._server is not None and self._server.running)
 

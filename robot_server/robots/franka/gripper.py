@@ -69,16 +69,15 @@ class GripperWorker:
         self.commands_dropped = 0
         self.errors = 0
         self.halts = 0  # calls stopped by halt()
-        self.homed = False  # homing ran at start
+        self.homed = False  # homing ran (home(): at the first reset, never at start)
+        self._home_wanted = False
         self.last_error = ""
         self._thread: threading.Thread | None = None
 
-    def start(self, home: bool = False) -> None:
-        """Connect (with the deadline), home the hand if ``home``, and start the worker. Raises on
+    def start(self) -> None:
+        """Connect (with the deadline) and start the worker; the fingers do not move. Raises on
         failure."""
         self._connect()
-        if home:
-            self._home()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="franka-gripper", daemon=True)
         self._thread.start()
@@ -95,16 +94,38 @@ class GripperWorker:
         if max_width > 0.0:
             self.max_width_m = max_width
 
+    def home(self, timeout_s: float) -> bool:
+        """Blocking: the hand learns its finger width (libfranka homing: it closes, then opens
+        fully), on the worker after the call in progress; the waiting request is dropped. False
+        (``last_error`` says why) when it failed or did not finish within ``timeout_s``."""
+        with self._cond:
+            if self._request is not None:
+                self.commands_dropped += 1
+                self._request = None
+            self._home_wanted = True
+            self._cond.notify_all()
+        if not self.wait_idle(timeout_s):
+            self.last_error = f"the Franka Hand's homing did not finish within {timeout_s:.0f} s"
+            return False
+        return self.homed
+
     def _home(self) -> None:
-        """The hand learns its finger width (libfranka homing): needed after the fingers were
-        changed."""
-        ok = call_with_deadline(self._gripper.homing, HOMING_TIMEOUT_S, "franka-gripper-homing")
+        try:
+            ok = call_with_deadline(self._gripper.homing, HOMING_TIMEOUT_S, "franka-gripper-homing")
+        except Exception as e:
+            ok = False
+            self.last_error = f"the Franka Hand's homing failed ({type(e).__name__}: {e})"
+        else:
+            self.last_error = "" if ok else "the Franka Hand's homing failed"
         if not ok:
-            raise RuntimeError(
-                "the Franka Hand's homing failed: make sure nothing is between or against the fingers and "
-                "start again (gripper_homing = false in the robot configuration skips it)"
+            self.errors += 1
+            self.last_error += (
+                ": make sure nothing is between or against the fingers and reset again "
+                "(gripper_homing = false in the robot configuration skips it)"
             )
+            return
         self.homed = True
+        self._last_commanded_m = None
         self._read_widths()
 
     def stop(self) -> None:
@@ -122,6 +143,10 @@ class GripperWorker:
         for it (a new request, e.g. a chunk closing the hand again, is)."""
         width_m = min(max(float(width_m), 0.0), self.max_width_m)
         with self._cond:
+            if held and self._request is None and self._last_commanded_m is None:
+                # Nothing asked of the hand since the server started: a hold keeps whatever the
+                # fingers do (a move to the measured width would end a grasp's force).
+                return
             if self._ignore_m is not None:
                 if held and abs(width_m - self._ignore_m) < self.deadband_m:
                     return
@@ -151,7 +176,7 @@ class GripperWorker:
     def wait_idle(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._request is not None or self._busy:
+            while self._request is not None or self._home_wanted or self._busy:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0.0:
                     return False
@@ -161,17 +186,31 @@ class GripperWorker:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while self._request is None and not self._stopping:
+                while self._request is None and not self._home_wanted and not self._stopping:
                     # Refresh the measured width while idle (reading it takes ~1 ms).
                     if not self._cond.wait(0.1):
                         break
                 if self._stopping:
                     return
-                width = self._request
-                self._request = None
-                self._busy = width is not None
+                homing, self._home_wanted = self._home_wanted, False
+                width = None if homing else self._request
+                if not homing:
+                    self._request = None
+                self._busy = homing or width is not None
                 self._running_m = width
                 self._halt.clear()
+            if homing:
+                try:
+                    if self._gripper is None:
+                        self._connect()
+                    self._home()
+                except Exception as e:  # the connection: the worker must survive it
+                    self.errors += 1
+                    self.last_error = f"Franka Hand: homing failed ({type(e).__name__}: {e})"
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+                continue
             try:
                 if width is None:
                     if self._gripper is not None:

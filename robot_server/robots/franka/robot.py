@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pde_contract.messages import RobotFault, RobotState
+from robot_server.latch_file import LatchFileError
 from robot_server.robots.base import FaultReport, Robot, RobotError, RobotNotConnectedError, RobotTarget
 from robot_server.robots.franka import config as fr3
 from robot_server.robots.franka.config import FrankaConfig
 from robot_server.robots.franka.deadline import DeadlineExceeded, PendingCall, call_with_deadline
 from robot_server.robots.franka.fault_state import LatchedFaultFile
-from robot_server.robots.franka.gripper import GripperWorker
+from robot_server.robots.franka.gripper import HOMING_TIMEOUT_S, GripperWorker
 from robot_server.robots.franka.realtime import KernelRealtime, kernel_realtime
 from robot_server.robots.franka.streaming import (
     FEEDFORWARD_SHARE,
@@ -282,7 +283,7 @@ class FrankaRobot(Robot):
                 self.config.gripper_stop_on_hold,
             )
             try:
-                gripper.start(home=self.config.gripper_homing)
+                gripper.start()  # homed at the first reset (home()), never here
             except Exception as e:
                 self.last_error = (
                     "The arm connected but the Franka Hand did not: "
@@ -818,9 +819,12 @@ class FrankaRobot(Robot):
                         "The FR3 reports an error that automatic recovery cannot clear. Clear it in Desk, "
                         "then reset again."
                     )
+                try:
+                    self._fault_file.clear()  # the operator's reset acknowledged it
+                except LatchFileError as e:
+                    raise RobotError(f"The reset was not started: {e}.") from e
                 self._failed_reason = ""
                 self._fault = None
-                self._fault_file.clear()  # the operator's reset acknowledged it
                 self._guiding = False
                 self._recovery_times.clear()
                 if self._streamer is not None:
@@ -858,6 +862,11 @@ class FrankaRobot(Robot):
         finally:
             self._franky_lock.release()
         if self._gripper is not None:
+            # The first reset homes the hand, never the start: a server restarted mid-grasp (or
+            # with a fault latched) must not open the fingers before anyone has looked.
+            homing = self.config.gripper_homing and not self._gripper.homed
+            if homing and not self._gripper.home(HOMING_TIMEOUT_S):
+                raise RobotError(f"The arm is home, but {self._gripper.last_error}")
             self._gripper.request(self._gripper.max_width_m)
             if not self._gripper.wait_idle(5.0):
                 logger.warning("the gripper did not open within 5 s after home")

@@ -46,14 +46,20 @@ def _loop_cmd(endpoint: str, *extra: str) -> list[str]:
     )
 
 
-@pytest.mark.slow
-def test_pde_loop_in_sim_kill9_restart_and_ppo(tmp_path: Path) -> None:
+def _rl_data_dir(tmp_path: Path) -> tuple[dict[str, str], Store]:
+    """A data folder with the SFT checkpoint and the task in RL; the loop's environment and the store."""
     url = f"sqlite:///{tmp_path}/pde.db"
     env = subprocess_env(PDE_LOOP_DATABASE_URL=url, PDE_LOOP_DATA_DIR=str(tmp_path))
     _tiny_checkpoint(tmp_path)
     store = Store.open(url, tmp_path / "media")
     store.ensure_task(TASK, "put the green container in the bowl")
     store.set_task_state(TASK, stage="rl", alpha=0.5)
+    return env, store
+
+
+@pytest.mark.slow
+def test_pde_loop_in_sim_kill9_restart_and_ppo(tmp_path: Path) -> None:
+    env, store = _rl_data_dir(tmp_path)
     store.set_prompt_status(store.add_prompt(TASK, "drop the green box into the bowl").id, "pool")
     log = tmp_path / "loop.log"
     with sim_robot_server(tmp_path) as endpoint:
@@ -105,4 +111,44 @@ def test_pde_loop_in_sim_kill9_restart_and_ppo(tmp_path: Path) -> None:
     assert ck is not None and ck.version == 1 and Path(ck.path).is_file()
     assert ck.metrics["trained_through_episode_id"] == eps[1].id
     assert store.metrics("ppo/update_s") and store.task_state(TASK).iteration == 1
+    store.close()
+
+
+@pytest.mark.slow
+def test_pde_loop_in_sim_writes_a_run_tensorboard_reads_and_pde_report_pages(tmp_path: Path) -> None:
+    """A short `pde loop` in the simulator (two episodes, one PPO update): its run folder's event
+    files read back with TensorBoard's own reader, and `pde report` writes the page with the run's
+    per-prompt table and links to the episodes' videos."""
+    from pde_contract.run_metrics import PPO_UPDATE_WALL_S, TaskCurve, ppo_metric, task_metric
+    from tests.learner.loop.test_run_log import read_scalars
+
+    env, store = _rl_data_dir(tmp_path)
+    with sim_robot_server(tmp_path) as endpoint:
+        r = subprocess.run(
+            _loop_cmd(endpoint, "--max-episodes", "2"), env=env, capture_output=True, text=True, timeout=240
+        )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (run_dir,) = (tmp_path / "logs" / "runs").iterdir()
+    scalars = read_scalars(run_dir)
+    assert [s for s, _ in scalars[task_metric(TASK, TaskCurve.ALPHA)]] == [1, 2]
+    assert len(scalars[task_metric(TASK, TaskCurve.EPISODE_S)]) == 2
+    assert all(v > 0 for _, v in scalars[task_metric(TASK, TaskCurve.EPISODE_S)])
+    for stat in ("pg_loss", "v_loss", "approx_kl", "clipfrac"):
+        assert [s for s, _ in scalars[ppo_metric(stat)]] == [1], stat
+    assert [s for s, _ in scalars[PPO_UPDATE_WALL_S]] == [1]
+    r = subprocess.run(
+        pde_command("report", "--data-dir", str(tmp_path)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    page = (run_dir / "report.html").read_text()
+    assert "put the green container in the bowl</td><td>canonical</td><td>2</td>" in page
+    eps = store.episodes(status="labelled")
+    for e in eps:
+        for video in e.video_paths.values():
+            assert f'href="{os.path.relpath(video, run_dir)}"' in page
+            assert (run_dir / os.path.relpath(video, run_dir)).is_file()
     store.close()

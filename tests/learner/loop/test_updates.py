@@ -37,7 +37,7 @@ def test_a_successful_update_becomes_the_version_in_use_with_its_finite_stats() 
     result = UpdateResult(5, policy, {"pg_loss": 0.5, "explained_variance": math.nan}, [1, 2], duration_s=3.0)
     swap = updates.swap(result)
     assert (swap.version, swap.policy, swap.error) == (5, policy, "")
-    assert swap.metrics == (Metric("ppo/pg_loss", 0.5, 5), Metric("ppo/update_s", 3.0, 5))
+    assert swap.metrics == (Metric("ppo/pg_loss", 0.5, 5), Metric("ppo/update_wall_s", 3.0, 5))
     assert updates.policy_version == 5 and updates.next_version == 6
 
 

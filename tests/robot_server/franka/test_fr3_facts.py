@@ -1,5 +1,6 @@
 """FR3 facts the configuration must get right, against franky-sim: the real-time check that also
-knows mainline PREEMPT_RT kernels, set_load from the configuration, gripper homing at start, a
+knows mainline PREEMPT_RT kernels, set_load from the configuration, gripper homing at the first
+reset (never at start), a
 latched fault that survives a restart until the operator's reset, and errors found at connect that
 latch instead of being cleared silently."""
 
@@ -85,15 +86,20 @@ def test_the_configured_load_reaches_the_controller_and_the_hand_is_homed(fci_si
         assert mass_kg == pytest.approx(0.35, abs=1e-6)
         np.testing.assert_allclose(com_m, [0.0, 0.01, 0.03], atol=1e-6)
         np.testing.assert_allclose(inertia, inertia_kg_m2, atol=1e-6)
-        assert robot._gripper is not None and robot._gripper.homed  # gripper_homing: on by default
+        # gripper_homing (on by default) homes the hand at the first reset, never at the start
+        assert robot._gripper is not None and not robot._gripper.homed
+        robot.home()
+        assert robot._gripper.homed
+        assert robot.read_state().gripper_width_m > 0.075  # homing ends open, as the reset does
     finally:
         robot.disconnect()
     # No load configured: 0 kg is sent, clearing the one the controller kept from before.
     robot = FrankaRobot(sim_config(fci_sim.host, gripper_homing=False))
     robot.connect()
     try:
-        assert robot._gripper is not None and not robot._gripper.homed
         assert _load_reported(robot)[0] == 0.0
+        robot.home()
+        assert robot._gripper is not None and not robot._gripper.homed
     finally:
         robot.disconnect()
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 
@@ -13,9 +12,7 @@ import pytest
 from pde_contract.client import RobotClient, RobotServerError
 from pde_contract.messages import ActionChunk, ActionSpace, ErrorCode
 from robot_server.robots.franka.fci_sim import FciSim
-from tests.helpers import free_port, pde_command, subprocess_env
-
-RATE_HZ = 10.0
+from tests.robot_server.franka.server_proc import RATE_HZ, start_franka_server
 
 
 def _chunk(seq: int, rows: int, dz_m: float) -> ActionChunk:
@@ -30,59 +27,12 @@ def _chunk(seq: int, rows: int, dz_m: float) -> ActionChunk:
 @pytest.fixture(scope="module")
 def server() -> Iterator[RobotClient]:
     with FciSim(realtime=True) as sim:
-        cmd_port, obs_port = free_port(), free_port()
-        env = subprocess_env(
-            PDE_ROBOT_FCI_HOST=sim.host,
-            PDE_ROBOT_CAMERAS="[]",
-            PDE_FRANKA_REALTIME="ignore",  # franky-sim only: no PREEMPT_RT kernel here
-            PDE_FRANKA_HOME_DYNAMICS_FACTOR="0.6",
-            # franky-sim falls far behind real time on a loaded machine; homing then takes minutes
-            PDE_FRANKA_HOME_TIMEOUT_S="150",
-            PDE_ROBOT_RESET_TIMEOUT_S="170",
-            PDE_ROBOT_RT_PRIORITY="0",  # no SCHED_FIFO control thread on a shared test machine
-        )
-        proc = subprocess.Popen(
-            [
-                *pde_command("robot-server", "--backend", "franka"),
-                "--cmd-port",
-                str(cmd_port),
-                "--obs-port",
-                str(obs_port),
-                # 1 s, not the FR3's 200 ms: a loaded machine may pause the heartbeat thread.
-                "--heartbeat-timeout-s",
-                "1.0",
-                "--control-rate-hz",
-                str(RATE_HZ),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        client = RobotClient(f"tcp://127.0.0.1:{cmd_port}", name="test", timeout_s=2.0)
+        srv = start_franka_server(sim.host)
         try:
-            deadline = time.monotonic() + 60.0
-            while True:
-                assert proc.poll() is None, (
-                    f"robot-server exited: {proc.stdout.read() if proc.stdout else ''}"
-                )
-                try:
-                    info = client.connect()
-                    break
-                except RobotServerError:
-                    assert time.monotonic() < deadline, "robot-server did not answer within 60 s"
-                    time.sleep(0.2)
-            assert info.backend == "franka"
-            client.reset(timeout_s=180.0)
-            yield client
+            srv.client.reset(timeout_s=180.0)
+            yield srv.client
         finally:
-            client.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            srv.stop()
 
 
 def _z(client: RobotClient) -> float:
