@@ -81,7 +81,8 @@ class PPOConfig:
     k2 estimate of KL(pi_old(.|o,p) || pi(.|o,p))), averaged as the policy loss averages. The mixed
     ratio's clip bounds only 1/2 (log pi(a|o,p_g) + log pi(a|o,p)); in a network shared between
     prompts the canonical half's pull moves the pool prompt's actions too, past their old mean, and
-    nothing in the mixed loss holds them (docs/learner.md, "Why the pool was spent"). 0: off (the
+    nothing in the mixed loss holds them (docs/learner.md, "Why the pool was spent"). Applies to the
+    'mixed' and 'canonical' ratios ('rollout' clips the pool prompt's own ratio already). 0: off (the
     paper's loss). 1 (bench/results/pool_retention.json, 2 RL seeds x 3 updates): the pool kept
     34 -> 30 of 48 held-out successes where 0 fell 26 -> 16, the canonical prompt gaining as much
     (22 -> 35 against 23 -> 35); 10 kept the pool but barely moved the canonical prompt."""

@@ -377,6 +377,8 @@ class Trainer:
         t_old_units = old_units.to(device)
         t_log_w0 = log_w0.to(device)
         t_differs = torch.from_numpy(differs).to(device)
+        # the pool prompt's own likelihood is unbounded only where the canonical one enters the ratio
+        anchored = cfg.pool_anchor_coef > 0 and cfg.ratio_variant in ("mixed", "canonical")
         self._half_gradient_norms(
             rb, sources, per_source, t_adv, t_weights, t_old_units, t_log_w0, t_units_ran
         )
@@ -415,7 +417,7 @@ class Trainer:
                 )
                 entropy = ev.rollout.entropy.mean()
                 loss = pl.pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-                if cfg.pool_anchor_coef > 0 and bool(t_differs[mb].any()):
+                if anchored and bool(t_differs[mb].any()):
                     anchor = self._pool_anchor(rb, mb, ev.rollout.log_prob_elements, t_old_units[mb],
                                                t_units_ran[mb], t_weights[mb] * t_differs[mb])  # fmt: skip
                     loss = loss + cfg.pool_anchor_coef * anchor
