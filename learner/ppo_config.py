@@ -85,7 +85,8 @@ class PPOConfig:
     'mixed' and 'canonical' ratios ('rollout' clips the pool prompt's own ratio already). 0: off (the
     paper's loss). 1 (bench/results/pool_retention.json, 2 RL seeds x 3 updates): the pool kept
     34 -> 30 of 48 held-out successes where 0 fell 26 -> 16, the canonical prompt gaining as much
-    (22 -> 35 against 23 -> 35); 10 kept the pool but barely moved the canonical prompt."""
+    (22 -> 35 against 23 -> 35; a third seed: pool 15 -> 15 against 15 -> 10); 10 kept the pool
+    but barely moved the canonical prompt."""
     dual_clip: float = 3.0
     """Dual-clip c: for negative advantages the loss is bounded by c * |A| (0 disables)."""
     target_kl: float | None = 0.05
