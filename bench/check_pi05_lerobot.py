@@ -493,8 +493,8 @@ def main() -> int:
         # 1. our export, loaded by LeRobot as written
         export = work / "export"
         argv = ["learner", "export-policy", "--format", "lerobot", "--checkpoints", str(work / "checkpoints")]
-        said = _pde(args.pde_python, "-m", "pde", *argv, "--out", str(export), "--device", "cpu")
-        checkpoint = json.loads(said.strip().splitlines()[-1])["checkpoint"]
+        printed = _pde(args.pde_python, "-m", "pde", *argv, "--out", str(export), "--device", "cpu")
+        checkpoint = json.loads(printed.strip().splitlines()[-1])["checkpoint"]
         _pde(args.pde_python, me, "--ours", "act", checkpoint, str(work / "ours_1.npz"))
         policy, pre, post, loaded = lerobot_load(export, tokenizer)
         ours_into_lerobot: dict[str, Any] = {

@@ -273,6 +273,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_UI_ROBOT_HOME_TIMEOUT_S",
         "PDE_UI_ROBOT_TIMEOUT_S",
         "PDE_UI_SERVICE_STALE_S",
+        "PDE_UI_TAKEOVER_STALE_S",
         "PDE_UI_TOKEN",
         "PDE_WANDB_PROJECT",
     }

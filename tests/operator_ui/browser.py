@@ -171,3 +171,12 @@ def overlap(a: FloatRect, b: FloatRect) -> bool:
         or a["y"] + a["height"] <= b["y"]
         or b["y"] + b["height"] <= a["y"]
     )
+
+
+def choose(page: Page, select: str, value: str) -> None:
+    """Pick ``value`` in one of the page's dropdowns (``select``: its hidden <select>, e.g.
+    "#f-status") as a person does: open the page's list, click the option."""
+    index = page.eval_on_selector(select, "(s, v) => [...s.options].findIndex((o) => o.value === v)", value)
+    assert index >= 0, f"{select} has no option {value!r}"
+    page.locator(f"{select}-button").click()
+    page.locator(f'{select}-list [data-index="{index}"]').click()
