@@ -60,8 +60,12 @@ class SourceDiagnostics:
 class UpdateDiagnostics:
     sources: list[SourceDiagnostics] = field(default_factory=list)
 
-    def source(self, name: str) -> SourceDiagnostics | None:
-        return next((s for s in self.sources if s.source == name), None)
+    def source(self, name: str) -> SourceDiagnostics:
+        """The source called ``name``; a KeyError names the sources there are."""
+        found = next((s for s in self.sources if s.source == name), None)
+        if found is None:
+            raise KeyError(f"no diagnostics for source {name!r}; sources: {[s.source for s in self.sources]}")
+        return found
 
     def metrics(self) -> dict[str, float]:
         """Flat floats for the trainer's stats: ``mech/<source>/<field>``, the finite ones (a source

@@ -278,6 +278,7 @@ def test_pool_anchor_holds_the_pool_prompt():
         trainer = Trainer(policy, PPOConfig(minibatch_size=4, learning_rate=1e-3, pool_anchor_coef=coef))
         stats = trainer.update(_batch(policy, "drop the green box into the bowl"))
         assert ("pool_anchor" in stats) == (coef > 0)
+        assert trainer.last_diagnostics is not None
         moves.append(trainer.last_diagnostics.source("pool").kl_new_old)
     assert moves[1] < 0.5 * moves[0], moves
     policy = make_test_policy("gaussian")  # the rollout ratio clips the pool's own ratio: no anchor

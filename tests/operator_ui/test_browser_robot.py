@@ -96,12 +96,15 @@ def test_failed_estop_never_runs_later_and_a_dead_server_shows_stale(page: Page,
 def test_the_page_shows_an_estop_restored_after_a_robot_server_restart(page: Page, tmp_path: Path) -> None:
     from pde_contract.client import RobotClient
 
-    latches = {"PDE_DATA_DIR": str(tmp_path / "robot-data")}
-    with sim_robot_server(tmp_path, **latches) as endpoint, RobotClient(endpoint, name="test") as c:
+    latches = str(tmp_path / "robot-data")
+    with (
+        sim_robot_server(tmp_path, PDE_DATA_DIR=latches) as endpoint,
+        RobotClient(endpoint, name="test") as c,
+    ):
         c.connect()
         c.estop("operator pressed e-stop on the page")
     with (
-        sim_robot_server(tmp_path, **latches) as endpoint,
+        sim_robot_server(tmp_path, PDE_DATA_DIR=latches) as endpoint,
         ui_process(f"sqlite:///{tmp_path}/pde.db", tmp_path, TOKEN, endpoint) as base,
     ):
         page.goto(f"{base}/#token={TOKEN}")
