@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,9 +75,15 @@ def _free_port() -> int:
 
 
 def start_server(
-    stack: ExitStack, image_size: str, spread: float, log_dir: str | Path, wait_s: float = 0.0
+    stack: ExitStack,
+    image_size: str,
+    spread: float,
+    log_dir: str | Path,
+    wait_s: float = 0.0,
+    sim_profile: str = "",
 ) -> str:
-    """A fast-paced sim robot server on free ports, stopped by ``stack``; returns its command endpoint."""
+    """A fast-paced sim robot server on free ports, stopped by ``stack``; returns its command endpoint.
+    ``sim_profile``: the server's --sim-profile ("" leaves it to its settings)."""
     cmd_port, obs_port = _free_port(), _free_port()
     log = open(Path(log_dir) / f"server-{cmd_port}.log", "w")  # noqa: SIM115 (closed by the stack)
     stack.callback(log.close)
@@ -85,6 +92,7 @@ def start_server(
             *(sys.executable, "-m", "pde", "robot-server", "--backend", "sim", "--pacing", "fast"),
             *("--image-size", image_size, "--sim-layout-spread", str(spread)),
             *("--cmd-port", str(cmd_port), "--obs-port", str(obs_port)),
+            *(("--sim-profile", sim_profile) if sim_profile else ()),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -102,34 +110,45 @@ def start_server(
     return f"tcp://127.0.0.1:{cmd_port}"
 
 
-def eval_command(
-    endpoint: str, checkpoint: str, prompt: str, episodes: int, seed: int, max_chunks: int
-) -> list[str]:
+@dataclass(frozen=True)
+class Scenes:
+    """Which episodes an evaluation runs: scenes ``seed`` .. ``seed + episodes - 1``, at most
+    ``max_chunks`` chunks each, the policy's sampling noise seeded with ``torch_seed``."""
+
+    episodes: int
+    seed: int
+    max_chunks: int
+    torch_seed: int = 0
+
+
+def eval_command(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> list[str]:
     return [
         sys.executable, "-m", "pde", "learner", "eval", "--checkpoint", checkpoint,
         "--cmd-endpoint", endpoint, "--task", TARGET_TASK, "--prompt", TARGET_PROMPT,
-        "--rollout-prompt", prompt, "--episodes", str(episodes), "--seed", str(seed),
-        "--max-chunks", str(max_chunks), "--device", "cpu",
+        "--rollout-prompt", prompt, "--episodes", str(scenes.episodes), "--seed", str(scenes.seed),
+        "--max-chunks", str(scenes.max_chunks), "--device", "cpu", "--torch-seed", str(scenes.torch_seed),
     ]  # fmt: skip
 
 
-def run_eval(
-    endpoint: str, checkpoint: str, prompt: str, episodes: int, seed: int, max_chunks: int
-) -> dict[str, Any]:
-    """The target's sampled success under ``prompt`` on scenes ``seed`` .. ``seed + episodes - 1``."""
+def run_eval(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> dict[str, Any]:
+    """The target's sampled success under ``prompt`` on ``scenes``, with the log std it acted at."""
     t0 = time.monotonic()
-    cmd = eval_command(endpoint, checkpoint, prompt, episodes, seed, max_chunks)
+    cmd = eval_command(endpoint, checkpoint, prompt, scenes)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"eval of {prompt!r} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    wins = sum("success=True" in line for line in proc.stdout.splitlines())
-    n = sum(line.startswith("episode ") for line in proc.stdout.splitlines())
+    lines = proc.stdout.splitlines()
+    wins = sum("success=True" in line for line in lines)
+    n = sum(line.startswith("episode ") for line in lines)
+    summary = json.loads(next(line for line in reversed(lines) if line.startswith("{")))
     low, high = wilson_interval(wins, n)
     return {
         "successes": wins,
         "episodes": n,
         "success_rate": round(wins / max(1, n), 4),
         "wilson95": [round(low, 4), round(high, 4)],
+        "torch_seed": summary["torch_seed"],
+        "exploration_log_std": summary["exploration_log_std"],
         "seconds": round(time.monotonic() - t0, 1),
     }
 
@@ -220,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         def one(i: int) -> None:
             endpoint = endpoints[i % len(endpoints)]
             for prompt in todo[i :: len(endpoints)]:
-                row = run_eval(endpoint, args.checkpoint, prompt, args.episodes, args.seed, args.max_chunks)
+                row = run_eval(
+                    endpoint, args.checkpoint, prompt, Scenes(args.episodes, args.seed, args.max_chunks)
+                )
                 per_prompt[prompt] = {**row, "kind": kinds[prompt]}
                 print(f"{row['successes']:3d}/{row['episodes']}  {row['wilson95']}  {prompt}", flush=True)
                 save()

@@ -5,18 +5,25 @@ One command (issue 22 item 2): records the demos of ``scripts/premise.sh`` once 
 1000, 128 px, spread 0.2), then for each p and SFT seed trains the Gaussian-head SFT with the recipe's
 wording table at that p (32 px, 1000 steps of batch 64) and rolls it out under the target's canonical
 prompt on scenes ``--seed`` .. (default 7000-7099; the PDE benchmark evaluates on 100000.., the
-premise tables on 5000..). Each cell is saved as it finishes and skipped when run again (resumable):
+premise tables on 5000..). The policy acts at the SFT checkpoint's own exploration noise (the sigma
+every cell records), its sampling noise seeded by ``--torch-seed``, against a sim server of
+``--sim-profile`` (the benchmark's arms run under ``fast``). Each cell is saved as it finishes and
+skipped when run again (resumable); commands writing one file at once merge their cells under a lock:
 
-    python bench/bench_premise_calibrate.py --canonical-probs 0.07,0.075,0.08 --sft-seeds 0,1,2,3
+    python bench/bench_premise_calibrate.py --canonical-probs 0.04,0.05 --sft-seeds 0,1,2,3
 
-A p is "in band" when it was measured on >= 2 SFT seeds and every one's rate lies in [0.10, 0.20].
+A p is "in band" (old rule, ``in_band``) when it was measured on >= 2 SFT seeds and every one's rate
+lies in [0.10, 0.20]; it "qualifies" for the benchmark when >= 4 SFT seeds lie in the band (those
+seeds are the benchmark's SFT starts). ``--recipe-out`` then writes the recipe at that p.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -29,14 +36,26 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from _pde_stats import overlap, t_interval  # noqa: E402
-from bench_premise import TARGET_PROMPT, TARGET_TASK, proposer_wordings, run_eval, start_server  # noqa: E402
+from _pde_stats import FROZEN_FILES, frozen_block, overlap, t_interval  # noqa: E402
+from bench_premise import (  # noqa: E402
+    TARGET_PROMPT,
+    TARGET_TASK,
+    Scenes,
+    proposer_wordings,
+    run_eval,
+    start_server,
+)
+from pde_arm import ALGORITHM_FILES  # noqa: E402
 
+# The calibration the frozen 33f7d33 runs used (kept as their record) and today's (issue 32 item 3).
 RESULTS = REPO_ROOT / "bench" / "results" / "premise_calibration.json"
+RESULTS_MAIN = REPO_ROOT / "bench" / "results" / "premise_calibration_main.json"
 RECIPE = REPO_ROOT / "learner" / "recipes" / "paper_regime.json"
+RECIPE_MAIN = REPO_ROOT / "learner" / "recipes" / "paper_regime_main.json"
 TASKS = "put_green_container_in_bowl,put_bowl_in_front_of_camera,put_green_container_in_front_of_camera"
 DEMOS_PER_TASK = 20
 BAND = (0.10, 0.20)  # the paper's starting point: SFT 15% on the canonical prompt
+MIN_SFT_SEEDS_IN_BAND = 4  # issue 32 item 3: the benchmark's SFT starts, all inside BAND at one p
 
 
 def _sha256(path: Path) -> str:
@@ -62,6 +81,44 @@ def in_band(cells: list[dict[str, Any]]) -> list[float]:
     for c in cells:
         rates.setdefault(c["canonical_prob"], []).append(c["success_rate"])
     return sorted(p for p, r in rates.items() if len(r) >= 2 and all(BAND[0] <= x <= BAND[1] for x in r))
+
+
+def qualifying(cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND) -> dict[str, list[int]]:
+    """Each p with at least ``min_seeds`` SFT seeds inside BAND -> those seeds."""
+    seeds: dict[float, list[int]] = {}
+    for c in cells:
+        if BAND[0] <= c["success_rate"] <= BAND[1]:
+            seeds.setdefault(c["canonical_prob"], []).append(c["sft_seed"])
+    return {f"{p:g}": sorted(s) for p, s in sorted(seeds.items()) if len(s) >= min_seeds}
+
+
+def choose_p(cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND) -> float | None:
+    """The qualifying p with the most SFT seeds in band, then the mean rate nearest the band's middle;
+    None when no p qualifies."""
+    ok = qualifying(cells, min_seeds)
+    if not ok:
+        return None
+    middle = sum(BAND) / 2
+
+    def key(p: str) -> tuple[int, float]:
+        rates = [c["success_rate"] for c in cells if math.isclose(c["canonical_prob"], float(p))]
+        return (-len(ok[p]), abs(sum(rates) / len(rates) - middle))
+
+    return float(min(ok, key=key))
+
+
+def recipe_at(recipe: dict[str, Any], p: float, note: str) -> dict[str, Any]:
+    """The recipe with the target's canonical probability ``p`` and ``note`` (where p came from)
+    ahead of its description; the wordings are unchanged (same ``wordings_sha256``)."""
+    out = table_at(recipe, p)
+    out["about"] = f"{note} {recipe.get('about', '')}".strip()
+    return out
+
+
+def merge_cells(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``old`` and ``new`` cells, one per (p, SFT seed), ``new`` winning."""
+    by_key = {(c["canonical_prob"], c["sft_seed"]): c for c in [*old, *new]}
+    return sorted(by_key.values(), key=lambda c: (c["canonical_prob"], c["sft_seed"]))
 
 
 def per_prob(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -122,7 +179,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7000, help="first calibration scene seed")
     ap.add_argument("--max-chunks", type=int, default=20)
     ap.add_argument("--data-dir", default="data/paper_regime", help="demos and checkpoints (kept)")
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=str(RESULTS_MAIN))
+    ap.add_argument(
+        "--sim-profile",
+        choices=["default", "fast"],
+        default="fast",
+        help="the sim server's speed profile: the benchmark's arms' (docs/sim.md)",
+    )
+    ap.add_argument("--torch-seed", type=int, default=0, help="the policy's sampling noise, every cell")
+    ap.add_argument(
+        "--recipe-out",
+        default="",
+        help=f"write the recipe at the p in band on >= {MIN_SFT_SEEDS_IN_BAND} SFT seeds here (if one is)",
+    )
     args = ap.parse_args(argv)
     probs = [float(p) for p in args.canonical_probs.split(",") if p.strip()]
     seeds = [int(s) for s in args.sft_seeds.split(",") if s.strip()]
@@ -131,10 +200,28 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
     data = Path(args.data_dir)
-    (data / "tables").mkdir(parents=True, exist_ok=True)
     recipe_path = Path(args.wordings)
     recipe = json.loads(recipe_path.read_text())
     py = sys.executable
+    out_path = Path(args.out)
+    setup = {
+        "recipe": _repo_relative(recipe_path),
+        "wordings_sha256": wordings_sha256(recipe),
+        "task": TARGET_TASK,
+        "prompt": TARGET_PROMPT,
+        "episodes": args.episodes,
+        "scene_seeds": [args.seed, args.seed + args.episodes - 1],
+        "max_chunks": args.max_chunks,
+        "sampled": True,
+        "torch_seed": args.torch_seed,
+        "exploration": "the SFT checkpoint's own Gaussian log std (each cell's exploration_log_std)",
+        "sim_profile": args.sim_profile,
+        "sft": "gaussian head, 32 px, 1000 steps of batch 64, cpu",
+        "demos": "20 per task, seed 1000, 128 px, layout spread 0.2 (pde sim record: default sim profile)",
+    }
+    if (clash := _setup_clash(out_path, setup)) is not None:
+        ap.error(clash)
+    (data / "tables").mkdir(parents=True, exist_ok=True)
 
     demos = data / "demos"
     record = [
@@ -144,68 +231,31 @@ def main(argv: list[str] | None = None) -> int:
     if sum(1 for f in demos.rglob("*") if f.is_file()) < 3 * DEMOS_PER_TASK:
         subprocess.run(record, check=True)
 
-    out_path = Path(args.out)
-    old: dict[str, Any] = json.loads(out_path.read_text()) if out_path.is_file() else {}
-    setup = {
-        "recipe": str(
-            recipe_path.resolve().relative_to(REPO_ROOT)
-            if recipe_path.resolve().is_relative_to(REPO_ROOT)
-            else recipe_path
-        ),
-        "wordings_sha256": wordings_sha256(recipe),
-        "task": TARGET_TASK,
-        "prompt": TARGET_PROMPT,
-        "episodes": args.episodes,
-        "scene_seeds": [args.seed, args.seed + args.episodes - 1],
-        "max_chunks": args.max_chunks,
-        "sampled": True,
-        "sft": "gaussian head, 32 px, 1000 steps of batch 64, cpu",
-        "demos": "20 per task, seed 1000, 128 px, layout spread 0.2",
-    }
-    cells: list[dict[str, Any]] = old.get("cells", []) if old.get("setup") == setup else []
-    commands: list[str] = [shlex.join(record)]
+    new_cells: list[dict[str, Any]] = []
     run_by = shlex.join(
         ["python", "bench/bench_premise_calibrate.py", *(sys.argv[1:] if argv is None else argv)]
     )
 
-    def save() -> None:
-        # One command for every cell: it re-runs only cells missing from this file (the p x seed grid
-        # may have holes); each cell's "run_by" is the invocation that measured it.
-        all_p = ",".join(f"{p:g}" for p in sorted({c["canonical_prob"] for c in cells}))
-        all_s = ",".join(str(s) for s in sorted({c["sft_seed"] for c in cells}))
-        command = [
-            *("python", "bench/bench_premise_calibrate.py", "--canonical-probs", all_p, "--sft-seeds", all_s),
-            *(
-                "--episodes",
-                str(args.episodes),
-                "--seed",
-                str(args.seed),
-                "--max-chunks",
-                str(args.max_chunks),
-            ),
-        ]
-        result = {
-            "benchmark": "premise_calibration",
-            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": shlex.join(command),
-            "setup": setup,
-            "band": list(BAND),
-            "cells": sorted(cells, key=lambda c: (c["canonical_prob"], c["sft_seed"])),
-            "in_band": in_band(cells),
-            "per_canonical_prob": per_prob(cells),
-            "overlap": proposer_overlap(list(recipe["tasks"][TARGET_TASK]["wordings"])),
-            "sub_commands": commands,  # the demos; each cell has its SFT command
-        }
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(result, indent=1) + "\n")
+    def save() -> list[dict[str, Any]]:
+        """Merge this command's cells into the file (under a lock: commands may run side by side)."""
+        with _locked(out_path):
+            old = json.loads(out_path.read_text()) if out_path.is_file() else {}
+            cells = merge_cells(old.get("cells", []), new_cells)
+            result = _result(cells, setup, args, recipe, [shlex.join(record)], recipe_path)
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.write_text(json.dumps(result, indent=1) + "\n")
+        return cells
 
+    done = {(c["canonical_prob"], c["sft_seed"]) for c in save()}
     with ExitStack() as stack:
-        endpoint = start_server(stack, image_size="128x128", spread=0.2, log_dir=data, wait_s=3.0)
+        endpoint = start_server(
+            stack, image_size="128x128", spread=0.2, log_dir=data, wait_s=3.0, sim_profile=args.sim_profile
+        )
         for p in probs:
             table = data / "tables" / f"p{p:g}.json"
             table.write_text(json.dumps(table_at(recipe, p), indent=1) + "\n")
             for s in seeds:
-                if any(c["canonical_prob"] == p and c["sft_seed"] == s for c in cells):
+                if (p, s) in done:
                     continue
                 ckpts = data / f"sft-p{p:g}-seed{s}"
                 sft = [
@@ -218,26 +268,118 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(sft, check=True, stdout=subprocess.DEVNULL)
                 sft_s = time.monotonic() - t0
                 ckpt = ckpts / "policy-000000.pt"
-                row = run_eval(endpoint, str(ckpt), TARGET_PROMPT, args.episodes, args.seed, args.max_chunks)
-                cells.append(
+                scenes = Scenes(args.episodes, args.seed, args.max_chunks, args.torch_seed)
+                row = run_eval(endpoint, str(ckpt), TARGET_PROMPT, scenes)
+                log_std = row["exploration_log_std"]
+                new_cells.append(
                     {
                         "canonical_prob": p,
                         "sft_seed": s,
                         **row,
+                        "exploration_sigma": None if log_std is None else round(math.exp(log_std), 4),
+                        "sim_profile": args.sim_profile,
                         "sft_seconds": round(sft_s, 1),
                         "checkpoint_sha256": _sha256(ckpt),
+                        "commit": frozen_block(())["commit"],
                         "sft_command": shlex.join(sft),
                         "run_by": run_by,
                     }
                 )
                 print(
-                    f"p={p:g} sft seed {s}: {row['successes']}/{row['episodes']} {row['wilson95']}",
+                    f"p={p:g} sft seed {s}: {row['successes']}/{row['episodes']} {row['wilson95']} "
+                    f"log std {log_std}",
                     flush=True,
                 )
-                save()
-    save()
+                done = {(c["canonical_prob"], c["sft_seed"]) for c in save()}
+    cells = save()
     print(f"wrote {out_path}")
+    if args.recipe_out:
+        p_chosen = choose_p(cells)
+        if p_chosen is None:
+            print(f"no p is in band on {MIN_SFT_SEEDS_IN_BAND} SFT seeds: {args.recipe_out} not written")
+        else:
+            seeds_in = qualifying(cells)[f"{p_chosen:g}"]
+            note = (
+                f"canonical_prob {p_chosen:g} from {_repo_relative(out_path)} (commit "
+                f"{cells[0]['commit'][:7]}, sim profile {args.sim_profile}, the SFT checkpoint's own "
+                f"log std, scenes {args.seed}-{args.seed + args.episodes - 1}, torch seed "
+                f"{args.torch_seed}): in 10-20% on SFT seeds {', '.join(map(str, seeds_in))}. "
+                f"Copied from {_repo_relative(recipe_path)}."
+            )
+            Path(args.recipe_out).write_text(json.dumps(recipe_at(recipe, p_chosen, note), indent=2) + "\n")
+            print(f"wrote {args.recipe_out} at canonical_prob {p_chosen:g}")
     return 0
+
+
+def _repo_relative(path: Path) -> str:
+    return str(path.resolve().relative_to(REPO_ROOT) if path.resolve().is_relative_to(REPO_ROOT) else path)
+
+
+def _setup_clash(out_path: Path, setup: dict[str, Any]) -> str | None:
+    """Why ``out_path`` cannot take cells of ``setup`` (it holds cells measured otherwise), or None."""
+    if not out_path.is_file():
+        return None
+    old = json.loads(out_path.read_text())
+    if not old.get("cells") or old.get("setup") == setup:
+        return None
+    differ = sorted(k for k in {*setup, *old.get("setup", {})} if setup.get(k) != old.get("setup", {}).get(k))
+    return (
+        f"{out_path} holds {len(old['cells'])} cells measured with another setup (differs in: "
+        f"{', '.join(differ)}); pass another --out, or those settings, to keep them"
+    )
+
+
+class _locked:
+    """An exclusive lock on ``path``'s sibling ``.lock`` file while the block runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.lock = path.with_name(path.name + ".lock")
+
+    def __enter__(self) -> None:
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        self.f = self.lock.open("w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def _result(
+    cells: list[dict[str, Any]],
+    setup: dict[str, Any],
+    args: argparse.Namespace,
+    recipe: dict[str, Any],
+    commands: list[str],
+    recipe_path: Path,
+) -> dict[str, Any]:
+    # One command for every cell: it re-runs only cells missing from this file (the p x seed grid
+    # may have holes); each cell's "run_by" is the invocation that measured it.
+    all_p = ",".join(f"{p:g}" for p in sorted({c["canonical_prob"] for c in cells}))
+    all_s = ",".join(str(s) for s in sorted({c["sft_seed"] for c in cells}))
+    command = [
+        *("python", "bench/bench_premise_calibrate.py", "--canonical-probs", all_p, "--sft-seeds", all_s),
+        *("--episodes", str(args.episodes), "--seed", str(args.seed), "--max-chunks", str(args.max_chunks)),
+        *("--sim-profile", args.sim_profile, "--torch-seed", str(args.torch_seed)),
+        *("--wordings", _repo_relative(recipe_path), "--out", _repo_relative(Path(args.out))),
+    ]
+    frozen_files = (setup["recipe"], *FROZEN_FILES[1:], *ALGORITHM_FILES)
+    return {
+        "benchmark": "premise_calibration",
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": shlex.join(command),
+        "setup": setup,
+        "band": list(BAND),
+        "cells": cells,
+        "in_band": in_band(cells),
+        f"in_band_on_{MIN_SFT_SEEDS_IN_BAND}_sft_seeds": qualifying(cells),
+        "chosen_canonical_prob": choose_p(cells),
+        "per_canonical_prob": per_prob(cells),
+        "overlap": proposer_overlap(list(recipe["tasks"][TARGET_TASK]["wordings"])),
+        # the recipe, the proposers and the algorithm files as run (the benchmark's hashes)
+        "frozen": frozen_block(tuple(dict.fromkeys(frozen_files))),
+        "sub_commands": commands,  # the demos; each cell has its SFT command
+    }
 
 
 if __name__ == "__main__":

@@ -57,8 +57,9 @@ _FR3_CHAIN: tuple[tuple[tuple[float, float, float], float], ...] = (
 _FR3_FLANGE_TO_TCP_M = 0.107 + 0.1034
 
 
-def fr3_tcp_position_m(q: np.ndarray | list[float] | tuple[float, ...]) -> np.ndarray:
-    """Forward kinematics of the FR3 + Franka Hand: TCP position in the base frame."""
+def fr3_tcp_frame(q: np.ndarray | list[float] | tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Forward kinematics of the FR3 + Franka Hand: the TCP position in the base frame and the
+    flange's rotation (its z column is the tool axis)."""
     rot = np.eye(3)
     pos = np.zeros(3)
     for ((x, y, z), roll), qi in zip(_FR3_CHAIN, q, strict=True):
@@ -66,7 +67,12 @@ def fr3_tcp_position_m(q: np.ndarray | list[float] | tuple[float, ...]) -> np.nd
         cr, sr, cq, sq = math.cos(roll), math.sin(roll), math.cos(qi), math.sin(qi)
         # rot @ Rx(roll) @ Rz(qi)
         rot = rot @ np.array([[cq, -sq, 0.0], [cr * sq, cr * cq, -sr], [sr * sq, sr * cq, cr]])
-    return pos + rot[:, 2] * _FR3_FLANGE_TO_TCP_M
+    return pos + rot[:, 2] * _FR3_FLANGE_TO_TCP_M, rot
+
+
+def fr3_tcp_position_m(q: np.ndarray | list[float] | tuple[float, ...]) -> np.ndarray:
+    """Forward kinematics of the FR3 + Franka Hand: TCP position in the base frame."""
+    return fr3_tcp_frame(q)[0]
 
 
 def _box_distance_m(p: np.ndarray, lo: tuple[float, ...], hi: tuple[float, ...]) -> float:

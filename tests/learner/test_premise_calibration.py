@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -80,3 +81,115 @@ def test_no_proposer_re_finds_the_paper_regime_labels(calib: ModuleType) -> None
     # on the decoy recipe the rule-based proposer speaks the training wordings' verbs
     decoy = calib.proposer_overlap(training("language_premise.json"), seeds=range(3))["rule_paraphrase"]
     assert decoy["training_verb_share"] > 0.4 and min(decoy["nearest_word_edit"]) <= 1
+
+
+def _cell(p: float, seed: int, rate: float) -> dict[str, object]:
+    return {"canonical_prob": p, "sft_seed": seed, "success_rate": rate}
+
+
+def test_a_p_qualifies_with_four_sft_seeds_in_band(calib: ModuleType) -> None:
+    cells = [
+        *(_cell(0.05, s, r) for s, r in enumerate([0.12, 0.08, 0.15, 0.19, 0.20])),  # 4 of 5 inside
+        *(_cell(0.04, s, r) for s, r in enumerate([0.10, 0.11, 0.12, 0.02])),  # 3 of 4: not enough
+        *(_cell(0.06, s, r) for s, r in enumerate([0.15, 0.15, 0.15, 0.15, 0.15])),  # 5 inside
+    ]
+    assert calib.qualifying(cells) == {"0.05": [0, 2, 3, 4], "0.06": [0, 1, 2, 3, 4]}
+    assert calib.choose_p(cells) == 0.06  # most SFT seeds in band first
+    assert calib.choose_p(cells[:9]) == 0.05
+    assert calib.choose_p(cells[5:9]) is None
+    # among p with as many seeds in band: the mean nearest the band's middle (0.15)
+    near = [*(_cell(0.07, s, 0.19) for s in range(4)), *(_cell(0.08, s, 0.14) for s in range(4))]
+    assert calib.choose_p(near) == 0.08
+
+
+def test_recipe_at_sets_p_and_the_note_and_keeps_the_labels(calib: ModuleType) -> None:
+    recipe = json.loads(calib.RECIPE.read_text())
+    out = calib.recipe_at(recipe, 0.05, "calibrated on main.")
+    assert out["tasks"][calib.TARGET_TASK]["canonical_prob"] == 0.05
+    assert out["about"].startswith("calibrated on main. ") and out["about"].endswith(recipe["about"])
+    assert calib.wordings_sha256(out) == calib.wordings_sha256(recipe)
+
+
+def test_cells_of_commands_run_side_by_side_are_merged(calib: ModuleType) -> None:
+    old = [{**_cell(0.05, 0, 0.1), "run": "a"}, {**_cell(0.05, 2, 0.3), "run": "a"}]
+    new = [{**_cell(0.05, 1, 0.2), "run": "b"}, {**_cell(0.05, 0, 0.15), "run": "b"}]
+    merged = calib.merge_cells(old, new)
+    assert [(c["sft_seed"], c["run"]) for c in merged] == [(0, "b"), (1, "b"), (2, "a")]
+
+
+def test_a_file_of_another_setup_is_refused_and_kept(
+    calib: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "calibration.json"
+    out.write_text(json.dumps({"setup": {"sim_profile": "default"}, "cells": [_cell(0.07, 0, 0.1)]}))
+    before = out.read_bytes()
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the command went on to run {args}")
+
+    monkeypatch.setattr(calib.subprocess, "run", no_run)  # nothing may be recorded or trained
+    with pytest.raises(SystemExit):
+        calib.main(["--out", str(out), "--data-dir", str(tmp_path / "data"), "--sim-profile", "fast"])
+    err = capsys.readouterr().err
+    assert "holds 1 cells measured with another setup" in err and "sim_profile" in err and "--out" in err
+    assert out.read_bytes() == before and not (tmp_path / "data").exists()
+
+
+def test_the_frozen_block_names_the_recipe_proposers_and_algorithm_files(calib: ModuleType) -> None:
+    import argparse
+
+    from pde_arm import ALGORITHM_FILES
+
+    args = argparse.Namespace(
+        episodes=100, seed=7000, max_chunks=20, sim_profile="fast", torch_seed=0, out=str(calib.RESULTS_MAIN)
+    )
+    recipe = json.loads(calib.RECIPE.read_text())
+    setup = {"recipe": "learner/recipes/paper_regime.json"}
+    result = calib._result([_cell(0.05, 0, 0.1)], setup, args, recipe, [], calib.RECIPE)
+    hashed = set(result["frozen"]["sha256"])
+    assert {"learner/recipes/paper_regime.json", "supervisor/proposers.py", *ALGORITHM_FILES} <= hashed
+    assert len(result["frozen"]["commit"]) == 40
+    assert "--sim-profile fast --torch-seed 0" in result["command"]
+
+
+def test_the_main_calibration_is_at_the_benchmarks_settings(calib: ModuleType) -> None:
+    """bench/results/premise_calibration_main.json: the fast sim profile, the SFT checkpoint's own
+    log std in every cell, seeded sampling, scenes disjoint from the demos' and the evaluation's, and
+    the recipe copy (if any) at the p it chose."""
+    import math
+
+    from pde_arm import EVAL_SEED_BASE, BenchSettings
+
+    from learner.policies.vla import VLAConfig
+    from robot_server.sim.recorder import episode_seed
+
+    result = json.loads(calib.RESULTS_MAIN.read_text())
+    setup, cells = result["setup"], result["cells"]
+    assert setup["sim_profile"] == "fast" and setup["wordings_sha256"] == calib.wordings_sha256(
+        json.loads(calib.RECIPE.read_text())
+    )
+    first, last = setup["scene_seeds"]
+    scenes = set(range(first, last + 1))
+    demo_seeds = {
+        episode_seed(1000, task, attempt)
+        for task in calib.TASKS.split(",")
+        for attempt in range(10 * calib.DEMOS_PER_TASK)
+    }
+    evaluation = set(range(EVAL_SEED_BASE, EVAL_SEED_BASE + BenchSettings().eval_episodes))
+    assert not scenes & demo_seeds and not scenes & evaluation
+    assert cells, "no cell measured"
+    for c in cells:
+        assert c["exploration_log_std"] == pytest.approx(VLAConfig().gaussian_init_log_std)
+        assert c["exploration_sigma"] == pytest.approx(math.exp(c["exploration_log_std"]), abs=1e-4)
+        assert c["sim_profile"] == "fast" and c["torch_seed"] == setup["torch_seed"]
+        assert c["episodes"] == setup["episodes"] and len(c["commit"]) == 40
+    assert result["frozen"]["sha256"]["learner/recipes/paper_regime.json"]
+    chosen = calib.choose_p(cells)
+    assert result["chosen_canonical_prob"] == chosen
+    if calib.RECIPE_MAIN.is_file():  # written only for a p in band on >= 4 SFT seeds
+        recipe = json.loads(calib.RECIPE_MAIN.read_text())
+        assert chosen is not None and recipe["tasks"][calib.TARGET_TASK]["canonical_prob"] == chosen
+        assert calib.wordings_sha256(recipe) == setup["wordings_sha256"]
+        assert len(calib.qualifying(cells)[f"{chosen:g}"]) >= calib.MIN_SFT_SEEDS_IN_BAND
+    else:
+        assert chosen is None

@@ -86,10 +86,14 @@ def ui_server(
 
 @contextmanager
 def sim_robot_server(
-    log_dir: Path, image_size: str = "96x96", camera_fps: float = 15.0, cmd_port: int | None = None
+    log_dir: Path,
+    image_size: str = "96x96",
+    camera_fps: float = 15.0,
+    cmd_port: int | None = None,
+    **env: str,
 ) -> Iterator[str]:
     """`pde robot-server --backend sim` on free ports (or the given command port); yields its
-    command endpoint."""
+    command endpoint. ``env``: more environment variables (e.g. PDE_DATA_DIR for its latches)."""
     from pde_contract.client import RobotClient, RobotServerError
 
     cmd_port, obs_port = cmd_port or free_port(), free_port()
@@ -108,8 +112,8 @@ def sim_robot_server(
             "--camera-fps",
             str(camera_fps),
         ),
-        env=subprocess_env(),
-        stdout=log.open("wb"),
+        env=subprocess_env(**env),
+        stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
     )
     endpoint = f"tcp://127.0.0.1:{cmd_port}"

@@ -44,16 +44,22 @@ def _new_words(recipe: str) -> frozenset[str]:
     return vocabulary(*_training(recipe)) - vocabulary(GOAL)
 
 
-def test_paper_regime_wordings_share_no_word_with_any_proposer() -> None:
-    new = _new_words("paper_regime.json")
+# Every paper's-regime recipe: the frozen runs' and each recalibration's copy (same labels, other p).
+PAPER_REGIME_RECIPES = sorted(p.name for p in (ROOT / "learner" / "recipes").glob("paper_regime*.json"))
+
+
+@pytest.mark.parametrize("recipe", PAPER_REGIME_RECIPES)
+def test_paper_regime_wordings_share_no_word_with_any_proposer(recipe: str) -> None:
+    new = _new_words(recipe)
     assert new and not new & rule_vocabulary(), new & rule_vocabulary()
     assert not new & sim_stand_in_vocabulary(), new & sim_stand_in_vocabulary()
     # the check has teeth: the decoy recipe's wordings are built from the rule proposer's tables
     assert {"place", "carry", "transfer", "close"} <= _new_words("language_premise.json") & rule_vocabulary()
 
 
-def test_paper_regime_has_no_decoy() -> None:
-    table = json.loads((ROOT / "learner" / "recipes" / "paper_regime.json").read_text())
+@pytest.mark.parametrize("recipe", PAPER_REGIME_RECIPES)
+def test_paper_regime_has_no_decoy(recipe: str) -> None:
+    table = json.loads((ROOT / "learner" / "recipes" / recipe).read_text())
     for task, entry in table["tasks"].items():
         assert GOAL not in entry.get("extra", {}), f"{task} is trained with the target's canonical prompt"
         assert task == TASK or GOAL not in entry.get("wordings", [])
