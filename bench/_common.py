@@ -34,18 +34,43 @@ def stats_us(samples_s: list[float] | np.ndarray) -> dict[str, float]:
     }
 
 
+def call_latency_ms(
+    call: Callable[[], Any], runs: int, sync: Callable[[], None], warmup_calls: int = 3
+) -> dict[str, float]:
+    """p50/p90/p99 ms of ``call`` over ``runs`` calls after ``warmup_calls`` (kernels, allocator,
+    compilation, CUDA graph capture), ``sync`` (the GPU's) around each."""
+    times = []
+    for i in range(runs + warmup_calls):
+        sync()
+        t0 = time.perf_counter()
+        call()
+        sync()
+        if i >= warmup_calls:
+            times.append((time.perf_counter() - t0) * 1e3)
+    a = np.asarray(times)
+    return {
+        "p50_ms": round(float(np.median(a)), 2),
+        "p90_ms": round(float(np.percentile(a, 90)), 2),
+        "p99_ms": round(float(np.percentile(a, 99)), 2),
+        "n": len(a),
+    }
+
+
 def versions(**modules: Any) -> dict[str, str]:
     """Each named module's ``__version__``, Python's and this checkout's commit (for checks that run
     in another venv, e.g. LeRobot's)."""
     import subprocess
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
-    )
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
+        ).stdout.strip()
+    except FileNotFoundError:  # a machine without git (a GPU machine's copy of the tree)
+        commit = ""
     return {
         **{name: str(m.__version__) for name, m in modules.items()},
         "python": platform.python_version(),
-        "ours": commit.stdout.strip(),
+        "ours": commit or "unknown",
     }
 
 

@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 # The last commit before the sim's control tick was made cheaper (robot_server/sim/ik.py,
 # robot_server/robots/sim/robot_sim.py) and the actor read a fast-paced chunk's end from the
-# observation stream (learner/actor.py): the reference path.
+# observation stream (learner/episode/session.py: chunk_end_on_stream): the reference path.
 REFERENCE = "82d8d08"
 DEFAULT_CKPT = ROOT / "data/paper_regime/sft-p0.075-seed0/policy-000000.pt"
 TASK = "put_green_container_in_front_of_camera"

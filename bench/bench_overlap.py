@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
                     client,
                     ActorSettings(obs_timeout_s=10.0, chunk_timing=mode),
                 )
-                first_seq = actor._seq + 1  # the seqs its chunks get
+                first_seq = actor.session.seq + 1  # the seqs its chunks get
                 ep = actor.run_episode(
                     episode_id=f"{mode}-{i}",
                     task=TASK,
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
                     max_chunks=args.chunks,
                     seed=i,
                 )
-                episodes[mode].append((range(first_seq, actor._seq + 1), ep))
+                episodes[mode].append((range(first_seq, actor.session.seq + 1), ep))
     log = srv.result["tick_log"]
     counters = srv.result["counters"]
 

@@ -5,21 +5,27 @@ Full-size π0.5 (gemma_2b VLM + gemma_300m expert + SigLIP So400m, 224 px, 50-st
 tokens) with random weights, bf16 autocast over float32 weights (the trainer's), in parts (``--parts``):
 
 - ``latency``: ``Policy.sample`` for one observation (2 cameras), p50/p90/p99 over ``--latency-runs``
-  after warm-up, for the flow-SDE chain PPO samples with (``--flow-steps``) and LeRobot's
-  deterministic 10-step Euler sampling, before and after in the same run: ``eager`` (the trainer's
-  float32 weights under autocast, the prefix packed to float32 per step, as the actor sampled
-  before learner/policies/pi05_realtime.py), ``fast_fp32_weights`` (the real-time path on those
-  weights), ``fast`` (the actor's copy: bf16 weights, prefix kept, SDPA, static shapes) and
-  ``fast_graphs`` (the same captured as a CUDA graph; a no-op on a CPU);
-  the ratios eager / fast and the largest difference from the eager chunk (same noise). Goal: <= 25 ms
-  per chunk on one H100 with p99 <= 1.3 x p50;
+  after warm-up (``--slow-runs`` for the uncaptured variants), for the flow-SDE chain PPO samples
+  with (``--flow-steps``) and LeRobot's deterministic 10-step Euler sampling, before and after in
+  the same run (``--variants``): ``eager`` (the trainer's float32 weights under autocast, the prefix
+  packed to float32 per step, as the actor sampled before learner/policies/pi05_realtime.py),
+  ``fast_fp32_weights`` (the real-time path on those weights), ``fast`` (the actor's copy: bf16
+  weights fused, prefix kept, SDPA, static shapes), ``fast_graphs_unfused`` (the model's modules
+  captured as a CUDA graph, issue 25's path), ``fast_graphs`` (the fused path captured; a no-op on a
+  CPU) and ``fast_graphs_compiled`` (its elementwise pieces compiled by Inductor, captured); the
+  ratios eager / each and the largest difference from the eager chunk (same noise). Per variant
+  also: kernels per chunk (``torch.profiler``: CUDA kernels; on a CPU aten operations as a
+  stand-in), the images / prefix / chain parts timed apart (CUDA events; each part its own graph
+  where the path captures) and a swap of new weights into the copy (its wall time, the first chunk
+  after it, that chunk against the eager chunk of the new weights): bench/_pi05_parts.py. Goal
+  (issue 35): <= 15 ms p50 on one H200 (<= 20 ms on an H100), p99 <= 1.1 x p50, <= 1,500 kernels;
 - ``ppo``: one PPO update (learner/trainer.py, mixed-prompt ratio) on ``--rollouts`` x ``--chunks``
   recorded chunks (half under another prompt), its wall time and peak GPU memory;
 - ``memory-search``: the largest minibatch of one forward + backward of ``evaluate_pair`` that fits;
 - ``loop-memory``: the loop's GPU memory with the actor and the trainer on one GPU, as
   ``pde learner run`` holds them, for each of ``--loop-trainable``: the trainer's float32 policy, the
   actor's bf16 real-time copy, rollouts sampled by the actor, one PPO update, the trainer's snapshot
-  made the actor's next copy (the swap) and sampled from while the old copy still exists.
+  copied into the actor's copy (the swap, in place) and sampled from while the snapshot still exists.
 
     python bench/bench_pi05.py                     # a GPU machine: writes bench/results/pi05.json
     python bench/bench_pi05.py --tiny --device cpu # a smoke run of the script itself (tiny model)
@@ -32,6 +38,8 @@ import argparse
 import copy
 import dataclasses
 import gc
+import json
+import os
 import re
 import sys
 import time
@@ -43,7 +51,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _common import write_result  # bench/ is on sys.path when run as a script
+from _common import call_latency_ms, write_result  # bench/ is on sys.path when run as a script
+from _pi05_parts import count_kernels, part_times, swap_cost
 
 from learner.actor import ActorSettings, policy_trace
 from learner.policies.base import ChunkSample, Policy
@@ -91,21 +100,9 @@ def chunk_latency_ms(
     policy: Pi05Policy, runs: int, deterministic: bool, device: torch.device
 ) -> dict[str, float]:
     obs = policy.preprocess([synthetic_observation(np.random.default_rng(0), size_px=224)])
-    times = []
-    for i in range(runs + 3):  # 3 warm-up calls (kernels, allocator, CUDA graph capture)
-        sync(device)
-        t0 = time.perf_counter()
-        policy.sample(obs, [CANON], deterministic=deterministic)
-        sync(device)
-        if i >= 3:
-            times.append((time.perf_counter() - t0) * 1e3)
-    a = np.asarray(times)
-    return {
-        "p50_ms": round(float(np.median(a)), 2),
-        "p90_ms": round(float(np.percentile(a, 90)), 2),
-        "p99_ms": round(float(np.percentile(a, 99)), 2),
-        "n": len(a),
-    }
+    return call_latency_ms(
+        lambda: policy.sample(obs, [CANON], deterministic=deterministic), runs, lambda: sync(device)
+    )
 
 
 # The actor's ways to sample, before and after (ActorSettings: PDE_ACTOR_*).
@@ -114,8 +111,14 @@ VARIANTS: dict[str, ActorSettings] = {
     # the prefix kept and SDPA alone, float32 weights under autocast: what bf16 weights add is apart
     "fast_fp32_weights": ActorSettings(fast_inference=True, bf16_weights=False, cuda_graphs=False),
     "fast": ActorSettings(fast_inference=True, bf16_weights=True, cuda_graphs=False),
+    # the real-time path through the model's modules (no fused weights), captured: issue 25's path
+    "fast_graphs_unfused": ActorSettings(fast_inference=True, bf16_weights=True, cuda_graphs=True),
     "fast_graphs": ActorSettings(fast_inference=True, bf16_weights=True, cuda_graphs=True),
+    "fast_graphs_compiled": ActorSettings(
+        fast_inference=True, bf16_weights=True, cuda_graphs=True, compiled_kernels=True
+    ),
 }
+UNFUSED = {"fast_graphs_unfused"}
 
 
 def _one_sample(policy: Policy, seed: int) -> ChunkSample:
@@ -124,28 +127,51 @@ def _one_sample(policy: Policy, seed: int) -> ChunkSample:
     return policy.sample(obs, [CANON])
 
 
-def latency_before_after(policy: Pi05Policy, runs: int, device: torch.device) -> dict[str, Any]:
-    """Each variant on its own actor copy of ``policy`` (the trainer's float32 weights). A variant
-    that fails is recorded with its error and the others still run."""
+def latency_before_after(
+    policy: Pi05Policy,
+    runs: int,
+    device: torch.device,
+    variants: list[str] | None = None,
+    slow_runs: int | None = None,
+) -> dict[str, Any]:
+    """Each variant on its own actor copy of ``policy`` (the trainer's float32 weights): latency,
+    kernels per chunk, the parts apart and a swap of new weights. A variant that fails is recorded
+    with its error and the others still run. ``slow_runs``: chunks timed for the uncaptured
+    variants (default ``runs``)."""
     out: dict[str, Any] = {}
     reference = _one_sample(policy, seed=7)
     same_noise: dict[str, ChunkSample] = {}
-    for name, settings in VARIANTS.items():
+    names = variants or list(VARIANTS)
+    obs = policy.preprocess([synthetic_observation(np.random.default_rng(0), size_px=224)])
+    for name in names:
+        settings = VARIANTS[name]
+        n = runs if settings.cuda_graphs else (slow_runs or runs)
         try:
             actor = copy.deepcopy(policy).for_acting(settings)
-            same_noise[name] = _one_sample(actor, seed=7)
+            if name in UNFUSED and actor._realtime is not None:
+                actor._realtime.use_fused = False
+            t0 = time.perf_counter()
+            same_noise[name] = _one_sample(actor, seed=7)  # compiles what it compiles, captures
+            first_s = time.perf_counter() - t0
             out[name] = {
-                "settings": {
-                    k: getattr(settings, k) for k in ("fast_inference", "bf16_weights", "cuda_graphs")
-                },
-                "sde": chunk_latency_ms(actor, runs, False, device),
-                "deterministic_10_steps": chunk_latency_ms(actor, runs, True, device),
+                "settings": {k: getattr(settings, k) for k in ACTING_FIELDS},
+                "fused_weights": bool(actor._realtime and actor._realtime.use_fused),
+                "first_chunk_s": round(first_s, 2),
+                "sde": chunk_latency_ms(actor, n, False, device),
+                "deterministic_10_steps": chunk_latency_ms(actor, n, True, device),
                 # (a failed capture falls back to no graphs: said here and in the log)
                 "cuda_graphs_used": bool(actor._realtime and actor._realtime.graphs_captured),
                 # against the eager path's chunk for the same observation and noise (normalised units)
                 "chain_max_abs_diff": float(np.abs(same_noise[name].chain - reference.chain).max()),
                 "value_abs_diff": float(np.abs(same_noise[name].value - reference.value).max()),
+                "kernels_per_chunk": {
+                    "sde": count_kernels(actor, obs, CANON, False, device),
+                    "deterministic_10_steps": count_kernels(actor, obs, CANON, True, device),
+                },
             }
+            if actor._realtime is not None:
+                out[name]["parts_sde"] = part_times(actor, obs, CANON, False, min(n, 30), device)
+                out[name]["swap"] = swap_cost(actor, policy, lambda p: _one_sample(p, seed=7), device)
             del actor
         except Exception as e:  # a GPU session must bring back what did run
             out[name] = {"error": f"{type(e).__name__}: {e}"}
@@ -155,13 +181,16 @@ def latency_before_after(policy: Pi05Policy, runs: int, device: torch.device) ->
         out["graphs_vs_uncaptured_chain_max_abs_diff"] = float(
             np.abs(same_noise["fast_graphs"].chain - same_noise["fast"].chain).max()
         )
-    for name in [n for n in VARIANTS if n != "eager"]:
+    for name in [n for n in names if n != "eager"]:
         for mode in ("sde", "deterministic_10_steps"):
-            if mode in out[name] and mode in out["eager"]:
+            if mode in out.get(name, {}) and mode in out.get("eager", {}):
                 out[f"ratio_eager_over_{name}_{mode}_p50"] = round(
                     out["eager"][mode]["p50_ms"] / out[name][mode]["p50_ms"], 2
                 )
     return out
+
+
+ACTING_FIELDS = ("fast_inference", "bf16_weights", "cuda_graphs", "compiled_kernels")
 
 
 def _free(device: torch.device) -> None:
@@ -226,18 +255,25 @@ def loop_memory(
     probe.mark("ppo_update")
     snapshot = trainer.policy_snapshot()  # BackgroundTrainer: saved, then swapped in
     probe.mark("trainer_snapshot")
-    new_actor = snapshot.for_acting(acting)  # Actor.set_policy
-    _one_sample(new_actor, seed=0)  # the next episode's warm-up, the old copy still held
-    probe.mark("swap_new_copy_sampling")
+    t0 = time.perf_counter()
+    # Actor.set_policy: copied into the actor's copy where it can, else the snapshot made the copy
+    in_place = actor.take_weights_of(snapshot)
+    new_actor = actor if in_place else snapshot.for_acting(acting)
+    sync(device)
+    swap_s = time.perf_counter() - t0
+    _one_sample(new_actor, seed=0)  # the next episode's warm-up, the snapshot still held
+    probe.mark("swapped_sampling")
     del actor, snapshot
     _free(device)
-    probe.mark("old_copy_released")
+    probe.mark("snapshot_released")
     result: dict[str, Any] = {
         "trainable": options.trainable,
         "chunks": args.loop_rollouts * args.loop_chunks,
         "minibatch": args.minibatch,
         "rollout_sampling_s": round(rollout_s, 1),
         "ppo_update_s": round(update_s, 1),
+        "swap_in_place": in_place,
+        "swap_s": round(swap_s, 3),
         "points": probe.points,
     }
     if device.type == "cuda":
@@ -326,7 +362,7 @@ def _double_until_oom(policy: Pi05Policy, rb: RolloutBatch, device: torch.device
     return {"largest_minibatch": fits, "tried": tried}
 
 
-PARTS = ("latency", "ppo", "memory-search", "loop-memory")
+PARTS = ("latency", "lerobot", "ppo", "memory-search", "loop-memory")
 H100_MEMORY_GIB = 81_559 / 1024  # what nvidia-smi shows for one H100 80GB HBM3 (MiB)
 
 
@@ -352,10 +388,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minibatch", type=int, default=16, help="PPO minibatch (chunks)")
     ap.add_argument("--flow-steps", type=int, default=Pi05Options.flow_steps)
     ap.add_argument("--latency-runs", type=int, default=50)
+    ap.add_argument(
+        "--slow-runs",
+        type=int,
+        default=None,
+        help="latency: chunks timed for uncaptured variants (default: --latency-runs)",
+    )
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"latency: some of {','.join(VARIANTS)}")
     ap.add_argument("--trainable", default="all", choices=["all", "no_vision", "expert", "lora"])
     ap.add_argument(
         "--loop-trainable", default="all,expert", help="loop-memory: the trainable settings, one run each"
     )
+    ap.add_argument(
+        "--lerobot-python",
+        default=sys.executable,
+        help="lerobot: a Python where LeRobot 0.6.1 imports (with --lerobot-path on its path)",
+    )
+    ap.add_argument("--lerobot-path", default="", help="lerobot: prepended to that Python's PYTHONPATH")
+    ap.add_argument("--lerobot-runs", type=int, default=30, help="lerobot: chunks timed per mode")
     ap.add_argument("--loop-rollouts", type=int, default=16, help="loop-memory: episodes sampled")
     ap.add_argument("--loop-chunks", type=int, default=4, help="loop-memory: chunks per episode")
     ap.add_argument("--no-gradient-checkpointing", action="store_true")
@@ -368,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     parts = [p for p in args.parts.split(",") if p]
     if unknown := [p for p in parts if p not in PARTS]:
         ap.error(f"--parts: unknown {unknown}; use some of {','.join(PARTS)}")
+    variants = [v for v in args.variants.split(",") if v]
+    if unknown := [v for v in variants if v not in VARIANTS]:
+        ap.error(f"--variants: unknown {unknown}; use some of {','.join(VARIANTS)}")
     device = torch.device(args.device)
     if args.out == "auto":
         args.out = f"pi05_{device_slug(device)}" + ("_tiny" if args.tiny else "")
@@ -390,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             write_result(args.out, result, cmd, quiet=not final)
 
-    if any(p in parts for p in ("latency", "ppo", "memory-search")):
+    if any(p in parts for p in ("latency", "lerobot", "ppo", "memory-search")):
         torch.manual_seed(0)
         t0 = time.perf_counter()
         with torch.device(device):  # initialise the 3B parameters where they will live
@@ -399,7 +452,13 @@ def main(argv: list[str] | None = None) -> int:
         result["parameters"] = sum(p.numel() for p in policy.parameters())
         result["build_s"] = round(time.perf_counter() - t0, 1)
         if "latency" in parts:
-            result["chunk_latency"] = latency_before_after(policy, args.latency_runs, device)
+            result["chunk_latency"] = latency_before_after(
+                policy, args.latency_runs, device, variants, args.slow_runs
+            )
+            save()
+        if "lerobot" in parts:
+            result["lerobot"] = lerobot_side_by_side(policy, args, device, result.get("chunk_latency", {}))
+            print("lerobot", result["lerobot"], flush=True)
             save()
         if "ppo" in parts or "memory-search" in parts:
             t0 = time.perf_counter()
@@ -417,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     if "loop-memory" in parts:
         acting = VARIANTS["fast_graphs"]
         result["loop_memory"] = {
-            "actor": {k: getattr(acting, k) for k in ("fast_inference", "bf16_weights", "cuda_graphs")},
+            "actor": {k: getattr(acting, k) for k in ACTING_FIELDS},
             "h100_memory_gib": round(H100_MEMORY_GIB, 2),
         }
         for trainable in args.loop_trainable.split(","):
@@ -434,6 +493,72 @@ def main(argv: list[str] | None = None) -> int:
             save()
     save(final=True)
     return 0
+
+
+def lerobot_side_by_side(
+    policy: Pi05Policy, args: argparse.Namespace, device: torch.device, ours: dict[str, Any]
+) -> dict[str, Any]:
+    """LeRobot 0.6.1's own PI05Policy on ``policy``'s weights, exported by ``export_lerobot`` into a
+    temporary directory, the same observation, prompt tokens and noise (bench/lerobot_pi05_latency.py,
+    run by ``--lerobot-python``), and the ratios of its p50 over ours (same step counts)."""
+    import subprocess
+    import tempfile
+
+    from check_pi05_lerobot import lerobot_sizes
+
+    from learner.policies.pi05_export import export_lerobot
+
+    with tempfile.TemporaryDirectory(prefix="pde-pi05-lerobot-") as tmp:
+        work = Path(tmp)
+        t0 = time.perf_counter()
+        export_lerobot(policy, work / "pi05", device=device.type)
+        export_s = time.perf_counter() - t0
+        obs = policy.preprocess([synthetic_observation(np.random.default_rng(0), size_px=224)])
+        ids, valid = policy.tokenize(
+            [CANON], policy.normalize_state(obs.state.to(policy.device)).cpu().numpy()
+        )
+        trained_with = policy.options
+        policy.options = dataclasses.replace(trained_with, bf16=False)  # float32: LeRobot's default
+        try:
+            torch.manual_seed(7)
+            chunk = policy.sample(obs, [CANON], deterministic=True)  # eager, 10 Euler steps
+        finally:
+            policy.options = trained_with
+        arrays = {f"image:{k}": obs.images[:, j].numpy() for j, k in enumerate(policy.image_keys)}
+        arrays |= {
+            "tokens": ids.cpu().numpy(),
+            "token_valid": valid.cpu().numpy(),
+            "noise": chunk.chain[:, 0],
+            "chunk_euler10": chunk.chain[:, -1],
+        }
+        np.savez(work / "inputs.npz", **arrays)
+        cmd = [args.lerobot_python, str(Path(__file__).parent / "lerobot_pi05_latency.py")]
+        cmd += [str(work / "pi05"), str(work / "inputs.npz"), "--device", device.type]
+        cmd += ["--runs", str(args.lerobot_runs)]
+        if args.tiny:
+            (work / "sizes.json").write_text(json.dumps(lerobot_sizes(policy.config)))
+            cmd += ["--sizes", str(work / "sizes.json")]
+        paths = [p for p in (args.lerobot_path, str(Path(__file__).parent.parent)) if p]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LEROBOT_TIMEOUT_S)
+    if done.returncode:
+        return {
+            "error": f"exit {done.returncode}",
+            "stderr_tail": done.stderr[-3000:],
+            "export_s": round(export_s, 1),
+        }
+    out: dict[str, Any] = {"export_s": round(export_s, 1), **json.loads(done.stdout.strip().splitlines()[-1])}
+    modes = {"predict_action_chunk_10_steps": "deterministic_10_steps", "predict_action_chunk_5_steps": "sde"}
+    for dtype in ("float32", "bfloat16"):
+        for theirs, mode in modes.items():
+            for name, timed in ours.items():
+                if isinstance(timed, dict) and mode in timed and dtype in out:
+                    key = f"ratio_lerobot_{dtype}_{theirs}_over_{name}_{mode}_p50"
+                    out[key] = round(out[dtype][theirs]["p50_ms"] / timed[mode]["p50_ms"], 2)
+    return out
+
+
+LEROBOT_TIMEOUT_S = 300
 
 
 def ppo_update(

@@ -58,12 +58,13 @@ class Variant:
     about: str = ""
 
 
+OFF = {"pool_anchor_coef": 0.0}  # every variant but the anchor's says so (not the default's value)
 VARIANTS: dict[str, Variant] = {
-    "mixed": Variant({"ratio_variant": "mixed"}, about="the paper's geometric-mean ratio (defaults)"),
-    "rollout": Variant({"ratio_variant": "rollout"}, about="ratio under the rollout prompt"),
-    "canonical": Variant({"ratio_variant": "canonical"}, about="ratio under the canonical prompt"),
+    "mixed": Variant({**OFF, "ratio_variant": "mixed"}, about="the paper's geometric-mean ratio (defaults)"),
+    "rollout": Variant({**OFF, "ratio_variant": "rollout"}, about="ratio under the rollout prompt"),
+    "canonical": Variant({**OFF, "ratio_variant": "canonical"}, about="ratio under the canonical prompt"),
     "pool_only": Variant(
-        {"ratio_variant": "rollout"}, pool_only=True, about="PPO on pool rollouts alone (alpha 0)"
+        {**OFF, "ratio_variant": "rollout"}, pool_only=True, about="PPO on pool rollouts alone (alpha 0)"
     ),
     "mixed_anchor": Variant(
         {"ratio_variant": "mixed", "pool_anchor_coef": 10.0}, about="mixed + pool anchor (coef 10)"
@@ -71,8 +72,12 @@ VARIANTS: dict[str, Variant] = {
     "mixed_anchor1": Variant(
         {"ratio_variant": "mixed", "pool_anchor_coef": 1.0}, about="mixed + pool anchor (coef 1)"
     ),
-    "mixed_rebase": Variant({"ratio_variant": "mixed", "w0_guard": "rebase"}, about="mixed, w0 rebased"),
-    "mixed_chunk": Variant({"ratio_variant": "mixed", "ratio_unit": "chunk"}, about="mixed, chunk ratio"),
+    "mixed_rebase": Variant(
+        {**OFF, "ratio_variant": "mixed", "w0_guard": "rebase"}, about="mixed, w0 rebased"
+    ),
+    "mixed_chunk": Variant(
+        {**OFF, "ratio_variant": "mixed", "ratio_unit": "chunk"}, about="mixed, chunk ratio"
+    ),
 }
 
 
@@ -120,7 +125,7 @@ def run_variant(
         data = Path(tmp)
         url = f"sqlite:///{data}/pde.db"
         # alpha_min must be > 0: a millionth draws the canonical prompt in no run of this size
-        pinned = {"alpha_min": 1e-6, "ema_start": 0.0} if variant.pool_only else {}
+        pinned: dict[str, Any] = {"alpha_min": 1e-6, "ema_start": 0.0} if variant.pool_only else {}
         settings = LoopSettings(
             tasks=[TASK], auto_start=True, auto_label=True, prompt_search=False, synchronous_updates=True,
             batch_size=args.batch_size, max_chunks=args.max_chunks, rollouts_per_scene=1,
@@ -167,7 +172,7 @@ def run_variant(
                 robot=client,
                 actor=actor,
                 trainer=trainer,
-                save=lambda policy, version, metrics: "",
+                save=lambda _new: "",
                 settings=settings,
                 supervisor=SupervisorSettings(tasks=[TASK]),
                 proposer=None,
@@ -212,25 +217,40 @@ class DiagnosedTrainer:
 
 
 def merge(parts: list[Path], out: Path) -> int:
-    """One result from files written by parallel invocations with the same setup and inputs."""
+    """One result from files written by parallel invocations: the same setup but for the RL seed,
+    the same SFT checkpoint and algorithm files (bench/pde_arm.py ALGORITHM_FILES); the runs are
+    kept per seed, each part's commit with them."""
     loaded = [json.loads(p.read_text()) for p in parts]
+
+    def inputs(d: dict[str, Any]) -> tuple[str, str]:
+        setup = {k: v for k, v in d["setup"].items() if k != "seed"}
+        frozen = {k: d["frozen"][k] for k in ("sft_checkpoint_sha256", "files_sha256")}
+        return json.dumps(setup, sort_keys=True), json.dumps(frozen, sort_keys=True)
+
     for p, d in zip(parts[1:], loaded[1:], strict=True):
-        for key in ("setup", "frozen"):
-            if d[key] != loaded[0][key]:
-                raise SystemExit(
-                    f"{p}: its {key} differs from {parts[0]}'s; run it again with the same inputs"
-                )
-    merged = {**loaded[0], "command": [d["command"] for d in loaded], "variants": {}}
+        if inputs(d) != inputs(loaded[0]):
+            raise SystemExit(
+                f"{p} ran with other settings or inputs than {parts[0]}; run it again with the same"
+            )
+    seeds: dict[str, dict[str, Any]] = {}
     for d in loaded:
-        merged["variants"].update(d["variants"])
+        for name, run in d["variants"].items():
+            seeds.setdefault(str(d["setup"]["seed"]), {})[name] = {**run, "commit": d["frozen"]["commit"]}
+    merged = {
+        "benchmark": "pool_retention",
+        "commands": [d["command"] for d in loaded],
+        "setup": {k: v for k, v in loaded[0]["setup"].items() if k != "seed"},
+        "frozen": {k: loaded[0]["frozen"][k] for k in ("sft_checkpoint_sha256", "files_sha256")},
+        "seeds": seeds,
+    }
     out.write_text(json.dumps(merged, indent=1) + "\n")
-    print(f"wrote {out}: {', '.join(merged['variants'])}")
+    print(f"wrote {out}: " + "; ".join(f"seed {s}: {', '.join(v)}" for s, v in seeds.items()))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sft-checkpoint", type=Path, required=True)
+    ap.add_argument("--sft-checkpoint", type=Path, help="the SFT checkpoint (not needed with --merge)")
     ap.add_argument("--variants", default="mixed,rollout,canonical,pool_only,mixed_anchor")
     ap.add_argument("--updates", type=int, default=3, help="PPO updates per variant")
     ap.add_argument("--batch-size", type=int, default=32, help="episodes per PPO update (the loop's)")
@@ -253,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}; variants are {', '.join(VARIANTS)}")
-    if not args.sft_checkpoint.is_file():
+    if args.sft_checkpoint is None or not args.sft_checkpoint.is_file():
         ap.error(f"--sft-checkpoint {args.sft_checkpoint} is not a file (build it: docs/learner.md)")
     import torch
 

@@ -1,7 +1,9 @@
 """How far the *measured* simulated TCP gets outside the workspace box, and how far it moves in one
 control tick, under chunks that push at every face, edge and corner of the box (10x the per-tick
-step every row), with and without random rotations. Runs the real executor, safety layer and
-SimRobot (fast pacing) and reads the measured state after every tick.
+step every row), with and without random rotations; then (once) joint_abs targets anywhere (30
+random 8-row chunks) and chunks at exactly the step limit in every direction both ways (the servo's
+lag catching up). Runs the real executor, safety layer and SimRobot (fast pacing) and reads the
+measured state after every tick.
 
     python bench/bench_sim_limits.py --seeds 3
 """
@@ -20,11 +22,43 @@ from _common import write_result
 from pde_contract.messages import ActionChunk, ActionSpace, RobotState
 from robot_server.executor import ChunkExecutor, ExecutorConfig
 from robot_server.robots.sim import SimRobot
-from robot_server.safety import SafetyLimits
+from robot_server.safety import FR3_JOINT_LOWER_RAD, FR3_JOINT_UPPER_RAD, SafetyLimits
 from robot_server.sim.world import SimWorld, SimWorldConfig
 
+WALLS = [np.array(v, float) for v in itertools.product((-1.0, 0.0, 1.0), repeat=3) if any(v)]
 
-def run(rotate: bool, seed: int, limits: SafetyLimits, rows: int = 20) -> dict[str, float]:
+
+def chunks(
+    pattern: str, seed: int, limits: SafetyLimits, rows: int = 20
+) -> list[tuple[ActionSpace, np.ndarray]]:
+    """The pattern's chunks: "walls" / "walls_rotate" (10x the step into every wall direction,
+    twice round), "joint_abs" (joint targets anywhere), "at_the_limit" (exactly the step)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    if pattern.startswith("walls"):
+        for wall in WALLS * 2:
+            a = np.zeros((rows, 7))
+            a[:, :3] = 0.5 * wall / np.linalg.norm(wall)
+            if pattern == "walls_rotate":
+                a[:, 3:6] = rng.normal(0.0, 0.5, size=(rows, 3))
+            a[:, 6] = 0.08
+            out.append((ActionSpace.EE_DELTA, a))
+    elif pattern == "joint_abs":
+        for _ in range(30):
+            a = np.zeros((8, 8))
+            a[:, :7] = rng.uniform(FR3_JOINT_LOWER_RAD - 0.5, FR3_JOINT_UPPER_RAD + 0.5, size=(8, 7))
+            a[:, 7] = 0.04
+            out.append((ActionSpace.JOINT_ABS, a))
+    else:
+        for wall, sign in itertools.product(WALLS, (1.0, -1.0)):
+            a = np.zeros((8, 7))
+            a[:, :3] = sign * limits.max_step_translation_m * wall / np.linalg.norm(wall)
+            a[:, 6] = 0.08
+            out.append((ActionSpace.EE_DELTA, a))
+    return out
+
+
+def run(pattern: str, seed: int, limits: SafetyLimits) -> dict[str, float]:
     world = SimWorld(SimWorldConfig(scene="table"))
     robot = SimRobot(
         world,
@@ -37,18 +71,9 @@ def run(rotate: bool, seed: int, limits: SafetyLimits, rows: int = 20) -> dict[s
         robot, ExecutorConfig(realtime=False, heartbeat_timeout_s=0, limits=limits), on_tick=states.append
     )
     ex.start()
-    rng = np.random.default_rng(seed)
-    walls = [np.array(v, float) for v in itertools.product((-1.0, 0.0, 1.0), repeat=3) if any(v)]
     try:
-        for seq, wall in enumerate(walls * 2):
-            a = np.zeros((rows, 7))
-            a[:, :3] = 0.5 * wall / np.linalg.norm(wall)
-            if rotate:
-                a[:, 3:6] = rng.normal(0.0, 0.5, size=(rows, 3))
-            a[:, 6] = 0.08
-            chunk = ActionChunk(
-                seq=seq, episode_id="e", action_space=ActionSpace.EE_DELTA, actions=a, control_rate_hz=10.0
-            )
+        for seq, (space, a) in enumerate(chunks(pattern, seed, limits)):
+            chunk = ActionChunk(seq=seq, episode_id="e", action_space=space, actions=a, control_rate_hz=10.0)
             ex.submit(chunk, b"bench")
             while ex.snapshot().executing_chunk_seq >= 0:
                 time.sleep(0.002)
@@ -66,6 +91,7 @@ def run(rotate: bool, seed: int, limits: SafetyLimits, rows: int = 20) -> dict[s
         "ticks": len(p),
         "max_outside_box_mm": round(float(outside.max()) * 1000, 1),
         "max_step_per_tick_mm": round(float(step.max()) * 1000, 1),
+        "ticks_over_step_limit": int((step > limits.max_step_translation_m).sum()),
         "ticks_over_step_limit_plus_5mm": int((step > limits.max_step_translation_m + 0.005).sum()),
     }
 
@@ -76,9 +102,13 @@ def main() -> None:
     args = p.parse_args()
     limits = SafetyLimits()
     runs = [
-        {"seed": seed, "rotate": rotate, **run(rotate, seed, limits)}
+        {"seed": seed, "pattern": pattern, **run(pattern, seed, limits)}
         for seed in range(args.seeds)
-        for rotate in (False, True)
+        for pattern in ("walls", "walls_rotate")
+    ]
+    runs += [
+        {"seed": 2, "pattern": pattern, **run(pattern, 2, limits)}
+        for pattern in ("joint_abs", "at_the_limit")
     ]
     for r in runs:
         print(r, flush=True)

@@ -91,7 +91,6 @@ def ours_make(work: Path) -> None:
     from learner.checkpoints import CheckpointStore
     from learner.policies.pi05 import Pi05Options, load_pi05
     from learner.policies.pi05_checkpoint import STATS_FILE
-    from learner.policies.pi05_model import GEMMA_VARIANTS, SIGLIP_VARIANTS
     from tests.learner.pi05_tiny import JOINT_ACTION_NAMES, make_joint_checkpoint, tiny_tokenizer_json
 
     relative = {"use_relative_actions": True, "action_feature_names": JOINT_ACTION_NAMES}
@@ -106,8 +105,15 @@ def ours_make(work: Path) -> None:
             if name.endswith(".B"):  # B starts at zero: random, so that merging matters
                 p.normal_(0.0, 0.5)
     CheckpointStore(work / "checkpoints").save(policy, 1)
-    cfg = policy.config
-    sizes = {
+    (work / "sizes.json").write_text(json.dumps(lerobot_sizes(policy.config), indent=1))
+    (work / "tokenizer.json").write_text(tiny_tokenizer_json())
+
+
+def lerobot_sizes(cfg: Any) -> dict[str, Any]:
+    """Our ``Pi05Config``'s sizes as ``teach_lerobot_tiny_sizes`` takes them (sizes.json)."""
+    from learner.policies.pi05_model import GEMMA_VARIANTS, SIGLIP_VARIANTS
+
+    return {
         "gemma": {v: vars(GEMMA_VARIANTS[v]) for v in (cfg.paligemma_variant, cfg.action_expert_variant)},
         "vision": vars(SIGLIP_VARIANTS[cfg.vision_variant]),
         "vision_variant": cfg.vision_variant,
@@ -120,8 +126,6 @@ def ours_make(work: Path) -> None:
         "max_action_dim": cfg.max_action_dim,
         "tokenizer_max_length": cfg.tokenizer_max_length,
     }
-    (work / "sizes.json").write_text(json.dumps(sizes, indent=1))
-    (work / "tokenizer.json").write_text(tiny_tokenizer_json())
 
 
 def ours_act(policy_from: str, out: Path) -> None:
@@ -493,8 +497,8 @@ def main() -> int:
         # 1. our export, loaded by LeRobot as written
         export = work / "export"
         argv = ["learner", "export-policy", "--format", "lerobot", "--checkpoints", str(work / "checkpoints")]
-        said = _pde(args.pde_python, "-m", "pde", *argv, "--out", str(export), "--device", "cpu")
-        checkpoint = json.loads(said.strip().splitlines()[-1])["checkpoint"]
+        printed = _pde(args.pde_python, "-m", "pde", *argv, "--out", str(export), "--device", "cpu")
+        checkpoint = json.loads(printed.strip().splitlines()[-1])["checkpoint"]
         _pde(args.pde_python, me, "--ours", "act", checkpoint, str(work / "ours_1.npz"))
         policy, pre, post, loaded = lerobot_load(export, tokenizer)
         ours_into_lerobot: dict[str, Any] = {

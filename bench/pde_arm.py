@@ -33,9 +33,10 @@ from typing import Any
 
 from learner.loop.core import EpisodeLoop, LoopStopped, RobotLike
 from learner.loop.settings import LoopSettings
-from learner.loop.training import BackgroundTrainer, SaveCheckpoint, TrainerLike
+from learner.loop.training import BackgroundTrainer, SaveCheckpoint, TrainedVersion, TrainerLike
 from learner.ppo import PPOConfig, RatioVariant
 from learner.rewards import Batch
+from pde_contract.records import PromptStatus
 from pde_storage import Store
 from supervisor.dedup import Embedder
 from supervisor.proposers import PROPOSERS, OutcomeLog, PromptProposer, ProposerOptions, make_proposer
@@ -176,7 +177,7 @@ class RecordingTrainer:
     def update(self, batch: Batch) -> dict[str, float]:
         stats = self.trainer.update(batch)
         state = self.store.task_state(self.task)
-        pool_size = len(self.store.prompts(self.task, "pool"))
+        pool_size = len(self.store.prompts(self.task, PromptStatus.POOL))
         canonical = [e for e, _ in batch if e.rollout_prompt == e.canonical_prompt]
         pool = [e for e, _ in batch if e.rollout_prompt != e.canonical_prompt]
         self.updates.append(
@@ -442,9 +443,13 @@ def run_arm(
         keeper = CheckpointKeeper(checkpoints, loop_store, settings.checkpoint_retention())
         in_use = [0]  # the actor's version, for the keeper's pruning
 
-        def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
-            path = keeper.save(policy, version, metrics, trainer.state_dict(), in_use=set(in_use))
-            in_use[0] = version
+        def save(new: TrainedVersion) -> str:
+            through = new.trained_through_episode_id
+            state = trainer.state_dict()
+            path = keeper.save(
+                new.policy, new.version, new.metrics, state, set(in_use), trained_through_episode_id=through
+            )
+            in_use[0] = new.version
             return str(path)
 
         def evaluate(at: int) -> list[bool]:

@@ -23,6 +23,10 @@ from pde_contract.files import atomic_path
 log = logging.getLogger(__name__)
 
 
+# Before the resume point was a field of its own, the loop kept it among a checkpoint's metrics.
+_OLD_TRAINED_THROUGH_KEY = "trained_through_episode_id"
+
+
 @dataclass
 class LoadedCheckpoint:
     version: int
@@ -30,6 +34,9 @@ class LoadedCheckpoint:
     policy: Policy
     metrics: dict[str, float]
     trainer_state: dict[str, Any] | None
+    trained_through_episode_id: int | None = None
+    """the newest episode a PPO update to this version trained on (where the loop resumes); None:
+    none did (an SFT policy)"""
 
 
 class CheckpointStore:
@@ -45,6 +52,7 @@ class CheckpointStore:
         version: int,
         metrics: dict[str, float] | None = None,
         trainer_state: dict[str, Any] | None = None,
+        trained_through_episode_id: int | None = None,
     ) -> Path:
         path = self.path_for(version)  # refuses a negative version
         payload = {
@@ -52,6 +60,7 @@ class CheckpointStore:
             "policy": policy.checkpoint_state(),
             "metrics": dict(metrics or {}),
             "trainer_state": trainer_state,
+            "trained_through_episode_id": trained_through_episode_id,
         }
         with atomic_path(path) as tmp:
             torch.save(payload, tmp)
@@ -99,12 +108,18 @@ class CheckpointStore:
         policy.to(device)
         policy.eval()
         policy.version = int(payload["version"])
+        metrics = dict(payload.get("metrics", {}))
+        through = payload.get("trained_through_episode_id")
+        old = metrics.pop(_OLD_TRAINED_THROUGH_KEY, None)  # a file from before: read it there
+        if through is None and old is not None:
+            through = old
         return LoadedCheckpoint(
             version=int(payload["version"]),
             path=path,
             policy=policy,
-            metrics=dict(payload.get("metrics", {})),
+            metrics=metrics,
             trainer_state=payload.get("trainer_state"),
+            trained_through_episode_id=None if through is None else int(through),
         )
 
     def renumbered(
@@ -125,7 +140,11 @@ class CheckpointStore:
             version,
         )
         metrics = {**loaded.metrics, "resumed_from_version": float(loaded.version)}
-        return self.load(self.save(loaded.policy, version, metrics, loaded.trainer_state), device)
+        through = loaded.trained_through_episode_id
+        path = self.save(
+            loaded.policy, version, metrics, loaded.trainer_state, trained_through_episode_id=through
+        )
+        return self.load(path, device)
 
     def latest(self, device: torch.device | str = "cpu") -> LoadedCheckpoint | None:
         """The newest checkpoint that loads; unreadable ones are skipped with a warning."""

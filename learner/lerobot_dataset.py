@@ -4,10 +4,13 @@ parquet file and one video per episode, ``meta/tasks.jsonl``): what ``pde_storag
 writes (the FR3's 15-entry ``observation.state``, our action columns), or a lab's own dataset of
 another layout read through a mapping file (``LeRobotMapping``, ``--lerobot-map``).
 
-Each sample is a dataset row's observation (state + camera video frames, decoded with PyAV) and the
-next ``chunk_len`` action rows of its episode (past the end the robot holds, as
-``learner.sft.action_windows`` does). Rows with ``chunk_row == 0`` only when the dataset has that
-column (ours: the rows whose observation was taken at that instant), else every ``stride``-th row.
+Each sample is a dataset row's observation (state + camera frames: video frames decoded with PyAV,
+or, in a dataset recorded with ``use_videos=False``, the images in its parquet rows) and the next
+``chunk_len`` action rows of its episode (past the end the robot holds, as
+``learner.sft.action_windows`` does). Every ``stride``-th row; in our exports of episodes that kept
+only each chunk's first observation (``chunk_row`` column, ``rows_with_own_observation`` below the
+row count in ``meta/pde_episodes.jsonl``), the rows with ``chunk_row == 0`` only.
+``LeRobotSource`` reads one episode at a time (SFT streams large datasets from it).
 A row's video frame is the one shown at the row's ``timestamp`` (plus, in v3.0, the episode's
 ``from_timestamp`` in its shared video file), within LeRobot's ``tolerance_s``, as LeRobot looks it
 up. Frames are re-encoded as JPEG into ``Observation`` messages, so every policy preprocesses them
@@ -19,7 +22,7 @@ from __future__ import annotations
 import json
 import string
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -257,7 +260,8 @@ def _resolve(cols: Columns, want: int | None, what: str, features: dict[str, Any
 class _Plan:
     state: list[_Take]  # in STATE_PARTS order
     action: list[_Take]
-    videos: dict[str, str]  # our camera -> dataset video key
+    videos: dict[str, str]  # our camera -> dataset video (or image) key
+    images: frozenset[str] = frozenset()  # the keys stored as images in the parquet rows
 
 
 def _plan(
@@ -288,16 +292,13 @@ def _plan(
             f"mapping action.columns give {width} columns; {action_space.value} has "
             f"{ACTION_DIMS[action_space]}: {ACTION_NAMES[action_space]}"
         )
-    videos = sorted(k for k, v in features.items() if v.get("dtype") == "video")
+    # Camera features: videos (LeRobot's default) or images in the parquet rows (use_videos=False).
+    pictures = sorted(k for k, v in features.items() if v.get("dtype") in ("video", "image"))
     for ours, key in mapping.cameras.items():
-        if key in features and features[key].get("dtype") == "image":
+        if key not in pictures:
             raise DatasetError(
-                f"mapping cameras.{ours}: {key} is stored as images in the parquet files; SFT reads "
-                f"camera videos (LeRobot's default), this dataset has {videos}"
-            )
-        if key not in videos:
-            raise DatasetError(
-                f"mapping cameras.{ours}: {root} has no video feature {key!r}; its videos: {videos}"
+                f"mapping cameras.{ours}: {root} has no video or image feature {key!r}; its cameras: "
+                f"{pictures}"
             )
     lacking = [c for c in cameras or () if c not in mapping.cameras]
     if lacking:
@@ -305,7 +306,8 @@ def _plan(
             f"the policy reads cameras {list(cameras or ())}; the mapping gives {list(mapping.cameras)}. "
             f"Add {lacking} under [cameras] (our camera = dataset video key)."
         )
-    return _Plan(state, action, dict(mapping.cameras))
+    images = frozenset(k for k in mapping.cameras.values() if features[k].get("dtype") == "image")
+    return _Plan(state, action, dict(mapping.cameras), images)
 
 
 @dataclass
@@ -454,10 +456,13 @@ def check_fps(root: Path, info: dict[str, Any], control_rate_hz: float) -> None:
         )
 
 
-@dataclass
-class _EpisodeData:
+@dataclass(frozen=True)
+class _EpisodeRef:
+    """Where one episode's rows and frames are; nothing read yet."""
+
     index: int
-    rows: dict[str, list[Any]]  # the episode's rows, in order
+    data_path: Path
+    rows: tuple[int, int] | None  # v3.0: [from, to) of the ``index`` column in a shared file; v2: all
     videos: dict[str, tuple[Path, float]]  # video key -> (file, the episode's start in it, s)
     where: str  # for messages
 
@@ -478,9 +483,10 @@ def _check_templates(root: Path, info: dict[str, Any]) -> None:
             )
 
 
-def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> Iterator[_EpisodeData]:
+def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> list[_EpisodeRef]:
     """v2.0/v2.1: data/chunk-XXX/episode_XXXXXX.parquet, one video per episode and camera."""
     chunks_size = int(info.get("chunks_size", 1000))
+    out = []
     for ep in range(int(info["total_episodes"])):
         chunk = ep // chunks_size
         data_path = root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
@@ -492,10 +498,11 @@ def _episodes_v2(root: Path, info: dict[str, Any], video_keys: Sequence[str]) ->
             key: (root / info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=ep), 0.0)
             for key in video_keys
         }
-        yield _EpisodeData(ep, pq.read_table(data_path).to_pydict(), videos, str(data_path))
+        out.append(_EpisodeRef(ep, data_path, None, videos, str(data_path)))
+    return out
 
 
-def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> Iterator[_EpisodeData]:
+def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) -> list[_EpisodeRef]:
     """v3.0: meta/episodes/chunk-XXX/file-XXX.parquet says where each episode's rows (data file and
     index range) and frames (video file and from_timestamp) are; a file holds several episodes."""
     files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
@@ -514,26 +521,15 @@ def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) ->
             raise DatasetError(f"{path}: the episode index lacks the columns {missing}")
         episodes += table.select(want).to_pylist()
     episodes.sort(key=lambda e: int(e["episode_index"]))
-    data: tuple[Path, pa.Table, np.ndarray] | None = None  # the data file being read (in order)
+    out = []
     for e in episodes:
         data_path = root / info["data_path"].format(
             chunk_index=e["data/chunk_index"], file_index=e["data/file_index"]
         )
-        if data is None or data[0] != data_path:
-            if not data_path.is_file():
-                raise DatasetError(
-                    f"{root}: episode {e['episode_index']}'s rows {data_path} are missing; "
-                    "the dataset is incomplete"
-                )
-            table = pq.read_table(data_path)
-            data = (data_path, table, np.asarray(table.column("index")))
-        _, table, index = data
-        lo, hi = int(e["dataset_from_index"]), int(e["dataset_to_index"])
-        start, stop = int(np.searchsorted(index, lo)), int(np.searchsorted(index, hi))
-        if stop - start != hi - lo or not np.array_equal(index[start:stop], np.arange(lo, hi)):
+        if not data_path.is_file():
             raise DatasetError(
-                f"{data_path}: episode {e['episode_index']} should have the rows index {lo}..{hi - 1}, "
-                "in order; the file does not hold them so"
+                f"{root}: episode {e['episode_index']}'s rows {data_path} are missing; "
+                "the dataset is incomplete"
             )
         videos = {
             key: (
@@ -547,8 +543,61 @@ def _episodes_v3(root: Path, info: dict[str, Any], video_keys: Sequence[str]) ->
             )
             for key in video_keys
         }
-        rows = table.slice(start, stop - start).to_pydict()
-        yield _EpisodeData(int(e["episode_index"]), rows, videos, f"{data_path} episode {e['episode_index']}")
+        rows = (int(e["dataset_from_index"]), int(e["dataset_to_index"]))
+        where = f"{data_path} episode {e['episode_index']}"
+        out.append(_EpisodeRef(int(e["episode_index"]), data_path, rows, videos, where))
+    return out
+
+
+def _read_rows(ref: _EpisodeRef, columns: Sequence[str]) -> dict[str, list[Any]]:
+    """The episode's rows (only ``columns``), in order. A v3.0 file holds several episodes: only
+    the row groups whose ``index`` statistics overlap this one's range are read."""
+    # ParquetFile, not read_table: the dataset API takes a dotted name for a nested field
+    pf = pq.ParquetFile(ref.data_path)
+    missing = sorted(set(columns) - set(pf.schema_arrow.names))
+    if missing:
+        raise DatasetError(
+            f"{ref.where}: meta/info.json lists {missing} but the parquet file has no such column "
+            f"(it has {pf.schema_arrow.names}); the dataset is inconsistent: write it again"
+        )
+    if ref.rows is None:
+        return pf.read(columns=list(columns)).to_pydict()
+    lo, hi = ref.rows
+    groups = []
+    for g in range(pf.num_row_groups):
+        group = pf.metadata.row_group(g)
+        leaf = next(
+            (group.column(j) for j in range(group.num_columns) if group.column(j).path_in_schema == "index"),
+            None,
+        )
+        st = None if leaf is None else leaf.statistics
+        if st is None or not st.has_min_max or (st.max >= lo and st.min < hi):
+            groups.append(g)
+    table = pf.read_row_groups(groups, columns=sorted({*columns, "index"}))
+    index = np.asarray(table.column("index"))
+    start, stop = int(np.searchsorted(index, lo)), int(np.searchsorted(index, hi))
+    if not np.array_equal(index[start:stop], np.arange(lo, hi)):
+        raise DatasetError(
+            f"{ref.data_path}: episode {ref.index} should have the rows index {lo}..{hi - 1}, "
+            "in order; the file does not hold them so"
+        )
+    return table.slice(start, stop - start).to_pydict()
+
+
+def _own_observation_episodes(root: Path) -> set[int]:
+    """Episodes of ``pde data export-lerobot`` whose every row has its own observation
+    (``meta/pde_episodes.jsonl``; episode format 3): all their rows are samples, not only each
+    chunk's first."""
+    path = root / "meta" / "pde_episodes.jsonl"
+    if not path.is_file():
+        return set()
+    out = set()
+    for line in path.read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        own = row.get("rows_with_own_observation")
+        if own is not None and own > 0 and own == row.get("rows"):
+            out.add(int(row["episode_index"]))
+    return out
 
 
 def _tasks(root: Path, version: str) -> dict[int, str]:
@@ -572,77 +621,154 @@ def _tasks(root: Path, version: str) -> dict[int, str]:
     return dict(zip(table["task_index"].to_pylist(), table[texts[0]].to_pylist(), strict=True))
 
 
-def read_lerobot_dataset(
-    root: str | Path,
-    chunk_len: int,
-    action_space: ActionSpace,
-    stride: int = 1,
-    mapping: LeRobotMapping | None = None,
-    cameras: Sequence[str] | None = None,
-    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
-) -> DatasetSamples:
-    """``mapping``: how a dataset of another layout feeds ours (None: our export layout);
-    ``cameras``: the policy's, checked against the mapping's before anything is decoded;
-    ``control_rate_hz``: the robot's, which the dataset's fps must be (:func:`check_fps`)."""
-    root = Path(root)
-    info = _read_info(root)
-    check_fps(root, info, control_rate_hz)
-    features: dict[str, Any] = info.get("features", {})
-    if mapping is None:
-        _check_own_layout(root, features, action_space)
-        videos = [k for k, v in features.items() if v.get("dtype") == "video"]
-        plan = _plan(own_layout_mapping(videos, action_space), action_space, features, root, None)
-    else:
-        plan = _plan(mapping, action_space, features, root, cameras)
-    read = sorted({t.feature for t in plan.state + plan.action if t.feature is not None})
-    version = info["codebase_version"]
-    _check_templates(root, info)
-    video_keys = sorted(set(plan.videos.values()))
-    episodes = (_episodes_v3 if version == "v3.0" else _episodes_v2)(root, info, video_keys)
-    tasks = _tasks(root, version)
-    out = DatasetSamples([], np.zeros((0, chunk_len, ACTION_DIMS[action_space])), [], [])
-    windows: list[np.ndarray] = []
-    for ep in episodes:
-        table = ep.rows
+def _picture(value: Any, where: str) -> np.ndarray:
+    """An RGB image from a parquet image cell (``datasets``' Image feature: {"bytes", "path"})."""
+    data = value.get("bytes") if isinstance(value, dict) else value
+    if not data:
+        raise DatasetError(f"{where}: an image cell without bytes (a path-only image is not read)")
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise DatasetError(f"{where}: an image cell that does not decode (PNG or JPEG expected)")
+    return np.ascontiguousarray(bgr[:, :, ::-1])
+
+
+@dataclass
+class EpisodeVectors:
+    """An episode's samples without their images: enough for normalisation statistics."""
+
+    states: np.ndarray  # [n, 15] raw FR3 state at each sample
+    actions: np.ndarray  # [n, chunk_len, D] action-space units
+
+
+class LeRobotSource:
+    """A LeRobotDataset's SFT samples, one episode at a time: ``samples(i)`` decodes episode ``i``
+    only, so SFT can stream a dataset larger than memory (learner/sft_stream.py)."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        chunk_len: int,
+        action_space: ActionSpace,
+        stride: int = 1,
+        mapping: LeRobotMapping | None = None,
+        cameras: Sequence[str] | None = None,
+        control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
+    ) -> None:
+        """``mapping``: how a dataset of another layout feeds ours (None: our export layout);
+        ``cameras``: the policy's, checked against the mapping's before anything is decoded;
+        ``control_rate_hz``: the robot's, which the dataset's fps must be (:func:`check_fps`);
+        ``stride``: every stride-th row becomes a sample (rows whose observation is stale, in our
+        exports before format 3, are left out whatever the stride)."""
+        if stride < 1:
+            raise DatasetError(f"stride {stride}: take every 1st row or more")
+        root = Path(root)
+        info = _read_info(root)
+        check_fps(root, info, control_rate_hz)
+        features: dict[str, Any] = info.get("features", {})
+        if mapping is None:
+            _check_own_layout(root, features, action_space)
+            pictures = [k for k, v in features.items() if v.get("dtype") in ("video", "image")]
+            plan = _plan(own_layout_mapping(pictures, action_space), action_space, features, root, None)
+        else:
+            plan = _plan(mapping, action_space, features, root, cameras)
+        version = info["codebase_version"]
+        _check_templates(root, info)
+        video_keys = sorted(set(plan.videos.values()) - plan.images)
+        self.root, self.chunk_len, self.action_space, self.stride = root, chunk_len, action_space, stride
+        self.features, self.plan = features, plan
+        self.episodes = (_episodes_v3 if version == "v3.0" else _episodes_v2)(root, info, video_keys)
+        self.tasks = _tasks(root, version)
+        self.own_rows = _own_observation_episodes(root)
+        self._vector_features = sorted({t.feature for t in plan.state + plan.action if t.feature is not None})
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def _vectors(
+        self, ref: _EpisodeRef, table: dict[str, list[Any]]
+    ) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """The sample rows, every row's state and every sample row's action window."""
         n_rows = len(table["timestamp"])
-        cols = {f: _columns(table, f, int(features[f]["shape"][0]), ep.where) for f in read}
-        states = np.concatenate([t.read(cols, n_rows) for t in plan.state], axis=1)
-        actions = np.concatenate([t.read(cols, n_rows) for t in plan.action], axis=1)
-        padded = np.concatenate([actions, np.tile(_hold(actions, action_space), (chunk_len, 1))])
+        cols = {
+            f: _columns(table, f, int(self.features[f]["shape"][0]), ref.where) for f in self._vector_features
+        }
+        states = np.concatenate([t.read(cols, n_rows) for t in self.plan.state], axis=1)
+        actions = np.concatenate([t.read(cols, n_rows) for t in self.plan.action], axis=1)
+        if not n_rows:
+            raise DatasetError(f"{ref.where}: the episode has no rows")
+        padded = np.concatenate([actions, np.tile(_hold(actions, self.action_space), (self.chunk_len, 1))])
         rows = (
             [i for i, r in enumerate(table["chunk_row"]) if r == 0]
-            if "chunk_row" in table
-            else list(range(0, n_rows, stride))
+            if "chunk_row" in table and ref.index not in self.own_rows
+            else list(range(0, n_rows, self.stride))
         )
-        frames = {}
-        for cam, key in plan.videos.items():
-            path, start_s = ep.videos[key]
-            times = [start_s + float(table["timestamp"][i]) for i in rows]
-            frames[cam] = video_frames_at(path, times, f"{ep.where}, {key}")
-        for k, i in enumerate(rows):
-            t = float(table["timestamp"][i])
+        windows = [padded[i : i + self.chunk_len] for i in rows]
+        width = ACTION_DIMS[self.action_space]
+        return rows, states, np.stack(windows) if windows else np.zeros((0, self.chunk_len, width))
+
+    def _base_columns(self) -> list[str]:
+        cols = ["timestamp", "task_index", *self._vector_features]
+        return cols + (["chunk_row"] if "chunk_row" in self.features else [])
+
+    def vectors(self, i: int) -> EpisodeVectors:
+        ref = self.episodes[i]
+        rows, states, windows = self._vectors(ref, _read_rows(ref, self._base_columns()))
+        return EpisodeVectors(states[rows], windows)
+
+    def samples(self, i: int) -> DatasetSamples:
+        ref = self.episodes[i]
+        table = _read_rows(ref, self._base_columns() + sorted(self.plan.images))
+        rows, states, windows = self._vectors(ref, table)
+        frames: dict[str, list[np.ndarray]] = {}
+        for cam, key in self.plan.videos.items():
+            where = f"{ref.where}, {key}"
+            if key in self.plan.images:
+                frames[cam] = [_picture(table[key][k], f"{where} row {k}") for k in rows]
+                continue
+            path, start_s = ref.videos[key]
+            times = [start_s + float(table["timestamp"][k]) for k in rows]
+            frames[cam] = video_frames_at(path, times, where)
+        out = DatasetSamples([], windows, [], [])
+        for n, k in enumerate(rows):
+            t = float(table["timestamp"][k])
             cams = []
-            for cam, video in frames.items():
-                rgb = video[k]
+            for cam, pictures in frames.items():
+                rgb = pictures[n]
                 ok, jpeg = cv2.imencode(".jpg", rgb[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 95])
                 if not ok:
                     raise DatasetError(
-                        f"{root}: episode {ep.index} frame {i} of {cam} does not encode as JPEG"
+                        f"{self.root}: episode {ref.index} frame {k} of {cam} does not encode as JPEG"
                     )
                 h, w = rgb.shape[:2]
                 cams.append(
                     CameraFrame(
-                        name=cam, jpeg=jpeg.tobytes(), width=w, height=h, capture_time_s=t, frame_index=i
+                        name=cam, jpeg=jpeg.tobytes(), width=w, height=h, capture_time_s=t, frame_index=k
                     )
                 )
             out.observations.append(
-                Observation(seq=i, publish_time_s=t, state=_state(states[i], t), cameras=cams)
+                Observation(seq=k, publish_time_s=t, state=_state(states[k], t), cameras=cams)
             )
-            windows.append(padded[i : i + chunk_len])
-            task = tasks[int(table["task_index"][i])]
+            task = self.tasks[int(table["task_index"][k])]
             out.prompts.append(task)
             out.tasks.append(task)
-    if not windows:
-        raise DatasetError(f"{root} holds no rows")
-    out.actions = np.stack(windows)
+        return out
+
+
+def read_lerobot_dataset(
+    root: str | Path, chunk_len: int, action_space: ActionSpace, **options: Any
+) -> DatasetSamples:
+    """Every sample of the dataset in memory (``LeRobotSource`` says which, ``options`` are its
+    stride, mapping, cameras and control rate; SFT streams a large dataset from the source instead)."""
+    source = LeRobotSource(root, chunk_len, action_space, **options)
+    out = DatasetSamples([], np.zeros((0, chunk_len, ACTION_DIMS[action_space])), [], [])
+    windows: list[np.ndarray] = []
+    for i in range(len(source)):
+        ep = source.samples(i)
+        out.observations += ep.observations
+        out.prompts += ep.prompts
+        out.tasks += ep.tasks
+        windows.append(ep.actions)
+    if not out.observations:
+        raise DatasetError(f"{source.root} holds no rows")
+    out.actions = np.concatenate(windows)
     return out

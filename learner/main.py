@@ -118,6 +118,25 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     ap.add_argument("--chunk-len", type=int, default=VLAConfig.chunk_len)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=SFTConfig.memory_budget_mb,
+        help="preprocessed samples held in memory at most; a larger dataset streams from disk "
+        f"(default {SFTConfig.memory_budget_mb:g})",
+    )
+    ap.add_argument(
+        "--loader-workers",
+        type=int,
+        default=SFTConfig.loader_workers,
+        help=f"processes that decode a streamed dataset (default {SFTConfig.loader_workers})",
+    )
+    ap.add_argument(
+        "--stride",
+        type=int,
+        default=SFTConfig.stride,
+        help="--lerobot-dataset: every N-th row of an episode is a sample (default 1: every row)",
+    )
+    ap.add_argument(
         "--wordings",
         default="",
         help="JSON table of training wordings per task (learner/paraphrases.py; e.g. "
@@ -164,14 +183,21 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
         print(f"pde learner sft: {e}", file=sys.stderr)
         return 2
     vla = VLAConfig(head=args.head, image_size_px=args.image_size, chunk_len=args.chunk_len)
-    cfg = SFTConfig(
-        episodes_per_task=args.per_task,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        learning_rate=args.lr,
-        seed=args.seed,
-        control_rate_hz=args.control_rate_hz,
-    )
+    try:
+        cfg = SFTConfig(
+            episodes_per_task=args.per_task,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            learning_rate=args.lr,
+            seed=args.seed,
+            control_rate_hz=args.control_rate_hz,
+            memory_budget_mb=args.memory_budget_mb,
+            loader_workers=args.loader_workers,
+            stride=args.stride,
+        )
+    except ValueError as e:
+        print(f"pde learner sft: {e}", file=sys.stderr)
+        return 2
     tasks = [t for t in args.tasks.split(",") if t] or None
     try:
         catalogue = load_tasks(settings.tasks_file)

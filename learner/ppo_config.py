@@ -81,7 +81,12 @@ class PPOConfig:
     k2 estimate of KL(pi_old(.|o,p) || pi(.|o,p))), averaged as the policy loss averages. The mixed
     ratio's clip bounds only 1/2 (log pi(a|o,p_g) + log pi(a|o,p)); in a network shared between
     prompts the canonical half's pull moves the pool prompt's actions too, past their old mean, and
-    nothing in the mixed loss holds them (docs/learner.md, "Why the pool was spent"). 0: off."""
+    nothing in the mixed loss holds them (docs/learner.md, "Why the pool was spent"). Applies to the
+    'mixed' and 'canonical' ratios ('rollout' clips the pool prompt's own ratio already). 0: off (the
+    paper's loss). 1 (bench/results/pool_retention.json, 2 RL seeds x 3 updates): the pool kept
+    34 -> 30 of 48 held-out successes where 0 fell 26 -> 16, the canonical prompt gaining as much
+    (22 -> 35 against 23 -> 35; a third seed: pool 15 -> 15 against 15 -> 10); 10 kept the pool
+    but barely moved the canonical prompt."""
     dual_clip: float = 3.0
     """Dual-clip c: for negative advantages the loss is bounded by c * |A| (0 disables)."""
     target_kl: float | None = 0.05
@@ -90,10 +95,11 @@ class PPOConfig:
     """Minibatch shuffling seed."""
     diagnostics_obs: int = 32
     """Observations of the batch on which each update measures, per prompt, KL(new || old) and how
-    far the mean action moved (learner/ppo_diagnostics.py; 0: not measured)."""
+    far the mean action moved (learner/ppo_diagnostics.py; 0: not measured; a single-process trainer
+    only: under torchrun the extra passes would be collectives)."""
     diagnostics_chunks: int = 128
     """Chunks per prompt source on which each update measures the gradient norm of each half of the
-    mixed log-likelihood at its start (0: not measured)."""
+    mixed log-likelihood at its start (0: not measured; single-process, as diagnostics_obs)."""
 
     def __post_init__(self) -> None:
         for name, value, allowed in (

@@ -60,15 +60,20 @@ class SourceDiagnostics:
 class UpdateDiagnostics:
     sources: list[SourceDiagnostics] = field(default_factory=list)
 
-    def source(self, name: str) -> SourceDiagnostics | None:
-        return next((s for s in self.sources if s.source == name), None)
+    def source(self, name: str) -> SourceDiagnostics:
+        """The source called ``name``; a KeyError names the sources there are."""
+        found = next((s for s in self.sources if s.source == name), None)
+        if found is None:
+            raise KeyError(f"no diagnostics for source {name!r}; sources: {[s.source for s in self.sources]}")
+        return found
 
     def metrics(self) -> dict[str, float]:
-        """Flat floats for the trainer's stats: ``mech/<source>/<field>``."""
+        """Flat floats for the trainer's stats: ``mech/<source>/<field>``, the finite ones (a source
+        without chunks of a kind has nothing to say about them; NaN would also compare unequal)."""
         out: dict[str, float] = {}
         for s in self.sources:
             for name, value in asdict(s).items():
-                if isinstance(value, (int, float)) and name != "source":
+                if isinstance(value, (int, float)) and np.isfinite(value):
                     out[f"mech/{s.source}/{name}"] = float(value)
         return out
 

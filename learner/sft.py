@@ -23,7 +23,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +37,8 @@ from learner.paraphrases import WordingTable, training_prompt
 from learner.policies.base import DemoRows, ObsBatch, Policy
 from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
-from pde_contract.episodes import EpisodeFile, read_episode, rows_that_ran
+from learner.sft_stream import EpisodeFileSource, EpisodeSource, SFTStream, open_stream
+from pde_contract.episodes import EPISODE_SUFFIXES, EpisodeFile, read_episode, rows_that_ran
 from pde_contract.messages import ActionSpace
 from pde_contract.settings import DEFAULT_CONTROL_RATE_HZ
 from pde_contract.tasks import TaskCatalogue, UnknownTaskError
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from learner.lerobot_dataset import LeRobotMapping
 
 log = logging.getLogger(__name__)
-EPISODE_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")
 
 
 @dataclass
@@ -69,6 +69,21 @@ class SFTConfig:
     control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ
     """The robot server's control rate the policy will act at: a LeRobot dataset's fps must be it
     (one row per control tick)."""
+    memory_budget_mb: float = 1024.0
+    """Preprocessed samples SFT may hold in memory. A dataset larger than this streams from disk
+    (learner/sft_stream.py): episodes decoded in DataLoader workers through a shuffle buffer of
+    this size."""
+    loader_workers: int = 2
+    """DataLoader worker processes that decode a streamed dataset (0: in the training process)."""
+    stride: int = 1
+    """A LeRobotDataset: every stride-th row of an episode is a sample."""
+
+    def __post_init__(self) -> None:
+        if self.memory_budget_mb <= 0 or self.loader_workers < 0 or self.stride < 1:
+            raise ValueError(
+                f"memory_budget_mb {self.memory_budget_mb} must be > 0, loader_workers "
+                f"{self.loader_workers} >= 0 and stride {self.stride} >= 1"
+            )
 
 
 @dataclass
@@ -147,19 +162,30 @@ def catalogue_prompts(files: list[Path], catalogue: TaskCatalogue) -> dict[str, 
 
 def build_dataset(policy: Policy, files: list[Path], prompt_of: dict[str, str] | None = None) -> SFTDataset:
     """``prompt_of``: task -> the canonical prompt to train instead of the one a demo recorded."""
-    prompt_of = prompt_of or {}
-    obs_batches, actions, prompts, tasks = [], [], [], []
-    for path in files:
-        ep = read_episode(path)
-        if ep.action_space != policy.action_space:
-            raise ValueError(
-                f"{path}: actions are {ep.action_space}, the policy acts in {policy.action_space}"
-            )
-        obs_batches.append(policy.preprocess([c.observation for c in ep.chunks]))
-        actions += action_windows(ep, policy.chunk_len)
-        prompts += [prompt_of.get(ep.task, ep.canonical_prompt)] * len(ep.chunks)
-        tasks += [ep.task] * len(ep.chunks)
-    return SFTDataset(ObsBatch.cat(obs_batches), np.stack(actions), prompts, tasks)
+    return memory_dataset(policy, demo_source(policy, files, prompt_of))
+
+
+def demo_source(
+    policy: Policy, files: list[Path], prompt_of: dict[str, str] | None = None
+) -> EpisodeFileSource:
+    return EpisodeFileSource(files, policy.chunk_len, policy.action_space, action_windows, prompt_of)
+
+
+def lerobot_source(
+    policy: Policy,
+    root: str | Path,
+    mapping: LeRobotMapping | None = None,
+    stride: int = 1,
+    control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
+) -> EpisodeSource:
+    """A LeRobotDataset's samples for ``policy`` (learner/lerobot_dataset.py); ``mapping``: how a
+    dataset of another layout feeds ours (None: our export layout); its fps must be
+    ``control_rate_hz``."""
+    from learner.lerobot_dataset import LeRobotSource
+
+    return LeRobotSource(
+        root, policy.chunk_len, policy.action_space, stride, mapping, policy.cameras, control_rate_hz
+    )
 
 
 def lerobot_sft_dataset(
@@ -168,27 +194,51 @@ def lerobot_sft_dataset(
     mapping: LeRobotMapping | None = None,
     control_rate_hz: float = DEFAULT_CONTROL_RATE_HZ,
 ) -> SFTDataset:
-    """SFT samples from a LeRobotDataset (learner/lerobot_dataset.py), preprocessed by ``policy``;
-    ``mapping``: how a dataset of another layout feeds ours (None: our export layout)."""
-    from learner.lerobot_dataset import read_lerobot_dataset
-
-    samples = read_lerobot_dataset(
-        root,
-        policy.chunk_len,
-        policy.action_space,
-        mapping=mapping,
-        cameras=policy.cameras,
-        control_rate_hz=control_rate_hz,
-    )
-    return SFTDataset(
-        policy.preprocess(samples.observations), samples.actions, samples.prompts, samples.tasks
-    )
+    """SFT samples from a LeRobotDataset, all in memory, preprocessed by ``policy``."""
+    return memory_dataset(policy, lerobot_source(policy, root, mapping, control_rate_hz=control_rate_hz))
 
 
-def set_normalization_from(policy: SmallVLAPolicy, data: SFTDataset) -> None:
-    rows = data.actions.reshape(-1, data.actions.shape[-1])
-    state = data.obs.state.numpy()
-    policy.set_normalization(rows.mean(0), rows.std(0), state.mean(0), state.std(0))
+def memory_dataset(policy: Policy, source: EpisodeSource) -> SFTDataset:
+    """Every sample of ``source`` decoded and preprocessed by ``policy``, in episode order."""
+    obs, actions, prompts, tasks = [], [], [], []
+    for i in range(len(source)):
+        ep = source.samples(i)
+        obs.append(policy.preprocess(ep.observations))
+        actions.append(ep.actions)
+        prompts += ep.prompts
+        tasks += ep.tasks
+    if not prompts:
+        raise ValueError("the demonstrations hold no samples")
+    return SFTDataset(ObsBatch.cat(obs), np.concatenate(actions), prompts, tasks)
+
+
+def set_normalization_from(policy: SmallVLAPolicy, states: np.ndarray, actions: np.ndarray) -> None:
+    """From every sample's raw state [N, 15] and action window [N, T, D]."""
+    rows = actions.reshape(-1, actions.shape[-1])
+    policy.set_normalization(rows.mean(0), rows.std(0), states.mean(0), states.std(0))
+
+
+def _statistics(data: SFTDataset | SFTStream) -> tuple[np.ndarray, np.ndarray]:
+    """Every sample's raw state and action window, for the normalisation."""
+    if isinstance(data, SFTStream):
+        return data.states, data.actions
+    return data.obs.state.numpy(), data.actions
+
+
+def _memory_batches(
+    data: SFTDataset, batch: int, gen: torch.Generator
+) -> Generator[tuple[ObsBatch, torch.Tensor, list[str], list[str]], None, None]:
+    """Random batches of an in-memory dataset (indices from ``gen``, as before streaming existed)."""
+    actions = torch.from_numpy(data.actions).float()
+    while True:
+        idx = torch.randint(0, len(data), (batch,), generator=gen)
+        rows = idx.tolist()
+        yield (
+            data.obs.index(idx),
+            actions[idx],
+            [data.canonical_prompts[i] for i in rows],
+            [data.tasks[i] for i in rows],
+        )
 
 
 def shift_images(images: torch.Tensor, max_shift_px: int, gen: torch.Generator) -> torch.Tensor:
@@ -206,7 +256,7 @@ def shift_images(images: torch.Tensor, max_shift_px: int, gen: torch.Generator) 
 
 def train_sft(
     policy: Policy,
-    data: SFTDataset,
+    data: SFTDataset | SFTStream,
     cfg: SFTConfig,
     on_step: Callable[[int, float], None] | None = None,
     device: torch.device | str | None = None,
@@ -238,10 +288,11 @@ def train_sft(
             f"{world} (--batch-size; the demos hold {len(data)} samples)"
         )
     mine = torch.tensor_split(torch.arange(batch), world)[rank]
+    states, windows = _statistics(data)
     if isinstance(policy, SmallVLAPolicy):
-        set_normalization_from(policy, data)
+        set_normalization_from(policy, states, windows)
     elif isinstance(policy, Pi05Policy) and not policy.statistics_known:
-        policy.set_statistics_from(data.obs.state.numpy(), data.actions)
+        policy.set_statistics_from(states, windows)
     model: Policy = policy
     dp: DistributedPolicy | None = None
     if ctx is not None:
@@ -253,21 +304,18 @@ def train_sft(
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, cfg.steps))
-    actions = torch.from_numpy(data.actions).float()
-    policy.train()
-    losses: list[float] = []
-    t0 = time.perf_counter()
-    for step in range(cfg.steps):
-        idx = torch.randint(0, len(data), (batch,), generator=gen)
-        obs = data.obs.index(idx)
+    batches = (
+        data.batches(batch, cfg.seed) if isinstance(data, SFTStream) else _memory_batches(data, batch, gen)
+    )
+
+    def _sft_step(step: int, drawn: tuple[ObsBatch, torch.Tensor, list[str], list[str]]) -> None:
+        obs, actions, canonical, tasks = drawn
         obs = ObsBatch(images=shift_images(obs.images, cfg.image_shift_px, gen), state=obs.state)
-        prompts = [
-            training_prompt(data.canonical_prompts[i], rng, data.tasks[i], wordings) for i in idx.tolist()
-        ]
+        prompts = [training_prompt(canonical[i], rng, tasks[i], wordings) for i in range(batch)]
         noise, t = policy.supervised_noise(batch)
         rows = mine.tolist()
         loss = model.supervised_loss(
-            DemoRows(obs.index(mine), [prompts[i] for i in rows], actions[idx[mine]], noise[mine], t[mine])
+            DemoRows(obs.index(mine), [prompts[i] for i in rows], actions[mine], noise[mine], t[mine])
         )
         # This rank's mean weighted by its share of the batch (times the ranks, which the engine's
         # average divides out): the ranks' gradients average to the whole batch's mean-loss gradient.
@@ -283,6 +331,15 @@ def train_sft(
         losses.append(float(whole))
         if on_step is not None:
             on_step(step, losses[-1])
+
+    policy.train()
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        for step in range(cfg.steps):
+            _sft_step(step, next(batches))
+    finally:
+        batches.close()  # a stream's worker processes end here
     policy.eval()
     trained: Policy = policy
     if dp is not None:
@@ -403,14 +460,27 @@ def run_sft(
         wording = {"default": wording, "tasks": wordings.as_dict()}
     vla = replace(vla, extra={"sft_demo_files": len(files), "sft_wording": wording})
     policy = SmallVLAPolicy(vla) if policy_factory is None else policy_factory()
-    data = (
-        build_dataset(policy, files, prompt_of)
+    source = (
+        demo_source(policy, files, prompt_of)
         if lerobot_dataset is None
-        else lerobot_sft_dataset(policy, lerobot_dataset, mapping, cfg.control_rate_hz)
+        else lerobot_source(policy, lerobot_dataset, mapping, cfg.stride, cfg.control_rate_hz)
     )
+    stream = open_stream(source, policy.preprocess, cfg.memory_budget_mb, cfg.loader_workers)
+    data: SFTDataset | SFTStream = stream
+    if len(stream) <= stream.buffer_samples:  # it fits the budget: held in memory, as ever
+        data = memory_dataset(policy, source)
+    else:
+        log.info(
+            "SFT streams %d samples from %d episodes (%d MB of preprocessed samples at most, %d workers)",
+            len(stream),
+            len(source),
+            cfg.memory_budget_mb,
+            stream.workers,
+        )
     trained, metrics = train_sft(policy, data, cfg, on_step, device, wordings, ctx, engine)
     metrics["sft_key_int"] = float(int(key, 16) % (1 << 52))
-    metrics["sft_episodes"] = float(len(files))
+    metrics["sft_episodes"] = float(len(source))  # episodes, not the dataset's files
+    metrics["sft_streamed"] = float(data is stream)
     if ctx is None or ctx.rank == 0:
         store.save(trained, 0, metrics)
     if ctx is not None:

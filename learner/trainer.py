@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from learner import ppo_diagnostics as mech
-from learner.policies.base import ObsBatch, PairEvaluation, Policy
+from learner.policies.base import ChunkPolicy, ObsBatch, PairEvaluation, Policy
 from learner.ppo import (
     PPOConfig,
     clipped_policy_loss,
@@ -243,14 +243,15 @@ class Trainer:
         gradient through each half of the mixed log-likelihood, on at most ``diagnostics_chunks``
         of its chunks (the other half held fixed)."""
         cfg = self.config
-        if cfg.diagnostics_chunks == 0:
-            return
+        if cfg.diagnostics_chunks == 0 or not isinstance(self.policy, ChunkPolicy):
+            return  # a torchrun trainer's policy is distributed: its extra passes would be collectives
+        rng = np.random.default_rng([cfg.seed, self.n_updates])  # not self.rng: minibatches stay as they were
         params = [p for p in self.policy.parameters() if p.requires_grad]
         for name in (mech.CANONICAL, mech.POOL):
             rows = np.flatnonzero(sources[name])
             if rows.size == 0:
                 continue
-            idx = np.sort(self.rng.choice(rows, size=min(rows.size, cfg.diagnostics_chunks), replace=False))
+            idx = np.sort(rng.choice(rows, size=min(rows.size, cfg.diagnostics_chunks), replace=False))
             ev = self.policy.evaluate_pair(
                 rb.obs.index(idx),
                 [rb.rollout_prompts[i] for i in idx],
@@ -288,8 +289,8 @@ class Trainer:
         """Fixed observations for the per-prompt movement: up to ``diagnostics_obs`` chunks of the
         batch's most frequent task (its canonical prompt), with that prompt and its pool prompts."""
         cfg = self.config
-        if cfg.diagnostics_obs == 0:
-            return None
+        if cfg.diagnostics_obs == 0 or not isinstance(self.policy, ChunkPolicy):
+            return None  # as in _half_gradient_norms
         canonical = max(set(rb.canonical_prompts), key=rb.canonical_prompts.count)
         rows = np.flatnonzero(np.asarray(rb.canonical_prompts, dtype=object) == canonical)
         pools = sorted(
@@ -376,6 +377,8 @@ class Trainer:
         t_old_units = old_units.to(device)
         t_log_w0 = log_w0.to(device)
         t_differs = torch.from_numpy(differs).to(device)
+        # the pool prompt's own likelihood is unbounded only where the canonical one enters the ratio
+        anchored = cfg.pool_anchor_coef > 0 and cfg.ratio_variant in ("mixed", "canonical")
         self._half_gradient_norms(
             rb, sources, per_source, t_adv, t_weights, t_old_units, t_log_w0, t_units_ran
         )
@@ -414,7 +417,7 @@ class Trainer:
                 )
                 entropy = ev.rollout.entropy.mean()
                 loss = pl.pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-                if cfg.pool_anchor_coef > 0 and bool(t_differs[mb].any()):
+                if anchored and bool(t_differs[mb].any()):
                     anchor = self._pool_anchor(rb, mb, ev.rollout.log_prob_elements, t_old_units[mb],
                                                t_units_ran[mb], t_weights[mb] * t_differs[mb])  # fmt: skip
                     loss = loss + cfg.pool_anchor_coef * anchor

@@ -48,7 +48,7 @@ def create_app(
             app.state.robot.cmd_endpoint,
             teleop_settings,
             demos,
-            settings.media_dir / "record",
+            DataLayout(settings.data_dir).record,
             curve=app.state.robot.curve,
         )
         try:

@@ -40,19 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from operator_ui.app import create_app
-    from operator_ui.http_limits import accept_backlog, bounded_h11, raise_file_limit
+    from operator_ui.http_limits import DeepQueueServer, accept_burst, bounded_h11, raise_file_limit
 
     print(f"pde ui: open http://{settings.host}:{settings.port}/#token={token}", file=sys.stderr, flush=True)
     raise_file_limit()
-    # Open video downloads must not hold a shutdown for long.
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings, token, robot_keys=robot_keys, teleop_settings=teleop),
         host=settings.host,
         port=settings.port,
         log_level="warning",
-        timeout_graceful_shutdown=2,
+        timeout_graceful_shutdown=2,  # open video downloads must not hold a shutdown for long
         timeout_keep_alive=settings.keep_alive_s,
-        backlog=accept_backlog(settings.max_connections),
+        backlog=accept_burst(settings.max_connections, settings.max_connections_per_client),
         http=bounded_h11(
             settings.request_read_timeout_s,
             settings.max_request_bytes,
@@ -60,4 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             settings.max_connections_per_client,
         ),
     )
+    server = DeepQueueServer(config)
+    server.run()
+    if not server.started:  # e.g. the port is taken: uvicorn logged why
+        return 1
     return 0

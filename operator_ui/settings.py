@@ -77,6 +77,11 @@ class UISettings(BaseSettings):
     The loop and the supervisor beat every 0.5 s (PDE_LOOP_HEARTBEAT_PERIOD_S,
     PDE_SUPERVISOR_HEARTBEAT_PERIOD_S); with the page's health poll (0.5 s) a killed one is
     bannered 2.5 s after its last beat at most. Keep it >= 3 beats: a busy machine delays beats."""
+    takeover_stale_s: float = 10.0
+    """How old the loop's heartbeat may be while the page still routes a person's keys to the
+    loop's takeover (a liveness call, not a banner): a loop whose beats a loaded machine delays past
+    ``service_stale_s`` keeps its person's keys and hand-back (commands to a dead loop are read by
+    nobody: harmless)."""
     restarted_by: str = ""
     """Set by a process supervisor that restarts crashed services itself (``pde demo`` sets "pde
     demo"): a down service's banner then says so instead of giving the command to start it."""

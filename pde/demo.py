@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from learner.checkpoint_files import checkpoint_files, checkpoint_path
 from pde.procs import ProcessGroup, ServiceError
+from pde_contract.episodes import EPISODE_SUFFIXES
 from pde_contract.job_status import read_status
 from pde_contract.records import EpisodeStatus, PromptStatus, Stage
 from pde_contract.settings import DataLayout
@@ -67,7 +68,6 @@ IMAGE_SIZE = "128x128"
 # The premise table's held-out scenes (learner/recipes/README.md); the loop draws its scenes at random
 # from [0, 2**31), so these are held out in all but name.
 CHECK_SEED = 5000
-DEMO_SUFFIXES = (".msgpack", ".episode", ".ep", ".mpk")  # as learner/sft.py looks for them
 # A crashed child is started again this many times per service; one more crash stops the run (a
 # service that keeps crashing has a cause a restart will not fix: its log says which).
 MAX_CHILD_RESTARTS = 3
@@ -405,7 +405,7 @@ class Demo:
 
     def demo_files(self, task: str) -> list[Path]:
         folder = self.demo_dir / task
-        return sorted(p for p in folder.rglob("*") if p.suffix in DEMO_SUFFIXES) if folder.exists() else []
+        return sorted(p for p in folder.rglob("*") if p.suffix in EPISODE_SUFFIXES) if folder.exists() else []
 
     def record_demos(self) -> None:
         for task in self.args.sft_tasks:

@@ -54,6 +54,8 @@ OTHER_VARIABLES = (
     "PDE_FUZZ_MESSAGES",
     "PDE_SCREENSHOT_DIR",  # tests/operator_ui/browser.py
     "PDE_PI05_WEIGHTS",  # tests/learner/test_pi05.py
+    "PDE_GPU_SESSION_TIMEOUT_S",  # bench/gpu_session.sh
+    "PDE_LEROBOT_PYTHON",
 )
 
 OUT = Path(__file__).resolve().parent.parent / "pde_contract" / "environment_names.py"

@@ -78,6 +78,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_FUZZ_MESSAGES",
         "PDE_FUZZ_REPORT",
         "PDE_FUZZ_SEED",
+        "PDE_GPU_SESSION_TIMEOUT_S",
         "PDE_LEARNER_ACTOR_DEVICE",
         "PDE_LEARNER_CHECKPOINT_DIR",
         "PDE_LEARNER_CMD_ENDPOINT",
@@ -85,6 +86,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_LEARNER_DEMO_DIR",
         "PDE_LEARNER_DEVICE",
         "PDE_LEARNER_WANDB_PROJECT",
+        "PDE_LEROBOT_PYTHON",
         "PDE_LOOP_ACTOR_DEVICE",
         "PDE_LOOP_ALPHA_MIN",
         "PDE_LOOP_ALPHA_WINDOW",
@@ -273,6 +275,7 @@ KNOWN_VARIABLES: frozenset[str] = frozenset(
         "PDE_UI_ROBOT_HOME_TIMEOUT_S",
         "PDE_UI_ROBOT_TIMEOUT_S",
         "PDE_UI_SERVICE_STALE_S",
+        "PDE_UI_TAKEOVER_STALE_S",
         "PDE_UI_TOKEN",
         "PDE_WANDB_PROJECT",
     }

@@ -28,6 +28,10 @@ from pde_contract.files import atomic_write_bytes
 from pde_contract.messages import ActionSpace, Observation
 
 EPISODE_FORMAT_VERSION = 3
+# The one home of the episode file's names: what every writer gives a file, and every suffix a
+# reader (SFT, the demo, the LeRobot export) takes as an episode file (older tools wrote the others).
+EPISODE_SUFFIX = ".episode"
+EPISODE_SUFFIXES = (EPISODE_SUFFIX, ".msgpack", ".ep", ".mpk")
 
 
 class PolicyTrace(msgspec.Struct, kw_only=True):

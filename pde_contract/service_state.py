@@ -102,6 +102,11 @@ class SupervisorState(msgspec.Struct, kw_only=True):
     proposer: str = ""
     eta: float | None = None
     """the success-rate threshold; the page flags rejected prompts whose labels now reach it"""
+    iterations_t0: int | None = None
+    candidates_k: int | None = None
+    pool_min_m: int | None = None
+    """the pool rule's T0, K and M_min as this supervisor runs them (the page's PPO ETA counts the
+    bootstrap with them; None from a supervisor that does not say)"""
     vlm_available: bool = False
     last_vlm_error: str = ""
     inflight: list[str] = msgspec.field(default_factory=list)

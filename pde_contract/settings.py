@@ -36,6 +36,11 @@ class DataLayout:
         return self.root / "media"
 
     @property
+    def record(self) -> Path:
+        """The page's recording session's working files (a take's frames before it is kept)."""
+        return self.media / "record"
+
+    @property
     def checkpoints(self) -> Path:
         """Policy versions; version 0 is the SFT policy."""
         return self.root / "checkpoints"

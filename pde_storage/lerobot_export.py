@@ -69,7 +69,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pde_contract.episodes import EpisodeFile, observation_of_row, read_episode, rows_that_ran
+from pde_contract.episodes import (
+    EPISODE_SUFFIXES,
+    EpisodeFile,
+    observation_of_row,
+    read_episode,
+    rows_that_ran,
+)
 from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import STATE_VECTOR_NAMES, ActionSpace, Observation, state_vector
 from pde_storage import lerobot_v30
@@ -81,7 +87,6 @@ VERSIONS = ("v3.0", "v2.1")  # what version= accepts, the default first
 CHUNKS_SIZE = 1000  # episodes per data/chunk-XXX folder (LeRobot's DEFAULT_CHUNK_SIZE)
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-EPISODE_SUFFIXES = (".episode", ".msgpack")  # pde sim record / bench_learning's demos
 # CLI name -> PyAV encoder, and its default quality: LeRobot's crf 30 for AV1; x264's own default
 # 23 for H.264, whose crf 30 is visibly worse (mean error 7 levels of 255 on 48x40 frames).
 VIDEO_ENCODERS = {"libsvtav1": "libsvtav1", "h264": "libx264"}
@@ -570,6 +575,7 @@ def _export_into(
                     "source": ep.source,
                     "action_space": str(ep.action_space),
                     "chunks": len(ep.chunks),
+                    "rows": n,
                     "rows_with_own_observation": rows.own_observation,
                 }
             )

@@ -153,7 +153,11 @@ class CheckpointReader(Protocol):
 @runtime_checkable
 class CheckpointLog(CheckpointReader, Protocol):
     def add_checkpoint(
-        self, version: int, path: str | Path, metrics: dict[str, Any] | None = None
+        self,
+        version: int,
+        path: str | Path,
+        metrics: dict[str, Any] | None = None,
+        trained_through_episode_id: int | None = None,
     ) -> CheckpointRow: ...
     def latest_checkpoint(self) -> CheckpointRow | None: ...
     def mark_checkpoint_pruned(self, version: int) -> CheckpointRow: ...

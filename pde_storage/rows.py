@@ -124,6 +124,8 @@ class CheckpointRow:
     metrics: dict[str, Any]
     created_at: datetime
     pruned_at: datetime | None = None  # the file was removed (the loop's retention); None: it is kept
+    # the newest episode the PPO update to this version trained on; None: none did (an SFT policy)
+    trained_through_episode_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Status = Literal["canonical", "candidate", "pool", "rejected"]
-Stage = Literal["bootstrap", "rl"]
+from pde_contract.records import PromptStatus, Stage
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class PromptRecord:
 
     id: int
     text: str
-    status: Status
+    status: PromptStatus
     iteration: int = 0
     n_episodes: int = 0  # bootstrap rollouts with an authoritative label
     n_success: int = 0
@@ -60,42 +59,46 @@ class TaskHistory:
     task: str
     canonical: str
     prompts: list[PromptRecord]
-    stage: Stage = "bootstrap"
+    stage: Stage = Stage.BOOTSTRAP
     iteration: int = 0  # prompt-search iterations started so far
 
-    def with_status(self, *statuses: Status) -> list[PromptRecord]:
+    def with_status(self, *statuses: PromptStatus) -> list[PromptRecord]:
         return [p for p in self.prompts if p.status in statuses]
 
     @property
     def pool(self) -> list[PromptRecord]:
-        return self.with_status("pool")
+        return self.with_status(PromptStatus.POOL)
 
     @property
     def failed(self) -> list[PromptRecord]:
-        return self.with_status("rejected")
+        return self.with_status(PromptStatus.REJECTED)
 
     @property
     def candidates(self) -> list[PromptRecord]:
-        return self.with_status("candidate")
+        return self.with_status(PromptStatus.CANDIDATE)
 
     def known_texts(self) -> list[str]:
         """Every wording already tried or queued, the canonical prompt included."""
         return [self.canonical, *(p.text for p in self.prompts)]
 
 
-def judge(record: PromptRecord, cfg: BootstrapConfig) -> Status | None:
+def judge(record: PromptRecord, cfg: BootstrapConfig) -> PromptStatus | None:
     """``pool`` / ``rejected`` once a candidate has N labelled rollouts, else None (keep waiting)."""
-    if record.status != "candidate" or cfg.rollouts_n is None or record.n_episodes < cfg.rollouts_n:
+    if (
+        record.status != PromptStatus.CANDIDATE
+        or cfg.rollouts_n is None
+        or record.n_episodes < cfg.rollouts_n
+    ):
         return None
     rate = record.n_success / record.n_episodes
-    return "pool" if rate >= cfg.eta else "rejected"
+    return PromptStatus.POOL if rate >= cfg.eta else PromptStatus.REJECTED
 
 
 @dataclass
 class Plan:
     """What the supervisor should do next for one task."""
 
-    verdicts: list[tuple[PromptRecord, Status]] = field(default_factory=list)
+    verdicts: list[tuple[PromptRecord, PromptStatus]] = field(default_factory=list)
     action: Literal["wait", "propose", "enter_rl", "frozen"] = "wait"
     reason: str = ""
     next_iteration: int = 0
@@ -104,12 +107,12 @@ class Plan:
 
 def plan(history: TaskHistory, cfg: BootstrapConfig) -> Plan:
     """Judge the candidates that have their N rollouts, then: wait, propose, or enter RL."""
-    if history.stage == "rl":
+    if history.stage == Stage.RL:
         return Plan(action="frozen", reason="RL stage: the pool is frozen")
     verdicts = [(p, v) for p in history.candidates if (v := judge(p, cfg)) is not None]
     judged = {p.id for p, _ in verdicts}
     waiting = [p for p in history.candidates if p.id not in judged]
-    n_pool = len(history.pool) + sum(v == "pool" for _, v in verdicts)
+    n_pool = len(history.pool) + sum(v == PromptStatus.POOL for _, v in verdicts)
     if waiting:
         n = cfg.rollouts_n if cfg.rollouts_n is not None else "N (the loop has not written its N yet)"
         need = ", ".join(f"#{p.id} {p.n_episodes}/{n}" for p in waiting)
@@ -134,4 +137,4 @@ def apply(history: TaskHistory, p: Plan) -> None:
     for record, status in p.verdicts:
         record.status = status
     if p.action == "enter_rl":
-        history.stage = "rl"
+        history.stage = Stage.RL

@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pde_contract.episodes import EpisodeFile
+from pde_contract.records import PromptSource
 from supervisor.dedup import normalise
 from supervisor.vlm.base import VLM, CandidateRequest, CandidateResult
 
 
 class PromptProposer(ABC):
-    source: str = ""
+    source: str = ""  # a pde_contract.records.PromptSource (the store refuses any other word)
 
     @abstractmethod
     def propose(self, request: CandidateRequest) -> CandidateResult:
@@ -33,7 +34,7 @@ class PromptProposer(ABC):
 
 
 class VLMProposer(PromptProposer):
-    source = "vlm"
+    source = PromptSource.VLM
 
     def __init__(self, vlm: VLM) -> None:
         self.vlm = vlm
@@ -68,7 +69,7 @@ _SUFFIXES = ["", "", " carefully", " and let go", " using the gripper"]
 class RandomParaphraseProposer(PromptProposer):
     """Rule-based paraphrases of the canonical prompt (the paper's random-paraphrase ablation)."""
 
-    source = "offline"
+    source = PromptSource.OFFLINE
 
     def __init__(self, seed: int = 0, max_tries: int = 200) -> None:
         self.rng = random.Random(seed)
@@ -242,7 +243,7 @@ class SimStateProposer(PromptProposer):
     rewords the goal to stress that step, with verbs and names from its own tables (independent of
     the SFT labels). Prompts already in the pool lend their verb to half the new ones. No VLM runs."""
 
-    source = "offline"  # no VLM involved (a prompt's stored source: pde_storage PROMPT_SOURCES)
+    source = PromptSource.OFFLINE  # no VLM involved
 
     def __init__(
         self,
@@ -310,7 +311,7 @@ class ScriptedProposer(PromptProposer):
     """The next wordings of a fixed list not tried yet, K at a time, blind to rollouts: e.g. the
     SFT's training wordings as an oracle pool in a benchmark (an upper bound, not a VLM result)."""
 
-    source = "offline"  # no VLM involved (the store keeps a prompt's source: pde_storage PROMPT_SOURCES)
+    source = PromptSource.OFFLINE  # no VLM involved
 
     def __init__(self, wordings: tuple[str, ...]) -> None:
         if not wordings:
@@ -336,7 +337,7 @@ class ProposerOptions:
 
 
 # Proposers by name, for a supervisor run without a VLM endpoint (benchmarks): one line each. A
-# proposer's ``source`` is stored with its prompts and must be one of pde_storage.rows.PROMPT_SOURCES.
+# proposer's ``source`` is stored with its prompts and is a pde_contract.records.PromptSource.
 PROPOSERS: dict[str, Callable[[ProposerOptions], PromptProposer]] = {
     "paraphrase": lambda o: RandomParaphraseProposer(o.seed),
     "scripted": lambda o: ScriptedProposer(o.wordings),

@@ -20,8 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, assert_never, cast
+from typing import Any, assert_never
 
+from pde_contract.records import EpisodeStatus, LabelSource, PromptStatus, Stage
 from pde_contract.service_state import SupervisorPhase, SupervisorState
 from pde_contract.tasks import load_tasks
 from pde_storage import EpisodeRow
@@ -40,7 +41,7 @@ from supervisor.jobs import (
     RolloutFile,
     SummarizePrompt,
 )
-from supervisor.pool import BootstrapConfig, Plan, PromptRecord, Stage, Status, TaskHistory, plan
+from supervisor.pool import BootstrapConfig, Plan, PromptRecord, TaskHistory, plan
 from supervisor.proposers import PromptProposer, RandomParaphraseProposer, VLMProposer
 from supervisor.scoring import confusion
 from supervisor.settings import SupervisorSettings
@@ -203,22 +204,19 @@ class SupervisorService:
     def load_history(self, task: str, canonical: str) -> tuple[TaskHistory, list[EpisodeRow]]:
         state = self.store.task_state(task)
         # Counted by the store over the bootstrap stage (the policy was frozen while prompts were
-        # compared), as the page counts them; the store refuses any status or stage outside these
-        # literals on write.
+        # compared), as the page counts them.
         records = [
-            PromptRecord(
-                p.id, p.text, cast(Status, p.status), p.iteration, p.n_episodes, p.n_success, p.summary
-            )
-            for p in self.store.prompts(task, stage="bootstrap")
-            if p.status != "canonical"
+            PromptRecord(p.id, p.text, p.status, p.iteration, p.n_episodes, p.n_success, p.summary)
+            for p in self.store.prompts(task, stage=Stage.BOOTSTRAP)
+            if p.status != PromptStatus.CANONICAL
         ]
         # A discarded episode (a bad reset, someone in the scene) is no evidence to show the VLM.
-        episodes = [e for e in self.store.episodes(task=task) if e.status != "discarded"]
-        return TaskHistory(task, canonical, records, cast(Stage, state.stage), state.iteration), episodes
+        episodes = [e for e in self.store.episodes(task=task) if e.status != EpisodeStatus.DISCARDED]
+        return TaskHistory(task, canonical, records, state.stage, state.iteration), episodes
 
     def _step_task(self, task: str, canonical: str) -> None:
         state = self.store.task_state(task)
-        if state.stage == "rl":
+        if state.stage == Stage.RL:
             return  # pool frozen: nothing to judge or propose, no need to read the history
         history, episodes = self.load_history(task, canonical)
         # N is the loop's, read from the task row where the loop writes it.
@@ -239,7 +237,7 @@ class SupervisorService:
         self._submit_summaries(history, episodes)
         if p.action == "enter_rl":
             log.info("task %s: entering RL, pool frozen: %s", task, p.reason)
-            self.store.set_task_state(task, stage="rl")
+            self.store.set_task_state(task, stage=Stage.RL)
         elif p.action == "propose" and JobKey("candidates", task) not in self.jobs:
             self._start_proposal(history, episodes, p)
 
@@ -279,7 +277,7 @@ class SupervisorService:
 
     def _apply_proposal(self, history: TaskHistory, p: Plan, result: CandidateResult) -> None:
         fresh, _ = self.load_history(history.task, history.canonical)  # the store may have moved on
-        if fresh.stage != "bootstrap" or fresh.iteration >= p.next_iteration:
+        if fresh.stage != Stage.BOOTSTRAP or fresh.iteration >= p.next_iteration:
             log.info(
                 "task %s: proposal for iteration %d arrived too late; dropped", history.task, p.next_iteration
             )
@@ -289,7 +287,11 @@ class SupervisorService:
             log.info("task %s: refused candidate %r: %s", history.task, text, why)
         for text in screened.accepted[: p.n_new]:
             self.store.add_prompt(
-                history.task, text, status="candidate", source=result.source, iteration=p.next_iteration
+                history.task,
+                text,
+                status=PromptStatus.CANDIDATE,
+                source=result.source,
+                iteration=p.next_iteration,
             )
         by_text = {r.text: r for r in fresh.prompts}
         for text, line in result.summaries.items():
@@ -326,7 +328,7 @@ class SupervisorService:
 
     def _submit_summaries(self, h: TaskHistory, episodes: list[EpisodeRow]) -> None:
         s = self.settings
-        for rec in h.with_status("pool", "rejected"):
+        for rec in h.with_status(PromptStatus.POOL, PromptStatus.REJECTED):
             if rec.summary or JobKey("summary", rec.id) in self.jobs or rec.n_episodes == 0:
                 continue
             mine = [e for e in episodes if e.prompt_id == rec.id and e.success is not None and e.file_path]
@@ -350,8 +352,10 @@ class SupervisorService:
             return
         # Episodes waiting for the operator first: that is where a proposal helps now. Labelled ones
         # (e.g. by the simulator) are scanned from a watermark so a long run is not re-read each poll.
-        waiting = self.store.episodes(status="awaiting_label")
-        labelled = self.store.episodes(status="labelled", since_id=self._labelled_watermark, limit=200)
+        waiting = self.store.episodes(status=EpisodeStatus.AWAITING_LABEL)
+        labelled = self.store.episodes(
+            status=EpisodeStatus.LABELLED, since_id=self._labelled_watermark, limit=200
+        )
         contiguous = True
         for e in labelled:
             handled = (
@@ -406,7 +410,7 @@ class SupervisorService:
                 assert isinstance(result, SuccessResult)
                 eid = job.episode.id
                 try:
-                    self.store.add_label(eid, result.success, source="vlm", reason=result.reason)
+                    self.store.add_label(eid, result.success, source=LabelSource.VLM, reason=result.reason)
                 except Exception as e:  # aborted meanwhile: the proposal has nowhere to go
                     log.info("episode %s: VLM proposal not stored (%s)", eid, e)
             case _:
@@ -464,6 +468,9 @@ class SupervisorService:
                 phase=phase,
                 proposer=self.proposer.source,
                 eta=self.settings.eta,  # the page flags rejected prompts whose labels now reach it
+                iterations_t0=self.settings.iterations_t0,
+                candidates_k=self.settings.candidates_k,
+                pool_min_m=self.settings.pool_min_m,
                 vlm_available=self.health.available,
                 last_vlm_error=self.health.last_error,
                 inflight=sorted(str(k) for k in inflight),

@@ -3,7 +3,7 @@
 A source is read once per control tick (``read(period_s)``, never blocking: the device's state
 as of now) and answers a ``TeleopCommand``: the TCP motion for that tick, the gripper width, and
 whether the operator ended the take. During RL, ``wants_control`` says whether the operator asks to
-take over from the policy; the actor (``learner/actor.py``) then runs the source's rows as a take
+take over from the policy; the actor (``learner/episode/person.py``) then runs the source's rows as a take
 until it ends, and hands back to the policy. The recorder (``teleop/recorder.py``) turns commands into
 ee_delta rows and sends them to the robot server like any other chunk, so every row passes its
 safety layer. A ``guided`` source commands nothing: the arm is in guiding mode, the operator moves
@@ -101,7 +101,7 @@ class TeleopSource(abc.ABC):
     def wants_control(self) -> bool:
         """Between takes, while a policy drives: is the operator asking to take over now (a device
         moved past its deadband)? Never blocks. A source without such a gesture answers False and
-        is taken over by an explicit request only (the page's button): ``learner.actor``."""
+        is taken over by an explicit request only (the page's button): ``learner.episode.person``."""
         return False
 
     def _require_connected(self) -> None:

@@ -1,5 +1,5 @@
 """A person's rows at the control rate, each held for a few ticks: what the recorder and a takeover
-during RL (``learner.actor``) share.
+during RL (``learner.episode.person``) share.
 
 Each row goes to the robot server as a chunk of itself followed by ``hold`` copies
 (``TeleopSettings.record_hold_ticks``). The next row, sent within the tick, preempts the copies
@@ -55,6 +55,7 @@ class HeldRows:
     # rows each chunk but the last ran, as the next one's reply said
     previous_runs: list[int] = field(default_factory=list)
     clipped: int = 0  # rows the server's safety layer clipped among those sent
+    last_seq: int = -1  # the seq of the newest chunk sent
 
     def send(self, row: np.ndarray, seq: int) -> tuple[ActionChunk, ChunkAccepted]:
         """Send ``row`` (float32 on the wire and on disk) and its copies; it runs at the server's
@@ -73,7 +74,20 @@ class HeldRows:
         if self.sent:  # the first one's reply speaks of a chunk before the person's (or none)
             self.previous_runs.append(accepted.previous_rows_run)
         self.sent.append((accepted.start_tick, row))
+        self.last_seq = seq
         return chunk, accepted
+
+    def has_run(self, st: Status, due_tick: int) -> bool:
+        """The rule a person's row is waited on, the recorder's and a takeover's: the row sent for
+        ``due_tick`` (or one that a change of the device sent in its place before that tick) has
+        run once the server's tick counter (``Status.tick``) is past that tick. A row the device's
+        change sent for a later tick is not waited for (the next read replaces it): a device whose
+        every read differs (a hand's jitter) was chased for ever. A server that does not count its
+        ticks (-1; the recorder refuses one): once the newest chunk runs no more, or only its copies
+        are left to run."""
+        if st.tick >= 0 and due_tick >= 0:
+            return st.tick > due_tick
+        return st.executing_chunk_seq != self.last_seq or st.steps_remaining <= self.hold
 
     def runs(self, last_ran: int) -> list[int]:
         """Rows each sent chunk ran (its row, then copies), the last having run ``last_ran``."""

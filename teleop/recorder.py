@@ -220,14 +220,11 @@ class Recorder:
             seq = next(seqs)
             due = rows.send(cmd.ee_delta_row(), seq)[1].start_tick
 
-            # The row (or the one that replaced it before it ran) runs at its start tick; the next
-            # is read only after that tick, so it replaces copies only (or nothing: the watchdog
-            # dropped the chunk in a stall). A row the device's change sent for a later tick is
-            # not waited for (the next read replaces it): a device whose every read differs (a
-            # hand's jitter) would be chased until observation_timeout_s.
+            # The next row is read only after this one ran (``HeldRows.has_run``), so it replaces
+            # copies only (or nothing: the watchdog dropped the chunk in a stall).
             def ran(st: Status, due: int = due) -> bool:
                 ticks.status(st)  # keeps its state: the joint_abs twin of the row before
-                return st.tick > due or ended()
+                return rows.has_run(st, due) or ended()
 
             self._poll_until(ran, see, f"row {seq} was accepted but did not run")
             if ended():
@@ -244,27 +241,7 @@ class Recorder:
         # past every copy that could have run: the last row's joints are measured after it
         past_tick = rows.sent[-1][0] + 1 + hold
         after = self._poll_until(lambda st: ticks.status(st) > past_tick, ticks.see, "the take did not stop")
-        ran_total = after.counters.steps_executed - before.counters.steps_executed
-        runs = rows.runs_of_total(ran_total)
-        rec = _Rows([], [], [], 0, None, clipped=rows.clipped, repeated=0)
-        for r in rows.ticks(runs):
-            obs, stale = ticks.observation_at(r.tick)
-            state, late = ticks.state_after(r.tick)
-            rec.stale += stale
-            rec.state_late = (rec.state_late or 0) + late
-            rec.repeated = (rec.repeated or 0) + (r.copy > 0)
-            rec.observations.append(obs)
-            rec.ee_delta.append(r.row.astype(np.float64))
-            rec.joint_abs.append(np.append(state.joint_positions_rad, r.row[6]))
-        if not rec.ee_delta:
-            raise TeleopError("no row of the take ran (the robot server's watchdog dropped them)")
-        first_tick = next(t for (t, _), n in zip(rows.sent, runs, strict=True) if n > 0)
-        rec.ticks_spanned = max(t + n for (t, _), n in zip(rows.sent, runs, strict=True)) - first_tick
-        rec.executed = ran_total
-        rec.preempted = after.counters.chunks_preempted - before.counters.chunks_preempted
-        rec.watchdog_dropped = after.counters.watchdog_trips - before.counters.watchdog_trips
-        rec.task_success = ticks.newest.task_success
-        return rec
+        return _commanded_rows(rows, ticks, before, after)
 
     def _poll_until(
         self, done: Callable[[Status], bool], see: Callable[[Observation | None], None], what: str
@@ -370,6 +347,33 @@ class Recorder:
             rec.observations.append(obs)
         rec.task_success = by_time[seen_times[-1]].task_success
         return rec
+
+
+def _commanded_rows(rows: HeldRows, ticks: TickStream, before: Status, after: Status) -> _Rows:
+    """A commanded take put together by tick: every tick a row ran at (``rows.ticks``, a copy as a
+    repeat), with the observation of its tick and the state measured after it; ``before`` and
+    ``after``: the server's status before the take's first row and once it had stopped."""
+    ran_total = after.counters.steps_executed - before.counters.steps_executed
+    runs = rows.runs_of_total(ran_total)
+    rec = _Rows([], [], [], 0, None, clipped=rows.clipped, repeated=0)
+    for r in rows.ticks(runs):
+        obs, stale = ticks.observation_at(r.tick)
+        state, late = ticks.state_after(r.tick)
+        rec.stale += stale
+        rec.state_late = (rec.state_late or 0) + late
+        rec.repeated = (rec.repeated or 0) + (r.copy > 0)
+        rec.observations.append(obs)
+        rec.ee_delta.append(r.row.astype(np.float64))
+        rec.joint_abs.append(np.append(state.joint_positions_rad, r.row[6]))
+    if not rec.ee_delta:
+        raise TeleopError("no row of the take ran (the robot server's watchdog dropped them)")
+    first_tick = next(t for (t, _), n in zip(rows.sent, runs, strict=True) if n > 0)
+    rec.ticks_spanned = max(t + n for (t, _), n in zip(rows.sent, runs, strict=True)) - first_tick
+    rec.executed = ran_total
+    rec.preempted = after.counters.chunks_preempted - before.counters.chunks_preempted
+    rec.watchdog_dropped = after.counters.watchdog_trips - before.counters.watchdog_trips
+    rec.task_success = ticks.newest.task_success
+    return rec
 
 
 def _ticks(span_s: float, period_s: float) -> int:

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import msgspec
 
-from pde_contract.episodes import write_episode
+from pde_contract.episodes import EPISODE_SUFFIX, write_episode
 from pde_contract.messages import ActionSpace
 from teleop.recorder import Take
 
-KEPT_SUFFIX = ".episode"
+KEPT_SUFFIX = EPISODE_SUFFIX
 DISCARDED_SUFFIX = ".discarded"
 LOG_NAME = "takes.jsonl"
 

@@ -22,7 +22,7 @@ from learner.loop.updates import UpdateScheduler
 from learner.rewards import reward_from_label
 from pde_contract.episodes import EpisodeFile
 from pde_contract.intents import AbortEpisode, IntentT, StartEpisode
-from pde_contract.records import PromptSource, PromptStatus
+from pde_contract.records import EpisodeStatus, LabelSource, PromptSource, PromptStatus, Stage
 from pde_contract.run_metrics import (
     RunEpisode,
     TaskCurve,
@@ -43,6 +43,10 @@ SERVICE_NAME = "loop"
 # by default): a long wait (Start, a label, the supervisor) reads ten times a second, not a
 # hundred, and a click is still seen within 0.1 s. stop() (SIGTERM) ends the pause at once.
 POLL_BACKOFF_FACTOR = 10
+
+
+# an episode awaiting its label is done with once labelled, or aborted or discarded on the page
+_ENDED = (EpisodeStatus.LABELLED, EpisodeStatus.ABORTED, EpisodeStatus.DISCARDED)
 
 
 def next_poll_period_s(period_s: float, first_s: float) -> float:
@@ -158,7 +162,16 @@ class EpisodeLoop:
 
     # --- state for the page -------------------------------------------------------------------
 
-    def _publish(self, phase: LoopPhase, **fields: Any) -> None:
+    def _publish(
+        self,
+        phase: LoopPhase,
+        plan: Plan | None = None,
+        *,
+        detail: str | None = None,
+        episode_id: int | None = None,
+        started_at_s: float | None = None,
+    ) -> None:
+        """Publish ``phase`` (with the episode in hand, ``plan``, from resetting on)."""
         state = LoopState(
             phase=phase,
             pid=os.getpid(),
@@ -170,8 +183,12 @@ class EpisodeLoop:
             last_start=self.last_start,
             batch_size=self.settings.batch_size,
             labels_until_update=self.updates.labels_until_update if self.trainer is not None else None,
-            **fields,
+            detail=detail,
+            episode_id=episode_id,
+            started_at_s=started_at_s,
         )
+        if plan is not None:
+            state = plan.shown_in(state)
         with self._state_lock:  # never let a heartbeat write an older phase after this one
             self._state = state
             write_state(self.store, SERVICE_NAME, state)
@@ -208,9 +225,9 @@ class EpisodeLoop:
         for task in self.settings.tasks:
             self.store.ensure_task(task, self.settings.catalogue.get(task).prompt)
             self.store.set_task_state(task, rollouts_per_prompt=self.settings.rollouts_per_prompt)
-            if not self.settings.prompt_search and self.store.task_state(task).stage == "bootstrap":
+            if not self.settings.prompt_search and self.store.task_state(task).stage == Stage.BOOTSTRAP:
                 log.info("task %s: no prompt search (prompt_search off): RL on the canonical prompt", task)
-                self.store.set_task_state(task, stage="rl")
+                self.store.set_task_state(task, stage=Stage.RL)
         aborted = self.store.abort_running_episodes(interrupted_reason())
         if aborted:
             log.warning("marked interrupted episode(s) %s aborted", aborted)
@@ -278,22 +295,13 @@ class EpisodeLoop:
                 )
             )
             return None
-        seed = self._next_scene_seed()
-        plan_fields = {
-            "canonical_prompt": plan.canonical_prompt,
-            "task": plan.task,
-            "prompt": plan.prompt,
-            "prompt_id": plan.prompt_id,
-            "stage": plan.stage,
-            "why": plan.why,
-            "seed": seed,
-        }
-        self._publish(LoopPhase.RESETTING, **plan_fields)
+        plan = plan.with_seed(self._next_scene_seed())
+        self._publish(LoopPhase.RESETTING, plan)
         pose = self.settings.catalogue.get(plan.task).reset_joints_rad  # None: the robot's home
         try:
-            self.robot.reset(plan.task, seed, reset_joints_rad=pose)
+            self.robot.reset(plan.task, plan.seed, reset_joints_rad=pose)
         except Exception as e:  # e-stop latched, server down: show it and retry later
-            self._robot_error(f"reset failed: {e}", plan_fields)
+            self._robot_error(f"reset failed: {e}", plan)
             return None
         self.robot_error = ""  # the robot works again (the episode's abort reason stays in its row)
         if self.warm_up is not None:
@@ -303,26 +311,26 @@ class EpisodeLoop:
                 log.warning("warm-up before the episode failed: %s", e)
         start_intent_id = None
         if not self.settings.auto_start:
-            start_intent_id = self._take_start(plan_fields, practice=False)
+            start_intent_id = self._take_start(plan)
             if start_intent_id is None:
                 return None
-        return self._run_episode(plan, seed, plan_fields, start_intent_id)
+        return self._run_episode(plan, start_intent_id)
 
-    def _take_start(self, plan_fields: dict[str, Any], practice: bool) -> int | None:
+    def _take_start(self, plan: Plan) -> int | None:
         """Waits for the operator's Start; its intent's id, or None when the scene must be reset
         again: the Start was refused (the reason published), or the page's practice switch no longer
-        says ``practice`` (the next step resets for the other kind of episode)."""
+        says ``plan.practice`` (the next step resets for the other kind of episode)."""
         status = getattr(self.robot, "status", None)  # the real client has one; doubles may not
         uptime_at_reset_s = self._robot_uptime_s()
-        self._publish(LoopPhase.AWAITING_START, **plan_fields)
-        intent = self._wait(lambda: self._take_pending(StartEpisode) or self._practice() != practice)
+        self._publish(LoopPhase.AWAITING_START, plan)
+        intent = self._wait(lambda: self._take_pending(StartEpisode) or self._practice() != plan.practice)
         if intent is True:
             return None
         refusal = self._start_refusal(status, uptime_at_reset_s) if status is not None else ""
         if refusal:
             # The page waits for this answer to its Start (never "episode started" on a refusal).
             self.last_start = LastStart(intent_id=intent.id, refused=refusal)
-            self._robot_error(refusal, plan_fields)
+            self._robot_error(refusal, plan)
             return None
         return int(intent.id)
 
@@ -342,31 +350,25 @@ class EpisodeLoop:
         self.practice_runs += 1
         episode_id = -self.practice_runs
         task = self.settings.tasks[(self.practice_runs - 1) % len(self.settings.tasks)]
-        canon = self.store.prompts(task, "canonical")[0]
+        canon = self.store.prompts(task, PromptStatus.CANONICAL)[0]
         seed = random.randrange(2**31)  # not self.rng: the run's scenes do not depend on practice
-        fields: dict[str, Any] = {
-            "task": task,
-            "canonical_prompt": canon.text,
-            "prompt": canon.text,
-            "prompt_id": canon.id,
-            "stage": "practice",
-            "why": "practice: nothing is recorded",
-            "seed": seed,
-            "practice": True,
-        }
-        self._publish(LoopPhase.RESETTING, **fields)
+        # (the stage is the task's own; the page shows "practice")
+        stage = self.store.task_state(task).stage
+        why = "practice: nothing is recorded"
+        plan = Plan(task, canon.id, canon.text, canon.text, stage, why, seed, practice=True)
+        self._publish(LoopPhase.RESETTING, plan)
         try:
             self.robot.reset(task, seed, reset_joints_rad=self.settings.catalogue.get(task).reset_joints_rad)
         except Exception as e:
-            self._robot_error(f"practice reset failed: {e}", fields)
+            self._robot_error(f"practice reset failed: {e}", plan)
             return
         self.robot_error = ""
         if not self.settings.auto_start:
-            start_intent_id = self._take_start(fields, practice=True)
+            start_intent_id = self._take_start(plan)
             if start_intent_id is None:
                 return
             self.last_start = LastStart(intent_id=start_intent_id, episode_id=episode_id)
-        self._publish(LoopPhase.RUNNING, episode_id=episode_id, started_at_s=time.time(), **fields)
+        self._publish(LoopPhase.RUNNING, plan, episode_id=episode_id, started_at_s=time.time())
 
         def should_stop() -> bool:  # the loop stops, practice ends, or the page aborts
             if self.stop_event.is_set() or not self._practice():
@@ -386,7 +388,7 @@ class EpisodeLoop:
             )  # the episode file is dropped here: nothing of it is kept
         except Exception as e:
             self.store.discard_intents(AbortEpisode)
-            self._robot_error(f"practice episode failed: {e}", fields)
+            self._robot_error(f"practice episode failed: {e}", plan)
             return
         self.store.discard_intents(AbortEpisode)
 
@@ -407,7 +409,11 @@ class EpisodeLoop:
             self._init_rl_alpha()
             rng_state = self.rng.getstate()
             plan = choose_next(self.store, self.settings.tasks, self.settings.rollouts_per_prompt, self.rng)
-            if plan is None or plan.stage != "rl" or self.store.task_state(plan.task).ema_success is not None:
+            if (
+                plan is None
+                or plan.stage != Stage.RL
+                or self.store.task_state(plan.task).ema_success is not None
+            ):
                 return plan
             self.rng.setstate(rng_state)
 
@@ -441,14 +447,14 @@ class EpisodeLoop:
             return "Start refused: e-stop latched: release it on the page, then press Start"
         return ""
 
-    def _run_episode(
-        self, plan: Plan, seed: int, plan_fields: dict[str, Any], start_intent_id: int | None = None
-    ) -> EpisodeRow | None:
-        ep = self.store.create_episode(plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=seed)
+    def _run_episode(self, plan: Plan, start_intent_id: int | None = None) -> EpisodeRow | None:
+        ep = self.store.create_episode(
+            plan.task, plan.prompt_id, self.policy_version, plan.stage, seed=plan.seed
+        )
         if start_intent_id is not None:
             self.last_start = LastStart(intent_id=start_intent_id, episode_id=ep.id)
         self.episodes_run += 1
-        self._publish(LoopPhase.RUNNING, episode_id=ep.id, **plan_fields)
+        self._publish(LoopPhase.RUNNING, plan, episode_id=ep.id)
         abort_requested: list[str] = []
 
         def should_stop() -> bool:
@@ -466,14 +472,14 @@ class EpisodeLoop:
                 rollout_prompt=plan.prompt,
                 max_chunks=self.settings.max_chunks_of(plan.task),
                 should_stop=should_stop,
-                seed=seed,
+                seed=plan.seed,
             )
         except Exception as e:
             self.store.discard_intents(AbortEpisode)
             self.store.abort_episode(
                 ep.id, f"robot or policy error during the episode: {type(e).__name__}: {e}"
             )
-            self._robot_error(f"episode {ep.id} aborted: {e}", plan_fields)
+            self._robot_error(f"episode {ep.id} aborted: {e}", plan)
             return self.store.episode(ep.id)
         # An abort clicked as the episode ended must not stop the next one.
         self.store.discard_intents(AbortEpisode)
@@ -482,54 +488,44 @@ class EpisodeLoop:
             return self.store.episode(ep.id)
         videos = self.store.encode_episode_videos(ep.id, episode_file)
         self.store.finish_episode(ep.id, episode_file, videos=videos)
-        self._label(ep.id, episode_file.success, plan_fields)
+        self._label(ep.id, episode_file.success, plan)
         return self.store.episode(ep.id)
 
-    def _robot_error(self, message: str, plan_fields: dict[str, Any]) -> None:
+    def _robot_error(self, message: str, plan: Plan) -> None:
         log.error("%s", message)
         self.robot_error = message
-        self._publish(LoopPhase.ROBOT_ERROR, **plan_fields)
+        self._publish(LoopPhase.ROBOT_ERROR, plan)
         deadline = time.monotonic() + self.settings.error_backoff_s
         self._wait(lambda: time.monotonic() >= deadline)
 
     # --- labels, supervisor trigger, PPO --------------------------------------------------------
 
-    def _label(self, episode_id: int, sim_success: bool | None, plan_fields: dict[str, Any]) -> None:
+    def _label(self, episode_id: int, sim_success: bool | None, plan: Plan) -> None:
         if self.settings.auto_label:
             self.store.add_label(
                 episode_id,
                 bool(sim_success),
-                source="simulator",
+                source=LabelSource.SIMULATOR,
                 reason="simulator success check"
                 if sim_success is not None
                 else "no success check reported: failure",
             )
         else:
-            self._publish(LoopPhase.AWAITING_LABEL, episode_id=episode_id, **plan_fields)
+            self._publish(LoopPhase.AWAITING_LABEL, plan, episode_id=episode_id)
             # discarded on the page (bad reset, someone in the scene): no label, go on
-            self._wait(lambda: self.store.episode(episode_id).status in ("labelled", "aborted", "discarded"))
+            self._wait(lambda: self.store.episode(episode_id).status in _ENDED)
         self._after_label(self.store.episode(episode_id))
 
     def _finish_pending_labels(self) -> None:
         """Episodes that ended before a restart but have no label yet: label or wait, as before."""
-        for ep in self.store.episodes(status="awaiting_label"):
+        for ep in self.store.episodes(status=EpisodeStatus.AWAITING_LABEL):
             if ep.task not in self.settings.tasks:
                 continue
             sim = self.store.load_episode_file(ep.id).success if self.settings.auto_label else None
-            self._label(
-                ep.id,
-                sim,
-                {
-                    "task": ep.task,
-                    "prompt": ep.rollout_prompt,
-                    "prompt_id": ep.prompt_id,
-                    "stage": ep.stage,
-                    "why": "label of an episode from before the restart",
-                },
-            )
+            self._label(ep.id, sim, Plan.of_episode(ep, "label of an episode from before the restart"))
 
     def _after_label(self, ep: EpisodeRow) -> None:
-        if ep.status != "labelled":
+        if ep.status != EpisodeStatus.LABELLED:
             return
         self._record_curves(ep)
         self._maybe_start_update()
@@ -538,7 +534,7 @@ class EpisodeLoop:
         """After ``ep``'s label: the book's curves, and the run's (its prompt's and its prompt
         source's success, the pool's admissions, the episode's time), at ``step`` labels."""
         task = ep.task
-        step = self.store.count_episodes(status="labelled")
+        step = self.store.count_episodes(status=EpisodeStatus.LABELLED)
         outcomes = self._canonical_outcomes(task, CANONICAL_SUCCESS_WINDOW)
         alpha = self.store.task_state(task).alpha
         prompts = self.store.prompts(task)
@@ -583,9 +579,9 @@ class EpisodeLoop:
     def _canonical_outcomes(self, task: str, limit: int) -> list[bool]:
         """The outcomes of the task's canonical prompt's last ``limit`` labelled episodes, oldest
         first."""
-        canon = self.store.prompts(task, "canonical")[0]
+        canon = self.store.prompts(task, PromptStatus.CANONICAL)[0]
         recent = self.store.episodes(
-            task=task, status="labelled", prompt_id=canon.id, newest_first=True, limit=limit
+            task=task, status=EpisodeStatus.LABELLED, prompt_id=canon.id, newest_first=True, limit=limit
         )
         return [bool(e.success) for e in reversed(recent)]
 
@@ -599,7 +595,7 @@ class EpisodeLoop:
         if self.trainer is None or self.trainer.busy:
             return
         chosen = self.updates.due(
-            self.store.episodes(status="labelled", since_id=self.updates.trained_through)
+            self.store.episodes(status=EpisodeStatus.LABELLED, since_id=self.updates.trained_through)
         )
         if chosen is None:
             return
@@ -636,13 +632,15 @@ class EpisodeLoop:
         out: list[tuple[EpisodeRow, EpisodeFile]] = []
         chosen_ids = {e.id for e in chosen}
         for task in sorted({e.task for e in chosen}):
-            first_rl = self.store.episodes(task=task, stage="rl", status="labelled", limit=1)
+            first_rl = self.store.episodes(task=task, stage=Stage.RL, status=EpisodeStatus.LABELLED, limit=1)
             if not first_rl or first_rl[0].id not in chosen_ids:
                 continue
-            canon = self.store.prompts(task, "canonical")[0]
+            canon = self.store.prompts(task, PromptStatus.CANONICAL)[0]
             successes = [
                 e
-                for e in self.store.episodes(task=task, stage="bootstrap", status="labelled", success=True)
+                for e in self.store.episodes(
+                    task=task, stage=Stage.BOOTSTRAP, status=EpisodeStatus.LABELLED, success=True
+                )
                 if e.prompt_id != canon.id
             ]
             out += [(e, relabelled(self.store.load_episode_file(e.id), canon.text)) for e in successes]
@@ -656,10 +654,10 @@ class EpisodeLoop:
         (``MixtureBook.start``); the start is logged and recorded as a metric."""
         for task in self.settings.tasks:
             state = self.store.task_state(task)
-            if state.stage != "rl" or state.ema_success is not None:
+            if state.stage != Stage.RL or state.ema_success is not None:
                 continue
-            canon = self.store.prompts(task, "canonical")[0]
-            step = self.store.count_episodes(status="labelled")
+            canon = self.store.prompts(task, PromptStatus.CANONICAL)[0]
+            step = self.store.count_episodes(status=EpisodeStatus.LABELLED)
             start = self.book.start(task, canon.success_rate, canon.n_episodes, step)
             self.store.set_task_state(task, ema_success=start.ema_success, alpha=start.alpha)
             self._add_metrics(start.metrics)
@@ -674,7 +672,7 @@ class EpisodeLoop:
     def _update_alpha(self, batch: list[EpisodeRow]) -> None:
         """Adaptive alpha per task in ``batch``, once per PPO iteration (``MixtureBook.update``).
         Tasks whose canonical prompt has no labelled episode yet keep their alpha."""
-        step = self.store.count_episodes(status="labelled")
+        step = self.store.count_episodes(status=EpisodeStatus.LABELLED)
         for task in sorted({e.task for e in batch}):
             state = self.store.task_state(task)
             outcomes = self._canonical_outcomes(task, self.settings.alpha_window)

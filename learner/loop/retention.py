@@ -47,12 +47,16 @@ class CheckpointKeeper:
         metrics: dict[str, float],
         trainer_state: dict[str, Any] | None,
         in_use: Collection[int] = (),
+        trained_through_episode_id: int | None = None,
     ) -> Path:
         """Save and register ``version``, then prune; ``in_use``: versions to keep besides the
         store's (the actor's). A failed save raises before anything is pruned; a failed prune is
         logged and leaves the new version saved and registered."""
-        path = self.checkpoints.save(policy, version, metrics, trainer_state)
-        self.store.add_checkpoint(version, path, metrics)
+        through = trained_through_episode_id
+        path = self.checkpoints.save(
+            policy, version, metrics, trainer_state, trained_through_episode_id=through
+        )
+        self.store.add_checkpoint(version, path, metrics, trained_through_episode_id=through)
         try:
             self.prune(in_use)
         except Exception:  # pruning only frees disk: the update itself succeeded

@@ -8,32 +8,63 @@ alpha * delta(canonical) + (1 - alpha) * Uniform(pool) per episode, via learner.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
-from pde_storage import PromptRow
+import msgspec
+
+from pde_contract.records import PromptStatus, Stage
+from pde_contract.service_state import LoopState
+from pde_storage import EpisodeRow, PromptRow
 from pde_storage.protocols import TaskReader
 
 
 @dataclass(frozen=True)
 class Plan:
+    """The episode in hand: what runs, and what the page shows of it (``LoopState``)."""
+
     task: str
     prompt_id: int
     prompt: str
     canonical_prompt: str
-    stage: str
+    stage: Stage
     why: str  # shown on the operator page
+    seed: int | None = None  # the scene's, once drawn (``with_seed``)
+    practice: bool = False  # the page's practice mode: nothing of the episode is stored
+
+    def with_seed(self, seed: int) -> Plan:
+        return dataclasses.replace(self, seed=seed)
+
+    @staticmethod
+    def of_episode(ep: EpisodeRow, why: str) -> Plan:
+        """The plan a stored episode ran (one awaiting its label after a restart)."""
+        return Plan(ep.task, ep.prompt_id, ep.rollout_prompt, ep.canonical_prompt, ep.stage, why, ep.seed)
+
+    def shown_in(self, state: LoopState) -> LoopState:
+        """``state`` with this plan as the episode in hand."""
+        return msgspec.structs.replace(
+            state,
+            task=self.task,
+            canonical_prompt=self.canonical_prompt,
+            prompt=self.prompt,
+            prompt_id=self.prompt_id,
+            stage="practice" if self.practice else str(self.stage),
+            why=self.why,
+            seed=self.seed,
+            practice=self.practice,
+        )
 
 
 def _bootstrap_plan(task: str, prompts: list[PromptRow], n_per_prompt: int, iteration: int) -> Plan | None:
-    canon = next(p for p in prompts if p.status == "canonical")
+    canon = next(p for p in prompts if p.status == PromptStatus.CANONICAL)
     if canon.n_finished < n_per_prompt:
         return Plan(
             task,
             canon.id,
             canon.text,
             canon.text,
-            "bootstrap",
+            Stage.BOOTSTRAP,
             f"canonical baseline {canon.n_finished + 1}/{n_per_prompt}",
         )
     # A round's candidates count once the supervisor has written the round's iteration on the
@@ -42,25 +73,32 @@ def _bootstrap_plan(task: str, prompts: list[PromptRow], n_per_prompt: int, iter
     todo = [
         p
         for p in prompts
-        if p.status == "candidate" and p.n_finished < n_per_prompt and p.iteration <= iteration
+        if p.status == PromptStatus.CANDIDATE and p.n_finished < n_per_prompt and p.iteration <= iteration
     ]
     if not todo:
         return None
     p = min(todo, key=lambda q: (q.n_finished, q.id))
     return Plan(
-        task, p.id, p.text, canon.text, "bootstrap", f"candidate rollout {p.n_finished + 1}/{n_per_prompt}"
+        task,
+        p.id,
+        p.text,
+        canon.text,
+        Stage.BOOTSTRAP,
+        f"candidate rollout {p.n_finished + 1}/{n_per_prompt}",
     )
 
 
 def _rl_plan(task: str, prompts: list[PromptRow], alpha: float, rng: random.Random) -> Plan:
     from learner.mixture import sample_prompt  # the learner's mixture (alpha-delta + uniform pool)
 
-    canon = next(p for p in prompts if p.status == "canonical")
-    pool = [p for p in prompts if p.status == "pool"]
+    canon = next(p for p in prompts if p.status == PromptStatus.CANONICAL)
+    pool = [p for p in prompts if p.status == PromptStatus.POOL]
     text = sample_prompt(canon.text, [p.text for p in pool], alpha, rng)
     chosen = canon if text == canon.text else next(p for p in pool if p.text == text)
-    kind = "canonical" if chosen is canon else "pool"
-    return Plan(task, chosen.id, chosen.text, canon.text, "rl", f"mixture draw ({kind}, alpha {alpha:.2f})")
+    kind = PromptStatus.CANONICAL if chosen is canon else PromptStatus.POOL
+    return Plan(
+        task, chosen.id, chosen.text, canon.text, Stage.RL, f"mixture draw ({kind}, alpha {alpha:.2f})"
+    )
 
 
 def choose_next(store: TaskReader, tasks: list[str], n_per_prompt: int, rng: random.Random) -> Plan | None:
@@ -72,7 +110,7 @@ def choose_next(store: TaskReader, tasks: list[str], n_per_prompt: int, rng: ran
         state = store.task_state(task)
         plan = (
             _rl_plan(task, prompts, state.alpha, rng)
-            if state.stage == "rl"
+            if state.stage == Stage.RL
             else _bootstrap_plan(task, prompts, n_per_prompt, state.iteration)
         )
         if plan is not None:

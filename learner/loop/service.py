@@ -19,7 +19,7 @@ import msgspec
 from learner.loop.core import SERVICE_NAME, EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.takeover import StorePageCommands, TakeoverActor
-from learner.loop.training import BackgroundTrainer, TrainerLike
+from learner.loop.training import BackgroundTrainer, TrainedVersion, TrainerLike
 from learner.policy_args import add_policy_args, load_init_policy
 from pde_contract.messages import ActionSpace
 from pde_contract.service_state import LoopPhase, LoopState
@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pde.loop")
 
 T = TypeVar("T")
-# How often the loop looks for the SFT policy while it waits for one (and rewrites its row, which
-# keeps it fresh for the page: the page calls a row older than PDE_UI_SERVICE_STALE_S dead).
-POLICY_POLL_S = 2.0
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
@@ -167,7 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     known = [*checkpoints.versions(), *(c.version for c in store.checkpoints())]
     loaded = checkpoints.renumbered(loaded, max(known), device)
     with contextlib.suppress(ConflictError):
-        store.add_checkpoint(loaded.version, loaded.path, {k: float(v) for k, v in loaded.metrics.items()})
+        store.add_checkpoint(
+            loaded.version,
+            loaded.path,
+            {k: float(v) for k, v in loaded.metrics.items()},
+            trained_through_episode_id=loaded.trained_through_episode_id,
+        )
     try:
         robot_keys = client_curve_from_env()  # PDE_ROBOT_LINK_*: the robot link's CURVE keys
     except LinkKeyError as e:
@@ -237,9 +239,18 @@ def main(argv: list[str] | None = None) -> int:
 
     keeper = CheckpointKeeper(checkpoints, store, settings.checkpoint_retention())
 
-    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
+    def save(new: TrainedVersion) -> str:
         # Runs in the training thread before the swap: ``loop.policy_version`` is the actor's.
-        return str(keeper.save(policy, version, metrics, trainer.state_dict(), in_use={loop.policy_version}))
+        return str(
+            keeper.save(
+                new.policy,
+                new.version,
+                new.metrics,
+                trainer.state_dict(),
+                in_use={loop.policy_version},
+                trained_through_episode_id=new.trained_through_episode_id,
+            )
+        )
 
     import torch
 
@@ -274,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         settings,
         BackgroundTrainer(trainer_for_actor(trainer, device, actor_device), save),
         policy_version=loaded.version,
-        trained_through_episode_id=int(loaded.metrics.get("trained_through_episode_id", 0)),
+        trained_through_episode_id=loaded.trained_through_episode_id or 0,
         warm_up=warm_up,
         run_log=run_log,
     )
@@ -327,7 +338,8 @@ def wait_for_policy(
             found = latest()
             if found is not None:
                 return found
-            stop.wait(POLICY_POLL_S)
+            # Its heartbeat period: the page calls a row older than PDE_UI_SERVICE_STALE_S dead.
+            stop.wait(settings.heartbeat_period_s)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

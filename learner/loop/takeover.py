@@ -9,7 +9,7 @@ like any other. The page sends the operator's verdict as the label once the epis
 
 "Take control": with a person source (``PDE_TELEOP_PERSON``, teleop/settings.py), the wrapper passes
 it to the actor as ``person=`` and a ``TakeControl`` intent for this episode as
-``takeover_requested``; the person then drives until the source ends the take (learner/actor.py).
+``takeover_requested``; the person then drives until the source ends the take (learner/episode/person.py).
 The wrapper publishes whether a person source exists (``TakeoverState``), so the page offers the
 button only then. With ``PDE_TELEOP_PERSON=page`` the person is the page's keys and gamepad
 (teleop/page.py), read from the database row the page's server writes (``StorePageCommands``)."""

@@ -61,8 +61,18 @@ def staleness_stats(versions: Sequence[int], trained_version: int) -> dict[str, 
     }
 
 
-# (policy, version, metrics) -> checkpoint path; called in the training thread.
-SaveCheckpoint = Callable[[Any, int, dict[str, float]], str]
+@dataclass(frozen=True)
+class TrainedVersion:
+    """A PPO update's new version, as its checkpoint keeps it."""
+
+    policy: Any
+    version: int
+    metrics: dict[str, float]  # the update's diagnostics (the page's curves)
+    trained_through_episode_id: int  # the newest episode of its batch: where a restart resumes
+
+
+# the new version -> its checkpoint's path; called in the training thread.
+SaveCheckpoint = Callable[[TrainedVersion], str]
 
 
 class BackgroundTrainer:
@@ -100,8 +110,7 @@ class BackgroundTrainer:
                 policy = self.trainer.policy_snapshot()
                 if hasattr(policy, "version"):
                     policy.version = new_version  # recorded in each episode file's source
-                metrics = {**stats, "trained_through_episode_id": float(max(episode_ids))}
-                self._save(policy, new_version, metrics)
+                self._save(TrainedVersion(policy, new_version, stats, max(episode_ids)))
                 result = UpdateResult(
                     new_version, policy, stats, episode_ids, duration_s=time.perf_counter() - t0
                 )

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from learner.loop.mixture_book import Metric
 from learner.loop.training import UpdateResult
+from pde_contract.records import Stage
 from pde_contract.run_metrics import PPO_UPDATE_WALL_S, ppo_metric
 
 
@@ -64,7 +65,7 @@ class UpdateScheduler:
         ``labelled_since`` is every episode labelled after ``trained_through``, oldest first; the
         batch is its first ``batch_size`` RL-stage episodes of the loop's tasks. Taking the batch
         moves ``trained_through`` past it: call this only when the update will start."""
-        ready = [e for e in labelled_since if e.stage == "rl" and e.task in self.tasks]
+        ready = [e for e in labelled_since if e.stage == Stage.RL and e.task in self.tasks]
         self.rl_labels_ready = len(ready)
         if len(ready) < self.batch_size:
             return None

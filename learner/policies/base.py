@@ -103,7 +103,7 @@ def chunk_sample(
 
 
 class ActingChoice(Protocol):
-    """How the actor's copy of a policy samples (learner.actor.ActorSettings has the defaults)."""
+    """How the actor's copy of a policy samples (learner.episode.settings.ActorSettings has the defaults)."""
 
     @property
     def fast_inference(self) -> bool: ...

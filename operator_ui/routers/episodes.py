@@ -69,7 +69,7 @@ def ppo_use(
     if first is None:
         return None
     for c in checkpoints:
-        through = c.metrics.get("trained_through_episode_id")
+        through = c.trained_through_episode_id
         if isinstance(through, int | float) and through >= episode.id and c.created_at >= first:
             return PPOUseOut(version=c.version, trained_through_episode_id=int(through), at=c.created_at)
     return None

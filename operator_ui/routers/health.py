@@ -19,7 +19,7 @@ from operator_ui.schemas import (
     state_out,
 )
 from operator_ui.settings import UISettings
-from pde_contract.service_state import LOOP_ROW, SERVICE_STATES, LoopPhase, decode_state
+from pde_contract.service_state import LOOP_ROW, SERVICE_STATES, LoopPhase, LoopState, decode_state
 from pde_storage.protocols import OperatorStore
 
 router = APIRouter(tags=["health"])
@@ -97,8 +97,21 @@ def _service_entries(
         )
         phases[name] = state.phase
         if not ok and name in START:
+            # A loop that stopped on a refusal (e.g. a lab task on the sim backend) says why.
+            why = (
+                f"stopped: {state.last_error}"
+                if isinstance(state, LoopState) and state.last_error
+                else "stopped"
+            )
+            problems.append(problem(name, why if stopped else f"not running: last heard {age_s:.0f} s ago"))
+        if ok and isinstance(state, LoopState) and state.phase == LoopPhase.WAITING_FOR_POLICY:
             problems.append(
-                problem(name, "stopped" if stopped else f"not running: last heard {age_s:.0f} s ago")
+                ProblemOut(
+                    service=name,
+                    title="NO POLICY YET",
+                    what=state.detail or "the loop waits for a policy checkpoint",
+                    action="train the SFT policy (`pde learner sft`, docs/teleop.md): the loop starts on it",
+                )
             )
     loop = entries.get("loop")
     if loop is None:

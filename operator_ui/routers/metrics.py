@@ -37,7 +37,7 @@ def ppo_update_marks(store: EpisodeReader, checkpoints: list[CheckpointRow]) -> 
     labelled_ids = sorted(e.id for e in store.episodes(status="labelled"))
     marks = []
     for c in checkpoints:
-        through = c.metrics.get("trained_through_episode_id")
+        through = c.trained_through_episode_id
         if c.version > 0 and isinstance(through, int | float):
             n = bisect.bisect_right(labelled_ids, int(through))
             marks.append(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from statistics import median
 
 from fastapi import APIRouter
@@ -16,9 +15,9 @@ from operator_ui.deps import SettingsDep, StoreDep, TokenDep
 from operator_ui.routers.loop import loop_state
 from operator_ui.schemas import PauseIn, PauseOut, RunProgressOut
 from pde_contract.records import EpisodeStatus, PromptStatus, Stage
-from pde_contract.service_state import RUN_CONTROL_ROW, RunControl
-from pde_storage.protocols import TaskReader
-from pde_storage.service_states import run_control, write_state
+from pde_contract.service_state import RUN_CONTROL_ROW, SUPERVISOR_ROW, RunControl, SupervisorState
+from pde_storage.protocols import OperatorStore, ServiceStates, TaskReader
+from pde_storage.service_states import read_state, run_control, write_state
 
 router = APIRouter(prefix="/api/run", tags=["run"])
 RECENT_EPISODES = 10  # time per episode and cycle time: medians over this many recent episodes
@@ -26,29 +25,23 @@ RECENT_EPISODES = 10  # time per episode and cycle time: medians over this many 
 
 @dataclass(frozen=True)
 class BootstrapBudget:
-    """The supervisor's bootstrap settings the PPO ETA needs (its settings are their one home)."""
+    """The supervisor's bootstrap settings the PPO ETA needs, as the supervisor publishes them in
+    its state row (in compose they are another container's variables: the page's own environment
+    would give numbers the supervisor does not use)."""
 
     iterations_t0: int
     candidates_k: int
     pool_min_m: int
-    source: str  # "PDE_SUPERVISOR_* environment" or "supervisor defaults"
+    source: str
 
 
-@lru_cache(maxsize=1)
-def bootstrap_budget() -> BootstrapBudget:
-    from supervisor.settings import SupervisorSettings
-
-    try:
-        s = SupervisorSettings()
-        return BootstrapBudget(s.iterations_t0, s.candidates_k, s.pool_min_m, "PDE_SUPERVISOR_* environment")
-    except Exception:  # e.g. no API key in this process's environment: the defaults
-        f = SupervisorSettings.model_fields
-        return BootstrapBudget(
-            int(f["iterations_t0"].default),
-            int(f["candidates_k"].default),
-            int(f["pool_min_m"].default),
-            "supervisor defaults",
-        )
+def bootstrap_budget(store: ServiceStates) -> BootstrapBudget | None:
+    """None until a supervisor has published its pool rule."""
+    sup, _ = read_state(store, SUPERVISOR_ROW, SupervisorState)
+    if sup is None or None in (sup.iterations_t0, sup.candidates_k, sup.pool_min_m):
+        return None
+    assert sup.iterations_t0 is not None and sup.candidates_k is not None and sup.pool_min_m is not None
+    return BootstrapBudget(sup.iterations_t0, sup.candidates_k, sup.pool_min_m, "the supervisor's")
 
 
 def bootstrap_left(store: TaskReader, task: str, budget: BootstrapBudget) -> tuple[int, int] | None:
@@ -75,13 +68,22 @@ def bootstrap_left(store: TaskReader, task: str, budget: BootstrapBudget) -> tup
     return now + fewest_rounds * per_round, now + rounds_left * per_round
 
 
-def episodes_until_update(store: TaskReader, tasks: list[str], rl_needed: int) -> tuple[int, int | None, str]:
+def episodes_until_update(
+    store: OperatorStore, tasks: list[str], rl_needed: int
+) -> tuple[int, int | None, str]:
     """(fewest, most or None, why) episodes before the next PPO update: ``rl_needed`` labelled RL
     episodes, after the bootstrap when no task is in RL yet (the first task out of it gives the
     fewest; every task through its whole search budget the most)."""
     if not tasks or any(store.task_state(t).stage == Stage.RL for t in tasks):
         return rl_needed, None, f"{rl_needed} labelled RL episodes"
-    budget = bootstrap_budget()
+    budget = bootstrap_budget(store)
+    if budget is None:
+        return (
+            rl_needed,
+            None,
+            f"the bootstrap (length unknown: no supervisor has published its T0, K, M), "
+            f"then {rl_needed} RL episodes",
+        )
     left = [b for t in tasks if (b := bootstrap_left(store, t, budget)) is not None]
     if len(left) < len(tasks):
         return (

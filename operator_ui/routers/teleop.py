@@ -69,7 +69,7 @@ def _page_person_running(store: ServiceStates, stale_s: float) -> bool:
 def teleop_config(record: RecordDep, store: StoreDep, settings: SettingsDep) -> TeleopOut:
     s = record.settings
     holder = "record" if record.holds_control else None
-    if holder is None and _page_person_running(store, settings.service_stale_s):
+    if holder is None and _page_person_running(store, settings.takeover_stale_s):
         holder = "takeover"
     return TeleopOut(
         send_period_ms=s.page_send_period_ms,
@@ -92,7 +92,7 @@ def teleop_command(
     if record.holds_control:
         record.box.put(cmd)
         return TeleopCommandOut(to="record")
-    if _page_person_running(store, settings.service_stale_s):
+    if _page_person_running(store, settings.takeover_stale_s):
         state = PageTeleopState(
             seq=f"{_WRITER}:{next(_written)}",
             axes=list(cmd.axes),

@@ -547,9 +547,49 @@ $("#release-banner").onclick = releaseClicked;
 // A clicked button gives the focus back, so Space/Enter/S/F never re-press it.
 document.addEventListener("click", (ev) => { if (ev.target.closest("button")) ev.target.closest("button").blur(); });
 
+// Dropdowns the page draws itself. A native <select>'s popup belongs to the browser and takes every
+// key while it is open: in Chromium no keydown reached the page at all, so Escape only closed the
+// popup and Space never stopped the arm. Each <select> stays as the value (hidden, its change
+// event and options as before); a button and a list of buttons in the page replace its popup, so
+// the E-STOP keys below see every key, list open or not (Escape also closes the list).
+const dropdownClosers = [];
+function closeDropdowns() { for (const close of dropdownClosers) close(); }
+function dropdown(sel) {
+  const btn = document.createElement("button"), list = document.createElement("div");
+  btn.type = "button"; btn.id = `${sel.id}-button`; btn.className = "dropdown small";
+  btn.setAttribute("aria-haspopup", "listbox"); btn.setAttribute("aria-expanded", "false");
+  btn.setAttribute("aria-label", sel.getAttribute("aria-label") || sel.id);
+  list.id = `${sel.id}-list`; list.className = "dropdown-list"; list.setAttribute("role", "listbox"); list.hidden = true;
+  sel.hidden = true; sel.after(btn); document.body.append(list);
+  const label = () => { btn.textContent = `${sel.selectedOptions[0]?.textContent ?? "—"} ▾`; };
+  const close = () => { if (!list.hidden) { list.hidden = true; btn.setAttribute("aria-expanded", "false"); } };
+  btn.onclick = () => {
+    if (!list.hidden) { close(); return; }
+    closeDropdowns();
+    list.innerHTML = [...sel.options].map((o, i) => `<button type="button" role="option" data-index="${i}" aria-selected="${o.selected}">${esc(o.textContent)}</button>`).join("");
+    const r = btn.getBoundingClientRect();
+    list.style.left = `${r.left + window.scrollX}px`; list.style.top = `${r.bottom + window.scrollY}px`;
+    list.hidden = false; btn.setAttribute("aria-expanded", "true");
+    (list.querySelector("[aria-selected=true]") || list.firstElementChild)?.focus();
+  };
+  list.onclick = (ev) => {
+    const o = ev.target.closest("[role=option]");
+    if (!o) return;
+    sel.selectedIndex = Number(o.dataset.index); close();
+    sel.dispatchEvent(new Event("change"));
+  };
+  sel.addEventListener("change", label);
+  new MutationObserver(label).observe(sel, { childList: true, subtree: true });  // options refilled
+  label();
+  dropdownClosers.push(close);
+}
+for (const sel of document.querySelectorAll("select")) dropdown(sel);
+document.addEventListener("click", (ev) => { if (!ev.target.closest(".dropdown, .dropdown-list")) closeDropdowns(); }, true);
+
 // E-STOP from the keyboard whatever has the focus: Escape everywhere, Space everywhere but where it
-// types a space (a text field). Caught first (capture) and not passed on, so no video, checkbox or
-// select plays, ticks or opens instead; a held key sends one e-stop.
+// types a space (a text field). Caught first (capture, on window: before any element's own
+// handler) and not passed on, so no video, checkbox or dropdown plays, ticks or opens instead; a
+// held key sends one e-stop. An open dropdown list is closed too.
 const TEXT_ENTRY = "textarea, [contenteditable], input:not([type=checkbox]):not([type=radio]):not([type=range]):not([type=button])";
 window.addEventListener("keydown", (ev) => {
   if (ev.ctrlKey || ev.altKey || ev.metaKey) return;
@@ -557,10 +597,11 @@ window.addEventListener("keydown", (ev) => {
   if (ev.key !== "Escape" && !(ev.code === "Space" && !ev.shiftKey && !inText)) return;
   ev.preventDefault(); ev.stopPropagation();
   if (!ev.repeat) estop();
+  closeDropdowns();
 }, true);
 // The other shortcuts: unmodified keys only (Ctrl+F is the browser's find; Caps Lock is no
 // modifier), and never while the focus is in a field or a video (text there is text).
-const KEY_IGNORING = "input, textarea, select, video, audio, [contenteditable]";
+const KEY_IGNORING = "input, textarea, select, video, audio, [contenteditable], .dropdown, .dropdown-list";
 document.addEventListener("keydown", (ev) => {
   if (ev.ctrlKey || ev.altKey || ev.metaKey || ev.shiftKey || ev.repeat) return;
   if (ev.target instanceof Element && ev.target.closest(KEY_IGNORING)) return;

@@ -10,7 +10,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from pde_contract.episodes import EpisodeFile, read_episode, rows_commanded_by, write_episode
+from pde_contract.episodes import EPISODE_SUFFIX, EpisodeFile, read_episode, rows_commanded_by, write_episode
 from pde_contract.records import EpisodeStatus, LabelSource, Stage
 from pde_storage import media
 from pde_storage.errors import ConflictError, InvalidArgumentError, NotFoundError
@@ -217,7 +217,7 @@ class EpisodeRepository(Repository):
         if episode_file.episode_id != str(episode_id):
             episode_file = msgspec.structs.replace(episode_file, episode_id=str(episode_id))
         # The file is written outside any transaction: no lock is held meanwhile.
-        rel_file = f"episodes/{episode_id:07d}.episode"
+        rel_file = f"episodes/{episode_id:07d}{EPISODE_SUFFIX}"
         write_episode(self.media_dir / rel_file, episode_file)
         with self._write() as s:
             e = self._locked_episode(s, episode_id)

@@ -14,21 +14,32 @@ from pde_storage.models import Checkpoint, Metric, SupervisorCall
 from pde_storage.repos.base import Repository, as_utc, as_utc_opt, json_safe, utc_now
 from pde_storage.rows import CheckpointRow, SupervisorCallRow
 
+# The resume point's place in a checkpoint row's metrics column (where it always was; rows from
+# before CheckpointRow.trained_through_episode_id read the same).
+_TRAINED_THROUGH_KEY = "trained_through_episode_id"
+
 
 class TelemetryRepository(Repository):
     """Policy checkpoints (versions only go up), the supervisor's VLM calls (tokens, cost,
     latency) and named metric series."""
 
     def add_checkpoint(
-        self, version: int, path: str | Path, metrics: dict[str, Any] | None = None
+        self,
+        version: int,
+        path: str | Path,
+        metrics: dict[str, Any] | None = None,
+        trained_through_episode_id: int | None = None,
     ) -> CheckpointRow:
+        stored = dict(metrics or {})
+        if trained_through_episode_id is not None:
+            stored[_TRAINED_THROUGH_KEY] = int(trained_through_episode_id)
         with self._write() as s:
             if s.scalars(select(Checkpoint).where(Checkpoint.version == version)).first() is not None:
                 raise ConflictError(f"checkpoint version {version} already exists; versions only go up")
             c = Checkpoint(
                 version=int(version),
                 path=str(path),
-                metrics=json_safe(dict(metrics or {})),
+                metrics=json_safe(stored),
                 created_at=utc_now(),
             )
             s.add(c)
@@ -60,7 +71,16 @@ class TelemetryRepository(Repository):
 
     @staticmethod
     def _checkpoint_row(c: Checkpoint) -> CheckpointRow:
-        return CheckpointRow(c.version, c.path, c.metrics, as_utc(c.created_at), as_utc_opt(c.pruned_at))
+        metrics = dict(c.metrics)
+        through = metrics.pop(_TRAINED_THROUGH_KEY, None)
+        return CheckpointRow(
+            c.version,
+            c.path,
+            metrics,
+            as_utc(c.created_at),
+            as_utc_opt(c.pruned_at),
+            trained_through_episode_id=None if through is None else int(through),
+        )
 
     def record_supervisor_call(
         self,

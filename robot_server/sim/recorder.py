@@ -14,14 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pde_contract.episodes import write_episode
+from pde_contract.episodes import EPISODE_SUFFIX, write_episode
 from robot_server.cameras.sim import SimCamera
 from robot_server.robots.sim import SimRobot
 from robot_server.sim.rollout import DEFAULT_CHUNK_ROWS, run_expert_episode
 from robot_server.sim.tasks import TASK_NAMES
 from robot_server.sim.world import CAMERA_NAMES, SimWorld, SimWorldConfig
-
-EPISODE_SUFFIX = ".episode"
 
 
 @dataclass

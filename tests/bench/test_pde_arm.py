@@ -115,7 +115,7 @@ def bench_path(tmp: Path, arm_name: str) -> tuple[dict[str, Any], Any]:
         robot=FakeRobot(),
         actor=scripted_actor(),
         trainer=trainer,
-        save=lambda policy, version, metrics: "",
+        save=lambda _new: "",
         settings=pde_arm.loop_settings(arm, BENCH, SEED, poll_period_s=0.002, **where),
         supervisor=pde_arm.supervisor_settings(BENCH, **where),
         proposer=proposer_of(arm),
@@ -140,7 +140,7 @@ def lab_path(tmp: Path, arm_name: str) -> dict[str, Any]:
     )
     trainer = FakeTrainer(update_time_s=UPDATE_TIME_S)
     loop = EpisodeLoop(
-        store, FakeRobot(), scripted_actor(), settings, BackgroundTrainer(trainer, lambda p, v, m: "")
+        store, FakeRobot(), scripted_actor(), settings, BackgroundTrainer(trainer, lambda _new: "")
     )
     service = SupervisorService(
         supervisor_store,
@@ -327,7 +327,7 @@ def test_a_supervisor_that_keeps_failing_stops_the_benchmark_with_the_reason(tmp
             robot=FakeRobot(),
             actor=scripted_actor(),
             trainer=FakeTrainer(),
-            save=lambda policy, version, metrics: "",
+            save=lambda _new: "",
             settings=pde_arm.loop_settings(
                 pde_arm.parse_arm("pde_mixed"), BENCH, SEED, poll_period_s=0.002, **where
             ),

@@ -55,7 +55,8 @@ def test_every_service_refuses_an_unknown_variable_at_start(command: str) -> Non
 
 
 def _files_that_set_variables() -> list[str]:
-    globs = ("docker-compose*.yml", "docker/*", ".env.example", "docs/*.md", "README.md", "config/*")
+    globs: tuple[str, ...] = ("docker-compose*.yml", "docker/*", ".env.example", "docs/*.md", "README.md")
+    globs += ("config/*",)
     globs += ("scripts/*", "Makefile", ".ci/*")
     return sorted(str(p.relative_to(REPO_ROOT)) for g in globs for p in REPO_ROOT.glob(g) if p.is_file())
 

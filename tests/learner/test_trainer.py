@@ -278,7 +278,13 @@ def test_pool_anchor_holds_the_pool_prompt():
         trainer = Trainer(policy, PPOConfig(minibatch_size=4, learning_rate=1e-3, pool_anchor_coef=coef))
         stats = trainer.update(_batch(policy, "drop the green box into the bowl"))
         assert ("pool_anchor" in stats) == (coef > 0)
+        assert trainer.last_diagnostics is not None
         moves.append(trainer.last_diagnostics.source("pool").kl_new_old)
     assert moves[1] < 0.5 * moves[0], moves
+    policy = make_test_policy("gaussian")  # the rollout ratio clips the pool's own ratio: no anchor
+    stats = Trainer(
+        policy, PPOConfig(minibatch_size=4, ratio_variant="rollout", pool_anchor_coef=100.0)
+    ).update(_batch(policy, "drop the green box into the bowl"))
+    assert "pool_anchor" not in stats
     with pytest.raises(ValueError, match="pool_anchor_coef must be >= 0"):
         PPOConfig(pool_anchor_coef=-1.0)

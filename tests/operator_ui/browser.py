@@ -86,10 +86,14 @@ def ui_server(
 
 @contextmanager
 def sim_robot_server(
-    log_dir: Path, image_size: str = "96x96", camera_fps: float = 15.0, cmd_port: int | None = None
+    log_dir: Path,
+    image_size: str = "96x96",
+    camera_fps: float = 15.0,
+    cmd_port: int | None = None,
+    **env: str,
 ) -> Iterator[str]:
     """`pde robot-server --backend sim` on free ports (or the given command port); yields its
-    command endpoint."""
+    command endpoint. ``env``: more environment variables (e.g. PDE_DATA_DIR for its latches)."""
     from pde_contract.client import RobotClient, RobotServerError
 
     cmd_port, obs_port = cmd_port or free_port(), free_port()
@@ -108,8 +112,8 @@ def sim_robot_server(
             "--camera-fps",
             str(camera_fps),
         ),
-        env=subprocess_env(),
-        stdout=log.open("wb"),
+        env=subprocess_env(**env),
+        stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
     )
     endpoint = f"tcp://127.0.0.1:{cmd_port}"
@@ -171,3 +175,12 @@ def overlap(a: FloatRect, b: FloatRect) -> bool:
         or a["y"] + a["height"] <= b["y"]
         or b["y"] + b["height"] <= a["y"]
     )
+
+
+def choose(page: Page, select: str, value: str) -> None:
+    """Pick ``value`` in one of the page's dropdowns (``select``: its hidden <select>, e.g.
+    "#f-status") as a person does: open the page's list, click the option."""
+    index = page.eval_on_selector(select, "(s, v) => [...s.options].findIndex((o) => o.value === v)", value)
+    assert index >= 0, f"{select} has no option {value!r}"
+    page.locator(f"{select}-button").click()
+    page.locator(f'{select}-list [data-index="{index}"]').click()

@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from pde_storage import Store
 from tests.helpers import free_port
-from tests.operator_ui.browser import SHOTS, ui_server
+from tests.operator_ui.browser import SHOTS, choose, ui_server
 from tests.operator_ui.conftest import TOKEN
 from tests.storage.factories import finish_with_videos, make_episode_file
 
@@ -80,21 +80,21 @@ def test_undo_reason_discard_restore_note_paging_filters(page: Page, tmp_path: P
         expect(page.locator("#page-older")).to_be_disabled()
         page.locator("#page-newest").click()
         expect(rows).to_have_count(50, timeout=10_000)
-        page.select_option("#f-status", "discarded")
+        choose(page, "#f-status", "discarded")
         expect(rows).to_have_count(1, timeout=10_000)
-        page.select_option("#f-status", "")
-        page.select_option("#f-label", "failure")
+        choose(page, "#f-status", "")
+        choose(page, "#f-label", "failure")
         expect(rows).to_have_count(1, timeout=10_000)
         expect(rows.first).to_have_attribute("data-episode-id", str(first))
-        page.select_option("#f-label", "")
-        page.select_option("#f-task", TASK)
+        choose(page, "#f-label", "")
+        choose(page, "#f-task", TASK)
         expect(page.locator("#f-prompt option")).to_have_count(2, timeout=10_000)
-        page.select_option("#f-stage", "rl")
+        choose(page, "#f-stage", "rl")
         expect(page.locator("#history tbody")).to_contain_text("no episodes match", timeout=10_000)
-        page.select_option("#f-stage", "")
+        choose(page, "#f-stage", "")
 
         # Restore the discarded episode and leave a note on it.
-        page.select_option("#f-status", "discarded")
+        choose(page, "#f-status", "discarded")
         expect(rows).to_have_count(1, timeout=10_000)
         rows.first.click()
         expect(page.locator("#detail-discarded")).to_contain_text("bad reset", timeout=10_000)

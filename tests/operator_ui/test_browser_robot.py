@@ -1,5 +1,6 @@
 """The page against the real robot server in simulation: live camera frames, and the e-stop
-pressed in Chromium latches the robot (seen from another client), released with the token."""
+pressed in Chromium latches the robot (seen from another client), released with the token; an
+e-stop latched before the robot server restarted is shown by the page after the restart."""
 
 from __future__ import annotations
 
@@ -90,3 +91,25 @@ def test_failed_estop_never_runs_later_and_a_dead_server_shows_stale(page: Page,
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "operator_robot_server_dead.png"), full_page=True)
         page.goto("about:blank")
+
+
+def test_the_page_shows_an_estop_restored_after_a_robot_server_restart(page: Page, tmp_path: Path) -> None:
+    from pde_contract.client import RobotClient
+
+    latches = str(tmp_path / "robot-data")
+    with (
+        sim_robot_server(tmp_path, PDE_DATA_DIR=latches) as endpoint,
+        RobotClient(endpoint, name="test") as c,
+    ):
+        c.connect()
+        c.estop("operator pressed e-stop on the page")
+    with (
+        sim_robot_server(tmp_path, PDE_DATA_DIR=latches) as endpoint,
+        ui_process(f"sqlite:///{tmp_path}/pde.db", tmp_path, TOKEN, endpoint) as base,
+    ):
+        page.goto(f"{base}/#token={TOKEN}")
+        expect(page.locator("#estop-banner")).to_be_visible(timeout=15_000)
+        expect(page.locator("#estop-reason")).to_contain_text("before the robot server restarted")
+        expect(page.locator("#estop-reason")).to_contain_text("operator pressed e-stop on the page")
+        expect(page.locator("#estop")).to_have_class("latched")
+        page.goto("about:blank")  # stop the page's polling before the servers go

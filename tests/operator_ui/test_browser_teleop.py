@@ -25,7 +25,7 @@ from teleop.base import TeleopCommand, TeleopSource
 from teleop.page import PageSource
 from teleop.takes import LOG_NAME
 from tests.learner.loop.doubles import PersonActorFake
-from tests.operator_ui.browser import SHOTS, TASK, sim_robot_server, ui_process
+from tests.operator_ui.browser import SHOTS, TASK, choose, sim_robot_server, ui_process
 from tests.operator_ui.conftest import TOKEN
 from tests.operator_ui.test_browser_takeover import LONG_EPISODE_CHUNKS, loop_and_page
 
@@ -111,7 +111,7 @@ def _open(page: Page, base: str) -> None:
 
 def _record_a_take(page: Page) -> None:
     """Reset the arm for TASK, then record: the page holds control."""
-    page.select_option("#rec-task", TASK)
+    choose(page, "#rec-task", TASK)
     page.locator("#rec-reset").click()
     expect(page.locator("#rec-phase")).to_have_text("ready", timeout=WAIT_S * 1000)
     page.locator("#rec-start").click()

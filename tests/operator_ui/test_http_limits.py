@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import free_port
 from tests.operator_ui.browser import ui_server
 from tests.operator_ui.conftest import TOKEN
@@ -50,13 +52,13 @@ def _healthz_s(base: str) -> float:
 
 
 @contextmanager
-def _limited_ui(tmp_path: Path, **settings: str) -> Iterator[str]:
+def _limited_ui(tmp_path: Path, *, read_timeout_s: float = READ_TIMEOUT_S, **settings: str) -> Iterator[str]:
     with ui_server(
         f"sqlite:///{tmp_path}/pde.db",
         tmp_path,
         TOKEN,
         f"tcp://127.0.0.1:{free_port()}",
-        PDE_UI_REQUEST_READ_TIMEOUT_S=str(READ_TIMEOUT_S),
+        PDE_UI_REQUEST_READ_TIMEOUT_S=str(read_timeout_s),
         **settings,
     ) as (base, _):
         yield base
@@ -83,7 +85,9 @@ def test_slow_clients_are_dropped_and_healthz_answers_meanwhile(tmp_path: Path) 
         assert time.monotonic() - opened < BOUND_S
 
 
-def test_oversized_request_is_closed_unread_and_the_connection_cap_holds(tmp_path: Path) -> None:
+def test_oversized_request_is_closed_unread_and_the_connection_cap_sheds_the_oldest_idle(
+    tmp_path: Path,
+) -> None:
     with _limited_ui(tmp_path, PDE_UI_MAX_CONNECTIONS="4", PDE_UI_MAX_REQUEST_BYTES="4096") as base:
         with _open(base) as big:
             big.sendall(
@@ -93,8 +97,77 @@ def test_oversized_request_is_closed_unread_and_the_connection_cap_holds(tmp_pat
             assert _closed_by_server(big)
         with ExitStack() as stack:
             held = [stack.enter_context(_open(base)) for _ in range(4)]
+            _healthz_s(base)  # (the held ones are accepted by now)
             over = stack.enter_context(_open(base))
-            assert _closed_by_server(over)  # refused at once: the cap is full
-            for s in held:
-                assert _closed_by_server(s)  # then these time out ...
-        assert _healthz_s(base) < BOUND_S  # ... and the page answers again
+            assert _closed_by_server(held[1])  # the cap is full: the oldest idle one goes, not the newcomer
+            over.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert over.recv(65536).startswith(b"HTTP/1.1 200")
+        assert _healthz_s(base) < BOUND_S
+
+
+def _request(base: str, method: str, path: str) -> socket.socket:
+    s = _open(base)
+    s.sendall(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n".encode())
+    return s
+
+
+def test_a_flood_from_the_operators_address_never_sheds_an_estop_or_healthz(tmp_path: Path) -> None:
+    """All from 127.0.0.1, as a flood from the operator's own machine (or everyone behind one NAT or
+    reverse proxy): idle connections fill both caps; an E-STOP already being answered (the robot
+    server is absent: it waits PDE_UI_ROBOT_TIMEOUT_S) keeps its connection, and a new E-STOP and a
+    /healthz are let in by shedding idle ones. (Before: every newcomer over a cap was closed.)"""
+    with (
+        _limited_ui(
+            tmp_path,
+            PDE_UI_ROBOT_TIMEOUT_S="3",
+            PDE_UI_MAX_CONNECTIONS="8",
+            PDE_UI_MAX_CONNECTIONS_PER_CLIENT="4",
+        ) as base,
+        ExitStack() as stack,
+    ):
+        in_flight = stack.enter_context(_request(base, "POST", "/api/robot/estop"))
+        time.sleep(0.5)  # (its request is read: it is being answered now)
+        idle = [stack.enter_context(_open(base)) for _ in range(12)]
+        late = stack.enter_context(_request(base, "POST", "/api/robot/estop"))
+        health = stack.enter_context(_request(base, "GET", "/healthz"))
+        assert health.recv(65536).startswith(b"HTTP/1.1 200")
+        idle += [stack.enter_context(_open(base)) for _ in range(6)]  # more, while both E-STOPs wait
+        for s in (in_flight, late):  # 503: no robot server, but answered, not shed
+            assert s.recv(65536).startswith(b"HTTP/1.1 503"), "an E-STOP's connection was shed"
+        assert sum(_closed_by_server(s) for s in idle) >= 14  # the idle ones were shed instead
+
+
+def _shed(held: list[socket.socket]) -> int:
+    """How many of ``held`` the server has closed (a shed one is reset at once)."""
+    n = 0
+    for s in held:
+        s.settimeout(0.5)
+        with suppress(TimeoutError):  # still open
+            n += s.recv(1) == b""  # (a reset raises, and counts below)
+    return n
+
+
+@pytest.mark.parametrize(("per_client", "shed"), [("2", 3), ("0", 0)])
+def test_the_per_address_cap_sheds_that_addresses_idle_ones_and_can_be_turned_off(
+    tmp_path: Path, per_client: str, shed: int
+) -> None:
+    """Behind a reverse proxy every operator has the proxy's address: PDE_UI_MAX_CONNECTIONS_PER_CLIENT
+    0 leaves only the total cap."""
+    with (
+        _limited_ui(
+            tmp_path,
+            read_timeout_s=BOUND_S,
+            PDE_UI_MAX_CONNECTIONS="16",
+            PDE_UI_MAX_CONNECTIONS_PER_CLIENT=per_client,
+        ) as base,
+        ExitStack() as stack,
+    ):
+        held = [stack.enter_context(_open(base)) for _ in range(4)]
+        assert _healthz_s(base) < BOUND_S  # (answered: the held ones were accepted before it)
+        closed = 0
+        for s in held:
+            try:
+                closed += _shed([s])
+            except ConnectionResetError:
+                closed += 1
+        assert closed == shed  # per_client 2: the 3rd, 4th and the /healthz each shed the oldest

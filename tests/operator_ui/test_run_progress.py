@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from operator_ui.routers.run import BootstrapBudget, bootstrap_left, episodes_until_update
+from pde_contract.service_state import SUPERVISOR_ROW, SupervisorState
 from pde_storage import Store
+from pde_storage.service_states import write_state
 from tests.storage.factories import make_episode_file
 
 TASK = "put_green_container_in_bowl"
@@ -37,7 +39,16 @@ def test_episodes_until_update_adds_the_rl_batch_and_skips_the_bootstrap_once_in
     with Store.open(f"sqlite:///{tmp_path}/pde.db", tmp_path / "media") as store:
         store.ensure_task(TASK, "put the green container in the bowl")
         store.set_task_state(TASK, rollouts_per_prompt=2)
+        # No supervisor has said its pool rule yet: the bootstrap's length is unknown
+        assert episodes_until_update(store, [TASK], 5)[1] is None
+        # The numbers come from the supervisor's published row, not the page's environment
+        write_state(
+            store,
+            SUPERVISOR_ROW,
+            SupervisorState(phase="running", iterations_t0=3, candidates_k=2, pool_min_m=3),
+        )
         fewest, most, why = episodes_until_update(store, [TASK], 5)
         assert fewest > 5 and most is not None and most >= fewest and "bootstrap" in why
+        assert "T0 3, K 2, M 3, the supervisor's" in why
         store.set_task_state(TASK, stage="rl")
         assert episodes_until_update(store, [TASK], 5) == (5, None, "5 labelled RL episodes")

@@ -54,8 +54,8 @@ from robot_server.safety import SafetyLimits
 from tests.robot_server.test_server_sim import ServerProc, start_server
 
 LIMITS = SafetyLimits()
-BOX_TOL_M = 0.01
-STEP_TOL_M = 0.02
+BOX_TOL_M = 0.0
+STEP_TOL_M = 0.0
 FUZZ_CLIENTS = 3
 MESSAGES_PER_CLIENT = int(os.environ.get("PDE_FUZZ_MESSAGES", "400"))
 SEED = int(os.environ.get("PDE_FUZZ_SEED", "0"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from pde_contract.records import PromptStatus
 from supervisor.jobs import JobKey, JobQueue, SummarizePrompt
 from supervisor.pool import PromptRecord
 from supervisor.vlm.base import SummaryResult
@@ -12,7 +13,9 @@ from supervisor.vlm.base import SummaryResult
 def test_one_job_per_key_handed_back_once_when_it_ends() -> None:
     queue = JobQueue(workers=1)
     release = threading.Event()
-    job = SummarizePrompt("t", "put the cube in the bowl", PromptRecord(3, "drop the cube", "pool"), [])
+    job = SummarizePrompt(
+        "t", "put the cube in the bowl", PromptRecord(3, "drop the cube", PromptStatus.POOL), []
+    )
 
     def run() -> SummaryResult:
         release.wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pde_contract.records import PromptStatus
 from supervisor.dedup import DuplicateFilter, MiniLMEmbedder, normalise
 from supervisor.pool import BootstrapConfig, PromptRecord, TaskHistory, apply, judge, plan
 
@@ -12,13 +13,13 @@ CFG = BootstrapConfig(iterations_t0=3, candidates_k=2, rollouts_n=4, eta=0.25, p
 
 
 def test_candidate_judged_only_after_n_rollouts() -> None:
-    p = PromptRecord(1, "x y z", "candidate", n_episodes=3, n_success=3)
+    p = PromptRecord(1, "x y z", PromptStatus.CANDIDATE, n_episodes=3, n_success=3)
     assert judge(p, CFG) is None
     p.n_episodes, p.n_success = 4, 1
     assert judge(p, CFG) == "pool"  # 0.25 >= eta
     p.n_success = 0
     assert judge(p, CFG) == "rejected"
-    assert judge(PromptRecord(2, "a b c", "pool", n_episodes=9, n_success=0), CFG) is None
+    assert judge(PromptRecord(2, "a b c", PromptStatus.POOL, n_episodes=9, n_success=0), CFG) is None
 
 
 def test_eta_must_be_positive() -> None:
@@ -31,7 +32,10 @@ def test_bootstrap_schedule_until_pool_is_full() -> None:
     first = plan(h, CFG)
     assert (first.action, first.next_iteration, first.n_new) == ("propose", 1, 2)
     h.iteration = 1
-    h.prompts = [PromptRecord(1, "a b c", "candidate", 1), PromptRecord(2, "d e f", "candidate", 1)]
+    h.prompts = [
+        PromptRecord(1, "a b c", PromptStatus.CANDIDATE, 1),
+        PromptRecord(2, "d e f", PromptStatus.CANDIDATE, 1),
+    ]
     h.prompts[0].n_episodes, h.prompts[0].n_success = 4, 2
     assert plan(h, CFG).action == "wait"  # #2 has no rollouts yet
     h.prompts[1].n_episodes, h.prompts[1].n_success = 4, 0
@@ -40,7 +44,7 @@ def test_bootstrap_schedule_until_pool_is_full() -> None:
     apply(h, p)
     assert [x.status for x in h.prompts] == ["pool", "rejected"]  # the failure stays as feedback
     h.iteration = 2
-    h.prompts.append(PromptRecord(3, "g h i", "candidate", 2, n_episodes=4, n_success=4))
+    h.prompts.append(PromptRecord(3, "g h i", PromptStatus.CANDIDATE, 2, n_episodes=4, n_success=4))
     p = plan(h, CFG)
     assert p.action == "enter_rl" and "M_min" in p.reason
     apply(h, p)
@@ -49,7 +53,7 @@ def test_bootstrap_schedule_until_pool_is_full() -> None:
 
 
 def test_bootstrap_ends_when_budget_spent() -> None:
-    h = TaskHistory("t", GOAL, [PromptRecord(1, "a b c", "rejected", 3, 4, 0)], iteration=3)
+    h = TaskHistory("t", GOAL, [PromptRecord(1, "a b c", PromptStatus.REJECTED, 3, 4, 0)], iteration=3)
     p = plan(h, CFG)
     assert p.action == "enter_rl" and "budget" in p.reason
 
@@ -88,7 +92,7 @@ def test_duplicate_filter_without_embedder_uses_text() -> None:
 
 def test_before_the_loop_wrote_its_n_no_candidate_is_judged() -> None:
     no_n = BootstrapConfig(iterations_t0=3, candidates_k=2, rollouts_n=None, eta=0.25, pool_min_m=2)
-    p = PromptRecord(1, "a b c", "candidate", n_episodes=40, n_success=40)
+    p = PromptRecord(1, "a b c", PromptStatus.CANDIDATE, n_episodes=40, n_success=40)
     assert judge(p, no_n) is None
     waiting = plan(TaskHistory("t", GOAL, [p]), no_n)
     assert waiting.action == "wait" and "has not written its N" in waiting.reason

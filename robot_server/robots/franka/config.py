@@ -66,7 +66,11 @@ class FrankaConfig(FileSettings):
         description="scales the FR3 velocity/acceleration/jerk limits for all motions",
     )
     home_dynamics_factor: float = Field(
-        default=0.15, gt=0.0, le=1.0, description="extra factor for home moves"
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="the home move's share of relative_dynamics_factor: franky multiplies the two, so "
+        "0.1 x 0.5 runs homes at 5 % of the FR3 limits (robots/franka/home.py)",
     )
     streaming: StrategyName = Field(
         default="timed_preempt", description="how per-tick targets become motions (see streaming.py)"
@@ -78,7 +82,12 @@ class FrankaConfig(FileSettings):
     reconnect_interval_s: float = Field(
         default=0.5, gt=0.0, description="pause between reconnection attempts"
     )
-    home_timeout_s: float = Field(default=30.0, gt=0.0)
+    home_timeout_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="the longest a home (reset) move may take, in robot time: one whose planned duration "
+        "(distance at the home speed) x 1.25 + 1 s exceeds it is refused before it starts, with the numbers",
+    )
     # Collision thresholds (libfranka set_collision_behavior): reflex above these. Each must sit
     # below what its joint can produce (FR3_JOINT_TORQUE_MAX_NM: 87 Nm for joints 1-4, 12 Nm for
     # 5-7), or torque-based detection on that joint never fires.

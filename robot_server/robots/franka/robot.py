@@ -26,6 +26,7 @@ from robot_server.robots.franka.config import FrankaConfig
 from robot_server.robots.franka.deadline import DeadlineExceeded, PendingCall, call_with_deadline
 from robot_server.robots.franka.fault_state import LatchedFaultFile
 from robot_server.robots.franka.gripper import HOMING_TIMEOUT_S, GripperWorker
+from robot_server.robots.franka.home import HomePlan, plan_home
 from robot_server.robots.franka.realtime import KernelRealtime, kernel_realtime
 from robot_server.robots.franka.streaming import (
     FEEDFORWARD_SHARE,
@@ -117,6 +118,17 @@ def explain_connect_error(e: BaseException, host: str, timeout_s: float) -> str:
     return f"Connecting to the FR3 at {host} failed: {kind}: {text}"
 
 
+class HomeRefused(RobotError):
+    """A home move refused before it started, or stopped at its deadline (the message has the
+    numbers)."""
+
+
+def franky_network_error(text: str) -> Exception:
+    import franky
+
+    return franky.NetworkException(text)
+
+
 class FrankaRobot(Robot):
     """An FR3 with a Franka Hand, through franky-control."""
 
@@ -152,6 +164,8 @@ class FrankaRobot(Robot):
         self._last_joint_target: np.ndarray | None = None
         self._joint_at_rest = False  # the last joint motion ends at rest at _last_joint_target
         self._recovery_times: collections.deque[float] = collections.deque()
+        self.last_home: HomePlan | None = None  # the last home move's plan, and the robot time it took
+        self.last_home_s: float | None = None
         self.reflex_recoveries = 0
         self.reflexes = 0  # latched: operator action needed
         self.user_stops = 0
@@ -814,6 +828,18 @@ class FrankaRobot(Robot):
                         "so homing was not started (the stop stays requested). Reset again; on a slow "
                         "simulator raise PDE_FRANKA_STALL_TIMEOUT_S."
                     )
+                plan = plan_home(
+                    np.asarray(robot.state.q, float),
+                    goal,
+                    float(robot.relative_dynamics_factor.velocity),
+                    self.config.home_dynamics_factor,
+                    robot.joint_velocity_limit.get(),
+                    robot.joint_acceleration_limit.get(),
+                    robot.joint_jerk_limit.get(),
+                    self.config.home_timeout_s,
+                )
+                if not plan.fits:  # before anything changes: the latch stays, nothing moves
+                    raise HomeRefused(plan.refusal())
                 if robot.has_errors and not robot.recover_from_errors():
                     raise RobotError(
                         "The FR3 reports an error that automatic recovery cannot clear. Clear it in Desk, "
@@ -835,15 +861,14 @@ class FrankaRobot(Robot):
                     relative_dynamics_factor=self.config.home_dynamics_factor,
                 )
                 self._mode = "joint"
+                self.last_home = plan
+                self.last_home_s = None
                 robot.move(motion, asynchronous=True)
-                if not robot.join_motion(self.config.home_timeout_s):
-                    robot.stop()
-                    raise RobotError(
-                        f"Home move did not finish within {self.config.home_timeout_s:.0f} s; stopped. "
-                        "Check for obstacles or raise PDE_FRANKA_HOME_TIMEOUT_S."
-                    )
+                self.last_home_s = self._join_home(robot, plan)
                 self._mode = None
                 self._watch = None
+            except HomeRefused:
+                raise
             except (franky.NetworkException, RuntimeError) as e:
                 if isinstance(e, RuntimeError) and "Net" not in str(e):
                     raise RobotError(f"Home move failed: {e}.") from e
@@ -870,6 +895,29 @@ class FrankaRobot(Robot):
             self._gripper.request(self._gripper.max_width_m)
             if not self._gripper.wait_idle(5.0):
                 logger.warning("the gripper did not open within 5 s after home")
+
+    def _join_home(self, robot: franky.Robot, plan: HomePlan) -> float:
+        """Wait for the home move, on the robot's clock (a simulator slower than real time gets
+        the same deadline in its own time); the robot time it took."""
+        start_ms = last_ms = int(robot.state.time.to_msec())
+        last_change_s = time.monotonic()
+        while not robot.join_motion(0.1):
+            now_ms = int(robot.state.time.to_msec())
+            if now_ms != last_ms:
+                last_ms, last_change_s = now_ms, time.monotonic()
+            elif time.monotonic() - last_change_s > self.config.stall_timeout_s:
+                raise franky_network_error(
+                    f"the FR3's clock stopped for {self.config.stall_timeout_s:.1f} s during the home move"
+                )
+            ran_s = (now_ms - start_ms) / 1000.0
+            if ran_s > plan.deadline_s:
+                robot.stop()
+                raise HomeRefused(
+                    f"Home move did not finish within its deadline ({ran_s:.1f} s of robot time; "
+                    f"{plan.describe()}); stopped. Check for obstacles; the deadline follows from "
+                    "home_dynamics_factor."
+                )
+        return (int(robot.state.time.to_msec()) - start_ms) / 1000.0
 
     # --- state --------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import pytest
 
 from learner.loop.core import EpisodeLoop
 from learner.loop.settings import LoopSettings
-from learner.loop.training import BackgroundTrainer
+from learner.loop.training import BackgroundTrainer, TrainedVersion
 from pde_contract.intents import AbortEpisode, StartEpisode
 from pde_contract.service_state import LOOP_ROW, LoopState
 from pde_storage import Store
@@ -164,12 +164,12 @@ def rl_store(store: Store) -> Store:
 def test_rl_stage_ppo_in_background_and_weight_swap(rl_store: Store) -> None:
     store = rl_store
     trainer = FakeTrainer(update_time_s=0.3)
-    saved: list[tuple[Any, int, dict[str, float]]] = []
+    saved: list[TrainedVersion] = []
 
-    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
-        saved.append((policy, version, metrics))
-        store.add_checkpoint(version, f"/ck/{version}", metrics)
-        return f"/ck/{version}"
+    def save(new: TrainedVersion) -> str:
+        saved.append(new)
+        store.add_checkpoint(new.version, f"/ck/{new.version}", new.metrics, new.trained_through_episode_id)
+        return f"/ck/{new.version}"
 
     actor = FakeActor(outcomes=lambda i: i % 3 == 0, chunk_time_s=0.02)
     loop = EpisodeLoop(
@@ -191,7 +191,7 @@ def test_rl_stage_ppo_in_background_and_weight_swap(rl_store: Store) -> None:
     # between episodes and later episodes carry the new version.
     assert actor.policies[0] == "policy-after-update-1"
     assert eps[4].policy_version == 0 and eps[-1].policy_version >= 1
-    assert saved[0][1] == 1 and saved[0][2]["trained_through_episode_id"] == eps[3].id
+    assert saved[0].version == 1 and saved[0].trained_through_episode_id == eps[3].id
     st = store.task_state(TASK)
     assert st.iteration >= 1 and 0.05 <= st.alpha <= 1.0
     assert [s for s, _, _ in store.metrics("ppo/pg_loss")][:1] == [1]
@@ -204,7 +204,7 @@ def test_failed_update_keeps_old_weights(rl_store: Store) -> None:
         FakeRobot(),
         FakeActor(),
         _settings(batch_size=2, max_episodes=5),
-        trainer=BackgroundTrainer(FakeTrainer(fail=True), lambda p, v, m: ""),
+        trainer=BackgroundTrainer(FakeTrainer(fail=True), lambda _new: ""),
     )
     loop.run()
     assert all(e.policy_version == 0 for e in rl_store.episodes())
@@ -251,9 +251,9 @@ def test_ppo_stats_report_how_stale_each_batch_is(rl_store: Store) -> None:
     trainer = FakeTrainer(update_time_s=0.3)  # episodes go on (with the old weights) while it runs
     saved: dict[int, dict[str, float]] = {}
 
-    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
-        saved[version] = metrics
-        return f"/ck/{version}"
+    def save(new: TrainedVersion) -> str:
+        saved[new.version] = new.metrics
+        return f"/ck/{new.version}"
 
     actor = FakeActor(chunk_time_s=0.02)
     settings = _settings(batch_size=4, max_episodes=16)
@@ -323,7 +323,7 @@ def test_alpha_is_updated_from_the_canonical_window_when_a_batch_has_no_canonica
 def test_a_finished_update_keeps_the_trainer_busy_until_its_result_is_taken() -> None:
     """Otherwise the loop could start the next update before swapping in this one's weights, and
     both updates would be labelled with the same version."""
-    trainer = BackgroundTrainer(FakeTrainer(update_time_s=0.0), lambda policy, version, metrics: "")
+    trainer = BackgroundTrainer(FakeTrainer(update_time_s=0.0), lambda _new: "")
     trainer.start([], [1], 1)
     trainer.join(5)
     assert trainer.busy, "a result is waiting: no new update may start"
@@ -412,7 +412,7 @@ def test_without_prompt_search_the_task_goes_straight_to_rl_on_the_canonical_pro
         FakeRobot(),
         FakeActor(),
         _settings(prompt_search=False, batch_size=3, max_episodes=6),
-        trainer=BackgroundTrainer(trainer, lambda p, v, m: ""),
+        trainer=BackgroundTrainer(trainer, lambda _new: ""),
     )
     loop.run()  # no supervisor: it would have nothing to do
     loop.finish_training(5)
@@ -429,7 +429,7 @@ def test_synchronous_updates_swap_each_update_in_before_the_next_episode(rl_stor
         FakeRobot(),
         actor,
         _settings(synchronous_updates=True, batch_size=2, max_episodes=6),
-        trainer=BackgroundTrainer(FakeTrainer(update_time_s=0.2), lambda p, v, m: ""),
+        trainer=BackgroundTrainer(FakeTrainer(update_time_s=0.2), lambda _new: ""),
     )
     loop.run()
     # Every batch is on-policy: episodes 2k, 2k+1 ran with version k, whatever the update's time.
@@ -486,7 +486,7 @@ def test_relabel_trains_the_first_batch_on_the_searchs_successes_under_the_canon
         max_episodes=4,
     )
     loop = EpisodeLoop(
-        store, FakeRobot(), actor, settings, trainer=BackgroundTrainer(trainer, lambda p, v, m: "")
+        store, FakeRobot(), actor, settings, trainer=BackgroundTrainer(trainer, lambda _new: "")
     )
     loop.run()
     loop.finish_training(5)

@@ -7,12 +7,11 @@ store, a real RunLog); tests/learner/loop/test_service_sim.py runs `pde loop` in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from learner.loop.core import EpisodeLoop
-from learner.loop.training import BackgroundTrainer
+from learner.loop.training import BackgroundTrainer, TrainedVersion
 from learner.run_log import RunLog, RunLogError
 from pde.report import read_curves, read_episodes, write_report
 from pde_contract.records import PromptSource
@@ -50,9 +49,9 @@ def test_the_loop_writes_its_curves_to_tensorboard_and_report_reads_them(
     store.set_prompt_status(pool.id, "pool")
     store.set_prompt_status(store.add_prompt(TASK, "throw it", source="vlm").id, "rejected")
 
-    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
-        store.add_checkpoint(version, f"/ck/{version}", metrics)
-        return f"/ck/{version}"
+    def save(new: TrainedVersion) -> str:
+        store.add_checkpoint(new.version, f"/ck/{new.version}", new.metrics, new.trained_through_episode_id)
+        return f"/ck/{new.version}"
 
     settings = _settings(batch_size=3, max_episodes=6, synchronous_updates=True)
     with RunLog.start(tmp_path / "runs", "loop") as run_log:

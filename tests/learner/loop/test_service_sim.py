@@ -109,7 +109,7 @@ def test_pde_loop_in_sim_kill9_restart_and_ppo(tmp_path: Path) -> None:
     assert all(Path(p).stat().st_size > 0 for p in eps[-1].video_paths.values())
     ck = store.latest_checkpoint()
     assert ck is not None and ck.version == 1 and Path(ck.path).is_file()
-    assert ck.metrics["trained_through_episode_id"] == eps[1].id
+    assert ck.trained_through_episode_id == eps[1].id
     assert store.metrics("ppo/update_s") and store.task_state(TASK).iteration == 1
     store.close()
 

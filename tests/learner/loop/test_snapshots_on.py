@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from learner.loop.service import SnapshotsOn, trainer_for_actor
-from learner.loop.training import BackgroundTrainer
+from learner.loop.training import BackgroundTrainer, TrainedVersion
 from learner.policies.vla import make_test_policy
 from learner.ppo import PPOConfig
 from learner.synthetic import synthetic_episode
@@ -77,9 +77,9 @@ def test_the_loops_background_update_hands_the_actor_a_policy_on_its_device(
     assert trainer_for_actor(trainer, CPU, CPU) is trainer  # one device: no wrapper, no move
     saved: list[Any] = []
 
-    def save(policy: Any, version: int, metrics: dict[str, float]) -> str:
-        saved.append(policy)
-        return f"policy-{version}.pt"
+    def save(new: TrainedVersion) -> str:
+        saved.append(new.policy)
+        return f"policy-{new.version}.pt"
 
     background = BackgroundTrainer(trainer_for_actor(trainer, CPU, ACTOR), save)
     background.start(batch, episode_ids=[1, 2], new_version=1)

@@ -13,6 +13,7 @@ from pathlib import Path
 from learner.checkpoints import CheckpointStore
 from learner.policies.vla import make_test_policy
 from operator_ui.routers.loop import loop_state
+from operator_ui.settings import UISettings
 from pde_contract.service_state import LoopPhase
 from pde_storage import Store
 from robot_server.server import RobotServer
@@ -38,7 +39,7 @@ def test_the_loop_waits_for_the_sft_policy_and_the_page_says_so(tmp_path: Path) 
         while time.monotonic() < deadline and proc.poll() is None:
             if Path(f"{tmp_path}/pde.db").exists():
                 with Store.open(url, tmp_path / "media") as store:
-                    state, _, alive = loop_state(store, stale_s=10.0)
+                    state, _, alive = loop_state(store, stale_s=UISettings().service_stale_s)
                 if state is not None and state.phase == LoopPhase.WAITING_FOR_POLICY:
                     break
             time.sleep(0.2)

@@ -53,7 +53,7 @@ def run_together(
     )  # fmt: skip
     settings = SupervisorSettings(**(values | supervisor))
     service = SupervisorService(store, settings, OpenAIVLM(settings), embedder, seed=0)
-    trainer = BackgroundTrainer(FakeTrainer(), lambda policy, version, metrics: "")
+    trainer = BackgroundTrainer(FakeTrainer(), lambda _new: "")
     loop = EpisodeLoop(store, FakeRobot(), actor, LoopSettings(**loop_values), trainer=trainer)
     stop = threading.Event()
     threads = [
