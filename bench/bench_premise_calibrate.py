@@ -188,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--torch-seed", type=int, default=0, help="the policy's sampling noise, every cell")
     ap.add_argument(
+        "--reuse-sft",
+        action="store_true",
+        help="evaluate a cell's checkpoint already in --data-dir instead of training it again (its "
+        "checkpoint_sha256 names it): re-measure a calibration on newer sim or evaluation code",
+    )
+    ap.add_argument(
         "--recipe-out",
         default="",
         help=f"write the recipe at the p in band on >= {MIN_SFT_SEEDS_IN_BAND} SFT seeds here (if one is)",
@@ -264,10 +270,12 @@ def main(argv: list[str] | None = None) -> int:
                     *("--head", "gaussian", "--image-size", "32", "--seed", str(s), "--device", "cpu"),
                     *("--wordings", str(table)),
                 ]
-                t0 = time.monotonic()
-                subprocess.run(sft, check=True, stdout=subprocess.DEVNULL)
-                sft_s = time.monotonic() - t0
                 ckpt = ckpts / "policy-000000.pt"
+                reused = args.reuse_sft and ckpt.is_file()
+                t0 = time.monotonic()
+                if not reused:
+                    subprocess.run(sft, check=True, stdout=subprocess.DEVNULL)
+                sft_s = None if reused else round(time.monotonic() - t0, 1)
                 scenes = Scenes(args.episodes, args.seed, args.max_chunks, args.torch_seed)
                 row = run_eval(endpoint, str(ckpt), TARGET_PROMPT, scenes)
                 log_std = row["exploration_log_std"]
@@ -278,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         **row,
                         "exploration_sigma": None if log_std is None else round(math.exp(log_std), 4),
                         "sim_profile": args.sim_profile,
-                        "sft_seconds": round(sft_s, 1),
+                        "sft_seconds": sft_s,
+                        "sft_reused": reused,
                         "checkpoint_sha256": _sha256(ckpt),
                         "commit": frozen_block(())["commit"],
                         "sft_command": shlex.join(sft),
