@@ -180,16 +180,11 @@ class Trainer:
     def _evaluate(self, rb: RolloutBatch, idx: np.ndarray) -> PairEvaluation:
         obs, chains = rb.obs.index(idx), rb.chains[idx]
         rps = [rb.rollout_prompts[i] for i in idx]
-        if self.config.ratio_variant in ("rollout", "plain"):
-            # single-prompt variants need no canonical pass for the loss
-            ev = self.policy.evaluate(obs, rps, chains)
-            return PairEvaluation(
-                rollout=ev,
-                canonical_log_prob_elements=ev.log_prob_elements,
-                prompt_kl=torch.zeros_like(ev.value),
-                n_second_pass=0,
-            )
-        return self.policy.evaluate_pair(obs, rps, [rb.canonical_prompts[i] for i in idx], chains)
+        # Single-prompt variants need no canonical pass for the loss: the rollout prompt as both
+        # prompts makes none (the canonical log-probs are then the rollout's, the prompt KL 0).
+        single = self.config.ratio_variant in ("rollout", "plain")
+        cps = rps if single else [rb.canonical_prompts[i] for i in idx]
+        return self.policy.evaluate_pair(obs, rps, cps, chains)
 
     def _advantages(
         self, rb: RolloutBatch, stats: dict[str, float]
