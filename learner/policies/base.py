@@ -196,7 +196,13 @@ class Policy(nn.Module, ABC):
     @abstractmethod
     def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The random draws of ``supervised_loss`` for ``n`` rows (flow noise, flow times), from the
-        global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows."""
+        global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows.
+        A ``ChunkPolicy`` inherits its action head's (``ActionHead.supervised_draws``), so SFT is one
+        hook for it to write, ``demo_loss``."""
+
+    def fit_statistics(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """SFT's demonstrations, before the first step: every sample's raw state [N, S] and action
+        window [N, T, D] in action-space units, for a policy that normalises by them (none here)."""
 
     @abstractmethod
     def checkpoint_state(self) -> dict[str, Any]:
@@ -362,7 +368,7 @@ def evaluate_chunk_pair(
 class ChunkPolicy(Policy, PolicyNetwork):
     """The template every policy subclasses: a Policy that is its own network. A new policy writes
     ``preprocess``, ``checkpoint_state`` and the network hooks (``PolicyNetwork``; a flow-matching
-    head's four come from ``FlowChunkPolicy``), and for SFT ``demo_loss`` and ``supervised_noise``;
+    head from ``FlowChunkPolicy``), and for SFT ``demo_loss`` (the draws come from its head);
     ``sample``, ``evaluate_pair`` and ``supervised_loss`` are written once, here and
     above."""
 
@@ -373,7 +379,7 @@ class ChunkPolicy(Policy, PolicyNetwork):
         return self.demo_loss(rows)
 
     def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
+        return self.action_head.supervised_draws(n)
 
     def noise_parameters(self) -> list[nn.Parameter]:
         return self.action_head.noise_parameters()

@@ -52,6 +52,11 @@ class ActionHead(ABC):
         """Parameters of the exploration noise PPO moves with their own step size (none: fixed)."""
         return []
 
+    @abstractmethod
+    def supervised_draws(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """SFT's random draws for ``n`` rows, (flow noise [n, T, D'], flow times [n] ~ U(0, 1)), from
+        the global CPU stream in that order (``Policy.supervised_noise``)."""
+
 
 @dataclass(frozen=True)
 class FlowHead(ActionHead):
@@ -83,6 +88,9 @@ class FlowHead(ActionHead):
         schedule = self.acting_schedule if deterministic else self.schedule
         chain, log_prob = flow_sde.sample_chain(self.velocity_fn(cond), noise, schedule, deterministic)
         return chain, log_prob[..., : self.action_dim]
+
+    def supervised_draws(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(n, self.chunk_len, self.model_action_dim), torch.rand(n)
 
 
 @dataclass(frozen=True)
@@ -128,3 +136,8 @@ class GaussianHead(ActionHead):
 
     def noise_parameters(self) -> list[nn.Parameter]:
         return [self.log_std]
+
+    def supervised_draws(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # Drawn as the flow head draws them though the mean regression ignores them: its SFT
+        # consumes the seeded stream as the flow head's does.
+        return torch.randn(n, self.chunk_len, self.action_dim), torch.rand(n)

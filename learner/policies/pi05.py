@@ -231,6 +231,11 @@ class Pi05Policy(FlowChunkPolicy):
                 "checkpoint"
             )
 
+    def fit_statistics(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """The demos' statistics only for a checkpoint that has none: π0.5 keeps its own."""
+        if not self.statistics_known:
+            self.set_statistics_from(states, actions)
+
     def set_statistics_from(self, states: np.ndarray, actions: np.ndarray) -> None:
         """QUANTILES statistics from demonstrations: raw FR3 states [N, 15] and action chunks
         [N, T, D] in action-space units (for a base checkpoint that has none of this robot); of the

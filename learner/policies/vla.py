@@ -231,10 +231,10 @@ class SmallVLAPolicy(FlowChunkPolicy):
             return ((self.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
         return ((self.gaussian_mean(cond) - target) ** 2).mean()
 
-    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Flow noise [n, T, D] ~ N(0, 1) and flow times [n] ~ U(0, 1) (drawn for the Gaussian head
-        too, which ignores them: its SFT consumes the seeded stream as the flow head's does)."""
-        return torch.randn(n, self.chunk_len, self.action_dim), torch.rand(n)
+    def fit_statistics(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """Mean and std of the demo action rows and states (``set_normalization``)."""
+        rows = actions.reshape(-1, actions.shape[-1])
+        self.set_normalization(rows.mean(0), rows.std(0), states.mean(0), states.std(0))
 
     # --- checkpoints -----------------------------------------------------------------------------
 

@@ -27,7 +27,9 @@ PROMPTS = ["put the bowl on the top rack", "grab the bowl"]
 
 
 class ToyPolicy(FlowChunkPolicy):
-    """A linear flow policy over the robot state and a hashed prompt (no cameras): a new kind's file."""
+    """A linear flow policy over the robot state and a hashed prompt (no cameras): a new kind's file.
+    It writes the network hooks and ``demo_loss``; sampling, evaluation, SFT's draws and statistics
+    are inherited."""
 
     action_space = ActionSpace.EE_DELTA
     cameras: tuple[str, ...] = ()
@@ -74,9 +76,6 @@ class ToyPolicy(FlowChunkPolicy):
         x_t = (1 - t.view(-1, 1, 1)) * target + t.view(-1, 1, 1) * noise
         pred = self._velocity(cond, x_t.unsqueeze(1), t.unsqueeze(1)).squeeze(1)
         return ((pred - (noise - target)) ** 2).mean()
-
-    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.randn(n, self.chunk_len, self.action_dim), torch.rand(n)
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {
