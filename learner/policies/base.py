@@ -193,12 +193,12 @@ class Policy(nn.Module, ABC):
     def supervised_loss(self, rows: DemoRows) -> torch.Tensor:
         """Behaviour-cloning loss on demonstration chunks, for SFT (learner/sft.py)."""
 
-    @abstractmethod
     def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The random draws of ``supervised_loss`` for ``n`` rows (flow noise, flow times), from the
         global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows.
         A ``ChunkPolicy`` inherits its action head's (``ActionHead.supervised_draws``), so SFT is one
         hook for it to write, ``demo_loss``."""
+        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
 
     def fit_statistics(self, states: np.ndarray, actions: np.ndarray) -> None:
         """SFT's demonstrations, before the first step: every sample's raw state [N, S] and action
