@@ -14,16 +14,25 @@ What it does, in order:
    postgres:16-bookworm). The result says so: they check the Dockerfile's steps, not the
    official bases.
 2. docker/Dockerfile as pde-robot:cpu, with torch from a local wheel folder (TORCH_FIND_LINKS), so
-   the build needs no PyTorch index. docker/Dockerfile.gpu (ubuntu:24.04, CUDA) is not built: no
-   Ubuntu base can be made here, and no GPU runs it.
-3. podman's Docker-compatible API on a socket of its own; docker-compose v1 starts
+   the build needs no PyTorch index. docker/Dockerfile.gpu as pde-robot:gpu with torch (the CUDA 13
+   build and its nvidia-* packages) from PyPI, FROM the Debian 12 python stand-in with Debian's
+   python3.11 (BASE_IMAGE, PYTHON): no Ubuntu base can be pulled or bootstrapped here. Its
+   learner is started without a GPU: with PDE_LEARNER_DEVICE=cuda it must stop saying why.
+3. The robot server's ulimits as docker/compose.services.yml has them (rtprio 99, memlock
+   unlimited), each tried in a container first: one that podman/runc refuses is capped at this
+   machine's hard limit, and the result says which and the error (``adjusted_why``). The check's
+   robot.toml sets the FR3's control-thread priority (SCHED_FIFO 40) on the sim backend as well.
+4. podman's Docker-compatible API on a socket of its own; docker-compose v1 starts
    docker-compose.robot.yml (ROBOT_BACKEND=sim) and docker-compose.workstation.yml (postgres,
-   supervisor, operator_ui; not the learner, which is the GPU image) on 127.0.0.1 with the CURVE
-   robot link and keys from `pde keys init`, each stack a project with its own volumes.
-4. Checks: every started service healthy (its compose healthcheck); one chunk from the
+   supervisor, operator_ui, and the learner from the GPU image with LEARNER_DEVICE=cpu) on
+   127.0.0.1 with the CURVE robot link and keys from `pde keys init`, each stack a project with its
+   own volumes.
+5. Checks: every started service healthy (its compose healthcheck); the robot server's control
+   thread under SCHED_FIFO in its container, with the limits it ran under; one chunk from the
    workstation side over the robot link (docker/check_chunk.py) executed by the robot server;
-   the operator page answers 200 and reads the robot's status through the link. Then both stacks
-   go down with their volumes.
+   the operator page answers 200 and reads the robot's status through the link; the learner
+   waits for a policy (no SFT checkpoint in a fresh volume) on the CPU. Then both stacks go down
+   with their volumes.
 """
 
 from __future__ import annotations
@@ -51,18 +60,27 @@ REPO = Path(__file__).resolve().parent.parent
 STANDIN = REPO / "docker" / "standin"
 BASE = "localhost/bookworm-min:latest"
 CPU_IMAGE = "localhost/pde-robot:cpu"
+GPU_IMAGE = "localhost/pde-robot:gpu"
 # image the FROM line / compose file names -> the stand-in's Containerfile
 STANDINS = {
     "docker.io/library/python:3.11-slim-bookworm": "python.Containerfile",
     "docker.io/library/postgres:16-bookworm": "postgres.Containerfile",
 }
-NOT_BUILT = {
-    "docker/Dockerfile.gpu (pde-robot:gpu)": "FROM ubuntu:24.04 cannot be pulled or bootstrapped "
-    "here, and no GPU runs it: the workstation stack runs without its learner",
-    "vllm/vllm-openai": "cannot be pulled; profile vllm not started",
-}
+# Dockerfile.gpu's BASE_IMAGE and PYTHON here: its ubuntu:24.04 can be neither pulled nor
+# bootstrapped, so the python stand-in (debootstrapped Debian 12, whose apt has python3.11 and no
+# 3.12; it also carries this machine's CA bundle, which pip needs to reach PyPI from here).
+GPU_BASE = "docker.io/library/python:3.11-slim-bookworm"
+GPU_PYTHON = "python3.11"
+NOT_BUILT = {"vllm/vllm-openai": "cannot be pulled; profile vllm not started"}
 ROBOT_STACK, WORKSTATION_STACK = "docker-compose.robot.yml", "docker-compose.workstation.yml"
-WORKSTATION_SERVICES = ("postgres", "supervisor", "operator_ui")
+WORKSTATION_SERVICES = ("postgres", "supervisor", "operator_ui", "learner")
+# The robot server's ulimits in docker/compose.services.yml (-1: unlimited); the tests check they agree.
+LAB_ULIMITS = {"rtprio": 99, "memlock": -1}
+# The FR3's control-thread priority (robot_server/settings.py HARDWARE_RT_PRIORITY), which the
+# check's robot.toml sets on the sim backend too (its default there is 0).
+LAB_RT_PRIORITY = 40
+SCHED_FIFO = 1  # the policy field of /proc/PID/task/TID/stat
+LEARNER = ("learner", "run")  # the learner service's command (docker/compose.services.yml)
 PID_MAX = Path("/proc/sys/kernel/pid_max")
 HEALTHY_TIMEOUT_S = 300.0
 HEALTHCHECK_TIMEOUT = "60s"
@@ -99,8 +117,9 @@ class Result:
     versions: dict[str, str] = field(default_factory=dict)
     stood_in: list[str] = field(default_factory=list)
     # what this machine made the run change in the stacks as committed: stack file -> the override
-    # file's content (host_limits() and override() say why)
+    # file's content (override() says why for the healthchecks, adjusted_why for the rest)
     adjusted: dict[str, object] = field(default_factory=dict)
+    adjusted_why: list[str] = field(default_factory=list)
     not_built: dict[str, str] = field(default_factory=lambda: dict(NOT_BUILT))
     error: str = ""
 
@@ -239,24 +258,69 @@ def build_standins(r: Runner, result: Result) -> None:
         )
 
 
+# Python that prints NAME=VERSION words in an image: what the result's "versions" lists
+CPU_VERSIONS = (
+    "import importlib.metadata as m, platform; "
+    "print(' '.join(['python=' + platform.python_version()] + [p + '=' + m.version(p) for p in "
+    "('torch', 'numpy', 'opencv-python-headless', 'mujoco', 'pin', 'franky-control', 'franky-sim', "
+    "'pyzmq', 'fastapi', 'psycopg', 'pde-robot')]))"
+)
+GPU_VERSIONS = (
+    "import importlib.metadata as m, platform, torch; "
+    "nv = [d for d in m.distributions() if d.metadata['Name'].startswith('nvidia-')]; "
+    "print(' '.join(['gpu.python=' + platform.python_version(), 'gpu.torch=' + torch.__version__, "
+    "'gpu.torch_cuda=' + str(torch.version.cuda), 'gpu.nvidia_packages=' + str(len(nv)), "
+    "'gpu.pde-robot=' + m.version('pde-robot')]))"
+)
+
+
+def image_versions(r: Runner, image: str, script: str) -> dict[str, str]:
+    """What ``script`` (Python, printing NAME=VERSION words) prints in ``image``."""
+    line = r.out(
+        ["podman", "run", "--rm", "--network", "host", "--entrypoint", "python", image, "-c", script]
+    )
+    return dict(kv.split("=", 1) for kv in line.split())
+
+
 def build_cpu_image(r: Runner, result: Result, wheels: Path) -> None:
     dockerfile = REPO / "docker" / "Dockerfile"
     source = f"docker/Dockerfile, TORCH_FIND_LINKS: the torch wheel from {wheels}"
     extra = ("-v", f"{wheels}:/wheels:ro", "--build-arg", "TORCH_FIND_LINKS=/wheels")
     result.built.append(r.build(CPU_IMAGE, dockerfile, REPO, source, *extra))
-    script = (
-        "import importlib.metadata as m, platform; "
-        "print(' '.join(['python=' + platform.python_version()] + [p + '=' + m.version(p) for p in "
-        "('torch', 'numpy', 'opencv-python-headless', 'mujoco', 'pin', 'franky-control', 'franky-sim', "
-        "'pyzmq', 'fastapi', 'psycopg', 'pde-robot')]))"
-    )
-    line = r.out(
-        ["podman", "run", "--rm", "--network", "host", "--entrypoint", "python", CPU_IMAGE, "-c", script]
-    )
-    result.versions.update(dict(kv.split("=", 1) for kv in line.split()))
+    result.versions.update(image_versions(r, CPU_IMAGE, CPU_VERSIONS))
 
 
-# --- 3 and 4: the stacks ------------------------------------------------------------------------------
+def build_gpu_image(r: Runner, result: Result) -> None:
+    """docker/Dockerfile.gpu on the Debian 12 stand-in, torch from PyPI (its CUDA 13 build)."""
+    dockerfile = REPO / "docker" / "Dockerfile.gpu"
+    source = (
+        f"docker/Dockerfile.gpu with BASE_IMAGE={GPU_BASE} (the stand-in: debootstrapped Debian 12, "
+        f"not ubuntu:24.04) and PYTHON={GPU_PYTHON} (Debian 12 has no python3.12); torch from PyPI"
+    )
+    extra = ("--build-arg", f"BASE_IMAGE={GPU_BASE}", "--build-arg", f"PYTHON={GPU_PYTHON}")
+    result.built.append(r.build(GPU_IMAGE, dockerfile, REPO, source, *extra))
+    result.versions.update(image_versions(r, GPU_IMAGE, GPU_VERSIONS))
+
+
+def check_learner_without_gpu(r: Runner) -> Check:
+    """The GPU image's learner as compose starts it (PDE_LEARNER_DEVICE=cuda) where no GPU is
+    visible: it must stop at once and say what to do, not train on the CPU."""
+    run = r.run(
+        ["podman", "run", "--rm", "--network", "host", "-e", "PDE_LEARNER_DEVICE=cuda", GPU_IMAGE, *LEARNER],
+        "learner-without-gpu",
+        check=False,
+        timeout_s=300,
+    )
+    log = (r.logs / "learner-without-gpu.log").read_text(errors="replace")
+    said = [line for line in log.splitlines() if "torch sees no CUDA device" in line]
+    return Check(
+        "GPU image: `learner run` with PDE_LEARNER_DEVICE=cuda and no GPU stops saying why",
+        run.returncode != 0 and bool(said),
+        f"exit {run.returncode}: {said[-1] if said else log[-400:]}",
+    )
+
+
+# --- 3, 4 and 5: the stacks ---------------------------------------------------------------------------
 
 
 @contextmanager
@@ -325,19 +389,74 @@ def write_env(path: Path, values: dict[str, str]) -> Path:
     return path
 
 
-def host_limits() -> dict[str, dict[str, int]]:
-    """The robot server's ulimits (rtprio 99, memlock unlimited in the stack) capped at this
-    machine's hard limits, which a container cannot exceed: where the checks run without
-    CAP_SYS_RESOURCE (rtprio 0 here) runc refuses the container otherwise. The sim backend needs no
-    real-time scheduling; on a robot PC the stack's own limits apply. podman also adds open-files
-    and process limits above the hard ones once any ulimit is set: named here at the hard limits."""
-    limits = {
-        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
-        # runc here refuses a process limit above pid_max, though the hard limit is higher
-        "nproc": min(resource.getrlimit(resource.RLIMIT_NPROC)[1], int(PID_MAX.read_text())),
-        "rtprio": resource.getrlimit(resource.RLIMIT_RTPRIO)[1],
-        "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK)[1],
-    }
+# setrlimit's resource numbers (Linux), as runc's "error setting rlimit type N" names them
+RLIMIT_NAMES = {6: "nproc", 7: "nofile", 8: "memlock", 14: "rtprio"}
+CAP_SYS_RESOURCE = 24  # bit in /proc/self/status CapBnd
+
+
+def hard_limit(name: str) -> int:
+    """This machine's hard limit (-1: unlimited), which a container can exceed only with
+    CAP_SYS_RESOURCE. runc here refuses a process limit above pid_max, though the hard limit is higher."""
+    which = {
+        "nofile": resource.RLIMIT_NOFILE,
+        "nproc": resource.RLIMIT_NPROC,
+        "rtprio": resource.RLIMIT_RTPRIO,
+        "memlock": resource.RLIMIT_MEMLOCK,
+    }[name]
+    hard = resource.getrlimit(which)[1]
+    if name == "nproc":
+        pid_max = int(PID_MAX.read_text())
+        hard = pid_max if hard == resource.RLIM_INFINITY else min(hard, pid_max)
+    return -1 if hard == resource.RLIM_INFINITY else hard
+
+
+def try_ulimits(r: Runner, limits: dict[str, int]) -> str:
+    """Empty when a container starts with ``limits`` (soft = hard, -1: unlimited), else the error
+    podman/runc gave."""
+    args = [a for name, v in limits.items() for a in ("--ulimit", f"{name}={v}:{v}")]
+    run = subprocess.run(
+        ["podman", "run", "--rm", "--network", "host", *args, BASE, "true"],
+        env=r.env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    with (r.logs / "ulimits.log").open("ab") as f:
+        f.write(f"$ podman run {' '.join(args)} -> exit {run.returncode}\n".encode() + run.stderr)
+    if run.returncode == 0:
+        return ""
+    return (run.stderr.decode(errors="replace").strip().splitlines() or [f"exit {run.returncode}"])[-1]
+
+
+def robot_ulimits(r: Runner, result: Result) -> dict[str, dict[str, int]]:
+    """The ulimits the robot server gets: the stack's own (LAB_ULIMITS, empty return) when a
+    container starts with them; else, one refusal at a time, the refused limit at this machine's
+    hard limit, each said in ``result.adjusted_why`` with runc's error. podman itself adds an
+    open-files and a process limit once any ulimit is set, which runc may refuse the same way."""
+    limits: dict[str, int] = dict(LAB_ULIMITS)
+    capped: set[str] = set()
+    while error := try_ulimits(r, limits):
+        number = error.partition("rlimit type ")[2].split(":")[0]
+        name = RLIMIT_NAMES.get(int(number)) if number.isdigit() else None
+        if name is None or name in capped:
+            raise Failed(f"no container starts with the robot server's ulimits {limits}: {error}")
+        asked = f"{limits[name]} (compose)" if name in LAB_ULIMITS else "podman's own (any ulimit adds it)"
+        limits[name] = hard_limit(name)
+        capped.add(name)
+        result.adjusted_why.append(
+            f"robot_server ulimits {name}: {asked} refused by runc ({error}); ran at this machine's "
+            f"hard limit {limits[name]}"
+        )
+    if not capped:
+        return {}
+    status = Path("/proc/self/status").read_text()
+    bounding = next(line.split()[1] for line in status.splitlines() if line.startswith("CapBnd:"))
+    if not int(bounding, 16) >> CAP_SYS_RESOURCE & 1:
+        result.adjusted_why.append(
+            f"why: this machine's processes lack CAP_SYS_RESOURCE (CapBnd {bounding}, even as root), "
+            "so no container may raise a hard limit above the host's; on a robot PC whose Docker "
+            "runs with it, the stack's own ulimits apply"
+        )
     return {k: {"soft": v, "hard": v} for k, v in limits.items()}
 
 
@@ -355,7 +474,7 @@ def override(path: Path, services: dict[str, dict[str, object]]) -> Path:
     return path
 
 
-def make_stacks(r: Runner) -> tuple[Stack, Stack, dict[str, str]]:
+def make_stacks(r: Runner, result: Result) -> tuple[Stack, Stack, dict[str, str]]:
     keys = r.work / "keys"
     shutil.rmtree(keys, ignore_errors=True)
     keys.mkdir()
@@ -379,7 +498,11 @@ def make_stacks(r: Runner) -> tuple[Stack, Stack, dict[str, str]]:
     secrets_dir = r.work / "secrets"
     secrets_dir.mkdir(exist_ok=True)
     robot_toml = r.work / "robot.toml"
-    shutil.copy(REPO / "config" / "robot.example.toml", robot_toml)
+    example = (REPO / "config" / "robot.example.toml").read_text()
+    commented = f"# rt_priority = {LAB_RT_PRIORITY}\n"
+    if commented not in example:
+        raise Failed(f"config/robot.example.toml has no line {commented.strip()!r} to set as on the FR3")
+    robot_toml.write_text(example.replace(commented, f"rt_priority = {LAB_RT_PRIORITY}\n", 1))
     common = {
         "ROBOT_BACKEND": "sim",
         "ROBOT_CMD_PORT": str(free_port()),
@@ -404,10 +527,15 @@ def make_stacks(r: Runner) -> tuple[Stack, Stack, dict[str, str]]:
         "ROBOT_PC_HOST": "127.0.0.1",
         "LINK_KEYS_DIR": str(keys / "workstation"),
         "PI05_DIR": str(r.work / "no-pi05"),
+        # no GPU here: the learner on the CPU (compose's default, cuda, is checked on its own)
+        "LEARNER_DEVICE": "cpu",
     }
     ws_env = write_env(r.work / "workstation.env", ws)
     tag = secrets.token_hex(3)
-    robot_override = override(r.work / "robot.override.yml", {"robot_server": {"ulimits": host_limits()}})
+    ulimits = robot_ulimits(r, result)
+    robot_override = override(
+        r.work / "robot.override.yml", {"robot_server": {"ulimits": ulimits} if ulimits else {}}
+    )
     ws_override = override(r.work / "workstation.override.yml", {s: {} for s in WORKSTATION_SERVICES})
     return (
         Stack(ROBOT_STACK, f"pdecheck{tag}robot", robot_env, (robot_override,)),
@@ -453,6 +581,70 @@ def check_chunk(r: Runner, ws: Stack) -> Check:
     )
 
 
+# Run in the robot server's container: what PID 1 (the server) runs under, as JSON.
+RT_PROBE = """
+import json, pathlib
+lines = pathlib.Path('/proc/1/limits').read_text().splitlines()[1:]
+limits = {l[:26].strip(): l[26:].split()[:2] for l in lines}
+status = pathlib.Path('/proc/1/status').read_text().splitlines()
+cap_eff = int(next(l.split()[1] for l in status if l.startswith('CapEff:')), 16)
+threads = []
+for task in pathlib.Path('/proc/1/task').iterdir():
+    stat = (task / 'stat').read_text()
+    fields = stat[stat.rindex(')') + 2:].split()  # from field 3 (state): rt_priority 40, policy 41
+    threads.append([stat[stat.index('(') + 1:stat.rindex(')')], int(fields[38]), int(fields[37])])
+cmdline = pathlib.Path('/proc/1/cmdline').read_bytes().replace(b'\\0', b' ').decode().strip()
+print(json.dumps({'cmdline': cmdline,
+    'rtprio': limits['Max realtime priority'], 'memlock': limits['Max locked memory'],
+    'cap_sys_nice': bool(cap_eff >> 23 & 1), 'threads': threads}))
+"""
+
+
+def check_robot_realtime(r: Runner, robot: Stack) -> Check:
+    """The robot server's control thread under SCHED_FIFO LAB_RT_PRIORITY in its container (the
+    stack's cap_add SYS_NICE), and the limits it runs under."""
+    run = r.run(
+        ["podman", "exec", "-i", robot.container("robot_server"), "python", "-"],
+        "robot-realtime",
+        check=False,
+        stdin=RT_PROBE.encode(),
+        timeout_s=60,
+    )
+    name = f"robot server's control thread under SCHED_FIFO {LAB_RT_PRIORITY} in its container"
+    if run.returncode != 0:
+        return Check(name, False, f"probe exit {run.returncode}: see logs/robot-realtime.log")
+    seen = json.loads(run.stdout)
+    fifo = [f"{comm} {prio}" for comm, policy, prio in seen["threads"] if policy == SCHED_FIFO]
+    return Check(
+        name,
+        any(policy == SCHED_FIFO and prio == LAB_RT_PRIORITY for _, policy, prio in seen["threads"]),
+        f"PID 1 `{seen['cmdline']}`: SCHED_FIFO threads {fifo or 'none'} of {len(seen['threads'])}; "
+        f"CAP_SYS_NICE {'held' if seen['cap_sys_nice'] else 'missing'}; RLIMIT_RTPRIO soft/hard "
+        f"{'/'.join(seen['rtprio'])}, RLIMIT_MEMLOCK soft/hard {'/'.join(seen['memlock'])}",
+    )
+
+
+def check_learner_waits(r: Runner, ws: Stack) -> Check:
+    """The GPU image's learner, on the CPU, in a fresh data volume: it waits for a policy (no SFT
+    checkpoint yet) in a state the page shows, instead of exiting."""
+    container = ws.container("learner")
+    logs = subprocess.run(
+        ["podman", "logs", container], env=r.env, capture_output=True, timeout=60, check=False
+    )
+    said = [
+        line
+        for line in (logs.stdout + logs.stderr).decode(errors="replace").splitlines()
+        if line.startswith("pde loop:")
+    ]
+    restarts = r.out(["podman", "inspect", "--format", "{{.RestartCount}}", container])
+    ok = any("runs on cpu" in s for s in said) and any("no policy checkpoint" in s for s in said)
+    return Check(
+        "learner (GPU image, LEARNER_DEVICE=cpu) waits for a policy",
+        ok and restarts == "0",
+        f"restarts {restarts}; it printed: {' | '.join(said) or 'nothing from pde loop'}",
+    )
+
+
 def http_get(url: str, token: str = "") -> tuple[int, bytes]:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
@@ -480,7 +672,7 @@ def check_page(port: str) -> list[Check]:
 
 
 def run_stacks(r: Runner, result: Result) -> None:
-    robot, ws, ws_values = make_stacks(r)
+    robot, ws, ws_values = make_stacks(r, result)
     for stack in (robot, ws):
         for path in stack.overrides:
             result.adjusted[stack.file] = json.loads(path.read_text())
@@ -500,6 +692,8 @@ def run_stacks(r: Runner, result: Result) -> None:
             t_up = time.monotonic()
             result.checks.append(wait_healthy(r, [robot.container("robot_server")], t_up))
             result.checks.append(wait_healthy(r, [ws.container(s) for s in WORKSTATION_SERVICES], t_up))
+            result.checks.append(check_robot_realtime(r, robot))
+            result.checks.append(check_learner_waits(r, ws))
             result.checks.append(check_chunk(r, ws))
             result.checks.extend(check_page(ws_values["UI_PORT"]))
         except Failed as e:
@@ -577,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
         build_base(r, result)
         build_standins(r, result)
         build_cpu_image(r, result, args.torch_wheels)
+        build_gpu_image(r, result)
+        result.checks.append(check_learner_without_gpu(r))
         run_stacks(r, result)
     except Failed as e:
         result.error = str(e)
