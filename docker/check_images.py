@@ -72,6 +72,10 @@ STANDINS = {
 GPU_BASE = "docker.io/library/python:3.11-slim-bookworm"
 GPU_PYTHON = "python3.11"
 NOT_BUILT = {"vllm/vllm-openai": "cannot be pulled; profile vllm not started"}
+NOTES = [
+    "learner: the stack's GPU reservation (deploy.resources.reservations.devices) reaches podman, "
+    "whose Docker API (4.3) ignores it without a word; no GPU here, so LEARNER_DEVICE=cpu",
+]
 ROBOT_STACK, WORKSTATION_STACK = "docker-compose.robot.yml", "docker-compose.workstation.yml"
 WORKSTATION_SERVICES = ("postgres", "supervisor", "operator_ui", "learner")
 # The robot server's ulimits in docker/compose.services.yml (-1: unlimited); the tests check they agree.
@@ -121,6 +125,7 @@ class Result:
     adjusted: dict[str, object] = field(default_factory=dict)
     adjusted_why: list[str] = field(default_factory=list)
     not_built: dict[str, str] = field(default_factory=lambda: dict(NOT_BUILT))
+    notes: list[str] = field(default_factory=lambda: list(NOTES))
     error: str = ""
 
 
@@ -140,6 +145,9 @@ class Runner:
         self.env = dict(os.environ, CONTAINERS_CONF=str(conf))
         self.socket = work / "podman.sock"
         self.env["DOCKER_HOST"] = f"unix://{self.socket}"
+        # docker-compose's own 60 s per API call: a container's creation took longer while the
+        # machine wrote an image layer (an `up` failed so, measured here)
+        self.env["COMPOSE_HTTP_TIMEOUT"] = "600"
 
     def run(
         self,
