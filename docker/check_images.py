@@ -84,6 +84,13 @@ LAB_ULIMITS = {"rtprio": 99, "memlock": -1}
 # check's robot.toml sets on the sim backend too (its default there is 0).
 LAB_RT_PRIORITY = 40
 SCHED_FIFO = 1  # the policy field of /proc/PID/task/TID/stat
+# podman's parent cgroup (cgroupfs manager, cgroup v1 cpu controller) and real-time time budgets
+# (µs per RT_PERIOD_US) where the kernel schedules real-time tasks by cgroup (rt_budget): the
+# control thread's 10 Hz tick needs a few ms of each second
+PODMAN_PARENT = Path("/sys/fs/cgroup/cpu/libpod_parent")
+RT_PERIOD_US = 1_000_000
+ROBOT_RT_RUNTIME_US = 200_000
+PARENT_RT_RUNTIME_US = 250_000
 LEARNER = ("learner", "run")  # the learner service's command (docker/compose.services.yml)
 PID_MAX = Path("/proc/sys/kernel/pid_max")
 HEALTHY_TIMEOUT_S = 300.0
@@ -418,22 +425,28 @@ def hard_limit(name: str) -> int:
     return -1 if hard == resource.RLIM_INFINITY else hard
 
 
-def try_ulimits(r: Runner, limits: dict[str, int]) -> str:
-    """Empty when a container starts with ``limits`` (soft = hard, -1: unlimited), else the error
-    podman/runc gave."""
-    args = [a for name, v in limits.items() for a in ("--ulimit", f"{name}={v}:{v}")]
+def container_error(r: Runner, *args: str) -> str:
+    """Empty when ``podman run --rm --network host ARGS`` exits 0, else the last line it (or
+    runc) wrote to stderr; both logged in logs/probes.log."""
     run = subprocess.run(
-        ["podman", "run", "--rm", "--network", "host", *args, BASE, "true"],
+        ["podman", "run", "--rm", "--network", "host", *args],
         env=r.env,
         capture_output=True,
         timeout=120,
         check=False,
     )
-    with (r.logs / "ulimits.log").open("ab") as f:
+    with (r.logs / "probes.log").open("ab") as f:
         f.write(f"$ podman run {' '.join(args)} -> exit {run.returncode}\n".encode() + run.stderr)
     if run.returncode == 0:
         return ""
     return (run.stderr.decode(errors="replace").strip().splitlines() or [f"exit {run.returncode}"])[-1]
+
+
+def try_ulimits(r: Runner, limits: dict[str, int]) -> str:
+    """Empty when a container starts with ``limits`` (soft = hard, -1: unlimited), else the error
+    podman/runc gave."""
+    args = [a for name, v in limits.items() for a in ("--ulimit", f"{name}={v}:{v}")]
+    return container_error(r, *args, BASE, "true")
 
 
 def robot_ulimits(r: Runner, result: Result) -> dict[str, dict[str, int]]:
@@ -468,6 +481,50 @@ def robot_ulimits(r: Runner, result: Result) -> dict[str, dict[str, int]]:
     return {k: {"soft": v, "hard": v} for k, v in limits.items()}
 
 
+def try_sched_fifo(r: Runner) -> str:
+    """Empty when a container's uid 1000 with CAP_SYS_NICE (as the robot server's) may switch to
+    SCHED_FIFO LAB_RT_PRIORITY, else what chrt said."""
+    return container_error(
+        r, "--cap-add", "SYS_NICE", "--user", "1000", BASE, "chrt", "-f", str(LAB_RT_PRIORITY), "true"
+    )
+
+
+@contextmanager
+def rt_budget(r: Runner, result: Result) -> Iterator[dict[str, object]]:
+    """The robot server's override that lets its control thread run SCHED_FIFO (empty where a
+    container may already). A kernel that schedules real-time tasks by group
+    (CONFIG_RT_GROUP_SCHED, cgroup v1) gives a new cgroup 0 µs of RT time, so sched_setscheduler
+    fails with EPERM even with CAP_SYS_NICE: podman's parent cgroup then gets a budget (what
+    `dockerd --cpu-rt-runtime` does), the container `cpu_rt_runtime`, and the parent its old value
+    back once the stacks are down. Kernels without it (the usual PREEMPT_RT builds) need neither."""
+    refused = try_sched_fifo(r)
+    rt_file = PODMAN_PARENT / "cpu.rt_runtime_us"
+    if not refused or not rt_file.exists():
+        if refused:
+            result.adjusted_why.append(
+                f"SCHED_FIFO {LAB_RT_PRIORITY} refused in a container with CAP_SYS_NICE ({refused}) "
+                f"and no {rt_file} to give an RT budget in: not adjusted"
+            )
+        yield {}
+        return
+    before = rt_file.read_text().strip()
+    rt_file.write_text(str(PARENT_RT_RUNTIME_US))
+    result.adjusted_why.append(
+        f"robot_server cpu_rt_runtime {ROBOT_RT_RUNTIME_US} µs per {RT_PERIOD_US} µs: SCHED_FIFO "
+        f"{LAB_RT_PRIORITY} in a container as uid 1000 with CAP_SYS_NICE was refused ({refused}), as "
+        f"this kernel schedules real-time by cgroup (cgroup v1 {rt_file} was {before} µs); "
+        f"{rt_file} set to {PARENT_RT_RUNTIME_US} for the run (dockerd --cpu-rt-runtime's job) and "
+        f"back to {before} after"
+    )
+    try:
+        yield {"cpu_rt_runtime": ROBOT_RT_RUNTIME_US}
+    finally:
+        try:
+            rt_file.write_text(before)
+        except OSError as e:
+            result.adjusted_why.append(f"{rt_file} not set back to {before}: {e}")
+
+
 def override(path: Path, services: dict[str, dict[str, object]]) -> Path:
     """A compose override file (JSON is YAML) with ``services``' changes, and every healthcheck's
     timeout at HEALTHCHECK_TIMEOUT: a `pde health` process, which starts Python and connects, takes
@@ -482,7 +539,11 @@ def override(path: Path, services: dict[str, dict[str, object]]) -> Path:
     return path
 
 
-def make_stacks(r: Runner, result: Result) -> tuple[Stack, Stack, dict[str, str]]:
+def make_stacks(
+    r: Runner, result: Result, robot_change: dict[str, object]
+) -> tuple[Stack, Stack, dict[str, str]]:
+    """The two stacks, their env files and keys; ``robot_change``: the robot server's override
+    beyond its ulimits (rt_budget's)."""
     keys = r.work / "keys"
     shutil.rmtree(keys, ignore_errors=True)
     keys.mkdir()
@@ -542,7 +603,8 @@ def make_stacks(r: Runner, result: Result) -> tuple[Stack, Stack, dict[str, str]
     tag = secrets.token_hex(3)
     ulimits = robot_ulimits(r, result)
     robot_override = override(
-        r.work / "robot.override.yml", {"robot_server": {"ulimits": ulimits} if ulimits else {}}
+        r.work / "robot.override.yml",
+        {"robot_server": robot_change | ({"ulimits": ulimits} if ulimits else {})},
     )
     ws_override = override(r.work / "workstation.override.yml", {s: {} for s in WORKSTATION_SERVICES})
     return (
@@ -680,10 +742,15 @@ def check_page(port: str) -> list[Check]:
 
 
 def run_stacks(r: Runner, result: Result) -> None:
-    robot, ws, ws_values = make_stacks(r, result)
-    for stack in (robot, ws):
-        for path in stack.overrides:
-            result.adjusted[stack.file] = json.loads(path.read_text())
+    with rt_budget(r, result) as robot_change:
+        robot, ws, ws_values = make_stacks(r, result, robot_change)
+        for stack in (robot, ws):
+            for path in stack.overrides:
+                result.adjusted[stack.file] = json.loads(path.read_text())
+        run_both(r, result, robot, ws, ws_values)
+
+
+def run_both(r: Runner, result: Result, robot: Stack, ws: Stack, ws_values: dict[str, str]) -> None:
     with podman_service(r), health_pump(r):
         try:
             for stack, services in ((robot, ()), (ws, WORKSTATION_SERVICES)):

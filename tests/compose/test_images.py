@@ -110,12 +110,14 @@ def test_the_check_caps_only_the_limits_runc_refuses_and_says_why(monkeypatch: p
 @pytest.mark.parametrize("stack", [ROBOT, WORKSTATION])
 def test_the_check_changes_only_limits_and_healthcheck_timeouts(tmp_path: Path, stack: str) -> None:
     """The check runs each stack as committed but for its override file: the robot server's
-    ulimits where runc refuses them (at this machine's hard limits) and the healthchecks' timeout."""
+    ulimits where runc refuses them (at this machine's hard limits), its real-time budget where the
+    kernel schedules real-time by cgroup, and the healthchecks' timeout."""
     ci = check_images()
     env = env_file(tmp_path, ROBOT_BACKEND="sim", ROBOT_LINK_HOST="127.0.0.1", ROBOT_PC_HOST="127.0.0.1")
     if stack == ROBOT:
         capped = {name: {"soft": ci.hard_limit(name), "hard": ci.hard_limit(name)} for name in ci.LAB_ULIMITS}
-        changes: dict[str, dict[str, object]] = {"robot_server": {"ulimits": capped}}
+        rt = {"cpu_rt_runtime": ci.ROBOT_RT_RUNTIME_US}  # rt_budget's, where RT is scheduled by cgroup
+        changes: dict[str, dict[str, object]] = {"robot_server": {"ulimits": capped} | rt}
     else:
         changes = {name: {} for name in ci.WORKSTATION_SERVICES}
     path = ci.override(tmp_path / "override.yml", changes)
@@ -129,6 +131,7 @@ def test_the_check_changes_only_limits_and_healthcheck_timeouts(tmp_path: Path, 
         assert merged[name]["healthcheck"]["test"] == plain[name]["healthcheck"]["test"], name
         if "ulimits" in changes[name]:
             assert merged[name]["ulimits"] == changes[name]["ulimits"]
+            assert merged[name]["cpu_rt_runtime"] == changes[name]["cpu_rt_runtime"]
             assert set(plain[name]["ulimits"]) <= set(merged[name]["ulimits"])
         unchanged = (set(plain[name]) | set(merged[name])) - {"healthcheck", *changes[name]}
         assert {k: merged[name].get(k) for k in unchanged} == {k: plain[name].get(k) for k in unchanged}
