@@ -122,6 +122,9 @@ class Built:
 class Result:
     started_utc: str
     command: str
+    # the checkout the images were built from: HEAD, and what differed from it when the run began
+    commit: str = ""
+    uncommitted: list[str] = field(default_factory=list)
     ok: bool = False
     built: list[Built] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
@@ -840,6 +843,10 @@ def main(argv: list[str] | None = None) -> int:
     result = Result(
         started_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         command=" ".join(["python3 docker/check_images.py", *(argv or sys.argv[1:])]),
+        commit=r.out(["git", "-C", str(REPO), "rev-parse", "HEAD"]),
+        uncommitted=[
+            s.strip() for s in r.out(["git", "-C", str(REPO), "status", "--porcelain"]).splitlines()
+        ],
     )
     try:
         result.versions.update(tool_versions(r))

@@ -163,6 +163,8 @@ def test_the_cpu_image_builds_and_both_stacks_run(tmp_path: Path) -> None:
     for what in ("robot_server", "chunk", "operator page GET /", "down -v", "SCHED_FIFO", "learner"):
         assert what in names, f"no check of {what!r} in {names}"
     assert "localhost/pde-robot:gpu" in {b["image"] for b in result["built"]}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result["commit"] == head.stdout.strip()
     assert result["versions"]["gpu.torch_cuda"] not in ("", "None")
     # The official bases were stood in for, and the result says so.
     assert {b["stand_in_for"] for b in result["built"]} >= {
