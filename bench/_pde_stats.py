@@ -325,6 +325,51 @@ def run_mechanism(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def auc_gain(evaluations: Sequence[Mapping[str, Any]], from_env_episodes: int = 1) -> float | None:
+    """The run's mean gain over its start across the training, as the area under its success curve:
+    the trapezoid over the evaluation points at or after ``from_env_episodes`` (and the last point
+    before them, so the area starts where the curve does), divided by the span, minus the start
+    (the evaluation at 0). None without a start or with fewer than 2 such points. A run that leads
+    early and falls back scores between the two, where an endpoint sees only the fall."""
+    points = sorted((int(ev["env_episodes"]), float(ev["rate"])) for ev in evaluations)
+    start = next((r for at, r in points if at == 0), None)
+    used = [(at, r) for at, r in points if at >= from_env_episodes]
+    if start is None or len(used) < 2:
+        return None
+    xs, ys = np.array([at for at, _ in used], float), np.array([r for _, r in used], float)
+    area = float(np.sum((xs[1:] - xs[:-1]) * (ys[1:] + ys[:-1]) / 2))
+    return area / float(xs[-1] - xs[0]) - start
+
+
+def auc_contrast(
+    arms: Mapping[str, Mapping[str, Any]], a: str, b: str, from_env_episodes: int = 64
+) -> dict[str, Any]:
+    """``auc_gain`` of arm ``a`` minus arm ``b``, paired by (SFT seed, RL seed), with the seed-level
+    and the SFT-clustered intervals; ``mean`` None, with the reason, below 2 pairs."""
+
+    def gains(name: str) -> dict[tuple[Any, Any], float]:
+        rows = arms[name]["per_seed"] if name in arms else []
+        out = {}
+        for r in rows:
+            g = auc_gain(r.get("evaluations", []), from_env_episodes)
+            if g is not None:
+                out[(r.get("sft_seed"), r["seed"])] = g
+        return out
+
+    ga, gb = gains(a), gains(b)
+    both = sorted(set(ga) & set(gb), key=str)
+    head = {"definition": f"{a} - {b}: mean gain over the start, area under the curve from "
+            f"{from_env_episodes} environment episodes", "paired_runs": len(both)}  # fmt: skip
+    if len(both) < 2:
+        return {**head, "mean": None, "ci95": None, "reason": f"{len(both)} paired run(s) with a curve"}
+    diffs = {k: ga[k] - gb[k] for k in both}
+    return {
+        **head,
+        **_interval_block(list(diffs.values())),
+        "clustered_by_sft_seed": clustered_interval(diffs),
+    }
+
+
 def time_course(arms: Mapping[str, Mapping[str, Any]], reference: str = "noise") -> dict[str, Any]:
     """Each arm's canonical success at every evaluation point (pooled k/n over runs), and its gain
     over ``reference`` at that point, paired by (SFT seed, RL seed), with the seed-level and the
@@ -543,6 +588,7 @@ def add_blocks(result: dict[str, Any], premise: Mapping[str, Any]) -> dict[str, 
     result["secondary_contrasts"] = secondary_contrasts(result["arms"])
     result["mechanism"] = mechanism(result["arms"])
     result["time_course"] = time_course(result["arms"])
+    result["auc_contrast"] = auc_contrast(result["arms"], *PRIMARY)
     result.setdefault("frozen", {})["premise_and_proposers"] = frozen_block()
     return result
 

@@ -360,6 +360,16 @@ def plan_chunk(
     return _plan_rows(actions, action_space, start, limits, period_s)
 
 
+@dataclass
+class _Pose:
+    """Where the plan stands after the rows so far (the next row is a step from here)."""
+
+    pos: Vec
+    quat: Quat
+    q: Vec
+    q7: float  # ee_delta: joint 7 as the rows' rotations about the tool axis turn it
+
+
 def _plan_rows(
     actions: np.ndarray,
     action_space: ActionSpace,
@@ -369,112 +379,25 @@ def _plan_rows(
 ) -> SafePlan:
     """Row by row: clip each row against the limits, in order, and say why."""
     plan = SafePlan(targets=[])
-    lo_ws, hi_ws = limits.workspace_min_m, limits.workspace_max_m
-    max_tr, max_rot = limits.max_step_translation_m, limits.max_step_rotation_rad
-    g_lo, g_hi = limits.gripper_min_m, limits.gripper_max_m
-    pos: Vec = tuple(float(x) for x in start.ee_position_m)
-    quat = _quat_floats(start.ee_quat_xyzw)
     q: Vec = tuple(float(x) for x in start.joint_positions_rad)
-    q7 = q[6]  # ee_delta: joint 7 as the rows' rotations about the tool axis turn it
-    q_lo, q_hi = limits.joint_min_rad.tolist(), limits.joint_max_rad.tolist()
+    pose = _Pose(tuple(float(x) for x in start.ee_position_m), _quat_floats(start.ee_quat_xyzw), q, q[6])
     q_step = limits.max_joint_step_rad(period_s).tolist()
     for i, row in enumerate(actions.tolist()):
         why: list[str] = []
-        width = min(max(row[-1], g_lo), g_hi)
+        width = min(max(row[-1], limits.gripper_min_m), limits.gripper_max_m)
         if width != row[-1]:
             why.append(f"gripper {row[-1]:.4f} m")
         if action_space is ActionSpace.EE_DELTA:
-            raw = [p + d for p, d in zip(pos, row[:3], strict=True)]
-            want = [min(max(x, lo), hi) for x, lo, hi in zip(raw, lo_ws, hi_ws, strict=True)]
-            if want != raw:
-                why.append(f"position {[round(x, 4) for x in raw]} outside the workspace box")
-            rx, ry, rz = row[3:6]
-            angle = math.sqrt(rx * rx + ry * ry + rz * rz)
-            if angle > max_rot:
-                why.append(f"rotation step {angle:.3f} rad")
-                rx, ry, rz = (r * max_rot / angle for r in (rx, ry, rz))
-            ax, ay, az = quat_z_axis_floats(quat)
-            twist = rx * ax + ry * ay + rz * az
-            q7_new = q7 + twist
-            if (q7_new < limits.wrist_min_rad and twist < 0) or (q7_new > limits.wrist_max_rad and twist > 0):
-                # keep the rest of the rotation, drop the part about the tool axis
-                why.append(
-                    f"rotation would turn joint 7 to {q7_new:.2f} rad, within {limits.wrist_margin_rad} rad "
-                    "of its limit"
-                )
-                rx, ry, rz = rx - twist * ax, ry - twist * ay, rz - twist * az
-                twist = 0.0
-            new_quat = quat_normalize_floats(quat_multiply_floats(quat_from_rotvec_floats(rx, ry, rz), quat))
-            # A rotation swings the flange about the TCP: refuse one that takes it out of reach, so
-            # the current position stays valid and (by convexity) so does every step toward want.
-            swings_out = _within_reach(list(pos), new_quat, limits)[1]
-            tilt = _tool_tilt_rad(new_quat)
-            if swings_out and not _within_reach(list(pos), quat, limits)[1]:
-                why.append("rotation would put the wrist beyond reach")
-            elif tilt > limits.max_tool_tilt_rad and tilt > _tool_tilt_rad(quat):
-                why.append(
-                    f"rotation would tilt the tool {tilt:.2f} rad from pointing down "
-                    f"(limit {limits.max_tool_tilt_rad} rad)"
-                )
-            else:
-                quat = new_quat
-                q7 += twist
-            # Alternate projections onto the reach ball and the box (both convex) until a target
-            # satisfies both; if none is found, stay where we are.
-            projected = False
-            for _ in range(10):
-                want, beyond = _within_reach(want, quat, limits)
-                if not beyond:
-                    break
-                projected = True
-                want = [min(max(x, lo), hi) for x, lo, hi in zip(want, lo_ws, hi_ws, strict=True)]
-            else:
-                want = list(pos)
-            if projected:
-                why.append("beyond the arm's reach")
-            step = [w - p for w, p in zip(want, pos, strict=True)]
-            n = math.sqrt(sum(x * x for x in step))
-            if n > max_tr:
-                why.append(f"translation step {n:.4f} m")
-                step = [x * max_tr / n for x in step]
-            pos = tuple(p + s for p, s in zip(pos, step, strict=True))
-            plan.targets.append(
-                RobotTarget(gripper_width_m=width, ee_position_m=np.array(pos), ee_quat_xyzw=np.array(quat))
+            _ee_delta_row(row, pose, limits, why)
+            target = RobotTarget(
+                gripper_width_m=width, ee_position_m=np.array(pose.pos), ee_quat_xyzw=np.array(pose.quat)
             )
         elif action_space is ActionSpace.JOINT_ABS:
-            want = [min(max(x, lo), hi) for x, lo, hi in zip(row[:7], q_lo, q_hi, strict=True)]
-            if want != row[:7]:
-                j = next(k for k in range(7) if want[k] != row[k])
-                why.append(f"joint {j + 1} target {row[j]:.4f} rad beyond its limit minus margin")
-            step = [min(max(w - p, -m), m) for w, p, m in zip(want, q, q_step, strict=True)]
-            if any(s != w - p for s, w, p in zip(step, want, q, strict=True)):
-                why.append("joint step faster than the velocity limit")
-            # The TCP moves at most the per-tick translation limit, as for ee_delta: shorten the
-            # joint step (the TCP moves about linearly with it over one tick) until it does.
-            p_old = fr3_tcp_position_m(q)
-            q_new = tuple(p + s for p, s in zip(q, step, strict=True))
-            p_new = fr3_tcp_position_m(q_new)
-            moved = float(np.linalg.norm(p_new - p_old))
-            if moved > max_tr:
-                why.append(f"TCP step {moved:.4f} m")
-                for _ in range(20):
-                    step = [x * 0.95 * max_tr / moved for x in step]
-                    q_new = tuple(p + s for p, s in zip(q, step, strict=True))
-                    p_new = fr3_tcp_position_m(q_new)
-                    moved = float(np.linalg.norm(p_new - p_old))
-                    if moved <= max_tr:
-                        break
-                else:
-                    q_new, p_new = q, p_old
-            # Joint targets must keep the TCP in the workspace box too (or bring it closer to it).
-            d_new = _box_distance_m(p_new, lo_ws, hi_ws)
-            if d_new > 1e-9 and d_new >= _box_distance_m(p_old, lo_ws, hi_ws):
-                why.append("joint target puts the TCP outside the workspace box: holding")
-            else:
-                q = q_new
-            plan.targets.append(RobotTarget(gripper_width_m=width, joint_positions_rad=np.array(q)))
+            _joint_abs_row(row, pose, limits, q_step, why)
+            target = RobotTarget(gripper_width_m=width, joint_positions_rad=np.array(pose.q))
         else:  # pragma: no cover - check_chunk refuses unknown spaces
             raise SafetyError(ErrorCode.INVALID_ACTION, f"unknown action space {action_space!r}")
+        plan.targets.append(target)
         if why:
             plan.steps_clipped += 1
             if len(plan.notes) < 3:
@@ -487,3 +410,107 @@ def _plan_rows(
             + "): nothing was executed; keep targets inside the workspace and per-step limits",
         )
     return plan
+
+
+def _ee_delta_row(row: list[float], pose: _Pose, limits: SafetyLimits, why: list[str]) -> None:
+    """One ee_delta row from ``pose``: rotate (within the step, wrist, reach and tilt limits), then
+    translate (into the box and the reach ball, within the step); ``pose`` moves to the target."""
+    lo_ws, hi_ws = limits.workspace_min_m, limits.workspace_max_m
+    max_tr, max_rot = limits.max_step_translation_m, limits.max_step_rotation_rad
+    pos, quat = pose.pos, pose.quat
+    raw = [p + d for p, d in zip(pos, row[:3], strict=True)]
+    want = [min(max(x, lo), hi) for x, lo, hi in zip(raw, lo_ws, hi_ws, strict=True)]
+    if want != raw:
+        why.append(f"position {[round(x, 4) for x in raw]} outside the workspace box")
+    rx, ry, rz = row[3:6]
+    angle = math.sqrt(rx * rx + ry * ry + rz * rz)
+    if angle > max_rot:
+        why.append(f"rotation step {angle:.3f} rad")
+        rx, ry, rz = (r * max_rot / angle for r in (rx, ry, rz))
+    ax, ay, az = quat_z_axis_floats(quat)
+    twist = rx * ax + ry * ay + rz * az
+    q7_new = pose.q7 + twist
+    if (q7_new < limits.wrist_min_rad and twist < 0) or (q7_new > limits.wrist_max_rad and twist > 0):
+        # keep the rest of the rotation, drop the part about the tool axis
+        why.append(
+            f"rotation would turn joint 7 to {q7_new:.2f} rad, within {limits.wrist_margin_rad} rad "
+            "of its limit"
+        )
+        rx, ry, rz = rx - twist * ax, ry - twist * ay, rz - twist * az
+        twist = 0.0
+    new_quat = quat_normalize_floats(quat_multiply_floats(quat_from_rotvec_floats(rx, ry, rz), quat))
+    # A rotation swings the flange about the TCP: refuse one that takes it out of reach, so
+    # the current position stays valid and (by convexity) so does every step toward want.
+    swings_out = _within_reach(list(pos), new_quat, limits)[1]
+    tilt = _tool_tilt_rad(new_quat)
+    if swings_out and not _within_reach(list(pos), quat, limits)[1]:
+        why.append("rotation would put the wrist beyond reach")
+    elif tilt > limits.max_tool_tilt_rad and tilt > _tool_tilt_rad(quat):
+        why.append(
+            f"rotation would tilt the tool {tilt:.2f} rad from pointing down "
+            f"(limit {limits.max_tool_tilt_rad} rad)"
+        )
+    else:
+        quat = new_quat
+        pose.q7 += twist
+    # Alternate projections onto the reach ball and the box (both convex) until a target
+    # satisfies both; if none is found, stay where we are.
+    projected = False
+    for _ in range(10):
+        want, beyond = _within_reach(want, quat, limits)
+        if not beyond:
+            break
+        projected = True
+        want = [min(max(x, lo), hi) for x, lo, hi in zip(want, lo_ws, hi_ws, strict=True)]
+    else:
+        want = list(pos)
+    if projected:
+        why.append("beyond the arm's reach")
+    step = [w - p for w, p in zip(want, pos, strict=True)]
+    n = math.sqrt(sum(x * x for x in step))
+    if n > max_tr:
+        why.append(f"translation step {n:.4f} m")
+        step = [x * max_tr / n for x in step]
+    pose.pos = tuple(p + s for p, s in zip(pos, step, strict=True))
+    pose.quat = quat
+
+
+def _joint_abs_row(
+    row: list[float], pose: _Pose, limits: SafetyLimits, q_step: list[float], why: list[str]
+) -> None:
+    """One joint_abs row from ``pose.q``: within the joint limits and speeds, the TCP within the
+    per-tick translation and the box; ``pose.q`` moves to the target (or holds)."""
+    lo_ws, hi_ws = limits.workspace_min_m, limits.workspace_max_m
+    max_tr = limits.max_step_translation_m
+    q = pose.q
+    q_lo, q_hi = limits.joint_min_rad.tolist(), limits.joint_max_rad.tolist()
+    want = [min(max(x, lo), hi) for x, lo, hi in zip(row[:7], q_lo, q_hi, strict=True)]
+    if want != row[:7]:
+        j = next(k for k in range(7) if want[k] != row[k])
+        why.append(f"joint {j + 1} target {row[j]:.4f} rad beyond its limit minus margin")
+    step = [min(max(w - p, -m), m) for w, p, m in zip(want, q, q_step, strict=True)]
+    if any(s != w - p for s, w, p in zip(step, want, q, strict=True)):
+        why.append("joint step faster than the velocity limit")
+    # The TCP moves at most the per-tick translation limit, as for ee_delta: shorten the
+    # joint step (the TCP moves about linearly with it over one tick) until it does.
+    p_old = fr3_tcp_position_m(q)
+    q_new = tuple(p + s for p, s in zip(q, step, strict=True))
+    p_new = fr3_tcp_position_m(q_new)
+    moved = float(np.linalg.norm(p_new - p_old))
+    if moved > max_tr:
+        why.append(f"TCP step {moved:.4f} m")
+        for _ in range(20):
+            step = [x * 0.95 * max_tr / moved for x in step]
+            q_new = tuple(p + s for p, s in zip(q, step, strict=True))
+            p_new = fr3_tcp_position_m(q_new)
+            moved = float(np.linalg.norm(p_new - p_old))
+            if moved <= max_tr:
+                break
+        else:
+            q_new, p_new = q, p_old
+    # Joint targets must keep the TCP in the workspace box too (or bring it closer to it).
+    d_new = _box_distance_m(p_new, lo_ws, hi_ws)
+    if d_new > 1e-9 and d_new >= _box_distance_m(p_old, lo_ws, hi_ws):
+        why.append("joint target puts the TCP outside the workspace box: holding")
+    else:
+        pose.q = q_new

@@ -10,7 +10,9 @@ fewer of them:
   whatever writes a weight (a swap's ``copy_``, ``load_state_dict``) writes the fused tensor;
 - the action expert's adaptive norms: the flow-time conditioning of every step and the scale,
   shift and gate of all its norms for all steps, in one GEMM per chunk instead of one per norm per
-  step; the rotary tables and the attention mask once per chunk instead of once per step;
+  step; the rotary tables and the attention mask once per chunk instead of once per step; one
+  key and one value buffer per expert layer, the prefix's copied in once per chunk and each step's
+  written behind them (by the RoPE kernel when compiled) instead of a concatenation per step;
 - the elementwise pieces (the residual add with the next RMS norm, GeGLU, RoPE on q and k, the
   residual add with SigLIP's layer norm, the flow-SDE step's arithmetic) are plain functions here;
   with ``compiled`` they go through ``torch.compile`` (Inductor, ``mode="default"``: no CUDA graphs
@@ -92,6 +94,23 @@ def rope_qkv(
     return _apply_rope(q, cos, sin), _apply_rope(k, cos, sin), v
 
 
+def rope_qkv_into(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    heads: int,
+    kv_heads: int,
+    k_out: torch.Tensor,
+    v_out: torch.Tensor,
+) -> torch.Tensor:
+    """``rope_qkv`` with k and v written into ``k_out`` / ``v_out`` (the tail of a layer's key/value
+    buffer behind the prefix's): q. Compiled, the writes are the same kernel (no cat per step)."""
+    q, k, v = rope_qkv(qkv, cos, sin, heads, kv_heads)
+    k_out.copy_(k)
+    v_out.copy_(v)
+    return q
+
+
 def geglu(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     return F.gelu(gate, approximate="tanh") * up
@@ -119,6 +138,7 @@ class Kernels:
     ada_rms_norm: Callable[..., Any] = ada_rms_norm
     add_ada_rms_norm: Callable[..., Any] = add_ada_rms_norm
     rope_qkv: Callable[..., Any] = rope_qkv
+    rope_qkv_into: Callable[..., Any] = rope_qkv_into
     geglu: Callable[..., Any] = geglu
     add_layer_norm: Callable[..., Any] = add_layer_norm
     image_pixels: Callable[..., Any] = image_pixels
@@ -298,12 +318,15 @@ class FusedPi05:
         x: torch.Tensor,
         cos_sin: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor,
-        past: Sequence[tuple[torch.Tensor, torch.Tensor]] | None,
+        kv_cache: Sequence[tuple[torch.Tensor, torch.Tensor]] | None,
         mods: torch.Tensor | None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """GemmaModel.forward on the fused weights: (final-normed hidden states, per-layer keys and
-        values of these tokens). ``mods``: the expert's [1, norms * 3 * width] scale/shift/gate of
-        every adaptive norm for this step (None for the VLM's plain norms)."""
+        values of these tokens). ``kv_cache``: per layer, key and value buffers [B, kv_heads, L + n,
+        d] holding the prefix's L in front; these n tokens' are written behind them and attention
+        runs over the whole buffer (None: the tokens attend to each other only). ``mods``: the
+        expert's [1, norms * 3 * width] scale/shift/gate of every adaptive norm for this step (None
+        for the VLM's plain norms)."""
         k = self.kernels
         width = x.shape[-1]
         norms = [
@@ -335,10 +358,13 @@ class FusedPi05:
         for i, layer in enumerate(gemma_layers(gemma)):
             attn = layer.self_attn
             x, h, gate = norm(2 * i, x, y, gate)
-            q, kk, v = k.rope_qkv(F.linear(h, fused.qkv[i]), *cos_sin, attn.num_heads, attn.num_kv_heads)
-            if past is not None:
-                k_all, v_all = torch.cat([past[i][0], kk], 2), torch.cat([past[i][1], v], 2)
+            qkv = F.linear(h, fused.qkv[i])
+            if kv_cache is not None:
+                k_all, v_all = kv_cache[i]
+                kk, v = k_all[:, :, -n:], v_all[:, :, -n:]
+                q = k.rope_qkv_into(qkv, *cos_sin, attn.num_heads, attn.num_kv_heads, kk, v)
             else:
+                q, kk, v = k.rope_qkv(qkv, *cos_sin, attn.num_heads, attn.num_kv_heads)
                 k_all, v_all = kk, v
             if attn_mask is None:  # cast once for every layer (the eager SDPA path casts per layer)
                 attn_mask = mask.to(q.dtype)
@@ -388,14 +414,21 @@ class FusedPi05:
         times = schedule.times.to(noise.device)
         assert self.expert.ada is not None
         mods = F.linear(m.time_condition(times[:-1]).to(dtype), *self.expert.ada)  # [K, norms * 3 * width]
-        past = [(kk.to(dtype), v.to(dtype)) for kk, v in prefix.kv]
+
+        # Per layer one key and one value buffer, the prefix's copied in once per chunk; each step
+        # writes the chunk's behind them (a cat per layer and step otherwise).
+        def with_room(t: torch.Tensor) -> torch.Tensor:
+            tail = t.new_empty(*t.shape[:2], horizon, t.shape[3], dtype=dtype)
+            return torch.cat([t.to(dtype), tail], 2)
+
+        kv_cache = [(with_room(kk), with_room(v)) for kk, v in prefix.kv]
         stds = schedule.step_stds.to(noise.device)
         x, log_prob = noise, torch.zeros_like(noise)
         chain = [x]
         for i in range(schedule.num_steps):
             if i:
                 suffix = m.action_in_proj(x)
-            h, _ = self._layers(m.expert, self.expert, suffix, cos_sin, mask, past, mods[i : i + 1])
+            h, _ = self._layers(m.expert, self.expert, suffix, cos_sin, mask, kv_cache, mods[i : i + 1])
             v = m.action_out_proj(h.float()).float()
             if deterministic:
                 x = x - schedule.dt * v

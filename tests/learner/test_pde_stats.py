@@ -266,3 +266,35 @@ def test_the_time_course_gives_every_evaluation_point_and_its_paired_gain(stats:
     assert at128["minus_noise"]["mean"] == pytest.approx(0.2)  # (0.3 + 0.1) / 2
     assert course["oracle"][2]["minus_noise"]["mean"] == pytest.approx(-0.05)
     assert "minus_noise" not in course["noise"][1]
+
+
+def test_the_area_under_the_curve_gain_against_a_hand_computed_reference(stats: ModuleType) -> None:
+    evs = [
+        {"env_episodes": at, "rate": r}
+        for at, r in ((0, 0.10), (64, 0.20), (128, 0.40), (192, 0.30), (256, 0.30), (320, 0.20))
+    ]
+    # trapezoids over 64..320 (width 64): (0.2+0.4)/2 + (0.4+0.3)/2 + (0.3+0.3)/2 + (0.3+0.2)/2 = 1.2
+    # -> area 1.2 * 64 / 256 = 0.3, minus the start 0.1 = 0.2 (the endpoint gain is 0.1)
+    assert stats.auc_gain(evs, from_env_episodes=64) == pytest.approx(0.2)
+    assert stats.auc_gain(evs[1:], from_env_episodes=64) is None  # no start
+    assert stats.auc_gain(evs[:2], from_env_episodes=64) is None  # one point: no area
+
+
+def test_the_auc_contrast_pairs_runs_and_clusters_by_sft_seed(stats: ModuleType) -> None:
+    def run(sft: int, seed: int, rates: list[float]) -> dict[str, object]:
+        pts = (0, 64, 128)
+        return {
+            "sft_seed": sft,
+            "seed": seed,
+            "evaluations": [{"env_episodes": at, "rate": r} for at, r in zip(pts, rates, strict=True)],
+        }
+
+    arms = {
+        "pde_mixed": {"per_seed": [run(0, 0, [0.1, 0.3, 0.5]), run(1, 0, [0.1, 0.2, 0.2])]},
+        "noise": {"per_seed": [run(0, 0, [0.1, 0.2, 0.2]), run(1, 0, [0.1, 0.2, 0.2])]},
+    }
+    c = stats.auc_contrast(arms, "pde_mixed", "noise")
+    # sft0: (0.3+0.5)/2 - 0.1 = 0.3 vs (0.2+0.2)/2 - 0.1 = 0.1 -> +0.2; sft1: 0.0 -> mean +0.1
+    assert c["paired_runs"] == 2 and c["mean"] == pytest.approx(0.1)
+    assert c["clustered_by_sft_seed"]["sft_seed_means"] == pytest.approx({"0": 0.2, "1": 0.0})
+    assert stats.auc_contrast({"noise": arms["noise"]}, "pde_mixed", "noise")["mean"] is None
