@@ -697,6 +697,27 @@ def check_robot_realtime(r: Runner, robot: Stack) -> Check:
     )
 
 
+def check_doctor_limits(r: Runner, robot: Stack) -> Check:
+    """`pde doctor --no-connect` in the robot server's container (as docs/lab-setup.md §8 runs
+    it): its rt-priority and memlock lines, which must agree with what the server got. The
+    doctor's other lines (kernel, NIC, cameras) are about a robot PC this machine is not."""
+    run = r.run(
+        ["podman", "exec", robot.container("robot_server"), "pde", "doctor", "--no-connect"],
+        "doctor",
+        check=False,
+        timeout_s=120,
+    )
+    lines = [" ".join(s.split()) for s in run.stdout.decode(errors="replace").splitlines()]
+    said = {
+        name: next((s for s in lines if s.split()[1:2] == [name]), "") for name in ("rt-priority", "memlock")
+    }
+    return Check(
+        "`pde doctor` in the robot server's container: rt-priority",
+        said["rt-priority"].startswith("PASS"),
+        " | ".join(s or f"no {name} line (exit {run.returncode})" for name, s in said.items()),
+    )
+
+
 def check_learner_waits(r: Runner, ws: Stack) -> Check:
     """The GPU image's learner, on the CPU, in a fresh data volume: it waits for a policy (no SFT
     checkpoint yet) in a state the page shows, instead of exiting."""
@@ -771,6 +792,7 @@ def run_both(r: Runner, result: Result, robot: Stack, ws: Stack, ws_values: dict
             result.checks.append(wait_healthy(r, [robot.container("robot_server")], t_up))
             result.checks.append(wait_healthy(r, [ws.container(s) for s in WORKSTATION_SERVICES], t_up))
             result.checks.append(check_robot_realtime(r, robot))
+            result.checks.append(check_doctor_limits(r, robot))
             result.checks.append(check_learner_waits(r, ws))
             result.checks.append(check_chunk(r, ws))
             result.checks.extend(check_page(ws_values["UI_PORT"]))

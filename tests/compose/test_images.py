@@ -160,7 +160,15 @@ def test_the_cpu_image_builds_and_both_stacks_run(tmp_path: Path) -> None:
     failed = [c for c in result["checks"] if not c["ok"]]
     assert run.returncode == 0 and result["ok"], (result["error"], failed, run.stdout[-3000:])
     names = " ".join(c["name"] for c in result["checks"])
-    for what in ("robot_server", "chunk", "operator page GET /", "down -v", "SCHED_FIFO", "learner"):
+    for what in (
+        "robot_server",
+        "chunk",
+        "operator page GET /",
+        "down -v",
+        "SCHED_FIFO",
+        "doctor",
+        "learner",
+    ):
         assert what in names, f"no check of {what!r} in {names}"
     assert "localhost/pde-robot:gpu" in {b["image"] for b in result["built"]}
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
