@@ -21,14 +21,16 @@ What it does, in order:
 3. The robot server's ulimits as docker/compose.services.yml has them (rtprio 99, memlock
    unlimited), each tried in a container first: one that podman/runc refuses is capped at this
    machine's hard limit, and the result says which and the error (``adjusted_why``). The check's
-   robot.toml sets the FR3's control-thread priority (SCHED_FIFO 40) on the sim backend as well.
+   robot.toml sets the FR3's control-thread priority (SCHED_FIFO 40) on the sim backend as well;
+   where the kernel gives containers no real-time time (rt_budget) the run gives it, and says so.
 4. podman's Docker-compatible API on a socket of its own; docker-compose v1 starts
    docker-compose.robot.yml (ROBOT_BACKEND=sim) and docker-compose.workstation.yml (postgres,
    supervisor, operator_ui, and the learner from the GPU image with LEARNER_DEVICE=cpu) on
    127.0.0.1 with the CURVE robot link and keys from `pde keys init`, each stack a project with its
    own volumes.
 5. Checks: every started service healthy (its compose healthcheck); the robot server's control
-   thread under SCHED_FIFO in its container, with the limits it ran under; one chunk from the
+   thread under SCHED_FIFO in its container, with the limits it ran under, and `pde doctor` there
+   agreeing; the GPU image's learner refusing cuda without a GPU; one chunk from the
    workstation side over the robot link (docker/check_chunk.py) executed by the robot server;
    the operator page answers 200 and reads the robot's status through the link; the learner
    waits for a policy (no SFT checkpoint in a fresh volume) on the CPU. Then both stacks go down
