@@ -108,10 +108,10 @@ def choose_p(cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND
 
 
 def recipe_at(recipe: dict[str, Any], p: float, note: str) -> dict[str, Any]:
-    """The recipe with the target's canonical probability ``p`` and ``note`` (where p came from)
-    ahead of its description; the wordings are unchanged (same ``wordings_sha256``)."""
+    """The recipe with the target's canonical probability ``p`` and ``note`` (where p came from) as
+    its description; the wordings are unchanged (same ``wordings_sha256``)."""
     out = table_at(recipe, p)
-    out["about"] = f"{note} {recipe.get('about', '')}".strip()
+    out["about"] = note
     return out
 
 
@@ -187,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the sim server's speed profile: the benchmark's arms' (docs/sim.md)",
     )
     ap.add_argument("--torch-seed", type=int, default=0, help="the policy's sampling noise, every cell")
+    ap.add_argument(
+        "--reuse-sft",
+        action="store_true",
+        help="evaluate a cell's checkpoint already in --data-dir instead of training it again (its "
+        "checkpoint_sha256 names it): re-measure a calibration on newer sim or evaluation code",
+    )
     ap.add_argument(
         "--recipe-out",
         default="",
@@ -264,10 +270,12 @@ def main(argv: list[str] | None = None) -> int:
                     *("--head", "gaussian", "--image-size", "32", "--seed", str(s), "--device", "cpu"),
                     *("--wordings", str(table)),
                 ]
-                t0 = time.monotonic()
-                subprocess.run(sft, check=True, stdout=subprocess.DEVNULL)
-                sft_s = time.monotonic() - t0
                 ckpt = ckpts / "policy-000000.pt"
+                reused = args.reuse_sft and ckpt.is_file()
+                t0 = time.monotonic()
+                if not reused:
+                    subprocess.run(sft, check=True, stdout=subprocess.DEVNULL)
+                sft_s = None if reused else round(time.monotonic() - t0, 1)
                 scenes = Scenes(args.episodes, args.seed, args.max_chunks, args.torch_seed)
                 row = run_eval(endpoint, str(ckpt), TARGET_PROMPT, scenes)
                 log_std = row["exploration_log_std"]
@@ -278,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         **row,
                         "exploration_sigma": None if log_std is None else round(math.exp(log_std), 4),
                         "sim_profile": args.sim_profile,
-                        "sft_seconds": round(sft_s, 1),
+                        "sft_seconds": sft_s,
+                        "sft_reused": reused,
                         "checkpoint_sha256": _sha256(ckpt),
                         "commit": frozen_block(())["commit"],
                         "sft_command": shlex.join(sft),
@@ -299,12 +308,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no p is in band on {MIN_SFT_SEEDS_IN_BAND} SFT seeds: {args.recipe_out} not written")
         else:
             seeds_in = qualifying(cells)[f"{p_chosen:g}"]
+            at_p = [c for c in cells if math.isclose(c["canonical_prob"], p_chosen)]
+            outside = [
+                f"{c['sft_seed']} ({c['success_rate']:.0%})" for c in at_p if c["sft_seed"] not in seeds_in
+            ]
             note = (
-                f"canonical_prob {p_chosen:g} from {_repo_relative(out_path)} (commit "
-                f"{cells[0]['commit'][:7]}, sim profile {args.sim_profile}, the SFT checkpoint's own "
-                f"log std, scenes {args.seed}-{args.seed + args.episodes - 1}, torch seed "
-                f"{args.torch_seed}): in 10-20% on SFT seeds {', '.join(map(str, seeds_in))}. "
-                f"Copied from {_repo_relative(recipe_path)}."
+                f"The paper's-regime premise recalibrated on main (issue 32 item 3): the labels of "
+                f"{_repo_relative(recipe_path)} unchanged, the target's canonical_prob {p_chosen:g} from "
+                f"{_repo_relative(out_path)} (from commit {at_p[0]['commit'][:7]}; sim profile "
+                f"{args.sim_profile}; the SFT checkpoint's own log std; scenes {args.seed}-"
+                f"{args.seed + args.episodes - 1}; torch seed {args.torch_seed}): the canonical prompt's "
+                f"sampled success under SFT is in 10-20% on SFT seeds {', '.join(map(str, seeds_in))}, "
+                f"the benchmark's SFT starts; outside it: {', '.join(outside) or 'none'}."
             )
             Path(args.recipe_out).write_text(json.dumps(recipe_at(recipe, p_chosen, note), indent=2) + "\n")
             print(f"wrote {args.recipe_out} at canonical_prob {p_chosen:g}")

@@ -4,7 +4,7 @@ DDP or FSDP (``fully_shard``, FSDP2).
 ``DistributedPolicy`` is itself a Policy (as openpi's wrappers are), so the Trainer runs unchanged:
 every rank runs the same update on the same batch. The engine (DDP or FSDP) wraps the policy's
 network, not the policy: each ``evaluate``/``evaluate_pair`` call runs the written-once functions of
-learner/policies/base.py (``evaluate_chunks``, ``evaluate_chunk_pair``) over this rank's share of the
+learner/policies/base.py (``evaluate_chunk_pair``) over this rank's share of the
 minibatch rows inside the engine's forward. The shares are gathered with autograd-aware
 ``all_gather``, so every rank computes the same loss from all rows; the gather's backward hands
 each rank W times its rows' gradient, and the engine's average over the W ranks gives exactly the
@@ -61,7 +61,6 @@ from learner.policies.base import (
     Policy,
     PolicyNetwork,
     evaluate_chunk_pair,
-    evaluate_chunks,
 )
 from learner.ppo import PPOConfig
 from learner.trainer import Batch, Trainer
@@ -142,9 +141,6 @@ class _NetworkCall(nn.Module):
     def forward(self, method: str, *args: Any) -> tuple[torch.Tensor, ...]:
         if method == "demo_loss":
             return (self.network.demo_loss(*args),)
-        if method == "evaluate":
-            ev = evaluate_chunks(self.network, *args)
-            return ev.log_prob_elements, ev.entropy, ev.value
         pe = evaluate_chunk_pair(self.network, *args)
         r = pe.rollout
         n2 = torch.tensor([pe.n_second_pass], device=r.value.device)
@@ -301,12 +297,6 @@ class DistributedPolicy(Policy):
     @staticmethod
     def _valid(rank: int, n: int, per: int) -> int:
         return max(0, min(n, (rank + 1) * per) - rank * per)
-
-    def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
-        idx = _share(len(obs), self.ctx.rank, self.ctx.world_size)
-        outs = self.wrapped("evaluate", obs.index(idx), [prompts[i] for i in idx.tolist()], chain[idx])
-        lp, ent, val = self._gathered(outs, len(obs))
-        return ChunkEvaluation(log_prob_elements=lp, entropy=ent, value=val)
 
     def evaluate_pair(
         self,

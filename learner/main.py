@@ -21,7 +21,8 @@ from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learner.device import DeviceUnavailableError, check_device_spec, resolve_device
-from learner.policy_args import add_policy_args, check_policy_args, load_init_policy, pi05_options
+from learner.policies.registry import PolicyInitError, policy_kind
+from learner.policy_args import add_policy_args, check_policy_args, load_init_policy
 from pde_contract.job_status import JobStatus, Phase, write_status
 from pde_contract.settings import (
     DEFAULT_ROBOT_CMD_ENDPOINT,
@@ -238,13 +239,13 @@ def _sft(argv: list[str], settings: LearnerSettings) -> int:
     status("loading")
 
     factory, key = None, None
-    if args.policy == "pi05":
-        from dataclasses import asdict
+    spec = policy_kind(args.policy)
+    if spec.starts_from_dir:
 
         def factory() -> Any:
             return load_init_policy(args, stats_from_demos=True)
 
-        key = {"pi05_init": str(Path(args.init).resolve()), "options": asdict(pi05_options(args))}
+        key = spec.init_key(args)
     try:
         path, metrics, cached = run_sft(
             args.demos,
@@ -319,13 +320,12 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         print(f"pde learner eval: the robot client is not available ({e})", file=sys.stderr)
         return 2
     store = CheckpointStore(args.checkpoints)
-    if args.policy == "pi05":  # the checkpoint directory as it is, before any SFT or PPO
+    if policy_kind(args.policy).starts_from_dir:  # the directory as it is, before any SFT or PPO
         from learner.checkpoints import LoadedCheckpoint
-        from learner.policies.pi05 import Pi05CheckpointError
 
         try:
             policy = load_init_policy(args, device)
-        except Pi05CheckpointError as e:
+        except PolicyInitError as e:
             print(f"pde learner eval: {e}", file=sys.stderr)
             return 2
         loaded: LoadedCheckpoint | None = LoadedCheckpoint(0, Path(args.init), policy, {}, None)

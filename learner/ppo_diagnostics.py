@@ -180,7 +180,7 @@ def snapshot(
         means.append(torch.from_numpy(s.chain[:, -1]).float())
         if net is not None:
             feats = net.encode_observations(obs)
-            heads.append(net.head_means(net.condition(feats, [p] * len(obs)), chains.to(net.device)))
+            heads.append(net.action_head.means(net.condition(feats, [p] * len(obs)), chains.to(net.device)))
     return PromptSnapshot(list(prompts), torch.stack(means), heads if net is not None else None)
 
 
@@ -207,7 +207,7 @@ def movement(
             d.move_toward = label
             d.move_toward_frac = float(move.flatten() @ gap / gap.pow(2).sum().clamp(min=1e-12))
         if net is not None and before.head_means is not None and after.head_means is not None:
-            d.kl_new_old = float(net.head_kl(after.head_means[i], before.head_means[i]).mean())
+            d.kl_new_old = float(net.action_head.kl(after.head_means[i], before.head_means[i]).mean())
     whole = out.get(POOL)
     parts = [out[names[p]] for p in before.prompts[1:] if names[p] in out]
     if whole is not None and parts:  # the pool as a whole: its prompts' average

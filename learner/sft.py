@@ -35,7 +35,6 @@ import torch.distributed as dist
 from learner.checkpoints import CheckpointStore
 from learner.paraphrases import WordingTable, training_prompt
 from learner.policies.base import DemoRows, ObsBatch, Policy
-from learner.policies.pi05 import Pi05Policy
 from learner.policies.vla import SmallVLAPolicy, VLAConfig
 from learner.sft_stream import EpisodeFileSource, EpisodeSource, SFTStream, open_stream
 from pde_contract.episodes import EPISODE_SUFFIXES, EpisodeFile, read_episode, rows_that_ran
@@ -212,12 +211,6 @@ def memory_dataset(policy: Policy, source: EpisodeSource) -> SFTDataset:
     return SFTDataset(ObsBatch.cat(obs), np.concatenate(actions), prompts, tasks)
 
 
-def set_normalization_from(policy: SmallVLAPolicy, states: np.ndarray, actions: np.ndarray) -> None:
-    """From every sample's raw state [N, 15] and action window [N, T, D]."""
-    rows = actions.reshape(-1, actions.shape[-1])
-    policy.set_normalization(rows.mean(0), rows.std(0), states.mean(0), states.std(0))
-
-
 def _statistics(data: SFTDataset | SFTStream) -> tuple[np.ndarray, np.ndarray]:
     """Every sample's raw state and action window, for the normalisation."""
     if isinstance(data, SFTStream):
@@ -289,10 +282,7 @@ def train_sft(
         )
     mine = torch.tensor_split(torch.arange(batch), world)[rank]
     states, windows = _statistics(data)
-    if isinstance(policy, SmallVLAPolicy):
-        set_normalization_from(policy, states, windows)
-    elif isinstance(policy, Pi05Policy) and not policy.statistics_known:
-        policy.set_statistics_from(states, windows)
+    policy.fit_statistics(states, windows)
     model: Policy = policy
     dp: DistributedPolicy | None = None
     if ctx is not None:

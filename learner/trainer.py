@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -137,6 +137,64 @@ def build_rollout_batch(policy: Policy, batch: Batch) -> RolloutBatch:
     )
 
 
+@dataclass
+class _UpdateStart:
+    """An update's start, at theta_old: behaviour log-probs and w0 per ratio unit, the units of rows
+    that ran, the chunks' prompt sources and the per-source diagnostics being filled in."""
+
+    old_units: torch.Tensor  # [N, U]
+    log_w0: torch.Tensor  # [N, U]
+    units_ran: torch.Tensor  # [N, U] bool
+    sources: dict[str, np.ndarray]
+    pool_texts: list[str]
+    per_source: dict[str, mech.SourceDiagnostics]
+
+
+@dataclass
+class _LossTensors:
+    """The loss's inputs on the policy's device."""
+
+    adv: torch.Tensor
+    weights: torch.Tensor
+    returns: torch.Tensor
+    old_values: torch.Tensor
+    old_units: torch.Tensor
+    log_w0: torch.Tensor
+    units_ran: torch.Tensor
+    differs: torch.Tensor
+
+
+@dataclass
+class _Steps:
+    """What the minibatch steps of one update measured."""
+
+    clips: mech.ClipCounter
+    approx_kls: list[float] = field(default_factory=list)
+    clipfracs: list[float] = field(default_factory=list)
+    pg_losses: list[float] = field(default_factory=list)
+    v_losses: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    kept: list[float] = field(default_factory=list)
+    anchors: list[float] = field(default_factory=list)
+    early_stop: bool = False
+
+    def stats(self) -> dict[str, float]:
+        out = {
+            "pg_loss": float(np.mean(self.pg_losses)),
+            "v_loss": float(np.mean(self.v_losses)),
+            "entropy": float(np.mean(self.entropies)),
+            "approx_kl": float(np.mean(self.approx_kls)),
+            "approx_kl_last": float(self.approx_kls[-1]),
+            "clipfrac": float(np.mean(self.clipfracs)),
+            "kept_frac": float(np.mean(self.kept)),
+            "early_stop": float(self.early_stop),
+            "minibatch_steps": float(len(self.pg_losses)),
+        }
+        if self.anchors:
+            out["pool_anchor"] = float(np.mean(self.anchors))
+        return out
+
+
 class Trainer:
     """Owns the training copy of the policy and its optimiser. ``update`` is blocking; the loop runs
     it in a background thread and swaps ``policy_snapshot()`` into the actor between episodes."""
@@ -180,16 +238,11 @@ class Trainer:
     def _evaluate(self, rb: RolloutBatch, idx: np.ndarray) -> PairEvaluation:
         obs, chains = rb.obs.index(idx), rb.chains[idx]
         rps = [rb.rollout_prompts[i] for i in idx]
-        if self.config.ratio_variant in ("rollout", "plain"):
-            # single-prompt variants need no canonical pass for the loss
-            ev = self.policy.evaluate(obs, rps, chains)
-            return PairEvaluation(
-                rollout=ev,
-                canonical_log_prob_elements=ev.log_prob_elements,
-                prompt_kl=torch.zeros_like(ev.value),
-                n_second_pass=0,
-            )
-        return self.policy.evaluate_pair(obs, rps, [rb.canonical_prompts[i] for i in idx], chains)
+        # Single-prompt variants need no canonical pass for the loss: the rollout prompt as both
+        # prompts makes none (the canonical log-probs are then the rollout's, the prompt KL 0).
+        single = self.config.ratio_variant in ("rollout", "plain")
+        cps = rps if single else [rb.canonical_prompts[i] for i in idx]
+        return self.policy.evaluate_pair(obs, rps, cps, chains)
 
     def _advantages(
         self, rb: RolloutBatch, stats: dict[str, float]
@@ -300,31 +353,62 @@ class Trainer:
         return rb.obs.index(rows[idx]), rb.chains[rows[idx]], [canonical, *pools]
 
     def update(self, batch: Batch) -> dict[str, float]:
-        cfg = self.config
+        """One PPO update: the batch's start-of-update quantities (theta_old's log-probs under both
+        prompts, w0, the diagnostics' first half), the epochs of minibatch steps, the statistics."""
         t_start = time.perf_counter()
         self.policy.train()
         rb = build_rollout_batch(self.policy, batch)
-        n = len(rb)
         differs = np.array([r != c for r, c in zip(rb.rollout_prompts, rb.canonical_prompts, strict=True)])
-        if cfg.ratio_variant == "plain" and differs.any():
+        if self.config.ratio_variant == "plain" and differs.any():
             raise ValueError(
                 "ratio_variant 'plain' is single-prompt PPO on the canonical prompt, but "
                 f"{int(differs.sum())} chunks were rolled out under another prompt; use 'mixed'"
             )
         stats: dict[str, float] = {
-            "n_chunks": float(n),
+            "n_chunks": float(len(rb)),
             "n_other_prompt_chunks": float(differs.sum()),
             "person_rows_left_out": float(rb.person_rows_left_out),
         }
-        b_advantages, b_returns, b_weights = self._advantages(rb, stats)
+        advantages, returns, weights = self._advantages(rb, stats)
+        start = self._start_of_update(rb, differs, stats)
+        tensors = self._loss_tensors(rb, start, differs, advantages, returns, weights)
+        self._half_gradient_norms(
+            rb, start.sources, start.per_source, tensors.adv, tensors.weights, tensors.old_units,
+            tensors.log_w0, tensors.units_ran,
+        )  # fmt: skip
+        watched = self._watched(rb, start.pool_texts)
+        before = mech.snapshot(self.policy, *watched, seed=self.config.seed) if watched else None
+        steps = self._epochs(rb, start, tensors)
+        self.n_updates += 1
+        self.policy.eval()
+        for name, frac in steps.clips.fractions().items():
+            start.per_source[name].clipfrac = frac
+        if before is not None and watched is not None:
+            after = mech.snapshot(self.policy, *watched, seed=self.config.seed)
+            names = {rb_c: mech.CANONICAL for rb_c in before.prompts[:1]}
+            names.update({p: f"{mech.POOL}{start.pool_texts.index(p) + 1}" for p in before.prompts[1:]})
+            mech.movement(self.policy, before, after, start.per_source, names)
+        self.last_diagnostics = mech.UpdateDiagnostics(list(start.per_source.values()))
+        stats.update(self.last_diagnostics.metrics())
+        stats.update(steps.stats())
+        stats["explained_variance"] = explained_variance(rb.old_values, returns)
+        stats["mean_reward"] = float(rb.episode_rewards.mean())
+        stats["update_s"] = time.perf_counter() - t_start
+        stats["n_updates"] = float(self.n_updates)
+        return stats
 
-        # Initial pass at theta_old: per-element log-probs under both prompts, prompt KL (no grad)
-        t, d = self.policy.chunk_len, self.policy.action_dim
+    def _start_of_update(
+        self, rb: RolloutBatch, differs: np.ndarray, stats: dict[str, float]
+    ) -> _UpdateStart:
+        """theta_old's per-element log-probs under both prompts and the prompt KL (no grad), the
+        behaviour log-probs per ratio unit, w0, and the per-source diagnostics' start."""
+        cfg = self.config
+        n, t, d = len(rb), self.policy.chunk_len, self.policy.action_dim
         logp_r0, logp_c0 = torch.zeros(n, t, d), torch.zeros(n, t, d)
         kl0 = np.zeros(n)
         with torch.no_grad():
-            for start in range(0, n, cfg.minibatch_size):
-                idx = np.arange(start, min(n, start + cfg.minibatch_size))
+            for first in range(0, n, cfg.minibatch_size):
+                idx = np.arange(first, min(n, first + cfg.minibatch_size))
                 ev = self.policy.evaluate_pair(
                     rb.obs.index(idx),
                     [rb.rollout_prompts[i] for i in idx],
@@ -342,7 +426,7 @@ class Trainer:
         # Rows the robot never ran (overlapped inference: skipped or preempted) leave the ratios.
         ran = rb.rows_ran.unsqueeze(-1)
         old_elems, logp_r0, logp_c0 = old_elems * ran, logp_r0 * ran, logp_c0 * ran
-        t_units_ran = (ratio_units(ran.expand(-1, -1, d).float(), cfg.ratio_unit) > 0).to(self.policy.device)
+        units_ran = ratio_units(ran.expand(-1, -1, d).float(), cfg.ratio_unit) > 0
         stats["old_log_prob_reevaluated_frac"] = float(missing.any(-1).any(-1).float().mean())
         old_units = ratio_units(old_elems, cfg.ratio_unit)
         log_w0 = ratio_units(mixed_log_prob(cfg.ratio_variant, logp_r0, logp_c0), cfg.ratio_unit) - old_units
@@ -357,117 +441,89 @@ class Trainer:
         pool_texts = mech.pool_prompt_texts(rb.rollout_prompts, rb.canonical_prompts)
         texts = {f"{mech.POOL}{i}": p for i, p in enumerate(pool_texts, start=1)}
         _, keep0 = guard_w0(log_w0, log_w0, cfg.w0_guard, cfg.w0_log_max)
-        per_source = mech.start_of_update(
-            sources, log_w0, keep0 & (ratio_units(ran.expand(-1, -1, d).float(), cfg.ratio_unit) > 0),
-            cfg.clip_coef, texts,
-        )  # fmt: skip
+        per_source = mech.start_of_update(sources, log_w0, keep0 & units_ran, cfg.clip_coef, texts)
         if differs.any():
             chunk_lr = (logp_c0 - logp_r0).flatten(1).sum(1).numpy()
             stats.update(ratio_stats("prompt_ratio", chunk_lr[differs]))
             stats["prompt_kl"] = float(kl0[differs].mean())
+        return _UpdateStart(old_units, log_w0, units_ran, sources, pool_texts, per_source)
 
-        # The loss runs where the policy is; the batch was assembled on the CPU.
+    def _loss_tensors(
+        self,
+        rb: RolloutBatch,
+        start: _UpdateStart,
+        differs: np.ndarray,
+        advantages: np.ndarray,
+        returns: np.ndarray,
+        weights: np.ndarray,
+    ) -> _LossTensors:
+        """What the loss reads, on the policy's device (the batch was assembled on the CPU)."""
         device = self.policy.device
-        t_adv = torch.from_numpy(b_advantages).float().to(device)
-        if cfg.norm_adv and n > 1:
-            t_adv = (t_adv - t_adv.mean()) / (t_adv.std() + 1e-8)
-        t_weights = torch.from_numpy(b_weights).float().to(device)
-        t_returns = torch.from_numpy(b_returns).float().to(device)
-        t_old_values = torch.from_numpy(rb.old_values).float().to(device)
-        t_old_units = old_units.to(device)
-        t_log_w0 = log_w0.to(device)
-        t_differs = torch.from_numpy(differs).to(device)
+        adv = torch.from_numpy(advantages).float().to(device)
+        if self.config.norm_adv and len(rb) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        return _LossTensors(
+            adv=adv,
+            weights=torch.from_numpy(weights).float().to(device),
+            returns=torch.from_numpy(returns).float().to(device),
+            old_values=torch.from_numpy(rb.old_values).float().to(device),
+            old_units=start.old_units.to(device),
+            log_w0=start.log_w0.to(device),
+            units_ran=start.units_ran.to(device),
+            differs=torch.from_numpy(differs).to(device),
+        )
+
+    def _epochs(self, rb: RolloutBatch, start: _UpdateStart, tt: _LossTensors) -> _Steps:
+        """``update_epochs`` passes of shuffled minibatches, stopped early past ``target_kl``."""
+        cfg = self.config
         # the pool prompt's own likelihood is unbounded only where the canonical one enters the ratio
         anchored = cfg.pool_anchor_coef > 0 and cfg.ratio_variant in ("mixed", "canonical")
-        self._half_gradient_norms(
-            rb, sources, per_source, t_adv, t_weights, t_old_units, t_log_w0, t_units_ran
-        )
-        watched = self._watched(rb, pool_texts)
-        before = mech.snapshot(self.policy, *watched, seed=cfg.seed) if watched else None
-        clips = mech.ClipCounter(list(sources))
-
-        # Epochs x minibatches
-        approx_kls, clipfracs, pg_losses, v_losses, entropies, kept = [], [], [], [], [], []
-        anchors: list[float] = []
-        b_inds = np.arange(n)
-        stop = False
+        steps = _Steps(clips=mech.ClipCounter(list(start.sources)))
+        b_inds = np.arange(len(rb))
         for _epoch in range(cfg.update_epochs):
             self.rng.shuffle(b_inds)
-            for start in range(0, n, cfg.minibatch_size):
-                mb = b_inds[start : start + cfg.minibatch_size]
-                ev = self._evaluate(rb, mb)
-                new_units = ratio_units(
-                    mixed_log_prob(
-                        cfg.ratio_variant, ev.rollout.log_prob_elements, ev.canonical_log_prob_elements
-                    )
-                    * rb.rows_ran[mb].unsqueeze(-1).to(device),
-                    cfg.ratio_unit,
-                )
-                log_ratio, keep = guard_w0(
-                    new_units - t_old_units[mb], t_log_w0[mb], cfg.w0_guard, cfg.w0_log_max
-                )
-                keep = keep & t_units_ran[mb]
-                clips.add(sources, mb, log_ratio.detach(), keep, cfg.clip_coef)
+            for first in range(0, len(rb), cfg.minibatch_size):
+                mb = b_inds[first : first + cfg.minibatch_size]
+                approx_kl = self._minibatch_step(rb, start, tt, mb, anchored, steps)
+                if cfg.target_kl is not None and approx_kl > cfg.target_kl:
+                    steps.early_stop = True
+                    return steps
+        return steps
 
-                pl = clipped_policy_loss(
-                    log_ratio, t_adv[mb], cfg.clip_coef, cfg.dual_clip, keep, t_weights[mb]
-                )
-                v_loss = value_loss(
-                    ev.rollout.value, t_old_values[mb], t_returns[mb], cfg.clip_coef, cfg.clip_vloss
-                )
-                entropy = ev.rollout.entropy.mean()
-                loss = pl.pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-                if anchored and bool(t_differs[mb].any()):
-                    anchor = self._pool_anchor(rb, mb, ev.rollout.log_prob_elements, t_old_units[mb],
-                                               t_units_ran[mb], t_weights[mb] * t_differs[mb])  # fmt: skip
-                    loss = loss + cfg.pool_anchor_coef * anchor
-                    anchors.append(float(anchor.detach()))
-
-                self.optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
-
-                approx_kls.append(pl.approx_kl)
-                clipfracs.append(pl.clipfrac)
-                pg_losses.append(float(pl.pg_loss.detach()))
-                v_losses.append(float(v_loss.detach()))
-                entropies.append(float(entropy.detach()))
-                kept.append(float(keep.float().mean()))
-                if cfg.target_kl is not None and pl.approx_kl > cfg.target_kl:
-                    stop = True
-                    break
-            if stop:
-                break
-
-        self.n_updates += 1
-        self.policy.eval()
-        for name, frac in clips.fractions().items():
-            per_source[name].clipfrac = frac
-        if before is not None and watched is not None:
-            after = mech.snapshot(self.policy, *watched, seed=cfg.seed)
-            names = {rb_c: mech.CANONICAL for rb_c in before.prompts[:1]}
-            names.update({p: f"{mech.POOL}{pool_texts.index(p) + 1}" for p in before.prompts[1:]})
-            mech.movement(self.policy, before, after, per_source, names)
-        self.last_diagnostics = mech.UpdateDiagnostics(list(per_source.values()))
-        stats.update(self.last_diagnostics.metrics())
-        if anchors:
-            stats["pool_anchor"] = float(np.mean(anchors))
-        stats.update(
-            {
-                "pg_loss": float(np.mean(pg_losses)),
-                "v_loss": float(np.mean(v_losses)),
-                "entropy": float(np.mean(entropies)),
-                "approx_kl": float(np.mean(approx_kls)),
-                "approx_kl_last": float(approx_kls[-1]),
-                "clipfrac": float(np.mean(clipfracs)),
-                "kept_frac": float(np.mean(kept)),
-                "explained_variance": explained_variance(rb.old_values, b_returns),
-                "mean_reward": float(rb.episode_rewards.mean()),
-                "early_stop": float(stop),
-                "minibatch_steps": float(len(pg_losses)),
-                "update_s": time.perf_counter() - t_start,
-                "n_updates": float(self.n_updates),
-            }
+    def _minibatch_step(
+        self, rb: RolloutBatch, start: _UpdateStart, tt: _LossTensors, mb: np.ndarray, anchored: bool,
+        steps: _Steps,
+    ) -> float:  # fmt: skip
+        """One gradient step on minibatch ``mb``; returns its approx_kl."""
+        cfg = self.config
+        ev = self._evaluate(rb, mb)
+        new_units = ratio_units(
+            mixed_log_prob(cfg.ratio_variant, ev.rollout.log_prob_elements, ev.canonical_log_prob_elements)
+            * rb.rows_ran[mb].unsqueeze(-1).to(self.policy.device),
+            cfg.ratio_unit,
         )
-        return stats
+        log_ratio, keep = guard_w0(new_units - tt.old_units[mb], tt.log_w0[mb], cfg.w0_guard, cfg.w0_log_max)
+        keep = keep & tt.units_ran[mb]
+        steps.clips.add(start.sources, mb, log_ratio.detach(), keep, cfg.clip_coef)
+        pl = clipped_policy_loss(log_ratio, tt.adv[mb], cfg.clip_coef, cfg.dual_clip, keep, tt.weights[mb])
+        v_loss = value_loss(
+            ev.rollout.value, tt.old_values[mb], tt.returns[mb], cfg.clip_coef, cfg.clip_vloss
+        )
+        entropy = ev.rollout.entropy.mean()
+        loss = pl.pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        if anchored and bool(tt.differs[mb].any()):
+            anchor = self._pool_anchor(rb, mb, ev.rollout.log_prob_elements, tt.old_units[mb],
+                                       tt.units_ran[mb], tt.weights[mb] * tt.differs[mb])  # fmt: skip
+            loss = loss + cfg.pool_anchor_coef * anchor
+            steps.anchors.append(float(anchor.detach()))
+        self.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        steps.approx_kls.append(pl.approx_kl)
+        steps.clipfracs.append(pl.clipfrac)
+        steps.pg_losses.append(float(pl.pg_loss.detach()))
+        steps.v_losses.append(float(v_loss.detach()))
+        steps.entropies.append(float(entropy.detach()))
+        steps.kept.append(float(keep.float().mean()))
+        return pl.approx_kl

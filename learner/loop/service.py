@@ -20,6 +20,7 @@ from learner.loop.core import SERVICE_NAME, EpisodeLoop
 from learner.loop.settings import LoopSettings
 from learner.loop.takeover import StorePageCommands, TakeoverActor
 from learner.loop.training import BackgroundTrainer, TrainedVersion, TrainerLike
+from learner.policies.registry import PolicyInitError, policy_kind
 from learner.policy_args import add_policy_args, load_init_policy
 from pde_contract.messages import ActionSpace
 from pde_contract.service_state import LoopPhase, LoopState
@@ -142,17 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     store = Store.open(settings.database_url, layout.media)
     checkpoints = CheckpointStore(layout.checkpoints)
     loaded = checkpoints.latest(device)
-    if loaded is None and settings.policy == "pi05":
-        # A first run from a π0.5 checkpoint directory: it becomes version 0 (no SFT needed first).
-        from learner.policies.pi05 import Pi05CheckpointError
-
+    from_dir = policy_kind(settings.policy).starts_from_dir
+    if loaded is None and from_dir:
+        # A first run from a checkpoint directory (π0.5's): it becomes version 0 (no SFT needed first).
         try:
             checkpoints.save(load_init_policy(settings), 0, {"init_from_dir": 1.0})
-        except Pi05CheckpointError as e:
+        except PolicyInitError as e:
             print(f"pde loop: {e}", file=sys.stderr)
             return 2
         loaded = checkpoints.latest(device)
-    elif loaded is not None and settings.policy == "pi05":
+    elif loaded is not None and from_dir:
         log.info(
             "resuming from %s; --init %s is used only when there is no checkpoint", loaded.path, settings.init
         )

@@ -14,7 +14,8 @@ from learner.checkpoint_files import Retention
 from learner.device import check_device_spec
 from learner.mixture import AlphaSchedule
 from learner.policies.pi05_options import Trainable
-from learner.policy_args import DEFAULT_POLICY, PolicyKind, check_policy_args, pi05_options
+from learner.policies.registry import DEFAULT_POLICY
+from learner.policy_args import check_policy_args, pi05_options
 from learner.ppo_config import PPOConfig
 from pde_contract.settings import (
     data_dir_field,
@@ -134,8 +135,9 @@ class LoopSettings(BaseSettings):
 
     # The policy (the flags of learner/policy_args.py, same names): how a first run without a
     # checkpoint makes version 0. A run that resumes from data_dir/checkpoints uses that policy.
-    policy: PolicyKind = DEFAULT_POLICY
-    """small (also when empty): the checkpoints' policy (`pde learner sft` made version 0); pi05:
+    policy: str = DEFAULT_POLICY
+    """A row of learner/policies/registry.py's POLICY_KINDS. small (also when empty): the checkpoints'
+    policy (`pde learner sft` made version 0); pi05:
     version 0 is made from the π0.5 checkpoint directory ``init`` when there is no checkpoint yet."""
     init: str = ""
     """The π0.5 checkpoint directory (docs/pi05.md); policy pi05 only. A checkpoint trained with

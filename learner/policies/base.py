@@ -8,11 +8,12 @@ the observation encoding, is computed once per sample and shared between the rol
 canonical prompt; rows whose rollout prompt is the canonical one get no second pass.
 
 Three pieces:
-- ``Policy``: the public interface (preprocess, sample, evaluate, evaluate_pair, supervised_loss,
-  checkpoint_state), which callers type against;
+- ``Policy``: the public interface (preprocess, sample, evaluate_pair, supervised_loss,
+  checkpoint_state / from_checkpoint_state), which callers type against; a PPO pass under one
+  prompt is ``evaluate_pair(obs, p, p, chain).rollout`` (no second pass where the prompts are equal);
 - ``PolicyNetwork``: the network hooks (observation encoding, prompt conditioning, the action head's
   means, log-prob, KL and sampling, value, de-normalisation, the SFT loss), which the functions
-  ``sample_chunks``, ``evaluate_chunks`` and ``evaluate_chunk_pair`` run, written once here;
+  ``sample_chunks`` and ``evaluate_chunk_pair`` run, written once here;
 - ``ChunkPolicy``: the template a policy subclasses, a Policy over its own network hooks;
   ``FlowChunkPolicy`` writes the action head's four for a flow-SDE chain over a velocity field.
 ``learner/distributed.py`` runs those functions over the network inside DDP/FSDP.
@@ -32,6 +33,8 @@ import torch
 from torch import nn
 
 from learner.policies import flow_sde
+from learner.policies.choice import PolicyChoice
+from learner.policies.heads import ActionHead, FlowHead
 from pde_contract.messages import ActionSpace, Observation, ServerInfo
 
 log = logging.getLogger(__name__)
@@ -157,7 +160,7 @@ def weights_device(module: nn.Module) -> torch.device:
 
 
 class Policy(nn.Module, ABC):
-    """The public boundary: what the actor (``sample``), PPO (``evaluate``, ``evaluate_pair``), SFT
+    """The public boundary: what the actor (``sample``), PPO (``evaluate_pair``), SFT
     (``supervised_loss``) and checkpoints (``checkpoint_state``) call. A new policy does not write it:
     it subclasses ``ChunkPolicy`` (or ``FlowChunkPolicy``), which writes these over the network hooks
     of ``PolicyNetwork``."""
@@ -177,10 +180,6 @@ class Policy(nn.Module, ABC):
         """One action chunk per observation under its prompt, with what PPO needs of it."""
 
     @abstractmethod
-    def evaluate(self, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor) -> ChunkEvaluation:
-        """Stored chains [B, K+1, T, D] re-evaluated under ``prompts`` (with gradients)."""
-
-    @abstractmethod
     def evaluate_pair(
         self,
         obs: ObsBatch,
@@ -194,14 +193,36 @@ class Policy(nn.Module, ABC):
     def supervised_loss(self, rows: DemoRows) -> torch.Tensor:
         """Behaviour-cloning loss on demonstration chunks, for SFT (learner/sft.py)."""
 
-    @abstractmethod
     def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The random draws of ``supervised_loss`` for ``n`` rows (flow noise, flow times), from the
-        global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows."""
+        global CPU stream: every rank of a torchrun job draws the same whole batch and takes its rows.
+        A ``ChunkPolicy`` inherits its action head's (``ActionHead.supervised_draws``), so SFT is one
+        hook for it to write, ``demo_loss``."""
+        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
+
+    def fit_statistics(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """SFT's demonstrations, before the first step: every sample's raw state [N, S] and action
+        window [N, T, D] in action-space units, for a policy that normalises by them (none here)."""
 
     @abstractmethod
     def checkpoint_state(self) -> dict[str, Any]:
-        """Everything needed to rebuild this policy (config, weights, statistics, caches)."""
+        """Everything needed to rebuild this policy (config, weights, statistics, caches), with the
+        ``kind`` field of its row in ``learner/policies/registry.py``."""
+
+    @classmethod
+    def from_checkpoint_state(cls, state: dict[str, Any]) -> Policy:
+        """The policy ``checkpoint_state`` stored (every kind in the registry writes it)."""
+        raise NotImplementedError(f"{cls.__name__} cannot be loaded from a checkpoint")
+
+    @classmethod
+    def from_init_dir(cls, choice: PolicyChoice, stats_from_demos: bool = False) -> Policy:
+        """The policy of ``choice.init`` (a kind whose registry row ``starts_from_dir``)."""
+        raise NotImplementedError(f"{cls.__name__} starts from `pde learner sft`, not from --init DIR")
+
+    @classmethod
+    def init_key(cls, choice: PolicyChoice) -> dict[str, Any]:
+        """What SFT's cache key records of the policy ``from_init_dir`` builds."""
+        raise NotImplementedError(f"{cls.__name__} starts from `pde learner sft`, not from --init DIR")
 
     def value_parameters(self) -> list[nn.Parameter]:
         """Parameters that only the value loss trains (the trainer gives them their own step size:
@@ -250,7 +271,7 @@ class Policy(nn.Module, ABC):
 
 
 class PolicyNetwork(nn.Module, ABC):
-    """The network behind a policy: the hooks that ``sample_chunks``, ``evaluate_chunks``,
+    """The network behind a policy: the hooks that ``sample_chunks``,
     ``evaluate_chunk_pair`` (written once, below) and SFT run. A distributed engine wraps this, not
     the policy (learner/distributed.py), since the network is all that trains."""
 
@@ -262,28 +283,16 @@ class PolicyNetwork(nn.Module, ABC):
     def condition(self, obs_features: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
         """Fuse observation features with prompts: conditioning [B, C] for the heads."""
 
+    @property
     @abstractmethod
-    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
-        """Distribution parameters of every stochastic step of stored chains [B, K+1, T, D]
-        (transition means for flow-SDE, the chunk mean for a Gaussian head): [B, K, T, D]."""
-
-    @abstractmethod
-    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log_prob [B, T, D] of each executed element, entropy [B]) of chains given ``head_means``.
-        Only the executed action columns count: padded model columns never reach the robot."""
-
-    @abstractmethod
-    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
-        """KL between the two conditioned distributions along the stored chains, [B]."""
+    def action_head(self) -> ActionHead:
+        """The action head over this network's conditioning (learner/policies/heads.py: ``FlowHead``
+        over a velocity field, ``GaussianHead`` over a chunk mean), built from the network's own
+        weights each time it is asked for."""
 
     @abstractmethod
     def value(self, cond: torch.Tensor) -> torch.Tensor:
         """State value [B] under the conditioning's prompt."""
-
-    @abstractmethod
-    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """(chain [B, K+1, T, D] normalised, log_prob [B, T, D] per executed element; NaN when
-        deterministic, whose K may differ: such chains are for acting, not for PPO)."""
 
     @abstractmethod
     def denormalize_actions(self, actions_norm: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
@@ -316,19 +325,9 @@ def sample_chunks(
     check_len(obs, prompts, "prompts")
     obs = obs.to(net.device)
     cond = net.condition(net.encode_observations(obs), prompts)
-    chain, log_prob = net.sample_chain(cond, deterministic)
+    chain, log_prob = net.action_head.sample_chain(cond, deterministic)
     actions = net.denormalize_actions(chain[:, -1], obs.state)
     return chunk_sample(actions, chain, log_prob, net.value(cond))
-
-
-def evaluate_chunks(
-    net: PolicyNetwork, obs: ObsBatch, prompts: Sequence[str], chain: torch.Tensor
-) -> ChunkEvaluation:
-    check_len(obs, prompts, "prompts")
-    obs, chain = obs.to(net.device), chain.to(net.device)
-    cond = net.condition(net.encode_observations(obs), prompts)
-    log_prob, entropy = net.head_log_prob(chain, net.head_means(cond, chain))
-    return ChunkEvaluation(log_prob_elements=log_prob, entropy=entropy, value=net.value(cond))
 
 
 def evaluate_chunk_pair(
@@ -350,15 +349,16 @@ def evaluate_chunk_pair(
     prompts = list(rollout_prompts) + [canonical_prompts[i] for i in second.tolist()]
     cond = net.condition(torch.cat([feats, feats[second]]), prompts)
     chains = torch.cat([chain, chain[second]])
-    means = net.head_means(cond, chains)
-    log_prob, entropy = net.head_log_prob(chains, means)
+    head = net.action_head
+    means = head.means(cond, chains)
+    log_prob, entropy = head.log_prob(chains, means)
     b = len(obs)
     rollout = ChunkEvaluation(log_prob_elements=log_prob[:b], entropy=entropy[:b], value=net.value(cond[:b]))
     canonical = log_prob[:b].clone()
     prompt_kl = torch.zeros(b, dtype=log_prob.dtype, device=log_prob.device)
     if n2:
         canonical = canonical.index_copy(0, second, log_prob[b:])
-        kl = net.head_kl(means[:b][second], means[b:])
+        kl = head.kl(means[:b][second], means[b:])
         prompt_kl = prompt_kl.index_copy(0, second, kl)
     return PairEvaluation(
         rollout=rollout, canonical_log_prob_elements=canonical, prompt_kl=prompt_kl, n_second_pass=n2
@@ -368,27 +368,29 @@ def evaluate_chunk_pair(
 class ChunkPolicy(Policy, PolicyNetwork):
     """The template every policy subclasses: a Policy that is its own network. A new policy writes
     ``preprocess``, ``checkpoint_state`` and the network hooks (``PolicyNetwork``; a flow-matching
-    head's four come from ``FlowChunkPolicy``), and for SFT ``demo_loss`` and ``supervised_noise``;
-    ``sample``, ``evaluate``, ``evaluate_pair`` and ``supervised_loss`` are written once, here and
+    head from ``FlowChunkPolicy``), and for SFT ``demo_loss`` (the draws come from its head);
+    ``sample``, ``evaluate_pair`` and ``supervised_loss`` are written once, here and
     above."""
 
     sample = sample_chunks
-    evaluate = evaluate_chunks
     evaluate_pair = evaluate_chunk_pair
 
     def supervised_loss(self, rows: DemoRows) -> torch.Tensor:
         return self.demo_loss(rows)
 
     def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError(f"{type(self).__name__} has no supervised loss")
+        return self.action_head.supervised_draws(n)
+
+    def noise_parameters(self) -> list[nn.Parameter]:
+        return self.action_head.noise_parameters()
 
 
 class FlowChunkPolicy(ChunkPolicy):
     """A ChunkPolicy whose action head is a flow-SDE chain (learner/policies/flow_sde.py) over its
-    network's velocity field: it writes ``velocity_fn`` and sets ``schedule`` instead of writing the
-    four head hooks. The network may predict more action columns (``model_action_dim``) than the
-    robot executes (``action_dim``; π0.5 pads 7 to 32): only the executed ones count in
-    log-probabilities and KL, since the padded ones never reach the robot."""
+    network's velocity field (a ``FlowHead``): it writes ``velocity_fn`` and sets ``schedule``. The
+    network may predict more action columns (``model_action_dim``) than the robot executes
+    (``action_dim``; π0.5 pads 7 to 32): only the executed ones count in log-probabilities and KL,
+    since the padded ones never reach the robot."""
 
     schedule: flow_sde.FlowSDESchedule  # the stochastic chain the actor samples and PPO evaluates
 
@@ -406,24 +408,16 @@ class FlowChunkPolicy(ChunkPolicy):
         """Action columns D' the network predicts (``action_dim`` unless it pads)."""
         return self.action_dim
 
-    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
-        return flow_sde.chain_means(self.velocity_fn(cond), chain, self.schedule)
-
-    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Only the executed columns: counting π0.5's padded 25 of 32 would add their noise to every ratio.
-        log_prob = flow_sde.chain_log_prob_from_means(chain, means, self.schedule)[..., : self.action_dim]
-        ent = flow_sde.chain_entropy(self.schedule, self.chunk_len * self.action_dim)
-        return log_prob, torch.full(log_prob.shape[:1], ent, dtype=log_prob.dtype, device=log_prob.device)
-
-    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
-        d = self.action_dim
-        return flow_sde.chain_kl(means_p[..., :d], means_q[..., :d], self.schedule)
-
-    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        noise = torch.randn(cond.shape[0], self.chunk_len, self.model_action_dim, device=cond.device)
-        schedule = self.acting_schedule if deterministic else self.schedule
-        chain, log_prob = flow_sde.sample_chain(self.velocity_fn(cond), noise, schedule, deterministic)
-        return chain, log_prob[..., : self.action_dim]
+    @property
+    def action_head(self) -> ActionHead:
+        return FlowHead(
+            self.velocity_fn,
+            self.schedule,
+            self.acting_schedule,
+            self.chunk_len,
+            self.action_dim,
+            self.model_action_dim,
+        )
 
 
 def check_len(obs: ObsBatch, prompts: Sequence[str], name: str) -> None:

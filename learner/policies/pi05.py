@@ -39,6 +39,7 @@ from torch import nn
 
 from learner.policies import flow_sde
 from learner.policies.base import ActingChoice, ChunkSample, DemoRows, FlowChunkPolicy, ObsBatch, Policy
+from learner.policies.choice import PolicyChoice
 from learner.policies.observations import STATE_DIM
 from learner.policies.pi05_checkpoint import (
     MAPPING_FILE,
@@ -51,7 +52,7 @@ from learner.policies.pi05_checkpoint import (
     tokenizer_from_json,
 )
 from learner.policies.pi05_model import Pi05Config, Pi05Model, PrefixCache
-from learner.policies.pi05_options import Pi05Options
+from learner.policies.pi05_options import Pi05Options, pi05_options
 from learner.policies.pi05_realtime import RealtimeSampler
 from pde_contract.jpeg import decode_jpeg
 from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, Observation, ServerInfo, state_vector
@@ -229,6 +230,11 @@ class Pi05Policy(FlowChunkPolicy):
                 "`pde learner sft --policy pi05 --init DIR` (it takes them from the demos) and use that "
                 "checkpoint"
             )
+
+    def fit_statistics(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """The demos' statistics only for a checkpoint that has none: π0.5 keeps its own."""
+        if not self.statistics_known:
+            self.set_statistics_from(states, actions)
 
     def set_statistics_from(self, states: np.ndarray, actions: np.ndarray) -> None:
         """QUANTILES statistics from demonstrations: raw FR3 states [N, 15] and action chunks
@@ -449,6 +455,14 @@ class Pi05Policy(FlowChunkPolicy):
             "state_in_prompt": self.state_in_prompt,
             "state_dict": {k: v.detach().cpu().clone() for k, v in weights.items()},
         }
+
+    @classmethod
+    def from_init_dir(cls, choice: PolicyChoice, stats_from_demos: bool = False) -> Pi05Policy:
+        return load_pi05(choice.init, pi05_options(choice), stats_from_demos)
+
+    @classmethod
+    def init_key(cls, choice: PolicyChoice) -> dict[str, Any]:
+        return {"pi05_init": str(Path(choice.init).resolve()), "options": asdict(pi05_options(choice))}
 
     @classmethod
     def from_checkpoint_state(cls, state: dict[str, Any]) -> Pi05Policy:

@@ -39,6 +39,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from learner.policies.pi05_model import PALIGEMMA_VOCAB_SIZE, UNUSED_CHECKPOINT_KEYS, Pi05Config, Pi05Model
+from learner.policies.registry import PolicyInitError
 from pde_contract.messages import ACTION_DIMS, STATE_VECTOR_NAMES, ActionSpace
 
 # openpi's examples/convert_jax_model_to_pytorch.py writes a config.json of its own (action_dim,
@@ -88,7 +89,7 @@ GRIPPER_NAME = re.compile(r"gripper|finger")
 log = logging.getLogger(__name__)
 
 
-class Pi05CheckpointError(RuntimeError):
+class Pi05CheckpointError(PolicyInitError):
     """The π0.5 checkpoint directory is missing something or does not fit the robot."""
 
 

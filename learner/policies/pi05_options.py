@@ -3,8 +3,11 @@ reads their defaults for its help."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from learner.policies.choice import PolicyChoice
 
 Trainable = Literal["all", "no_vision", "expert", "lora"]
 TRAINABLE: tuple[Trainable, ...] = ("all", "no_vision", "expert", "lora")
@@ -35,3 +38,16 @@ class Pi05Options:
             raise ValueError(f"trainable={self.trainable!r}: use all, no_vision, expert or lora")
         if self.lora_rank < 1:
             raise ValueError(f"lora_rank must be >= 1, got {self.lora_rank}")
+
+
+def pi05_options(choice: PolicyChoice) -> Pi05Options:
+    """The options the flags or settings give; those left None keep ``Pi05Options``' default."""
+    given: dict[str, Any] = {
+        "trainable": choice.pi05_trainable,
+        "lora_rank": choice.pi05_lora_rank,
+        "flow_steps": choice.pi05_flow_steps,
+        "bf16": choice.bf16,
+        "gradient_checkpointing": choice.gradient_checkpointing,
+    }
+    known = {f.name for f in fields(Pi05Options)}
+    return Pi05Options(**{k: v for k, v in given.items() if v is not None and k in known})

@@ -21,6 +21,7 @@ from torch import nn
 
 from learner.policies import flow_sde
 from learner.policies.base import DemoRows, FlowChunkPolicy, ObsBatch
+from learner.policies.heads import ActionHead, GaussianHead
 from learner.policies.observations import STATE_DIM, preprocess
 from learner.policies.text import FakeTextEncoder, MiniLMTextEncoder, PromptEmbeddingCache
 from pde_contract.messages import ACTION_DIMS, ActionSpace, Observation
@@ -200,46 +201,22 @@ class SmallVLAPolicy(FlowChunkPolicy):
     def gaussian_mean(self, cond: torch.Tensor) -> torch.Tensor:
         return self.mean_head(cond).reshape(-1, self.chunk_len, self.action_dim)
 
-    def head_means(self, cond: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
-        if self.config.head == "flow":
-            return super().head_means(cond, chain)
-        return self.gaussian_mean(cond).unsqueeze(1)
+    @property
+    def action_head(self) -> ActionHead:
+        # The head type is chosen here, once: every hook PPO and the actor run goes through it.
+        return self._gaussian_head() if self.config.head == "gaussian" else super().action_head
 
-    def noise_parameters(self) -> list[nn.Parameter]:
-        return [self.log_std] if self.config.head == "gaussian" else []
-
-    def _gaussian_log_std(self) -> torch.Tensor:
-        lo, hi = self.config.gaussian_log_std_range
-        return self.log_std.clamp(lo, hi)
+    def _gaussian_head(self) -> GaussianHead:
+        return GaussianHead(
+            self.gaussian_mean,
+            self.log_std,
+            self.config.gaussian_log_std_range,
+            self.chunk_len,
+            self.action_dim,
+        )
 
     def _gaussian_std(self) -> torch.Tensor:
-        return self._gaussian_log_std().exp().reshape(1, 1, self.chunk_len, self.action_dim)
-
-    def head_log_prob(self, chain: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.config.head == "flow":
-            return super().head_log_prob(chain, means)
-        b = chain.shape[0]
-        std = self._gaussian_std()
-        log_prob = flow_sde.gaussian_log_prob(chain[:, 1:], means, std).sum(1)
-        entropy = (0.5 * (1.0 + math.log(2 * math.pi)) + self._gaussian_log_std()).sum().expand(b)
-        return log_prob, entropy
-
-    def head_kl(self, means_p: torch.Tensor, means_q: torch.Tensor) -> torch.Tensor:
-        if self.config.head == "flow":
-            return super().head_kl(means_p, means_q)
-        return (((means_p - means_q) / self._gaussian_std()) ** 2 / 2.0).flatten(1).sum(1)
-
-    def sample_chain(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.config.head == "flow":
-            return super().sample_chain(cond, deterministic)
-        mean = self.gaussian_mean(cond)
-        std = self._gaussian_std().squeeze(1)
-        action = mean if deterministic else mean + std * torch.randn_like(mean)
-        chain = torch.stack([torch.zeros_like(action), action], dim=1)
-        log_prob = flow_sde.gaussian_log_prob(action, mean, std)
-        if deterministic:
-            log_prob = torch.full_like(log_prob, float("nan"))
-        return chain, log_prob
+        return self._gaussian_head().std()
 
     # --- SFT (learner/sft.py) ---------------------------------------------------------------------
 
@@ -254,10 +231,10 @@ class SmallVLAPolicy(FlowChunkPolicy):
             return ((self.velocity_at(cond, x_t, t) - (noise - target)) ** 2).mean()
         return ((self.gaussian_mean(cond) - target) ** 2).mean()
 
-    def supervised_noise(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Flow noise [n, T, D] ~ N(0, 1) and flow times [n] ~ U(0, 1) (drawn for the Gaussian head
-        too, which ignores them: its SFT consumes the seeded stream as the flow head's does)."""
-        return torch.randn(n, self.chunk_len, self.action_dim), torch.rand(n)
+    def fit_statistics(self, states: np.ndarray, actions: np.ndarray) -> None:
+        """Mean and std of the demo action rows and states (``set_normalization``)."""
+        rows = actions.reshape(-1, actions.shape[-1])
+        self.set_normalization(rows.mean(0), rows.std(0), states.mean(0), states.std(0))
 
     # --- checkpoints -----------------------------------------------------------------------------
 

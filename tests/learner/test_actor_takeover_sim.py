@@ -59,8 +59,13 @@ class ScriptedTrigger:
         self.fired_at: list[int] = []
 
     def __call__(self) -> bool:
-        n = len(self.executor.tick_log)
-        if self.pending and n >= self.pending[0] and self.executor.snapshot().steps_remaining >= 5:
+        log = self.executor.tick_log
+        n = len(log)
+        snap = self.executor.snapshot()
+        # The chunk has run a row already: a chunk accepted but not yet ticked (a loaded machine
+        # widens that window) would be stopped before any of its rows ran.
+        started = n > 0 and log[-1].chunk_seq == snap.executing_chunk_seq >= 0
+        if self.pending and n >= self.pending[0] and started and snap.steps_remaining >= 5:
             self.pending.pop(0)
             self.fired_at.append(n)
             return True

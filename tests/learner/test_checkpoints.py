@@ -29,9 +29,9 @@ def test_save_load_round_trip(tmp_path, head):
     loaded = store.load(path)
     assert isinstance(loaded.policy, SmallVLAPolicy)
     assert loaded.version == 3 and loaded.metrics == {"success": 0.25}
-    chain = torch.from_numpy(sample.chain)
-    a = policy.evaluate(obs, ["open the top drawer"], chain)
-    b = loaded.policy.evaluate(obs, ["open the top drawer"], chain)
+    chain, P = torch.from_numpy(sample.chain), ["open the top drawer"]
+    a = policy.evaluate_pair(obs, P, P, chain).rollout
+    b = loaded.policy.evaluate_pair(obs, P, P, chain).rollout
     assert torch.allclose(a.log_prob, b.log_prob) and torch.allclose(a.value, b.value)
     # the prompt embedding travels with the checkpoint: no encoder needed for known prompts
     assert "open the top drawer" in loaded.policy.prompt_cache.state()

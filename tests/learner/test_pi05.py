@@ -55,7 +55,9 @@ def test_sample_gives_a_chunk_its_chain_and_log_prob_over_executed_columns(ckpt_
     expected = (s.chain[:, -1, :, :7] + 1) / 2 * (q99 - q01) + q01
     np.testing.assert_allclose(s.actions, expected, rtol=1e-5, atol=1e-7)
     # Re-evaluating the stored chain gives the recorded log-probability (cached prefix vs per-step).
-    ev = policy.evaluate(policy.preprocess(_obs()), [CANON, OTHER], torch.from_numpy(s.chain))
+    ev = policy.evaluate_pair(
+        policy.preprocess(_obs()), [CANON, OTHER], [CANON, OTHER], torch.from_numpy(s.chain)
+    ).rollout
     np.testing.assert_allclose(
         ev.log_prob_elements.detach().numpy(), s.log_prob_elements, rtol=1e-4, atol=1e-4
     )

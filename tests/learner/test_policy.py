@@ -23,7 +23,7 @@ def test_sample_shapes_and_recorded_log_prob_matches_reevaluation(head):
     k = policy.config.flow_steps if head == "flow" else 1
     assert s.actions.shape == (3, 4, 7) and s.chain.shape == (3, k + 1, 4, 7)
     assert s.log_prob.shape == (3,) and s.value.shape == (3,)
-    ev = policy.evaluate(obs, prompts, torch.from_numpy(s.chain))
+    ev = policy.evaluate_pair(obs, prompts, prompts, torch.from_numpy(s.chain)).rollout
     assert np.allclose(ev.log_prob.detach().numpy(), s.log_prob, atol=1e-3)
     assert np.allclose(ev.value.detach().numpy(), s.value, atol=1e-5)
 
@@ -38,8 +38,8 @@ def test_evaluate_pair_equals_two_separate_evaluations_and_skips_equal_prompts(h
     chain = torch.from_numpy(policy.sample(obs, rollout).chain)
     pair = policy.evaluate_pair(obs, rollout, canonical, chain)
     assert pair.n_second_pass == 2
-    ev_r = policy.evaluate(obs, rollout, chain)
-    ev_c = policy.evaluate(obs, canonical, chain)
+    ev_r = policy.evaluate_pair(obs, rollout, rollout, chain).rollout
+    ev_c = policy.evaluate_pair(obs, canonical, canonical, chain).rollout
     assert torch.allclose(pair.rollout.log_prob, ev_r.log_prob, atol=1e-4)
     assert torch.allclose(pair.canonical_log_prob, ev_c.log_prob, atol=1e-4)
     assert torch.allclose(pair.rollout.value, ev_r.value, atol=1e-6)

@@ -50,7 +50,7 @@ def record(kind: str, workdir: Path) -> dict[str, Any]:
     out["deterministic_actions"] = policy.sample(obs, ROLLOUT, deterministic=True).actions
     chain = torch.from_numpy(s.chain)
     with torch.no_grad():
-        ev = policy.evaluate(obs, CANONICAL, chain)
+        ev = policy.evaluate_pair(obs, CANONICAL, CANONICAL, chain).rollout
         pair = policy.evaluate_pair(obs, ROLLOUT, CANONICAL, chain)
         torch.manual_seed(3)
         noise, t = policy.supervised_noise(2)

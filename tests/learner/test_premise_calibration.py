@@ -106,7 +106,7 @@ def test_recipe_at_sets_p_and_the_note_and_keeps_the_labels(calib: ModuleType) -
     recipe = json.loads(calib.RECIPE.read_text())
     out = calib.recipe_at(recipe, 0.05, "calibrated on main.")
     assert out["tasks"][calib.TARGET_TASK]["canonical_prob"] == 0.05
-    assert out["about"].startswith("calibrated on main. ") and out["about"].endswith(recipe["about"])
+    assert out["about"] == "calibrated on main."
     assert calib.wordings_sha256(out) == calib.wordings_sha256(recipe)
 
 
@@ -152,10 +152,11 @@ def test_the_frozen_block_names_the_recipe_proposers_and_algorithm_files(calib: 
     assert "--sim-profile fast --torch-seed 0" in result["command"]
 
 
-def test_the_main_calibration_is_at_the_benchmarks_settings(calib: ModuleType) -> None:
-    """bench/results/premise_calibration_main.json: the fast sim profile, the SFT checkpoint's own
-    log std in every cell, seeded sampling, scenes disjoint from the demos' and the evaluation's, and
-    the recipe copy (if any) at the p it chose."""
+@pytest.mark.parametrize("name", ["premise_calibration_main.json", "premise_calibration_main_recheck.json"])
+def test_the_main_calibration_is_at_the_benchmarks_settings(calib: ModuleType, name: str) -> None:
+    """The calibrations on main (the search; the re-measure after main moved): the fast sim profile,
+    the SFT checkpoint's own log std in every cell, seeded sampling, scenes disjoint from the demos'
+    and the evaluation's, and the recipe copy (if any) at the p each chose."""
     import math
 
     from pde_arm import EVAL_SEED_BASE, BenchSettings
@@ -163,7 +164,7 @@ def test_the_main_calibration_is_at_the_benchmarks_settings(calib: ModuleType) -
     from learner.policies.vla import VLAConfig
     from robot_server.sim.recorder import episode_seed
 
-    result = json.loads(calib.RESULTS_MAIN.read_text())
+    result = json.loads((calib.RESULTS_MAIN.parent / name).read_text())
     setup, cells = result["setup"], result["cells"]
     assert setup["sim_profile"] == "fast" and setup["wordings_sha256"] == calib.wordings_sha256(
         json.loads(calib.RECIPE.read_text())

@@ -71,7 +71,8 @@ def test_update_raises_likelihood_of_successful_chunks(head):
 
         rb = build_rollout_batch(policy, eps)
         with torch.no_grad():
-            return policy.evaluate(rb.obs, rb.rollout_prompts, rb.chains).log_prob.mean().item()
+            ps = rb.rollout_prompts
+            return policy.evaluate_pair(rb.obs, ps, ps, rb.chains).rollout.log_prob.mean().item()
 
     good, bad = batch[:2], batch[2:]
     before = mean_logp(good) - mean_logp(bad)

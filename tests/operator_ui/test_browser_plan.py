@@ -73,7 +73,18 @@ def test_progress_eta_curves_running_episode_and_offline_proposer(page: Page, tm
             "batch_size": 4,
         },
     )
-    store.set_service_state("supervisor", {"phase": "running", "proposer": "offline", "vlm_available": True})
+    store.set_service_state(
+        "supervisor",
+        {
+            "phase": "running",
+            "proposer": "offline",
+            "vlm_available": True,
+            # its pool rule, which the page's ETA counts the bootstrap with
+            "iterations_t0": 3,
+            "candidates_k": 2,
+            "pool_min_m": 3,
+        },
+    )
     with (
         sim_robot_server(tmp_path) as endpoint,
         ui_server(
