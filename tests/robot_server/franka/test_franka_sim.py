@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import socket
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -68,7 +69,13 @@ def test_home_then_chunks_track_without_stopping(robot: FrankaRobot) -> None:
     if report["tick_gap_max_s"] < 1.5 * PERIOD_S and report["sim_speed"] > 0.9:
         assert report["tracking_error_max_m"] < 0.01, report
         assert report["inter_chunk_stops"] == 0, report
-        assert report["speed_min_m_s"] > 0.02, report  # the reference moves at ~0.079 m/s throughout
+        # The reference moves at ~0.079 m/s until its last target, where the arm is due to stop
+        # (chunk ends do not overshoot): the lowest speed is judged up to the last tick, not over
+        # the final approach (through it: 0.014-0.029 m/s run to run, on the old code too).
+        moving = replace(sampler.log, ticks=sampler.log.ticks[:-1])
+        cruise = tracking_report(moving, PERIOD_S, speed_window_s=0.02)
+        print("up to the last tick:", {k: round(v, 4) for k, v in cruise.items()})
+        assert cruise["speed_min_m_s"] > 0.02, cruise
     else:
         print(f"simulator ran at {report['sim_speed']:.2f}x real time: tracking figures not judged")
     # A CPU-starved simulator also takes longer in wall time to reach the last target.
