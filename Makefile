@@ -6,28 +6,43 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Every pip install takes the versions CI tests from here (the images use the same file).
 CONSTRAINTS := docker/constraints.txt
-# Re-install when the dependency list or a pinned version changes.
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/system-deps.sh $(CONSTRAINTS) 2>/dev/null | sha1sum | cut -c1-12)
+# all: everything (CI, development, one PC). robot: the robot PC (`make install ROLE=robot`): the
+# robot server and `pde doctor`/`pde record`, without torch, the browser or the database
+# (docs/lab-setup.md §3).
+ROLE ?= all
+ifeq ($(ROLE),all)
+EXTRAS := all,dev
+DEPS_FLAGS :=
+else ifeq ($(ROLE),robot)
+EXTRAS := robot,franky-sim,teleop
+DEPS_FLAGS := --robot
+else
+$(error ROLE=$(ROLE) is not a role: use ROLE=all (the default) or ROLE=robot (the robot PC))
+endif
+# Re-install when the role, the dependency list or a pinned version changes.
+STAMP := $(VENV)/.installed-$(shell { echo $(ROLE); cat pyproject.toml scripts/system-deps.sh $(CONSTRAINTS); } 2>/dev/null | sha1sum | cut -c1-12)
 ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint bench clean system-deps constraints
 
 $(STAMP):
-	bash scripts/system-deps.sh
+	bash scripts/system-deps.sh $(DEPS_FLAGS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+ifneq ($(ROLE),robot)
 	# CPU build of torch first (the version pinned in $(CONSTRAINTS)): an unpinned torch pulls GBs
 	# of CUDA packages.
 	$(BIN)/pip install -q -c $(CONSTRAINTS) torch
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[all,dev]'
+endif
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 install: $(STAMP)
 
 system-deps:
-	bash scripts/system-deps.sh
+	bash scripts/system-deps.sh $(DEPS_FLAGS)
 
 demo: $(STAMP)
 	$(BIN)/pde demo $(ARGS)

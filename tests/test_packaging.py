@@ -98,3 +98,63 @@ def test_secrets_and_caches_stay_out_of_git_and_the_build_context():
     dockerignore = (ROOT / ".dockerignore").read_text().split()
     for entry in ("keys", "*.key_secret", "hf-cache", ".env", "data", ".venv", ".git"):
         assert entry in dockerignore, f"{entry} is not in .dockerignore"
+
+
+def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, check=check)
+
+
+def _system_packages(*flags: str) -> list[str]:
+    return _run("bash", "scripts/system-deps.sh", *flags, "--print").stdout.split()
+
+
+def _make_install_commands(*variables: str) -> str:
+    """What `make install` would run (a dry run, from scratch: -B)."""
+    return _run("make", "-n", "-B", "install", *variables).stdout
+
+
+def _extra_closure(names: str) -> set[str]:
+    """Every requirement (canonical name) the comma-separated extras pull in, through pde-robot[...]."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    found: set[str] = set()
+    todo = names.split(",")
+    while todo:
+        for req in map(Requirement, extras[todo.pop()]):
+            if canonicalize_name(req.name) == "pde-robot":
+                todo += sorted(req.extras)
+            else:
+                found.add(canonicalize_name(req.name))
+    return found
+
+
+BROWSER_OR_DATABASE = re.compile(r"chromium|postgresql|psycopg|sqlalchemy|playwright|fastapi")
+
+
+def test_the_robot_pc_installs_no_browser_no_database_and_no_torch():
+    """`make install ROLE=robot` (docs/lab-setup.md §3): the robot server's packages only."""
+    system = _system_packages("--robot")
+    assert not [p for p in system if BROWSER_OR_DATABASE.search(p)], system
+    assert {"libusb-1.0-0", "libegl1"} <= set(system)  # RealSense; MuJoCo's headless rendering
+    commands = _make_install_commands("ROLE=robot")
+    assert "bash scripts/system-deps.sh --robot" in commands
+    (install,) = re.findall(r"pip install -q -c docker/constraints.txt -e '\.\[(.*)\]'", commands)
+    assert "pip install -q -c docker/constraints.txt torch" not in commands
+    python = _extra_closure(install)
+    assert {"franky-control", "pyrealsense2", "mujoco"} <= python
+    assert not [p for p in python if BROWSER_OR_DATABASE.search(p) or p == "torch"], python
+
+
+def test_the_default_install_keeps_what_ci_needs():
+    system = _system_packages()
+    assert {"chromium", "chromium-driver", "postgresql", "docker-compose"} <= set(system)
+    commands = _make_install_commands()
+    assert commands.splitlines()[0].strip() == "bash scripts/system-deps.sh"
+    assert "-e '.[all,dev]'" in commands and "pip install -q -c docker/constraints.txt torch" in commands
+    assert {"psycopg", "playwright", "torch", "fastapi"} <= _extra_closure("all,dev")
+
+
+def test_an_unknown_role_or_option_is_refused_saying_which_exist():
+    run = _run("make", "-n", "install", "ROLE=robotpc", check=False)
+    assert run.returncode != 0 and "ROLE=all (the default) or ROLE=robot" in run.stderr
+    run = _run("bash", "scripts/system-deps.sh", "--robo", check=False)
+    assert run.returncode == 2 and "unknown option '--robo'" in run.stderr and "--robot" in run.stderr

@@ -28,6 +28,8 @@ FCI_PORT = 1337
 LIBFRANKA_RT_PRIORITY = 99
 MEMLOCK_MIN_BYTES = 102400 * 1024
 CAP_SYS_NICE = 23  # bit in /proc/self/status CapEff
+# cgroup v1's real-time budget of this process's cgroup (its own, inside a container)
+RT_RUNTIME_FILE = "/sys/fs/cgroup/cpu/cpu.rt_runtime_us"
 USB3_MIN_MBPS = 5000
 REALSENSE_VENDOR = "8086"  # Intel's USB vendor id
 FRANKA_COMPATIBILITY = "https://frankaemika.github.io/docs/compatibility.html"
@@ -115,9 +117,30 @@ def _has_cap(system: System, bit: int) -> bool:
 def check_rt_priority(system: System, cfg: DoctorConfig) -> CheckResult:
     soft, _ = system.rlimit("rtprio")
     if _has_cap(system, CAP_SYS_NICE):
-        return _ok("rt-priority", f"CAP_SYS_NICE held (RLIMIT_RTPRIO {soft}): any SCHED_FIFO priority")
-    if soft == UNLIMITED or soft >= LIBFRANKA_RT_PRIORITY:
-        return _ok("rt-priority", f"RLIMIT_RTPRIO {soft} allows SCHED_FIFO {LIBFRANKA_RT_PRIORITY}")
+        allowed = f"CAP_SYS_NICE held (RLIMIT_RTPRIO {soft})"
+    elif soft == UNLIMITED or soft >= LIBFRANKA_RT_PRIORITY:
+        allowed = f"RLIMIT_RTPRIO {soft}"
+    else:
+        allowed = ""
+    if allowed:
+        # The limits allow it; the kernel may still refuse (real-time time by cgroup): ask it.
+        refused = system.sched_fifo_error(LIBFRANKA_RT_PRIORITY)
+        if refused is None:
+            return _ok("rt-priority", f"{allowed}: a thread switched to SCHED_FIFO {LIBFRANKA_RT_PRIORITY}")
+        budget = system.read_text(RT_RUNTIME_FILE)
+        where = (
+            f"; this cgroup has {budget.strip()} µs of real-time time per period ({RT_RUNTIME_FILE}): "
+            "the kernel schedules real-time by cgroup (CONFIG_RT_GROUP_SCHED)"
+            if budget is not None
+            else ""
+        )
+        return _fail(
+            "rt-priority",
+            f"{allowed}, yet the kernel refused SCHED_FIFO {LIBFRANKA_RT_PRIORITY} ({refused}){where}",
+            "give the container real-time time: `dockerd --cpu-rt-runtime=950000` and `cpu_rt_runtime: "
+            "900000` on robot_server (docs/lab-setup.md §7); or boot a kernel without "
+            "CONFIG_RT_GROUP_SCHED",
+        )
     return _fail(
         "rt-priority",
         f"RLIMIT_RTPRIO {soft} and no CAP_SYS_NICE: libfranka's control thread asks for SCHED_FIFO "

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
@@ -68,6 +69,11 @@ class System(ABC):
     @abstractmethod
     def rlimit(self, name: RlimitName) -> tuple[int, int]:
         """This process's (soft, hard) limit; UNLIMITED for no limit. memlock in bytes."""
+
+    @abstractmethod
+    def sched_fifo_error(self, priority: int) -> str | None:
+        """None when a thread of this process may switch to SCHED_FIFO ``priority`` (tried on a
+        throwaway thread), else the kernel's refusal."""
 
     @abstractmethod
     def run(self, argv: list[str]) -> CommandOutput | None:
@@ -136,6 +142,20 @@ class HostSystem(System):
         which = {"rtprio": resource.RLIMIT_RTPRIO, "memlock": resource.RLIMIT_MEMLOCK}[name]
         soft, hard = (UNLIMITED if v == resource.RLIM_INFINITY else int(v) for v in resource.getrlimit(which))
         return soft, hard
+
+    def sched_fifo_error(self, priority: int) -> str | None:
+        errors: list[str] = []
+
+        def attempt() -> None:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))  # 0: this thread
+            except OSError as e:
+                errors.append(str(e))
+
+        thread = threading.Thread(target=attempt, name="pde-doctor-sched-fifo")
+        thread.start()
+        thread.join()
+        return errors[0] if errors else None
 
     def run(self, argv: list[str]) -> CommandOutput | None:
         exe = shutil.which(argv[0])

@@ -41,6 +41,7 @@ class FakeSystem(System):
     libfranka: tuple[str, str] | None = ("2.0.0", "0.21.2")
     handshake: Handshake = field(default_factory=lambda: Handshake("ok"))
     handshakes: list[str] = field(default_factory=list)  # hosts connected to
+    sched_fifo_refused: str | None = None  # the kernel's refusal of SCHED_FIFO (None: allowed)
 
     def read_text(self, path: str) -> str | None:
         return self.files.get(path)
@@ -55,6 +56,9 @@ class FakeSystem(System):
 
     def rlimit(self, name: RlimitName) -> tuple[int, int]:
         return self.rlimits.get(name, (0, 0))
+
+    def sched_fifo_error(self, priority: int) -> str | None:
+        return self.sched_fifo_refused
 
     def run(self, argv: list[str]) -> CommandOutput | None:
         return self.commands.get(" ".join(argv))

@@ -5,6 +5,7 @@ franky-sim on loopback for the FCI and libfranka checks."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 
@@ -96,6 +97,27 @@ def test_rt_priority_needs_rtprio_99_or_cap_sys_nice() -> None:
     assert check_rt_priority(pc, CFG).status == "pass"
     pc.files["/proc/self/status"] = "CapEff:\t00000000a80425fb\n"  # docker's default set
     assert check_rt_priority(pc, CFG).status == "fail"
+
+
+def test_rt_priority_fails_where_the_kernel_refuses_what_the_limits_allow() -> None:
+    """CAP_SYS_NICE (or RLIMIT_RTPRIO 99) is not enough where the kernel schedules real-time time
+    by cgroup and the container's cgroup has none: measured in podman on a CONFIG_RT_GROUP_SCHED
+    kernel (docker/check_images.py), where the check used to PASS."""
+    pc = ready_robot_pc()
+    pc.files["/proc/self/status"] = "CapEff:\t00000000a88425fb\n"  # docker's default set + SYS_NICE
+    assert "a thread switched to SCHED_FIFO 99" in check_rt_priority(pc, CFG).detail
+    pc.sched_fifo_refused = "[Errno 1] Operation not permitted"
+    pc.files["/sys/fs/cgroup/cpu/cpu.rt_runtime_us"] = "0\n"
+    result = check_rt_priority(pc, CFG)
+    assert result.status == "fail"
+    assert "CAP_SYS_NICE held" in result.detail and "Operation not permitted" in result.detail
+    assert "0 µs of real-time time" in result.detail and "CONFIG_RT_GROUP_SCHED" in result.detail
+    assert "cpu_rt_runtime" in result.fix and "--cpu-rt-runtime" in result.fix
+    pc.files["/proc/self/status"] = "CapEff:\t00000000a80425fb\n"  # no SYS_NICE: RLIMIT_RTPRIO 99
+    pc.rlimits["rtprio"] = (99, 99)
+    assert check_rt_priority(pc, CFG).status == "fail"
+    pc.sched_fifo_refused = None
+    assert check_rt_priority(pc, CFG).status == "pass"
 
 
 def test_memlock() -> None:
@@ -345,6 +367,10 @@ def test_host_system_reads_this_machine() -> None:
     release, _ = system.uname()
     assert release
     assert all(isinstance(v, int) for v in system.rlimit("rtprio") + system.rlimit("memlock"))
+    threads = threading.active_count()
+    refused = system.sched_fifo_error(1)  # this machine's answer, either way; its thread is gone
+    assert refused is None or "Operation not permitted" in refused
+    assert threading.active_count() == threads
     assert system.run(["no-such-program-pde-doctor"]) is None
     assert system.read_text("/no/such/file") is None
     assert system.libfranka_version() == ("2.0.0", "0.21.2")  # franky-control's bundled libfranka
