@@ -109,8 +109,9 @@ def _system_packages(*flags: str) -> list[str]:
 
 
 def _make_install_commands(*variables: str) -> str:
-    """What `make install` would run (a dry run, from scratch: -B)."""
-    return _run("make", "-n", "-B", "install", *variables).stdout
+    """What `make install` would run (a dry run, from scratch: -B). --no-print-directory: under
+    `make test` this is a nested make, which otherwise prints "make[1]: Entering directory" first."""
+    return _run("make", "--no-print-directory", "-n", "-B", "install", *variables).stdout
 
 
 def _extra_closure(names: str) -> set[str]:
