@@ -133,6 +133,9 @@ def test_take_control_hands_the_running_episode_to_the_person(page: Page, tmp_pa
         expect(page.locator("#phase")).to_have_text("awaiting_start", timeout=15_000)
         page.locator("#start").click()
         expect(page.locator("#phase")).to_have_text("running", timeout=15_000)
+        # the Start's own toast ("episode #1 started") comes last of its messages: let it land
+        # before the take-control toast, which it would otherwise overwrite (seen in a CI run)
+        expect(page.locator("#toast")).to_contain_text("started", timeout=15_000)
         take = page.locator("#take-control")
         expect(take).to_be_visible(timeout=10_000)
         expect(take).to_be_enabled()
