@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pde_contract.episodes import EpisodeFile
+from pde_contract.tasks import PAPER_TASKS
 from supervisor.dedup import normalise
 from supervisor.proposers import (
     OutcomeLog,
@@ -46,9 +47,13 @@ def _new_words(recipe: str) -> frozenset[str]:
 
 # Every paper's-regime recipe: the frozen runs' and each recalibration's copy (same labels, other p).
 PAPER_REGIME_RECIPES = sorted(p.name for p in (ROOT / "learner" / "recipes").glob("paper_regime*.json"))
+# Premise 2, the paper's sim case: its target wordings obey the same independence rule.
+SIM_CASE_RECIPE = "sim_case.json"
+SIMILAR_TASK = "put_bowl_in_front_of_camera"
+INDEPENDENT_RECIPES = [*PAPER_REGIME_RECIPES, SIM_CASE_RECIPE]
 
 
-@pytest.mark.parametrize("recipe", PAPER_REGIME_RECIPES)
+@pytest.mark.parametrize("recipe", INDEPENDENT_RECIPES)
 def test_paper_regime_wordings_share_no_word_with_any_proposer(recipe: str) -> None:
     new = _new_words(recipe)
     assert new and not new & rule_vocabulary(), new & rule_vocabulary()
@@ -57,13 +62,24 @@ def test_paper_regime_wordings_share_no_word_with_any_proposer(recipe: str) -> N
     assert {"place", "carry", "transfer", "close"} <= _new_words("language_premise.json") & rule_vocabulary()
 
 
-@pytest.mark.parametrize("recipe", PAPER_REGIME_RECIPES)
+@pytest.mark.parametrize("recipe", INDEPENDENT_RECIPES)
 def test_paper_regime_has_no_decoy(recipe: str) -> None:
     table = json.loads((ROOT / "learner" / "recipes" / recipe).read_text())
     for task, entry in table["tasks"].items():
         assert GOAL not in entry.get("extra", {}), f"{task} is trained with the target's canonical prompt"
         assert task == TASK or GOAL not in entry.get("wordings", [])
     assert 0.0 < table["tasks"][TASK]["canonical_prob"] < 0.2
+
+
+def test_sim_case_similar_task_is_well_trained_and_its_wordings_are_its_own() -> None:
+    """Premise 2: the similar task (the target with another object) is labelled with its own canonical
+    prompt only; the target's wordings are a family of their own, not the first premise's 'lens' one."""
+    table = json.loads((ROOT / "learner" / "recipes" / SIM_CASE_RECIPE).read_text())
+    similar = PAPER_TASKS[SIMILAR_TASK]
+    assert table["tasks"][SIMILAR_TASK]["canonical_prob"] == 1.0
+    assert vocabulary(GOAL) ^ vocabulary(similar) == {"green", "container", "bowl"}  # the object alone
+    assert not _new_words(SIM_CASE_RECIPE) & _new_words("paper_regime_main.json")
+    assert not _new_words(SIM_CASE_RECIPE) & vocabulary(similar)
 
 
 def _episode(
