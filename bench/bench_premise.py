@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from _common import wilson_interval  # noqa: E402
 
 if TYPE_CHECKING:
+    from pde_contract.episodes import EpisodeFile
     from supervisor.proposers import PromptProposer
 
 RESULTS = REPO_ROOT / "bench" / "results" / "premise.json"
@@ -121,19 +122,26 @@ class Scenes:
     torch_seed: int = 0
 
 
-def eval_command(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> list[str]:
+def eval_command(
+    endpoint: str, checkpoint: str, prompt: str, scenes: Scenes, task: str = TARGET_TASK
+) -> list[str]:
+    """``task``: whose scene is laid out and whose success check judges (and ends) each episode; the
+    layout depends on the scene seed only, so another task's check watches the same scenes."""
     return [
         sys.executable, "-m", "pde", "learner", "eval", "--checkpoint", checkpoint,
-        "--cmd-endpoint", endpoint, "--task", TARGET_TASK, "--prompt", TARGET_PROMPT,
+        "--cmd-endpoint", endpoint, "--task", task, "--prompt", TARGET_PROMPT,
         "--rollout-prompt", prompt, "--episodes", str(scenes.episodes), "--seed", str(scenes.seed),
         "--max-chunks", str(scenes.max_chunks), "--device", "cpu", "--torch-seed", str(scenes.torch_seed),
     ]  # fmt: skip
 
 
-def run_eval(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> dict[str, Any]:
-    """The target's sampled success under ``prompt`` on ``scenes``, with the log std it acted at."""
+def run_eval(
+    endpoint: str, checkpoint: str, prompt: str, scenes: Scenes, task: str = TARGET_TASK
+) -> dict[str, Any]:
+    """The sampled success of ``task`` (default the target) under ``prompt`` on ``scenes``, with the
+    log std the policy acted at."""
     t0 = time.monotonic()
-    cmd = eval_command(endpoint, checkpoint, prompt, scenes)
+    cmd = eval_command(endpoint, checkpoint, prompt, scenes, task)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"eval of {prompt!r} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -151,6 +159,33 @@ def run_eval(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> dic
         "exploration_log_std": summary["exploration_log_std"],
         "seconds": round(time.monotonic() - t0, 1),
     }
+
+
+def run_episodes(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> list[EpisodeFile]:
+    """The target's episodes under ``prompt`` on ``scenes``, in this process (``run_eval``'s loop as
+    ``pde learner eval`` runs it): the episode files that the sim stand-in proposer reads."""
+    import torch
+
+    from learner.actor import Actor, ActorSettings
+    from learner.checkpoints import CheckpointStore
+    from pde_contract.client import RobotClient
+
+    policy = CheckpointStore.load(checkpoint).policy
+    with RobotClient(cmd_endpoint=endpoint, name="premise-episodes", timeout_s=5.0) as client:
+        client.connect()
+        actor = Actor(policy, client, ActorSettings())
+        torch.manual_seed(scenes.torch_seed)
+        return [
+            actor.run_episode(
+                episode_id=f"premise-{i}",
+                task=TARGET_TASK,
+                canonical_prompt=TARGET_PROMPT,
+                rollout_prompt=prompt,
+                max_chunks=scenes.max_chunks,
+                seed=scenes.seed + i,
+            )
+            for i in range(scenes.episodes)
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,10 +29,11 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
@@ -42,10 +43,14 @@ from bench_premise import (  # noqa: E402
     TARGET_TASK,
     Scenes,
     proposer_wordings,
+    run_episodes,
     run_eval,
     start_server,
 )
 from pde_arm import ALGORITHM_FILES  # noqa: E402
+
+if TYPE_CHECKING:
+    from supervisor.proposers import RolloutOutcome
 
 # The calibration the frozen 33f7d33 runs used (kept as their record) and today's (issue 32 item 3).
 RESULTS = REPO_ROOT / "bench" / "results" / "premise_calibration.json"
@@ -54,7 +59,12 @@ RECIPE = REPO_ROOT / "learner" / "recipes" / "paper_regime.json"
 RECIPE_MAIN = REPO_ROOT / "learner" / "recipes" / "paper_regime_main.json"
 TASKS = "put_green_container_in_bowl,put_bowl_in_front_of_camera,put_green_container_in_front_of_camera"
 DEMOS_PER_TASK = 20
-BAND = (0.10, 0.20)  # the paper's starting point: SFT 15% on the canonical prompt
+Band = tuple[float, float]
+BAND: Band = (0.10, 0.20)  # the paper's starting point: SFT 15% on the canonical prompt
+# Premise 2, the paper's sim case (issue 32 item 4): the canonical prompt elicits a similar task's
+# program and succeeds 1-5% (action noise can still learn, slowly): --band 0.01,0.05.
+TITLE = "The paper's-regime premise recalibrated on main (issue 32 item 3)"
+CALIBRATED = "Calibrated:"  # where a recipe calibrated in place (--recipe-out = --recipe) keeps its note
 MIN_SFT_SEEDS_IN_BAND = 4  # issue 32 item 3: the benchmark's SFT starts, all inside BAND at one p
 
 
@@ -75,30 +85,34 @@ def wordings_sha256(recipe: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(table_at(recipe, 0.0)["tasks"], sort_keys=True).encode()).hexdigest()
 
 
-def in_band(cells: list[dict[str, Any]]) -> list[float]:
-    """The p measured on at least 2 SFT seeds with every seed's rate inside BAND."""
+def in_band(cells: list[dict[str, Any]], band: Band = BAND) -> list[float]:
+    """The p measured on at least 2 SFT seeds with every seed's rate inside ``band``."""
     rates: dict[float, list[float]] = {}
     for c in cells:
         rates.setdefault(c["canonical_prob"], []).append(c["success_rate"])
-    return sorted(p for p, r in rates.items() if len(r) >= 2 and all(BAND[0] <= x <= BAND[1] for x in r))
+    return sorted(p for p, r in rates.items() if len(r) >= 2 and all(band[0] <= x <= band[1] for x in r))
 
 
-def qualifying(cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND) -> dict[str, list[int]]:
-    """Each p with at least ``min_seeds`` SFT seeds inside BAND -> those seeds."""
+def qualifying(
+    cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND, band: Band = BAND
+) -> dict[str, list[int]]:
+    """Each p with at least ``min_seeds`` SFT seeds inside ``band`` -> those seeds."""
     seeds: dict[float, list[int]] = {}
     for c in cells:
-        if BAND[0] <= c["success_rate"] <= BAND[1]:
+        if band[0] <= c["success_rate"] <= band[1]:
             seeds.setdefault(c["canonical_prob"], []).append(c["sft_seed"])
     return {f"{p:g}": sorted(s) for p, s in sorted(seeds.items()) if len(s) >= min_seeds}
 
 
-def choose_p(cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND) -> float | None:
+def choose_p(
+    cells: list[dict[str, Any]], min_seeds: int = MIN_SFT_SEEDS_IN_BAND, band: Band = BAND
+) -> float | None:
     """The qualifying p with the most SFT seeds in band, then the mean rate nearest the band's middle;
     None when no p qualifies."""
-    ok = qualifying(cells, min_seeds)
+    ok = qualifying(cells, min_seeds, band)
     if not ok:
         return None
-    middle = sum(BAND) / 2
+    middle = sum(band) / 2
 
     def key(p: str) -> tuple[int, float]:
         rates = [c["success_rate"] for c in cells if math.isclose(c["canonical_prob"], float(p))]
@@ -115,13 +129,20 @@ def recipe_at(recipe: dict[str, Any], p: float, note: str) -> dict[str, Any]:
     return out
 
 
+def about_with_note(about: str, note: str) -> str:
+    """A recipe's description with its calibration ``note`` after its design text (an earlier note,
+    from a calibration before, replaced)."""
+    design = about.split(CALIBRATED)[0].strip()
+    return f"{design} {CALIBRATED} {note}".strip()
+
+
 def merge_cells(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``old`` and ``new`` cells, one per (p, SFT seed), ``new`` winning."""
     by_key = {(c["canonical_prob"], c["sft_seed"]): c for c in [*old, *new]}
     return sorted(by_key.values(), key=lambda c: (c["canonical_prob"], c["sft_seed"]))
 
 
-def per_prob(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def per_prob(cells: list[dict[str, Any]], band: Band = BAND) -> dict[str, dict[str, Any]]:
     """Per p: each SFT seed's rate, their mean and its Student t 95% interval over SFT seeds (the SFT
     seed moves the rate more than 100 scenes' binomial noise does)."""
     rates: dict[float, dict[int, float]] = {}
@@ -135,7 +156,7 @@ def per_prob(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "rates": by_seed,
             "mean": round(sum(by_seed) / len(by_seed), 4),
         }
-        row["sft_seeds_in_band"] = [s for s in sorted(rates[p]) if BAND[0] <= rates[p][s] <= BAND[1]]
+        row["sft_seeds_in_band"] = [s for s in sorted(rates[p]) if band[0] <= rates[p][s] <= band[1]]
         if len(by_seed) >= 2:
             row["ci95_over_sft_seeds"] = [round(x, 4) for x in t_interval(by_seed)]
         out[f"{p:g}"] = row
@@ -172,7 +193,18 @@ def proposer_overlap(training: list[str], seeds: range = range(8), per_seed: int
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--wordings", default=str(RECIPE), help="the premise recipe (its p is overridden)")
+    ap.add_argument(
+        "--wordings", "--recipe", default=str(RECIPE), help="the premise recipe (its p is overridden)"
+    )
+    ap.add_argument(
+        "--tasks", default=TASKS, help="the demos' tasks (comma-separated); the target among them"
+    )
+    ap.add_argument(
+        "--band",
+        default=f"{BAND[0]:g},{BAND[1]:g}",
+        help="the canonical prompt's success a p must give (LOW,HIGH); premise 2 (sim_case.json): 0.01,0.05",
+    )
+    ap.add_argument("--title", default=TITLE, help="what the --recipe-out note calls the premise")
     ap.add_argument("--canonical-probs", default="0.07,0.08", help="comma-separated p values")
     ap.add_argument("--sft-seeds", default="0,1")
     ap.add_argument("--episodes", type=int, default=100, help="calibration scenes per cell")
@@ -196,13 +228,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--recipe-out",
         default="",
-        help=f"write the recipe at the p in band on >= {MIN_SFT_SEEDS_IN_BAND} SFT seeds here (if one is)",
+        help=f"write the recipe at the p in band on >= {MIN_SFT_SEEDS_IN_BAND} SFT seeds here (if one is); "
+        "given the recipe itself, its description is kept and the calibration note appended",
+    )
+    ap.add_argument(
+        "--before-arms",
+        action="store_true",
+        help="at the one p given, measure what a premise needs before any arm runs, per SFT seed: the "
+        "target's training wordings, each proposer's first candidates, and what the canonical prompt "
+        "does instead (every other demo task's success check, the stand-in's failure modes)",
+    )
+    ap.add_argument("--before-arms-episodes", type=int, default=40, help="scenes per prompt (from --seed)")
+    ap.add_argument(
+        "--first-candidates",
+        type=int,
+        default=3,
+        help="per proposer seed (0 and 1: the benchmark's RL seeds), its first proposals measured",
     )
     args = ap.parse_args(argv)
     probs = [float(p) for p in args.canonical_probs.split(",") if p.strip()]
     seeds = [int(s) for s in args.sft_seeds.split(",") if s.strip()]
     if not probs or not seeds or any(not 0.0 <= p <= 1.0 for p in probs):
         ap.error("--canonical-probs needs values in [0, 1] and --sft-seeds at least one seed")
+    band = _band(args.band)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if band is None:
+        ap.error(f"--band {args.band!r}: give LOW,HIGH with 0 <= LOW <= HIGH <= 1, e.g. 0.01,0.05")
+    if TARGET_TASK not in tasks:
+        ap.error(
+            f"--tasks {args.tasks!r} lacks the target {TARGET_TASK}: its demos are what the premise labels"
+        )
+    if args.before_arms and len(probs) != 1:
+        ap.error(
+            "--before-arms measures one premise: give exactly one --canonical-probs value (the recipe's p)"
+        )
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
     data = Path(args.data_dir)
@@ -225,16 +284,19 @@ def main(argv: list[str] | None = None) -> int:
         "sft": "gaussian head, 32 px, 1000 steps of batch 64, cpu",
         "demos": "20 per task, seed 1000, 128 px, layout spread 0.2 (pde sim record: default sim profile)",
     }
+    if tasks != TASKS.split(","):  # only then: the first premise's files keep their setup
+        setup["demo_tasks"] = tasks
     if (clash := _setup_clash(out_path, setup)) is not None:
         ap.error(clash)
     (data / "tables").mkdir(parents=True, exist_ok=True)
 
     demos = data / "demos"
     record = [
-        *(py, "-m", "pde", "sim", "record", "--tasks", TASKS, "--episodes-per-task", str(DEMOS_PER_TASK)),
+        *(py, "-m", "pde", "sim", "record", "--tasks", ",".join(tasks)),
+        *("--episodes-per-task", str(DEMOS_PER_TASK)),
         *("--seed", "1000", "--image-size", "128x128", "--layout-spread", "0.2", "--out", str(demos)),
     ]
-    if sum(1 for f in demos.rglob("*") if f.is_file()) < 3 * DEMOS_PER_TASK:
+    if sum(1 for f in demos.rglob("*") if f.is_file()) < len(tasks) * DEMOS_PER_TASK:
         subprocess.run(record, check=True)
 
     new_cells: list[dict[str, Any]] = []
@@ -248,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
             old = json.loads(out_path.read_text()) if out_path.is_file() else {}
             cells = merge_cells(old.get("cells", []), new_cells)
             result = _result(cells, setup, args, recipe, [shlex.join(record)], recipe_path)
+            if old.get("before_arms"):
+                result["before_arms"] = old["before_arms"]
             out_path.parent.mkdir(parents=True, exist_ok=True)
             out_path.write_text(json.dumps(result, indent=1) + "\n")
         return cells
@@ -300,30 +364,160 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 done = {(c["canonical_prob"], c["sft_seed"]) for c in save()}
+        if args.before_arms:
+            scenes = Scenes(args.before_arms_episodes, args.seed, args.max_chunks, args.torch_seed)
+            for s in seeds:
+                ckpt = data / f"sft-p{probs[0]:g}-seed{s}" / "policy-000000.pt"
+                measure_before_arms(
+                    BeforeArms(endpoint, ckpt, probs[0], s, scenes, run_by),
+                    recipe,
+                    [t for t in tasks if t != TARGET_TASK],
+                    args.first_candidates,
+                    _Saver(out_path, f"sft{s}"),
+                )
     cells = save()
     print(f"wrote {out_path}")
     if args.recipe_out:
-        p_chosen = choose_p(cells)
+        p_chosen = choose_p(cells, band=band)
         if p_chosen is None:
             print(f"no p is in band on {MIN_SFT_SEEDS_IN_BAND} SFT seeds: {args.recipe_out} not written")
         else:
-            seeds_in = qualifying(cells)[f"{p_chosen:g}"]
+            seeds_in = qualifying(cells, band=band)[f"{p_chosen:g}"]
             at_p = [c for c in cells if math.isclose(c["canonical_prob"], p_chosen)]
             outside = [
                 f"{c['sft_seed']} ({c['success_rate']:.0%})" for c in at_p if c["sft_seed"] not in seeds_in
             ]
             note = (
-                f"The paper's-regime premise recalibrated on main (issue 32 item 3): the labels of "
+                f"{args.title}: the labels of "
                 f"{_repo_relative(recipe_path)} unchanged, the target's canonical_prob {p_chosen:g} from "
                 f"{_repo_relative(out_path)} (from commit {at_p[0]['commit'][:7]}; sim profile "
                 f"{args.sim_profile}; the SFT checkpoint's own log std; scenes {args.seed}-"
                 f"{args.seed + args.episodes - 1}; torch seed {args.torch_seed}): the canonical prompt's "
-                f"sampled success under SFT is in 10-20% on SFT seeds {', '.join(map(str, seeds_in))}, "
-                f"the benchmark's SFT starts; outside it: {', '.join(outside) or 'none'}."
+                f"sampled success under SFT is in {band[0] * 100:g}-{band[1] * 100:g}% on SFT seeds "
+                f"{', '.join(map(str, seeds_in))}, the benchmark's SFT starts; outside it: "
+                f"{', '.join(outside) or 'none'}."
             )
+            if Path(args.recipe_out).resolve() == recipe_path.resolve():  # in place: keep its design text
+                note = about_with_note(str(recipe.get("about", "")), note)
             Path(args.recipe_out).write_text(json.dumps(recipe_at(recipe, p_chosen, note), indent=2) + "\n")
             print(f"wrote {args.recipe_out} at canonical_prob {p_chosen:g}")
     return 0
+
+
+def _band(text: str) -> Band | None:
+    """``LOW,HIGH`` as a band, or None when it is not one."""
+    try:
+        low, high = (float(x) for x in text.split(","))
+    except ValueError:
+        return None
+    return (low, high) if 0.0 <= low <= high <= 1.0 else None
+
+
+@dataclass(frozen=True)
+class BeforeArms:
+    """One SFT checkpoint of a premise, measured before any arm runs (``--before-arms``)."""
+
+    endpoint: str
+    checkpoint: Path
+    canonical_prob: float
+    sft_seed: int
+    scenes: Scenes
+    run_by: str
+
+
+class _Saver:
+    """Writes one SFT seed's ``before_arms`` block into the result file (under its lock)."""
+
+    def __init__(self, out_path: Path, key: str) -> None:
+        self.out_path, self.key = out_path, key
+
+    def load(self) -> dict[str, Any]:
+        old = json.loads(self.out_path.read_text()) if self.out_path.is_file() else {}
+        return dict(old.get("before_arms", {}).get(self.key, {}))
+
+    def __call__(self, block: dict[str, Any]) -> None:
+        with _locked(self.out_path):
+            old = json.loads(self.out_path.read_text()) if self.out_path.is_file() else {}
+            old.setdefault("before_arms", {})[self.key] = block
+            self.out_path.write_text(json.dumps(old, indent=1) + "\n")
+
+
+def first_candidates(
+    outcomes: Callable[[str], Sequence[RolloutOutcome]], per_seed: int
+) -> dict[str, list[str]]:
+    """Each proposer's first ``per_seed`` proposals for the target with proposer seeds 0 and 1 (the
+    benchmark's RL seeds seed its proposer): the paraphraser blind, the sim stand-in after reading
+    ``outcomes`` (the canonical prompt's rollouts, as the benchmark's bootstrap gives it)."""
+    from supervisor.proposers import SimStateProposer
+
+    return {
+        "rule_paraphrase": proposer_wordings(TARGET_PROMPT, range(2), per_seed),
+        "sim_stand_in": proposer_wordings(
+            TARGET_PROMPT, range(2), per_seed, lambda seed: SimStateProposer(outcomes, seed)
+        ),
+    }
+
+
+def measure_before_arms(
+    at: BeforeArms, recipe: dict[str, Any], others: list[str], per_seed: int, save: _Saver
+) -> dict[str, Any]:
+    """The premise's other half on one SFT checkpoint (issue 32 item 4, item 3 of the brief): the
+    canonical prompt's rollouts as the stand-in reads them (in this process), what it does instead
+    (each other demo task's success check on the same scenes), the target's training wordings, and
+    each proposer's first candidates. Resumable: prompts measured on the same checkpoint are kept."""
+    from pde_arm import sim_destination_xy_m
+
+    from supervisor.dedup import normalise
+    from supervisor.proposers import RolloutOutcome, summarize_outcomes
+
+    sha = _sha256(at.checkpoint)
+    block = save.load()
+    if block.get("checkpoint_sha256") != sha or block.get("scenes") != asdict(at.scenes):
+        block = {}
+    block.update(
+        canonical_prob=at.canonical_prob,
+        sft_seed=at.sft_seed,
+        checkpoint=str(at.checkpoint),
+        checkpoint_sha256=sha,
+        scenes=asdict(at.scenes),
+        commit=frozen_block(())["commit"],
+        run_by=at.run_by,
+    )
+    if "canonical_rollouts" not in block:
+        episodes = run_episodes(at.endpoint, str(at.checkpoint), TARGET_PROMPT, at.scenes)
+        destination = sim_destination_xy_m(TARGET_TASK)
+        outcomes = [RolloutOutcome.from_episode(ep, destination) for ep in episodes]
+        modes = [o.failure(0.07) for o in outcomes]  # the stand-in's off_target_m
+        block["canonical_rollouts"] = {
+            "successes": sum(o.success for o in outcomes),
+            "episodes": len(outcomes),
+            "failure_modes": {m: modes.count(m) for m in sorted(set(modes))},
+            "summary": summarize_outcomes(outcomes),
+            "outcomes": [asdict(o) for o in outcomes],
+        }
+        save(block)
+    outcomes = [RolloutOutcome(**o) for o in block["canonical_rollouts"]["outcomes"]]
+    canonical = normalise(TARGET_PROMPT)
+    candidates = first_candidates(lambda text: outcomes if normalise(text) == canonical else [], per_seed)
+    block["first_candidates"] = candidates
+    rows: dict[str, dict[str, Any]] = block.setdefault("prompts", {})
+    judged: dict[str, dict[str, Any]] = block.setdefault("canonical_judged_by", {})
+    todo: list[tuple[str, str, str]] = [("judge", t, TARGET_PROMPT) for t in others]
+    todo += [("canonical", TARGET_TASK, TARGET_PROMPT)]
+    todo += [("training", TARGET_TASK, w) for w in recipe["tasks"][TARGET_TASK]["wordings"]]
+    todo += [(name, TARGET_TASK, w) for name, texts in candidates.items() for w in texts]
+    for kind, task, prompt in todo:
+        where = judged if kind == "judge" else rows
+        key = task if kind == "judge" else prompt
+        if key in where:
+            if kind != "judge" and kind not in where[key]["kind"]:
+                where[key]["kind"].append(kind)
+            continue
+        row = run_eval(at.endpoint, str(at.checkpoint), prompt, at.scenes, task)
+        where[key] = {**row, "task": task} if kind == "judge" else {**row, "kind": [kind]}
+        print(f"sft seed {at.sft_seed} [{kind}] {task} {prompt!r}: {row['successes']}/{row['episodes']}")
+        save(block)
+    return block
 
 
 def _repo_relative(path: Path) -> str:
@@ -379,17 +573,21 @@ def _result(
         *("--wordings", _repo_relative(recipe_path), "--out", _repo_relative(Path(args.out))),
     ]
     frozen_files = (setup["recipe"], *FROZEN_FILES[1:], *ALGORITHM_FILES)
+    band = _band(getattr(args, "band", "")) or BAND
+    # the first premise's command stays as it was; another band or demo set is part of the command
+    command += [] if band == BAND else ["--band", f"{band[0]:g},{band[1]:g}"]
+    command += ["--tasks", ",".join(setup["demo_tasks"])] if "demo_tasks" in setup else []
     return {
         "benchmark": "premise_calibration",
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": shlex.join(command),
         "setup": setup,
-        "band": list(BAND),
+        "band": list(band),
         "cells": cells,
-        "in_band": in_band(cells),
-        f"in_band_on_{MIN_SFT_SEEDS_IN_BAND}_sft_seeds": qualifying(cells),
-        "chosen_canonical_prob": choose_p(cells),
-        "per_canonical_prob": per_prob(cells),
+        "in_band": in_band(cells, band),
+        f"in_band_on_{MIN_SFT_SEEDS_IN_BAND}_sft_seeds": qualifying(cells, band=band),
+        "chosen_canonical_prob": choose_p(cells, band=band),
+        "per_canonical_prob": per_prob(cells, band),
         "overlap": proposer_overlap(list(recipe["tasks"][TARGET_TASK]["wordings"])),
         # the recipe, the proposers and the algorithm files as run (the benchmark's hashes)
         "frozen": frozen_block(tuple(dict.fromkeys(frozen_files))),

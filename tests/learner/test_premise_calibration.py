@@ -194,3 +194,84 @@ def test_the_main_calibration_is_at_the_benchmarks_settings(calib: ModuleType, n
         assert len(calib.qualifying(cells)[f"{chosen:g}"]) >= calib.MIN_SFT_SEEDS_IN_BAND
     else:
         assert chosen is None
+
+
+# --- premise 2, the paper's sim case (issue 32 item 4) ------------------------------------------
+
+SIM_CASE_BAND = (0.01, 0.05)
+
+
+def test_the_band_is_a_setting(calib: ModuleType) -> None:
+    """Premise 2 asks 1-5% of the canonical prompt: the same verdict code, another band."""
+    cells = [
+        *(_cell(0.03, s, r) for s, r in enumerate([0.01, 0.03, 0.05, 0.04, 0.12])),
+        *(_cell(0.05, s, r) for s, r in enumerate([0.12, 0.15, 0.11, 0.18])),
+    ]
+    assert calib.qualifying(cells, band=SIM_CASE_BAND) == {"0.03": [0, 1, 2, 3]}
+    assert calib.choose_p(cells, band=SIM_CASE_BAND) == 0.03
+    assert calib.choose_p(cells) == 0.05  # the first premise's band (10-20%) by default
+    assert calib.per_prob(cells, SIM_CASE_BAND)["0.03"]["sft_seeds_in_band"] == [0, 1, 2, 3]
+    assert calib.in_band(cells, SIM_CASE_BAND) == []  # seed 4 at 12%
+    assert calib._band("0.01,0.05") == SIM_CASE_BAND
+    assert calib._band("0.05,0.01") is None and calib._band("0.1") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--band", "0.2,0.1"], "--band '0.2,0.1': give LOW,HIGH"),
+        (
+            ["--tasks", "put_bowl_in_front_of_camera"],
+            "lacks the target put_green_container_in_front_of_camera",
+        ),
+        (["--before-arms", "--canonical-probs", "0.02,0.03"], "give exactly one --canonical-probs"),
+    ],
+)
+def test_bad_premise_settings_are_refused(
+    calib: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], says: str
+) -> None:
+    with pytest.raises(SystemExit):
+        calib.main([*argv, "--out", str(tmp_path / "c.json"), "--data-dir", str(tmp_path / "data")])
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "c.json").exists()
+
+
+def test_a_recipe_calibrated_in_place_keeps_its_design_text(calib: ModuleType) -> None:
+    about = calib.about_with_note("Why these tasks.", "p 0.03 from run 1.")
+    assert about == f"Why these tasks. {calib.CALIBRATED} p 0.03 from run 1."
+    assert (
+        calib.about_with_note(about, "p 0.02 from run 2.")
+        == f"Why these tasks. {calib.CALIBRATED} p 0.02 from run 2."
+    )
+
+
+def test_the_stand_in_proposes_from_the_canonical_prompts_rollouts(calib: ModuleType) -> None:
+    """Its first candidates follow the canonical prompt's commonest failure; the paraphraser's are
+    blind to it (what bench_pde's arms would propose first with RL seeds 0 and 1)."""
+    from supervisor.proposers import RolloutOutcome
+
+    kept = [RolloutOutcome(False, True, True, None)] * 3
+    got = calib.first_candidates(lambda text: kept if text == calib.TARGET_PROMPT else [], 2)
+    assert len(got["sim_stand_in"]) == 4
+    assert all("release it" in p or "open the fingers" in p for p in got["sim_stand_in"]), got
+    assert got["rule_paraphrase"] == calib.proposer_wordings(calib.TARGET_PROMPT, range(2), 2)
+    assert calib.first_candidates(lambda _: [], 2)["rule_paraphrase"] == got["rule_paraphrase"]
+    no_grasp = [RolloutOutcome(False, False, False, None)] * 3
+    assert all(
+        p.startswith(("grasp ", "grab "))
+        for p in calib.first_candidates(lambda _: no_grasp, 2)["sim_stand_in"]
+    )
+
+
+def test_another_tasks_check_judges_the_same_scenes(calib: ModuleType) -> None:
+    import bench_premise
+
+    scenes = bench_premise.Scenes(40, 7000, 20, 0)
+    cmd = bench_premise.eval_command(
+        "tcp://127.0.0.1:1", "c.pt", calib.TARGET_PROMPT, scenes, "put_bowl_in_front_of_camera"
+    )
+    assert cmd[cmd.index("--task") + 1] == "put_bowl_in_front_of_camera"
+    assert cmd[cmd.index("--rollout-prompt") + 1] == calib.TARGET_PROMPT
+    assert cmd[cmd.index("--seed") + 1] == "7000" and cmd[cmd.index("--torch-seed") + 1] == "0"
+    default = bench_premise.eval_command("tcp://127.0.0.1:1", "c.pt", "w", scenes)
+    assert default[default.index("--task") + 1] == calib.TARGET_TASK
