@@ -446,15 +446,19 @@ def first_candidates(
     outcomes: Callable[[str], Sequence[RolloutOutcome]], per_seed: int
 ) -> dict[str, list[str]]:
     """Each proposer's first ``per_seed`` proposals for the target with proposer seeds 0 and 1 (the
-    benchmark's RL seeds seed its proposer): the paraphraser blind, the sim stand-in after reading
-    ``outcomes`` (the canonical prompt's rollouts, as the benchmark's bootstrap gives it)."""
+    benchmark's RL seeds seed its proposer): the paraphraser (blind); the sim stand-in at the first
+    poll, before any rollout has finished (what the benchmark's first search iteration gets: its
+    recorded parts show plain rewordings there), and after reading ``outcomes`` (the canonical
+    prompt's rollouts, which its second iteration reads)."""
     from supervisor.proposers import SimStateProposer
+
+    def stand_in(seen: Callable[[str], Sequence[RolloutOutcome]]) -> list[str]:
+        return proposer_wordings(TARGET_PROMPT, range(2), per_seed, lambda seed: SimStateProposer(seen, seed))
 
     return {
         "rule_paraphrase": proposer_wordings(TARGET_PROMPT, range(2), per_seed),
-        "sim_stand_in": proposer_wordings(
-            TARGET_PROMPT, range(2), per_seed, lambda seed: SimStateProposer(outcomes, seed)
-        ),
+        "sim_stand_in_first_poll": stand_in(lambda _: []),
+        "sim_stand_in_after_canonical": stand_in(outcomes),
     }
 
 

@@ -252,14 +252,22 @@ def test_the_stand_in_proposes_from_the_canonical_prompts_rollouts(calib: Module
 
     kept = [RolloutOutcome(False, True, True, None)] * 3
     got = calib.first_candidates(lambda text: kept if text == calib.TARGET_PROMPT else [], 2)
-    assert len(got["sim_stand_in"]) == 4
-    assert all("release it" in p or "open the fingers" in p for p in got["sim_stand_in"]), got
+    after = got["sim_stand_in_after_canonical"]
+    assert len(after) == 4 and all("release it" in p or "open the fingers" in p for p in after), got
     assert got["rule_paraphrase"] == calib.proposer_wordings(calib.TARGET_PROMPT, range(2), 2)
-    assert calib.first_candidates(lambda _: [], 2)["rule_paraphrase"] == got["rule_paraphrase"]
+    blind = calib.first_candidates(lambda _: [], 2)
+    assert blind["rule_paraphrase"] == got["rule_paraphrase"]
+    # at the first poll nothing has finished: plain rewordings with the stand-in's own verbs
+    assert blind["sim_stand_in_first_poll"] == got["sim_stand_in_first_poll"]
+    assert blind["sim_stand_in_after_canonical"] == blind["sim_stand_in_first_poll"]
+    assert all(
+        p.split()[0] in {"position", "deliver", "relocate", "shift", "take"}
+        for p in blind["sim_stand_in_first_poll"]
+    )
     no_grasp = [RolloutOutcome(False, False, False, None)] * 3
     assert all(
         p.startswith(("grasp ", "grab "))
-        for p in calib.first_candidates(lambda _: no_grasp, 2)["sim_stand_in"]
+        for p in calib.first_candidates(lambda _: no_grasp, 2)["sim_stand_in_after_canonical"]
     )
 
 
