@@ -21,12 +21,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
@@ -34,6 +36,7 @@ from _common import wilson_interval  # noqa: E402
 
 if TYPE_CHECKING:
     from pde_contract.episodes import EpisodeFile
+    from robot_server.robots.sim import SimRobot
     from supervisor.proposers import PromptProposer
 
 RESULTS = REPO_ROOT / "bench" / "results" / "premise.json"
@@ -161,9 +164,71 @@ def run_eval(
     }
 
 
-def run_episodes(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) -> list[EpisodeFile]:
-    """The target's episodes under ``prompt`` on ``scenes``, in this process (``run_eval``'s loop as
-    ``pde learner eval`` runs it): the episode files that the sim stand-in proposer reads."""
+@dataclass(frozen=True)
+class SceneEnd:
+    """What an episode did to the scene, read from the simulator: how far each free object moved
+    (start of the episode to its end) and which of the sim's tasks' success checks hold at the end."""
+
+    moved_m: dict[str, float]
+    tasks_done: list[str]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    episode: EpisodeFile
+    scene_end: SceneEnd | None  # None: the server runs in another process
+
+
+@contextmanager
+def in_process_sim(image_size: str, spread: float, sim_profile: str) -> Iterator[tuple[str, SimRobot]]:
+    """A fast-paced sim robot server in this process, so that its world can be read between
+    episodes (fast pacing advances physics with chunk rows only: the same episodes as in a server
+    process); yields its command endpoint and its robot."""
+    from robot_server.backends import build_backend
+    from robot_server.robots.sim import SimRobot
+    from robot_server.server import RobotServer
+    from robot_server.settings import RobotServerSettings
+
+    width, height = (int(x) for x in image_size.split("x"))
+    settings = RobotServerSettings.model_validate(  # validated: a wrong profile name says so
+        {
+            "backend": "sim",
+            "pacing": "fast",
+            "cmd_port": _free_port(),
+            "obs_port": _free_port(),
+            "image_width": width,
+            "image_height": height,
+            "sim_layout_spread": spread,
+            "sim_profile": sim_profile,
+        }
+    )
+    backend = build_backend(settings)
+    server = RobotServer(backend.robot, backend.cameras, settings)
+    try:
+        server.start()
+        assert isinstance(backend.robot, SimRobot)
+        yield f"tcp://127.0.0.1:{settings.cmd_port}", backend.robot
+    finally:
+        server.close()
+        backend.close()
+
+
+def _scene(robot: SimRobot) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Each free object's position and the tasks whose success check holds (world lock held)."""
+    from robot_server.sim.tasks import TASK_NAMES, load
+    from robot_server.sim.tasks.tabletop import LAYOUT_PROPS, body_pos
+
+    with robot.world.lock:
+        where = {prop: body_pos(robot.world, prop) for prop in LAYOUT_PROPS}
+        return where, [t for t in TASK_NAMES if load(t).success(robot.world)]
+
+
+def run_episodes(
+    endpoint: str, checkpoint: str, prompt: str, scenes: Scenes, robot: SimRobot | None = None
+) -> list[Rollout]:
+    """The target's episodes under ``prompt`` on ``scenes``, in this process (``pde learner eval``'s
+    loop): the episode files the sim stand-in proposer reads and, given the server's ``robot`` (an
+    ``in_process_sim``), what each did to the scene."""
     import torch
 
     from learner.actor import Actor, ActorSettings
@@ -171,12 +236,15 @@ def run_episodes(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) ->
     from pde_contract.client import RobotClient
 
     policy = CheckpointStore.load(checkpoint).policy
+    out: list[Rollout] = []
     with RobotClient(cmd_endpoint=endpoint, name="premise-episodes", timeout_s=5.0) as client:
         client.connect()
-        actor = Actor(policy, client, ActorSettings())
+        actor = Actor(policy, client, ActorSettings(reset_before_episode=False))
         torch.manual_seed(scenes.torch_seed)
-        return [
-            actor.run_episode(
+        for i in range(scenes.episodes):
+            client.reset(task=TARGET_TASK, seed=scenes.seed + i)
+            start = _scene(robot)[0] if robot is not None else {}
+            episode = actor.run_episode(
                 episode_id=f"premise-{i}",
                 task=TARGET_TASK,
                 canonical_prompt=TARGET_PROMPT,
@@ -184,8 +252,13 @@ def run_episodes(endpoint: str, checkpoint: str, prompt: str, scenes: Scenes) ->
                 max_chunks=scenes.max_chunks,
                 seed=scenes.seed + i,
             )
-            for i in range(scenes.episodes)
-        ]
+            end = None
+            if robot is not None:
+                where, done = _scene(robot)
+                moved = {k: round(float(np.linalg.norm(where[k] - start[k])), 4) for k in where}
+                end = SceneEnd(moved, done)
+            out.append(Rollout(episode, end))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

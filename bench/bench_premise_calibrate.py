@@ -41,7 +41,9 @@ from _pde_stats import FROZEN_FILES, frozen_block, overlap, t_interval  # noqa: 
 from bench_premise import (  # noqa: E402
     TARGET_PROMPT,
     TARGET_TASK,
+    SceneEnd,
     Scenes,
+    in_process_sim,
     proposer_wordings,
     run_episodes,
     run_eval,
@@ -59,6 +61,8 @@ RECIPE = REPO_ROOT / "learner" / "recipes" / "paper_regime.json"
 RECIPE_MAIN = REPO_ROOT / "learner" / "recipes" / "paper_regime_main.json"
 TASKS = "put_green_container_in_bowl,put_bowl_in_front_of_camera,put_green_container_in_front_of_camera"
 DEMOS_PER_TASK = 20
+IMAGE_SIZE, LAYOUT_SPREAD = "128x128", 0.2  # the demos' renders and layouts (pde sim record's flags)
+MOVED_M = 0.02  # an object further than this from where the episode found it was moved
 Band = tuple[float, float]
 BAND: Band = (0.10, 0.20)  # the paper's starting point: SFT 15% on the canonical prompt
 # Premise 2, the paper's sim case (issue 32 item 4): the canonical prompt elicits a similar task's
@@ -319,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     done = {(c["canonical_prob"], c["sft_seed"]) for c in save()}
     with ExitStack() as stack:
         endpoint = start_server(
-            stack, image_size="128x128", spread=0.2, log_dir=data, wait_s=3.0, sim_profile=args.sim_profile
+            stack, IMAGE_SIZE, LAYOUT_SPREAD, log_dir=data, wait_s=3.0, sim_profile=args.sim_profile
         )
         for p in probs:
             table = data / "tables" / f"p{p:g}.json"
@@ -369,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in seeds:
                 ckpt = data / f"sft-p{probs[0]:g}-seed{s}" / "policy-000000.pt"
                 measure_before_arms(
-                    BeforeArms(endpoint, ckpt, probs[0], s, scenes, run_by),
+                    BeforeArms(endpoint, ckpt, probs[0], s, scenes, run_by, args.sim_profile),
                     recipe,
                     [t for t in tasks if t != TARGET_TASK],
                     args.first_candidates,
@@ -413,6 +417,16 @@ def _band(text: str) -> Band | None:
     return (low, high) if 0.0 <= low <= high <= 1.0 else None
 
 
+def _only_moved(ends: Sequence[SceneEnd]) -> dict[str, int]:
+    """Episodes by the one free object they moved more than MOVED_M ("none", or "several")."""
+    out: dict[str, int] = {}
+    for e in ends:
+        moved = [p for p, d in e.moved_m.items() if d > MOVED_M]
+        key = moved[0] if len(moved) == 1 else ("none" if not moved else "several")
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
 @dataclass(frozen=True)
 class BeforeArms:
     """One SFT checkpoint of a premise, measured before any arm runs (``--before-arms``)."""
@@ -423,6 +437,7 @@ class BeforeArms:
     sft_seed: int
     scenes: Scenes
     run_by: str
+    sim_profile: str
 
 
 class _Saver:
@@ -478,26 +493,40 @@ def measure_before_arms(
     block = save.load()
     if block.get("checkpoint_sha256") != sha or block.get("scenes") != asdict(at.scenes):
         block = {}
+    commit = frozen_block(())["commit"]
+    for kept in (*block.get("prompts", {}).values(), *block.get("canonical_judged_by", {}).values()):
+        kept.setdefault("commit", block["commit"])  # measured by an earlier command
     block.update(
         canonical_prob=at.canonical_prob,
         sft_seed=at.sft_seed,
         checkpoint=str(at.checkpoint),
         checkpoint_sha256=sha,
         scenes=asdict(at.scenes),
-        commit=frozen_block(())["commit"],
+        commit=commit,
         run_by=at.run_by,
     )
-    if "canonical_rollouts" not in block:
-        episodes = run_episodes(at.endpoint, str(at.checkpoint), TARGET_PROMPT, at.scenes)
+    if "scene_ends" not in block.get("canonical_rollouts", {}):
+        with in_process_sim(IMAGE_SIZE, LAYOUT_SPREAD, at.sim_profile) as (endpoint, robot):
+            rollouts = run_episodes(endpoint, str(at.checkpoint), TARGET_PROMPT, at.scenes, robot)
         destination = sim_destination_xy_m(TARGET_TASK)
-        outcomes = [RolloutOutcome.from_episode(ep, destination) for ep in episodes]
+        outcomes = [RolloutOutcome.from_episode(r.episode, destination) for r in rollouts]
         modes = [o.failure(0.07) for o in outcomes]  # the stand-in's off_target_m
+        ends = [r.scene_end for r in rollouts if r.scene_end is not None]
+        done = [t for e in ends for t in e.tasks_done]
         block["canonical_rollouts"] = {
+            "commit": commit,
             "successes": sum(o.success for o in outcomes),
             "episodes": len(outcomes),
             "failure_modes": {m: modes.count(m) for m in sorted(set(modes))},
             "summary": summarize_outcomes(outcomes),
+            # what the canonical prompt did instead: which object it moved, which task it completed
+            f"objects_moved_over_{MOVED_M:g}_m": {
+                prop: sum(e.moved_m[prop] > MOVED_M for e in ends) for prop in sorted(ends[0].moved_m)
+            },
+            "only_object_moved": _only_moved(ends),
+            "tasks_done_at_end": {t: done.count(t) for t in sorted(set(done))},
             "outcomes": [asdict(o) for o in outcomes],
+            "scene_ends": [asdict(e) for e in ends],
         }
         save(block)
     outcomes = [RolloutOutcome(**o) for o in block["canonical_rollouts"]["outcomes"]]
@@ -517,7 +546,7 @@ def measure_before_arms(
             if kind != "judge" and kind not in where[key]["kind"]:
                 where[key]["kind"].append(kind)
             continue
-        row = run_eval(at.endpoint, str(at.checkpoint), prompt, at.scenes, task)
+        row = {**run_eval(at.endpoint, str(at.checkpoint), prompt, at.scenes, task), "commit": commit}
         where[key] = {**row, "task": task} if kind == "judge" else {**row, "kind": [kind]}
         print(f"sft seed {at.sft_seed} [{kind}] {task} {prompt!r}: {row['successes']}/{row['episodes']}")
         save(block)

@@ -283,3 +283,44 @@ def test_another_tasks_check_judges_the_same_scenes(calib: ModuleType) -> None:
     assert cmd[cmd.index("--seed") + 1] == "7000" and cmd[cmd.index("--torch-seed") + 1] == "0"
     default = bench_premise.eval_command("tcp://127.0.0.1:1", "c.pt", "w", scenes)
     assert default[default.index("--task") + 1] == calib.TARGET_TASK
+
+
+def test_in_process_rollouts_say_what_each_episode_did_to_the_scene(
+    calib: ModuleType, tmp_path: Path
+) -> None:
+    """Premise 2's item 3c: the canonical prompt's episodes in an in-process sim server (real sim,
+    server and client; a tiny random-weight policy), each with how far every free object moved and
+    which tasks' checks hold at its end; the server is closed afterwards."""
+    import threading
+
+    import bench_premise
+
+    from learner.checkpoints import CheckpointStore
+    from learner.policies.vla import make_test_policy
+    from robot_server.sim.tasks.tabletop import LAYOUT_PROPS
+
+    checkpoint = CheckpointStore(tmp_path).save(make_test_policy("gaussian"), 0)
+    threads = set(threading.enumerate())
+    scenes = bench_premise.Scenes(episodes=2, seed=7000, max_chunks=2, torch_seed=0)
+    with bench_premise.in_process_sim("32x32", 0.2, "fast") as (endpoint, robot):
+        rollouts = bench_premise.run_episodes(endpoint, str(checkpoint), "xyzzy", scenes, robot)
+        assert robot.seed == 7001 and robot.task_name == bench_premise.TARGET_TASK
+    assert len(rollouts) == 2
+    for r in rollouts:
+        assert r.episode.rollout_prompt == "xyzzy" and 1 <= len(r.episode.chunks) <= 2
+        assert r.scene_end is not None and set(r.scene_end.moved_m) == set(LAYOUT_PROPS)
+        assert all(d >= 0.0 for d in r.scene_end.moved_m.values())
+        assert bench_premise.TARGET_TASK not in r.scene_end.tasks_done  # two chunks cannot do it
+    left = [t for t in threading.enumerate() if t not in threads and t.is_alive()]
+    assert not left, left
+
+
+def test_episodes_are_counted_by_the_one_object_they_moved(calib: ModuleType) -> None:
+    end = calib.SceneEnd
+    ends = [
+        end({"bowl": 0.15, "green_container": 0.001, "tape": 0.0}, ["put_bowl_in_front_of_camera"]),
+        end({"bowl": 0.0, "green_container": 0.3, "tape": 0.0}, []),
+        end({"bowl": 0.05, "green_container": 0.3, "tape": 0.0}, []),
+        end({"bowl": 0.01, "green_container": 0.0, "tape": 0.0}, []),
+    ]
+    assert calib._only_moved(ends) == {"bowl": 1, "green_container": 1, "none": 1, "several": 1}
