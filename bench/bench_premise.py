@@ -43,6 +43,8 @@ RESULTS = REPO_ROOT / "bench" / "results" / "premise.json"
 TARGET_TASK = "put_green_container_in_front_of_camera"
 TARGET_PROMPT = "put the green container in front of the camera"
 NONSENSE = "xyzzy banana"
+# An in-process server and the policy share one GIL: the longest wait for either (loaded machine).
+IN_PROCESS_WAIT_S = 30.0
 
 
 def proposer_wordings(
@@ -200,6 +202,9 @@ def in_process_sim(image_size: str, spread: float, sim_profile: str) -> Iterator
             "image_height": height,
             "sim_layout_spread": spread,
             "sim_profile": sim_profile,
+            # the actor's heartbeat shares this process's GIL with the server's threads; fast pacing
+            # makes episodes independent of such waits, so a loaded machine only has to be waited out
+            "heartbeat_timeout_s": IN_PROCESS_WAIT_S,
         }
     )
     backend = build_backend(settings)
@@ -237,9 +242,15 @@ def run_episodes(
 
     policy = CheckpointStore.load(checkpoint).policy
     out: list[Rollout] = []
-    with RobotClient(cmd_endpoint=endpoint, name="premise-episodes", timeout_s=5.0) as client:
+    settings = ActorSettings(reset_before_episode=False)
+    if robot is not None:
+        settings = ActorSettings(
+            reset_before_episode=False, obs_timeout_s=IN_PROCESS_WAIT_S, server_silent_s=IN_PROCESS_WAIT_S
+        )
+    wait_s = settings.obs_timeout_s if robot is not None else 5.0
+    with RobotClient(cmd_endpoint=endpoint, name="premise-episodes", timeout_s=wait_s) as client:
         client.connect()
-        actor = Actor(policy, client, ActorSettings(reset_before_episode=False))
+        actor = Actor(policy, client, settings)
         torch.manual_seed(scenes.torch_seed)
         for i in range(scenes.episodes):
             client.reset(task=TARGET_TASK, seed=scenes.seed + i)
