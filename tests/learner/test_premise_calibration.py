@@ -324,3 +324,24 @@ def test_episodes_are_counted_by_the_one_object_they_moved(calib: ModuleType) ->
         end({"bowl": 0.01, "green_container": 0.0, "tape": 0.0}, []),
     ]
     assert calib._only_moved(ends) == {"bowl": 1, "green_container": 1, "none": 1, "several": 1}
+
+
+def test_an_evaluation_waits_out_a_loaded_machine(calib: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pde learner eval` runs with the actor's waits raised (fast pacing: waiting changes no
+    episode); a lab's own setting in the environment wins."""
+    import subprocess
+
+    import bench_premise
+
+    seen: dict[str, str] = {}
+
+    def fake_run(cmd: list[str], env: dict[str, str], **_: object) -> subprocess.CompletedProcess[str]:
+        seen.update(env)
+        out = 'episode 0: success=True chunks=3\n{"torch_seed": 0, "exploration_log_std": -1.5}\n'
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    monkeypatch.setattr(bench_premise.subprocess, "run", fake_run)
+    monkeypatch.setenv("PDE_ACTOR_SERVER_SILENT_S", "7")
+    row = bench_premise.run_eval("tcp://127.0.0.1:1", "c.pt", "w", bench_premise.Scenes(1, 7000, 20))
+    assert row["successes"] == 1 and row["episodes"] == 1
+    assert seen["PDE_ACTOR_OBS_TIMEOUT_S"] == "30.0" and seen["PDE_ACTOR_SERVER_SILENT_S"] == "7"
