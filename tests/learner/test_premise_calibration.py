@@ -345,3 +345,56 @@ def test_an_evaluation_waits_out_a_loaded_machine(calib: ModuleType, monkeypatch
     row = bench_premise.run_eval("tcp://127.0.0.1:1", "c.pt", "w", bench_premise.Scenes(1, 7000, 20))
     assert row["successes"] == 1 and row["episodes"] == 1
     assert seen["PDE_ACTOR_OBS_TIMEOUT_S"] == "30.0" and seen["PDE_ACTOR_SERVER_SILENT_S"] == "7"
+
+
+def test_premise_2_is_calibrated_at_the_benchmarks_settings_and_measured_before_arms(
+    calib: ModuleType,
+) -> None:
+    """bench/results/premise2_calibration.json: the sim case's cells at the benchmark's settings, its
+    recipe at the p it chose (1-5% on >= 4 SFT seeds), and per SFT seed in band the measures taken
+    before any arm: the target's own wordings well above the canonical prompt (the program exists),
+    every proposer's first candidates measured, and what the canonical prompt did instead."""
+    from pde_arm import EVAL_SEED_BASE, BenchSettings
+
+    from learner.policies.vla import VLAConfig
+
+    result = json.loads((calib.RESULTS_MAIN.parent / "premise2_calibration.json").read_text())
+    recipe = json.loads((ROOT / "learner" / "recipes" / "sim_case.json").read_text())
+    setup, cells = result["setup"], result["cells"]
+    assert setup["recipe"] == "learner/recipes/sim_case.json"
+    assert setup["wordings_sha256"] == calib.wordings_sha256(recipe)
+    assert (
+        setup["sim_profile"] == "fast" and setup["torch_seed"] == 0 and setup["scene_seeds"] == [7000, 7099]
+    )
+    assert EVAL_SEED_BASE > 7099 and result["band"] == list(SIM_CASE_BAND)
+    for c in cells:
+        assert c["exploration_log_std"] == pytest.approx(VLAConfig().gaussian_init_log_std)
+        assert c["episodes"] == 100 and len(c["commit"]) == 40
+    p = calib.choose_p(cells, band=SIM_CASE_BAND)
+    assert (
+        p is not None
+        and recipe["tasks"][calib.TARGET_TASK]["canonical_prob"] == p == result["chosen_canonical_prob"]
+    )
+    in_band = calib.qualifying(cells, band=SIM_CASE_BAND)[f"{p:g}"]
+    assert len(in_band) >= calib.MIN_SFT_SEEDS_IN_BAND
+    measured = result["before_arms"]
+    assert len([s for s in in_band if f"sft{s}" in measured]) >= calib.MIN_SFT_SEEDS_IN_BAND
+    for key, block in measured.items():
+        assert (
+            block["canonical_prob"] == p
+            and block["scenes"]["episodes"] == 40
+            and key == f"sft{block['sft_seed']}"
+        )
+        rows = block["prompts"]
+        canonical = rows[calib.TARGET_PROMPT]["success_rate"]
+        training = [r["success_rate"] for r in rows.values() if "training" in r["kind"]]
+        assert len(training) == 3 and min(training) >= canonical + 0.25, (key, training, canonical)
+        for name, texts in block["first_candidates"].items():
+            assert texts and all(t in rows and name in rows[t]["kind"] for t in texts), (key, name)
+        rollouts = block["canonical_rollouts"]
+        assert rollouts["episodes"] == 40 and len(rollouts["scene_ends"]) == 40
+        assert set(block["canonical_judged_by"]) == {
+            "put_green_container_in_bowl",
+            "put_bowl_in_front_of_camera",
+        }
+    assert BenchSettings().eval_episodes == 100
