@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from _common import success_interval  # noqa: E402
+from _common import SIM_HEARTBEAT_TIMEOUT_S, success_interval  # noqa: E402
 
 from learner.actor import Actor, ActorSettings  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
@@ -107,6 +107,8 @@ def start_server(
         str(cmd_port),
         "--obs-port",
         str(obs_port),
+        "--heartbeat-timeout-s",
+        str(SIM_HEARTBEAT_TIMEOUT_S),
     ]
     if sim_profile:
         argv += ["--sim-profile", sim_profile]

@@ -337,7 +337,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         )
         return 2
     successes = 0
-    # Evaluation is not latency-bound: a generous reply timeout rides out a loaded machine.
+    # Evaluation is not latency-bound: generous timeouts ride out a loaded machine.
     with RobotClient(
         cmd_endpoint=args.cmd_endpoint,
         name="learner-eval",
@@ -351,11 +351,14 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         actor = Actor(
             loaded.policy,
             client,
-            ActorSettings(deterministic=args.deterministic),
+            ActorSettings(deterministic=args.deterministic, obs_timeout_s=10.0),
         )
+        # A watchdog trip drops a chunk: an episode that then depends on the machine's load.
+        trips_before = client.status().counters.watchdog_trips
         import torch
 
         from learner.policies.base import exploration_log_std
+        from pde_contract.episodes import trajectory_sha256
 
         torch.manual_seed(args.torch_seed)
         for i in range(args.episodes):
@@ -368,7 +371,19 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
                 seed=args.seed + i,
             )
             successes += bool(ep.success)
-            print(f"episode {i}: success={ep.success} chunks={len(ep.chunks)}", flush=True)
+            print(
+                f"episode {i}: success={ep.success} chunks={len(ep.chunks)} "
+                f"trajectory={trajectory_sha256(ep)[:16]}",
+                flush=True,
+            )
+        watchdog_trips = client.status().counters.watchdog_trips - trips_before
+    if watchdog_trips:
+        print(
+            f"pde learner eval: the robot server's watchdog dropped {watchdog_trips} chunk(s) (a client "
+            "heartbeat later than its heartbeat_timeout_s): those episodes depend on the machine's load; "
+            "give a loaded sim server a longer --heartbeat-timeout-s",
+            file=sys.stderr,
+        )
     print(
         json.dumps(
             {
@@ -377,6 +392,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
                 "success_rate": successes / args.episodes,
                 "torch_seed": args.torch_seed,
                 "exploration_log_std": exploration_log_std(loaded.policy),
+                "watchdog_trips": watchdog_trips,
             }
         )
     )
