@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from _common import SIM_HEARTBEAT_TIMEOUT_S, success_interval  # noqa: E402
+from _common import SIM_SERVER_WATCHDOG_ENV, success_interval  # noqa: E402
 
 from learner.actor import Actor, ActorSettings  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
@@ -107,12 +107,10 @@ def start_server(
         str(cmd_port),
         "--obs-port",
         str(obs_port),
-        "--heartbeat-timeout-s",
-        str(SIM_HEARTBEAT_TIMEOUT_S),
     ]
     if sim_profile:
         argv += ["--sim-profile", sim_profile]
-    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl", **SIM_SERVER_WATCHDOG_ENV}
     group.start("robot", argv, env=env)
     endpoint = f"tcp://127.0.0.1:{cmd_port}"
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from _common import SIM_HEARTBEAT_TIMEOUT_S, wilson_interval  # noqa: E402
+from _common import SIM_SERVER_WATCHDOG_ENV, wilson_interval  # noqa: E402
 
 if TYPE_CHECKING:
     from supervisor.proposers import PromptProposer
@@ -90,13 +90,13 @@ def start_server(
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "pde", "robot-server", "--backend", "sim", "--pacing", "fast"),
-            *("--heartbeat-timeout-s", str(SIM_HEARTBEAT_TIMEOUT_S)),
             *("--image-size", image_size, "--sim-layout-spread", str(spread)),
             *("--cmd-port", str(cmd_port), "--obs-port", str(obs_port)),
             *(("--sim-profile", sim_profile) if sim_profile else ()),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **SIM_SERVER_WATCHDOG_ENV},
     )
 
     def stop() -> None:

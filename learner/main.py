@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,6 +32,9 @@ from pde_contract.settings import (
     wandb_project_field,
 )
 from pde_contract.tasks import load_tasks
+
+if TYPE_CHECKING:
+    from pde_contract.messages import Counters
 
 
 class LearnerSettings(BaseSettings):
@@ -353,8 +356,8 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
             client,
             ActorSettings(deterministic=args.deterministic, obs_timeout_s=10.0),
         )
-        # A watchdog trip drops a chunk: an episode that then depends on the machine's load.
-        trips_before = client.status().counters.watchdog_trips
+        # The server's wall-clock watchdogs drop a chunk: an episode that then depends on the load.
+        dropped_before = _chunks_dropped_by_watchdogs(client.status().counters)
         import torch
 
         from learner.policies.base import exploration_log_std
@@ -376,12 +379,13 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
                 f"trajectory={trajectory_sha256(ep)[:16]}",
                 flush=True,
             )
-        watchdog_trips = client.status().counters.watchdog_trips - trips_before
-    if watchdog_trips:
+        dropped = _chunks_dropped_by_watchdogs(client.status().counters) - dropped_before
+    if dropped:
         print(
-            f"pde learner eval: the robot server's watchdog dropped {watchdog_trips} chunk(s) (a client "
-            "heartbeat later than its heartbeat_timeout_s): those episodes depend on the machine's load; "
-            "give a loaded sim server a longer --heartbeat-timeout-s",
+            f"pde learner eval: the robot server's watchdogs dropped {dropped} chunk(s) (a heartbeat later "
+            "than heartbeat_timeout_s, or its command thread stalled past command_stall_timeout_s): those "
+            "episodes depend on the machine's load; give a loaded sim server longer ones "
+            "(PDE_ROBOT_HEARTBEAT_TIMEOUT_S, PDE_ROBOT_COMMAND_STALL_TIMEOUT_S)",
             file=sys.stderr,
         )
     print(
@@ -392,11 +396,15 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
                 "success_rate": successes / args.episodes,
                 "torch_seed": args.torch_seed,
                 "exploration_log_std": exploration_log_std(loaded.policy),
-                "watchdog_trips": watchdog_trips,
+                "chunks_dropped_by_watchdogs": dropped,
             }
         )
     )
     return 0
+
+
+def _chunks_dropped_by_watchdogs(counters: Counters) -> int:
+    return counters.watchdog_trips + counters.command_loop_stalls
 
 
 def _export_policy(argv: list[str], settings: LearnerSettings) -> int:
