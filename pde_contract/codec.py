@@ -122,6 +122,20 @@ def _typed_decoder(type_: Any) -> msgspec.msgpack.Decoder[Any]:
     return dec
 
 
+def convert(obj: Any, type_: type[T]) -> T:
+    """``msgspec.convert`` (its errors unchanged), safe in any thread: the type info it shares
+    with every other decoder is built first, as ``unpackb`` builds it."""
+    _typed_decoder(type_)
+    return msgspec.convert(obj, type_)
+
+
+def decode_json(data: bytes, type_: type[T]) -> T:
+    """``msgspec.json.decode`` into ``type_`` (its errors unchanged), safe in any thread (see
+    ``convert``)."""
+    _typed_decoder(type_)
+    return msgspec.json.decode(data, type=type_)
+
+
 def packb(obj: Any) -> bytes:
     """Encode a message (or plain data with numpy arrays) to msgpack bytes."""
     try:

@@ -189,7 +189,7 @@ def test_deep_nesting_is_a_codec_error(depth: int, typed: bool) -> None:
 _FIRST_DECODES_AT_ONCE = """
 import sys, threading
 import msgspec
-from pde_contract.codec import packb, unpackb
+from pde_contract.codec import convert, decode_json, packb, unpackb
 
 sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows in a few rounds
 for i in range(100):  # new struct classes every round: msgspec has built nothing for them yet
@@ -197,20 +197,28 @@ for i in range(100):  # new struct classes every round: msgspec has built nothin
     middle = msgspec.defstruct(f"Middle{i}", [("inner", list[inner]), ("extra", dict[str, int])])
     outer = msgspec.defstruct(f"Outer{i}", [("middles", list[middle]), ("first", inner)])
     x = inner(1, "x", [1.0])
-    data = packb(outer([middle([x, x], {"k": 1})], x))
-    start = threading.Barrier(4)
+    message = outer([middle([x, x], {"k": 1})], x)
+    as_msgpack, as_json = packb(message), msgspec.json.encode(message)
+    as_builtins = msgspec.to_builtins(message)
+    reads = [
+        lambda: unpackb(as_msgpack, outer),
+        lambda: convert(as_builtins, outer),
+        lambda: decode_json(as_json, outer),
+        lambda: unpackb(as_msgpack, outer),
+    ]
+    start = threading.Barrier(len(reads))
     got = []
 
-    def first_decode():
+    def first_read(read):
         start.wait()
-        got.append(unpackb(data, outer).middles[0].inner[1].c)
+        got.append(read().middles[0].inner[1].c)
 
-    threads = [threading.Thread(target=first_decode) for _ in range(4)]
+    threads = [threading.Thread(target=first_read, args=(read,)) for read in reads]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert got == [[1.0]] * 4, got
+    assert got == [[1.0]] * len(reads), got
 print("decoded")
 """
 
