@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from _common import wilson_interval  # noqa: E402
+from _common import SIM_SERVER_WATCHDOG_ENV, wilson_interval  # noqa: E402
 
 if TYPE_CHECKING:
     from supervisor.proposers import PromptProposer
@@ -96,6 +96,7 @@ def start_server(
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **SIM_SERVER_WATCHDOG_ENV},
     )
 
     def stop() -> None:

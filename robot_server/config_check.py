@@ -52,6 +52,11 @@ def cell_problems(settings: RobotServerSettings, franka: FrankaConfig) -> list[s
             f"{'; '.join(outside)}. Every episode would start outside the box; widen the box "
             "(workspace_min_m / workspace_max_m) or move [franka] home_joints_rad"
         )
+    if settings.backend == "franka" and settings.pacing == "fast":
+        problems.append(
+            "pacing = fast on the FR3: fast pacing runs chunk rows back to back as fast as the CPU allows "
+            "and stops time between chunks (simulation only). Set pacing = realtime (the default)"
+        )
     period_s = 1.0 / settings.control_rate_hz
     hb = settings.heartbeat_timeout_s
     if settings.backend == "franka" and not period_s < hb <= MAX_FRANKA_HEARTBEAT_TIMEOUT_S:

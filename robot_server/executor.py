@@ -11,6 +11,9 @@ latches. While the e-stop is latched, the backend reports a latched fault (user 
 ``Robot.fault()``) or guiding mode is on, the thread stands down: chunks are refused and no target
 is sent -- arm or gripper -- (the arm stays where it stopped, or where the operator moves it) until
 the e-stop's release, a reset (the operator's acknowledgement of a fault) or the end of guiding.
+With fast pacing (the sim) the world moves only with chunk rows (``ExecutorConfig.realtime``): idle
+ticks publish and watch as ever but command nothing, so an episode does not depend on how long the
+policy took to infer its chunks.
 The e-stop is kept on disk (``ExecutorConfig.estop_state_file``, robot_server/latch_file.py) before
 ``estop()`` returns, and restored when an executor is built on the same file: a restart of the
 server, a kill -9 included, does not release it.
@@ -60,7 +63,13 @@ _HOLD_OUTSIDE_TOLERANCE_M = 0.01
 @dataclass(frozen=True)
 class ExecutorConfig:
     control_rate_hz: float = 10.0
-    realtime: bool = True  # False: chunk rows back to back (idle ticks stay at the control rate)
+    # False (fast pacing, the sim): chunk rows run back to back, and an idle tick (no chunk) still
+    # runs at the control rate -- observations, watchdog, stop, reset -- but commands nothing, so
+    # simulated time stands still while the policy infers: how long that took (the machine's load)
+    # cannot change an episode. Only a GripperCommand moves the world outside a chunk (its width is
+    # reached over idle ticks until the next chunk or reset). Stand-down ticks (e-stop, fault,
+    # guiding) advance the world either way.
+    realtime: bool = True
     heartbeat_timeout_s: float = 0.2  # <= 0 disables the watchdog
     limits: SafetyLimits = field(default_factory=SafetyLimits)
     action_spaces: tuple[ActionSpace, ...] = (ActionSpace.EE_DELTA, ActionSpace.JOINT_ABS)
@@ -85,6 +94,7 @@ class TickRecord:
     scheduled_s: float  # when it should have begun (realtime pacing)
     chunk_seq: int  # -1: holding
     row: int
+    commanded: bool = True  # False: an idle tick of fast pacing, which moved nothing
 
 
 @dataclass
@@ -173,6 +183,9 @@ class ChunkExecutor:
         self._last_target: RobotTarget | None = None
         self._state: RobotState | None = None
         self._hold_requested = False
+        # Fast pacing: idle ticks command the held target (a GripperCommand's width) until the next
+        # chunk or reset; otherwise they command nothing.
+        self._idle_moves = False
         self._estopped = False
         self._estop_reason = ""
         self._estop_generation = 0  # e-stops latched: a release never clears a newer one
@@ -294,6 +307,7 @@ class ChunkExecutor:
                 previous.next_row if previous is not None and previous.episode_id == chunk.episode_id else -1
             )
             self._chunk = self._last_accepted = _Running(chunk.seq, chunk.episode_id, plan.targets, client_id)
+            self._idle_moves = False
             self._update_progress()
             self._last_seq, self._last_episode = chunk.seq, chunk.episode_id
             self._last_seen[client_id] = time.monotonic()
@@ -388,6 +402,7 @@ class ChunkExecutor:
             width = check_gripper_width(width_m, self.config.limits)
             assert self._held is not None
             self._held = replace(self._held, gripper_width_m=width, gripper_hold=False)
+            self._idle_moves = True  # fast pacing too: the client asked for motion outside a chunk
 
     def reset(
         self, task: str, seed: int | None, timeout_s: float, joints_rad: tuple[float, ...] | None = None
@@ -593,6 +608,7 @@ class ChunkExecutor:
                 self._task_success = success
                 self._last_seq, self._last_episode = -1, None
                 self._last_accepted = None
+                self._idle_moves = False
         with self._lock:
             self._reset = None
         req.done.set()
@@ -746,12 +762,15 @@ class ChunkExecutor:
                 else:
                     assert self._held is not None
                     target, seq, row = self._held, -1, -1
+                # Fast pacing: simulated time passes only with rows (and a GripperCommand's motion).
+                commanded = cfg.realtime or seq >= 0 or self._idle_moves
                 self._last_target = target
-                self.tick_log.append(TickRecord(start, next_t, seq, row))
+                self.tick_log.append(TickRecord(start, next_t, seq, row, commanded))
                 self._ticks += 1
                 tick = self._ticks
             try:
-                self.robot.command(target, period)
+                if commanded:
+                    self.robot.command(target, period)
                 state = self.robot.read_state()
                 success = self.robot.task_success()
             except Exception as e:

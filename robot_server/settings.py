@@ -45,9 +45,11 @@ class RobotServerSettings(FileSettings):
     link_clients_dir: Path | None = None
 
     control_rate_hz: float = Field(default=10.0, gt=0, le=100)
-    # realtime: one tick per period (demo, operator page, hardware). fast: chunk rows run back to
-    # back and observations are published once per tick (tests, benchmarks, sim only); an idle
-    # arm still ticks at the control rate so the stream never stops.
+    # realtime: one tick per period (demo, operator page, hardware). fast (tests, benchmarks, sim
+    # only): chunk rows run back to back and observations are published once per tick; an idle arm
+    # still ticks at the control rate so the stream never stops, but simulated time passes only with
+    # chunk rows (not while the policy infers), so an episode does not depend on the machine's load
+    # (ExecutorConfig.realtime; docs/sim.md, "Fast pacing").
     pacing: Literal["realtime", "fast"] = "realtime"
     # "per_camera": one capture thread per camera (hardware: each read blocks on its own device);
     # "shared": one thread reads every camera in turn (sim cameras share one renderer). Empty: by

@@ -71,6 +71,7 @@ def test_the_example_file_is_sane(monkeypatch: pytest.MonkeyPatch) -> None:
             "heartbeat_timeout_s = 0.0 s: on the FR3 the watchdog must be on",
         ),
         ({"backend": "franka", "heartbeat_timeout_s": 5.0}, "and at most 1.0 s"),
+        ({"backend": "franka", "pacing": "fast"}, "pacing = fast on the FR3"),
         ({"heartbeat_timeout_s": 0.05}, "not longer than one control period (0.1 s)"),
         (
             {"workspace_min_m": (0.15, -0.5, -0.05)},

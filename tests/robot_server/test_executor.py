@@ -245,6 +245,43 @@ def test_fast_pacing_runs_rows_back_to_back(make: Callable[..., tuple[ChunkExecu
     assert time.monotonic() - t0 < 2.5  # paced in real time it would take 5 s
 
 
+def ticks_later(ex: ChunkExecutor, n: int) -> None:
+    """Wait until ``n`` more control ticks have run (the snapshot's tick: state stored)."""
+    tick = ex.snapshot().tick
+    wait_for(lambda: ex.snapshot().tick >= tick + n)
+
+
+def test_fast_pacing_idle_ticks_move_nothing_but_a_gripper_command(
+    make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
+) -> None:
+    """Fast pacing: simulated time passes with chunk rows only, so an idle tick (the policy
+    inferring) commands nothing; it still runs (the tick count, observations). A GripperCommand
+    moves the world outside a chunk until the next one; realtime pacing commands every tick."""
+    ex, robot = make(control_rate_hz=50.0, realtime=False)
+    ex.submit(ee_chunk(0, rows=3), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
+    ticks_later(ex, 2)  # past the last row's tick: its command is in
+    n_commands = len(robot.commands)
+    ticks_later(ex, 5)  # idle ticks run at the control rate
+    assert len(robot.commands) == n_commands
+    idle = [r for r in ex.tick_log if r.chunk_seq < 0]
+    assert idle and not any(r.commanded for r in idle[-5:])
+    assert all(r.commanded for r in ex.tick_log if r.chunk_seq >= 0)
+    ex.gripper(0.02)
+    wait_for(lambda: robot.width == 0.02)
+    ex.submit(ee_chunk(1, rows=2), CLIENT)
+    wait_for(lambda: ex.snapshot().counters.chunks_executed == 2)
+    ticks_later(ex, 2)
+    n_commands = len(robot.commands)
+    ticks_later(ex, 5)
+    assert len(robot.commands) == n_commands  # the chunk ended the gripper's idle motion
+    realtime, robot_rt = make(control_rate_hz=50.0)
+    n_rt = len(robot_rt.commands)
+    tick = realtime.snapshot().tick  # >= n_rt - 1: a tick's state is stored right after its command
+    wait_for(lambda: realtime.snapshot().tick >= tick + 6)
+    assert len(robot_rt.commands) >= n_rt + 5
+
+
 def test_backend_error_is_counted_and_recovered(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
     ex, robot = make(reconnect_period_s=0.05)
     robot.fail_next_command = True
