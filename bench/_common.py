@@ -19,6 +19,16 @@ if str(REPO_ROOT) not in sys.path:  # `python bench/bench_x.py` from a checkout
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
+# The benchmarks' fast-paced sim servers (start_server in bench_learning and bench_premise): their
+# wall-clock watchdogs, which drop the running chunk, set for the shared 2-core machine. At the
+# defaults the heartbeat watchdog (0.2 s) dropped 3-4 chunks per 100 `pde learner eval` episodes (a
+# client's heartbeat late under load), and the command-thread stall watchdog (2 s) one beside a CPU
+# hog: each makes that episode depend on the load. Both stay on: a client that dies, or a stuck
+# command thread, still stops the sim arm within these.
+SIM_SERVER_WATCHDOG_ENV = {
+    "PDE_ROBOT_HEARTBEAT_TIMEOUT_S": "2.0",
+    "PDE_ROBOT_COMMAND_STALL_TIMEOUT_S": "10.0",
+}
 SIZES: dict[str, tuple[int, int]] = {"224x224": (224, 224), "640x480": (640, 480)}
 
 

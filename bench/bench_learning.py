@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from _common import success_interval  # noqa: E402
+from _common import SIM_SERVER_WATCHDOG_ENV, success_interval  # noqa: E402
 
 from learner.actor import Actor, ActorSettings  # noqa: E402
 from learner.checkpoints import CheckpointStore  # noqa: E402
@@ -110,7 +110,7 @@ def start_server(
     ]
     if sim_profile:
         argv += ["--sim-profile", sim_profile]
-    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl", **SIM_SERVER_WATCHDOG_ENV}
     group.start("robot", argv, env=env)
     endpoint = f"tcp://127.0.0.1:{cmd_port}"
 

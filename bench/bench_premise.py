@@ -32,7 +32,7 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from _common import wilson_interval  # noqa: E402
+from _common import SIM_SERVER_WATCHDOG_ENV, wilson_interval  # noqa: E402
 
 if TYPE_CHECKING:
     from pde_contract.episodes import EpisodeFile
@@ -103,6 +103,7 @@ def start_server(
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **SIM_SERVER_WATCHDOG_ENV},
     )
 
     def stop() -> None:
@@ -207,9 +208,11 @@ def in_process_sim(image_size: str, spread: float, sim_profile: str) -> Iterator
             "image_height": height,
             "sim_layout_spread": spread,
             "sim_profile": sim_profile,
-            # the actor's heartbeat shares this process's GIL with the server's threads; fast pacing
-            # makes episodes independent of such waits, so a loaded machine only has to be waited out
+            # the actor's heartbeat and the command thread share this process's GIL with the policy;
+            # a watchdog that fires drops a chunk (an episode that depends on the load), so both
+            # wait longer than the benchmark servers' (SIM_SERVER_WATCHDOG_ENV) and stay on
             "heartbeat_timeout_s": IN_PROCESS_WAIT_S,
+            "command_stall_timeout_s": IN_PROCESS_WAIT_S,
         }
     )
     backend = build_backend(settings)

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,6 +32,9 @@ from pde_contract.settings import (
     wandb_project_field,
 )
 from pde_contract.tasks import load_tasks
+
+if TYPE_CHECKING:
+    from pde_contract.messages import Counters
 
 
 class LearnerSettings(BaseSettings):
@@ -337,7 +340,7 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         )
         return 2
     successes = 0
-    # Evaluation is not latency-bound: a generous reply timeout rides out a loaded machine.
+    # Evaluation is not latency-bound: generous timeouts ride out a loaded machine.
     with RobotClient(
         cmd_endpoint=args.cmd_endpoint,
         name="learner-eval",
@@ -351,11 +354,14 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
         actor = Actor(
             loaded.policy,
             client,
-            ActorSettings(deterministic=args.deterministic),
+            ActorSettings(deterministic=args.deterministic, obs_timeout_s=10.0),
         )
+        # The server's wall-clock watchdogs drop a chunk: an episode that then depends on the load.
+        dropped_before = _chunks_dropped_by_watchdogs(client.status().counters)
         import torch
 
         from learner.policies.base import exploration_log_std
+        from pde_contract.episodes import trajectory_sha256
 
         torch.manual_seed(args.torch_seed)
         for i in range(args.episodes):
@@ -368,7 +374,20 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
                 seed=args.seed + i,
             )
             successes += bool(ep.success)
-            print(f"episode {i}: success={ep.success} chunks={len(ep.chunks)}", flush=True)
+            print(
+                f"episode {i}: success={ep.success} chunks={len(ep.chunks)} "
+                f"trajectory={trajectory_sha256(ep)[:16]}",
+                flush=True,
+            )
+        dropped = _chunks_dropped_by_watchdogs(client.status().counters) - dropped_before
+    if dropped:
+        print(
+            f"pde learner eval: the robot server's watchdogs dropped {dropped} chunk(s) (a heartbeat later "
+            "than heartbeat_timeout_s, or its command thread stalled past command_stall_timeout_s): those "
+            "episodes depend on the machine's load; give a loaded sim server longer ones "
+            "(PDE_ROBOT_HEARTBEAT_TIMEOUT_S, PDE_ROBOT_COMMAND_STALL_TIMEOUT_S)",
+            file=sys.stderr,
+        )
     print(
         json.dumps(
             {
@@ -377,10 +396,15 @@ def _eval(argv: list[str], settings: LearnerSettings) -> int:
                 "success_rate": successes / args.episodes,
                 "torch_seed": args.torch_seed,
                 "exploration_log_std": exploration_log_std(loaded.policy),
+                "chunks_dropped_by_watchdogs": dropped,
             }
         )
     )
     return 0
+
+
+def _chunks_dropped_by_watchdogs(counters: Counters) -> int:
+    return counters.watchdog_trips + counters.command_loop_stalls
 
 
 def _export_policy(argv: list[str], settings: LearnerSettings) -> int:

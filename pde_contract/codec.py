@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from typing import Any, TypeVar
 
 import msgspec
@@ -102,6 +103,37 @@ def _dec_hook(type_: type, obj: Any) -> Any:
 _encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 _any_decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
 _typed_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+# msgspec caches a struct's type info on its class BEFORE filling it in (so recursive types resolve),
+# and with the GIL nothing stops another thread from taking that half-built info meanwhile: a
+# decoder built (or used) in a second thread then dereferences the missing field types and the
+# process dies of a segmentation fault (the supervisor's two workers reading their first episode
+# files at once, in a test run). One decoder is built at a time, and only a finished one is shared.
+_typed_decoders_lock = threading.Lock()
+
+
+def _typed_decoder(type_: Any) -> msgspec.msgpack.Decoder[Any]:
+    dec = _typed_decoders.get(type_)
+    if dec is None:
+        with _typed_decoders_lock:
+            dec = _typed_decoders.get(type_)
+            if dec is None:
+                dec = msgspec.msgpack.Decoder(type_, ext_hook=_ext_hook, dec_hook=_dec_hook)
+                _typed_decoders[type_] = dec
+    return dec
+
+
+def convert(obj: Any, type_: type[T]) -> T:
+    """``msgspec.convert`` (its errors unchanged), safe in any thread: the type info it shares
+    with every other decoder is built first, as ``unpackb`` builds it."""
+    _typed_decoder(type_)
+    return msgspec.convert(obj, type_)
+
+
+def decode_json(data: bytes, type_: type[T]) -> T:
+    """``msgspec.json.decode`` into ``type_`` (its errors unchanged), safe in any thread (see
+    ``convert``)."""
+    _typed_decoder(type_)
+    return msgspec.json.decode(data, type=type_)
 
 
 def packb(obj: Any) -> bytes:
@@ -133,11 +165,7 @@ def unpackb(data: bytes | memoryview, type_: Any = None) -> Any:
     try:
         if type_ is None:
             return _any_decoder.decode(data)
-        dec = _typed_decoders.get(type_)
-        if dec is None:
-            dec = msgspec.msgpack.Decoder(type_, ext_hook=_ext_hook, dec_hook=_dec_hook)
-            _typed_decoders[type_] = dec
-        return dec.decode(data)
+        return _typed_decoder(type_).decode(data)
     except CodecError:
         raise
     except msgspec.ValidationError as e:

@@ -17,6 +17,7 @@ with no row observations. Format-1 files still read: ``read_episode`` upgrades t
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Literal
 
@@ -105,6 +106,26 @@ def rows_commanded_by(episode: EpisodeFile, who: Literal["policy", "person"]) ->
             first, end = rows_that_ran(chunk)
             total += end - first
     return total
+
+
+def trajectory_sha256(episode: EpisodeFile) -> str:
+    """A fingerprint of what the episode did: per chunk, the state it was inferred from (the
+    robot's own clock included) and its actions, and the outcome. Equal on two runs: the same
+    episode, bit for bit, as far as the policy could see."""
+    h = hashlib.sha256()
+    for c in episode.chunks:
+        s = c.observation.state
+        for a in (
+            s.joint_positions_rad,
+            s.joint_velocities_rad_s,
+            s.ee_position_m,
+            s.ee_quat_xyzw,
+            (s.gripper_width_m, s.robot_time_s),
+            c.actions,
+        ):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    h.update(repr(episode.success).encode())
+    return h.hexdigest()
 
 
 class Intervention(msgspec.Struct, kw_only=True):

@@ -18,6 +18,8 @@ from typing import Any, TypeVar, get_args
 
 import msgspec
 
+from pde_contract.codec import convert
+
 
 class IntentError(ValueError):
     """A stored intent this version cannot read: an unknown kind or a payload of the wrong shape."""
@@ -105,6 +107,6 @@ def decode_intent(kind: str, payload: dict[str, Any], expected: type[IntentT]) -
     if intent_type(kind) is not expected:
         raise IntentError(f"an intent of kind {kind!r} was read as {kind_of(expected)!r}")
     try:
-        return msgspec.convert({k: v for k, v in payload.items() if k != "kind"}, expected)
+        return convert({k: v for k, v in payload.items() if k != "kind"}, expected)
     except msgspec.ValidationError as e:
         raise IntentError(f"malformed {kind!r} intent payload {payload!r}: {e}") from e

@@ -15,6 +15,7 @@ from typing import Literal
 
 import msgspec
 
+from pde_contract.codec import decode_json
 from pde_contract.files import atomic_write_bytes
 
 Phase = Literal["loading", "training", "done"]
@@ -47,4 +48,4 @@ def read_status(path: str | Path) -> JobStatus | None:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return None
-    return msgspec.json.decode(data, type=JobStatus)
+    return decode_json(data, JobStatus)

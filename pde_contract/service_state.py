@@ -17,6 +17,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from pde_contract.codec import convert
+
 # Names of the rows in the service_states table.
 LOOP_ROW = "loop"
 SUPERVISOR_ROW = "supervisor"
@@ -187,6 +189,6 @@ def decode_state(row: dict[str, Any] | None, kind: type[State]) -> State | None:
     if row is None:
         return None
     try:
-        return msgspec.convert(row, kind)
+        return convert(row, kind)
     except msgspec.ValidationError:
         return None

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import msgspec
 
+from pde_contract.codec import decode_json
+
 log = logging.getLogger(__name__)
 
 
@@ -85,7 +87,7 @@ class LatchFile:
         except OSError as e:
             return self.unreadable(f"{type(e).__name__}: {e.strerror or e}")
         try:
-            return msgspec.json.decode(raw, type=LatchRecord)
+            return decode_json(raw, LatchRecord)
         except msgspec.DecodeError as e:
             return self.unreadable(f"not a latch record: {e}")
 

@@ -43,7 +43,17 @@ from tests.robot_server.fakes import FakeCamera, FakeRobot
 
 @pytest.fixture
 def server() -> Iterator[RobotServer]:
-    settings = RobotServerSettings(cmd_port=free_port(), obs_port=free_port(), control_rate_hz=20.0)
+    # Watchdogs for a loaded machine, not the defaults: with a 0.2 s heartbeat timeout a pause that
+    # starves the client's heartbeat thread (not the control thread) drops a chunk a test waits
+    # for, and a command thread not scheduled for 2 s (seen at a load average of 20 on 2 cores)
+    # reports a stall that keeps the server unhealthy for 10 s. The watchdog tests set their own.
+    settings = RobotServerSettings(
+        cmd_port=free_port(),
+        obs_port=free_port(),
+        control_rate_hz=20.0,
+        heartbeat_timeout_s=1.0,
+        command_stall_timeout_s=10.0,
+    )
     srv = RobotServer(FakeRobot(home_time_s=0.3), [FakeCamera("external"), FakeCamera("wrist")], settings)
     srv.start()
     yield srv
@@ -86,7 +96,7 @@ def raw_request(server: RobotServer, frames: list[bytes]) -> Reply:
 def test_handshake_reports_the_server(client: RobotClient) -> None:
     info = client.connect()
     assert info.protocol_version == PROTOCOL_VERSION and info.control_rate_hz == 20.0
-    assert info.cameras == ["external", "wrist"] and info.heartbeat_timeout_s == 0.2
+    assert info.cameras == ["external", "wrist"] and info.heartbeat_timeout_s == 1.0
     wait_healthy(client)
 
 
@@ -217,12 +227,14 @@ def test_slow_subscriber_never_stalls_the_robot(server: RobotServer, client: Rob
     lazy.setsockopt(zmq.RCVHWM, 1)
     lazy.connect(client.obs_endpoint)
     try:
-        before = client.status().counters
+        before = client.status()
         time.sleep(1.0)
-        c = client.status().counters
+        after = client.status()
         # A busy CI machine may delay ticks; a stall would cost every one of the ~20 a second.
-        assert c.tick_overruns - before.tick_overruns <= 15
-        assert client.health().control_loop_hz > 5
+        assert after.counters.tick_overruns - before.counters.tick_overruns <= 15
+        # The ticks that ran, not health's control_loop_hz: that rate counts from the last pause
+        # over 3 periods, so one late tick just before the question made it 0.0 (seen under load).
+        assert after.tick - before.tick >= 5, (before.tick, after.tick)
         # Observations keep coming: one published after this point arrives.
         t0 = time.time()
         deadline = time.monotonic() + 10.0

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -16,6 +18,7 @@ from pde_contract.messages import (
     Status,
     SubmitChunk,
 )
+from tests.helpers import subprocess_env
 
 DTYPES = [
     "bool",
@@ -179,3 +182,58 @@ def test_deep_nesting_is_a_codec_error(depth: int, typed: bool) -> None:
         data = nested
     with pytest.raises(CodecError, match="nested too deeply"):
         unpackb(data, Envelope if typed else None)
+
+
+# Run in a child process: on broken code the race kills the interpreter (SIGSEGV), which must read
+# as this test failing, not as the whole test run dying.
+_FIRST_DECODES_AT_ONCE = """
+import sys, threading
+import msgspec
+from pde_contract.codec import convert, decode_json, packb, unpackb
+
+sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows in a few rounds
+for i in range(100):  # new struct classes every round: msgspec has built nothing for them yet
+    inner = msgspec.defstruct(f"Inner{i}", [("a", int), ("b", str), ("c", list[float])])
+    middle = msgspec.defstruct(f"Middle{i}", [("inner", list[inner]), ("extra", dict[str, int])])
+    outer = msgspec.defstruct(f"Outer{i}", [("middles", list[middle]), ("first", inner)])
+    x = inner(1, "x", [1.0])
+    message = outer([middle([x, x], {"k": 1})], x)
+    as_msgpack, as_json = packb(message), msgspec.json.encode(message)
+    as_builtins = msgspec.to_builtins(message)
+    reads = [
+        lambda: unpackb(as_msgpack, outer),
+        lambda: convert(as_builtins, outer),
+        lambda: decode_json(as_json, outer),
+        lambda: unpackb(as_msgpack, outer),
+    ]
+    start = threading.Barrier(len(reads))
+    got = []
+
+    def first_read(read):
+        start.wait()
+        got.append(read().middles[0].inner[1].c)
+
+    threads = [threading.Thread(target=first_read, args=(read,)) for read in reads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [[1.0]] * len(reads), got
+print("decoded")
+"""
+
+
+def test_threads_decoding_a_type_for_the_first_time_at_once_do_not_crash() -> None:
+    # msgspec caches a struct's type info on its class before filling it in; a decoder built in
+    # another thread meanwhile took the half-built info and crashed the process (the supervisor's
+    # two workers reading their first episode files at once). Before the fix: SIGSEGV in 3 of 3 runs.
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIRST_DECODES_AT_ONCE],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "decoded", (
+        f"exit {proc.returncode} (-11 is a segmentation fault): {proc.stderr[-2000:]}"
+    )

@@ -16,6 +16,11 @@ from robot_server.settings import RobotServerSettings
 from tests.helpers import free_port
 from tests.robot_server.fakes import FakeRobot
 
+# The page's requests that must succeed (connect, estop, the second release, its status) get this
+# long: 0.5 s left a loaded machine little room. The release that must fail waits behind the stuck
+# request for as long as the test holds it, so it times out whatever the timeout.
+PAGE_TIMEOUT_S = 3.0
+
 
 def test_server_clock_keeps_the_shortest_round_trip_and_follows_an_old_one() -> None:
     clock = ServerClock(max_age_s=10.0)
@@ -49,7 +54,9 @@ def test_a_timed_out_release_never_unlatches_the_estop_when_the_stuck_thread_com
 
     try:
         with (
-            RobotClient(settings.cmd_endpoint, name="page", timeout_s=0.5, expire_unanswered=True) as page,
+            RobotClient(
+                settings.cmd_endpoint, name="page", timeout_s=PAGE_TIMEOUT_S, expire_unanswered=True
+            ) as page,
             RobotClient(settings.cmd_endpoint, name="other", timeout_s=2.0) as other,
         ):
             page.connect()  # a reply: the page's client knows the server's clock
@@ -90,7 +97,7 @@ def test_the_operator_pages_link_sends_its_commands_with_a_deadline(monkeypatch:
     )
     srv = RobotServer(FakeRobot(), [], settings)
     srv.start()
-    link = RobotLink(settings.cmd_endpoint, timeout_s=0.5, status_period_s=0.1)
+    link = RobotLink(settings.cmd_endpoint, timeout_s=PAGE_TIMEOUT_S, status_period_s=0.1)
     link.start()
     release = threading.Event()
     status = srv.status

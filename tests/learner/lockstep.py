@@ -15,13 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from learner.actor import Actor, ActorSettings
 from learner.policies.base import Policy
 from pde_contract.client import RobotClient
-from pde_contract.episodes import EpisodeFile
+from pde_contract.episodes import EpisodeFile, trajectory_sha256
 from robot_server.backends import build_backend
 from robot_server.executor import TickRecord
 from robot_server.server import RobotServer
@@ -59,13 +58,10 @@ def delayed(policy: Policy, max_delay_s: float, seed: int) -> Policy:
     return policy
 
 
-def trajectory_sha256(episode: EpisodeFile, world: SimWorld) -> str:
-    """Every chunk's observation state and actions, and the whole world (objects too) at the end."""
-    h = hashlib.sha256()
-    for c in episode.chunks:
-        s = c.observation.state
-        for a in (s.joint_positions_rad, s.ee_position_m, s.ee_quat_xyzw, [s.gripper_width_m], c.actions):
-            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+def trajectory_and_world_sha256(episode: EpisodeFile, world: SimWorld) -> str:
+    """The episode's fingerprint (what the policy saw and did) and the whole world at its end
+    (the objects too)."""
+    h = hashlib.sha256(trajectory_sha256(episode).encode())
     with world.lock:
         h.update(world.data.qpos.tobytes())
         h.update(world.data.qvel.tobytes())
@@ -147,7 +143,7 @@ def run_episodes(
                 rows_run=sum(r.chunk_seq >= 0 for r in server.executor.tick_log),
                 idle_ticks_moving_world=idle_ticks_moving_world(list(server.executor.tick_log)),
                 sim_s=sim_s,
-                trajectory_sha256=trajectory_sha256(ep, world),
+                trajectory_sha256=trajectory_and_world_sha256(ep, world),
                 seconds=round(seconds, 3),
             )
             out.append(figures)

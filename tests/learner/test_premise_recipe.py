@@ -1,6 +1,7 @@
 """The language-premise recipe's evaluation helpers (bench/bench_premise.py)."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ def _bench():
     spec = importlib.util.spec_from_file_location("bench_premise", ROOT / "bench" / "bench_premise.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # its dataclasses look their module up by name (string annotations under `from __future__`)
+    sys.modules.setdefault(spec.name, module)
     spec.loader.exec_module(module)
     return module
 

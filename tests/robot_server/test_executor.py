@@ -245,6 +245,12 @@ def test_fast_pacing_runs_rows_back_to_back(make: Callable[..., tuple[ChunkExecu
     assert time.monotonic() - t0 < 2.5  # paced in real time it would take 5 s
 
 
+def ticks_later(ex: ChunkExecutor, n: int) -> None:
+    """Wait until ``n`` more control ticks have run (the snapshot's tick: state stored)."""
+    tick = ex.snapshot().tick
+    wait_for(lambda: ex.snapshot().tick >= tick + n)
+
+
 def test_fast_pacing_idle_ticks_move_nothing_but_a_gripper_command(
     make: Callable[..., tuple[ChunkExecutor, FakeRobot]],
 ) -> None:
@@ -254,8 +260,9 @@ def test_fast_pacing_idle_ticks_move_nothing_but_a_gripper_command(
     ex, robot = make(control_rate_hz=50.0, realtime=False)
     ex.submit(ee_chunk(0, rows=3), CLIENT)
     wait_for(lambda: ex.snapshot().counters.chunks_executed == 1)
-    n_commands, tick = len(robot.commands), ex.snapshot().tick
-    wait_for(lambda: ex.snapshot().tick >= tick + 5)  # idle ticks run at the control rate
+    ticks_later(ex, 2)  # past the last row's tick: its command is in
+    n_commands = len(robot.commands)
+    ticks_later(ex, 5)  # idle ticks run at the control rate
     assert len(robot.commands) == n_commands
     idle = [r for r in ex.tick_log if r.chunk_seq < 0]
     assert idle and not any(r.commanded for r in idle[-5:])
@@ -264,12 +271,14 @@ def test_fast_pacing_idle_ticks_move_nothing_but_a_gripper_command(
     wait_for(lambda: robot.width == 0.02)
     ex.submit(ee_chunk(1, rows=2), CLIENT)
     wait_for(lambda: ex.snapshot().counters.chunks_executed == 2)
-    n_commands, tick = len(robot.commands), ex.snapshot().tick
-    wait_for(lambda: ex.snapshot().tick >= tick + 5)
+    ticks_later(ex, 2)
+    n_commands = len(robot.commands)
+    ticks_later(ex, 5)
     assert len(robot.commands) == n_commands  # the chunk ended the gripper's idle motion
     realtime, robot_rt = make(control_rate_hz=50.0)
-    n_rt, tick = len(robot_rt.commands), realtime.snapshot().tick
-    wait_for(lambda: realtime.snapshot().tick >= tick + 5)
+    n_rt = len(robot_rt.commands)
+    tick = realtime.snapshot().tick  # >= n_rt - 1: a tick's state is stored right after its command
+    wait_for(lambda: realtime.snapshot().tick >= tick + 6)
     assert len(robot_rt.commands) >= n_rt + 5
 
 

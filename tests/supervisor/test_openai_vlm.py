@@ -134,11 +134,14 @@ def test_retry_after_header_is_honoured(fake: FakeOpenAIServer) -> None:
 
 
 def test_timeout_is_retried(fake: FakeOpenAIServer) -> None:
-    fake.set_script([{"delay_s": 3.0}, {"auto": True}])
-    vlm, rec = make_vlm(fake, request_timeout_s=0.3)
+    # The slow reply never comes while the test runs (the fake's stop wakes it). The deadline
+    # leaves the retry seconds: on a loaded machine a normal reply took up to 0.6 s, and a 0.3 s
+    # deadline made it a third attempt.
+    fake.set_script([{"delay_s": 60.0}, {"auto": True}])
+    vlm, rec = make_vlm(fake, request_timeout_s=3.0)
     t0 = time.monotonic()
     assert vlm.summarize_rollouts(summary_request()).summary
-    assert time.monotonic() - t0 < 3.0  # the slow reply (3 s) was abandoned, not awaited
+    assert time.monotonic() - t0 < 30.0  # the slow reply (60 s) was abandoned, not awaited
     assert rec.calls[0].attempts == 2
 
 

@@ -42,8 +42,10 @@ def make_settings(base_url: str = "http://127.0.0.1:9/v1", **kw: Any) -> Supervi
         base_url=base_url,
         model="fake-vlm",
         api_key="k",
-        request_timeout_s=0.3,
-        connect_timeout_s=0.3,
+        # generous: a loaded CI machine took 0.3-0.6 s for a normal reply from the fake, so a short
+        # deadline turned it into a retried or failed call; the timeout test sets its own
+        request_timeout_s=10.0,
+        connect_timeout_s=5.0,
         max_attempts=2,
         backoff_initial_s=0.01,
         backoff_max_s=0.05,
@@ -182,16 +184,19 @@ def test_vlm_failures_retry_then_fall_back_without_losing_history(
     seed_history(store)
     before = snapshot(store)
     # Three candidate rounds fail in three ways (2 attempts each): 429+500, bad JSON twice, timeouts.
+    # The slow replies never come while the test runs (the fake's stop wakes them); the deadline
+    # leaves the other replies seconds on a loaded machine, so each fails for its scripted reason.
     bad = [
         {"status": 429},
         {"status": 500},
         {"malformed": True},
         {"invalid": True},
-        {"delay_s": 1.0},
-        {"delay_s": 1.0},
+        {"delay_s": 60.0},
+        {"delay_s": 60.0},
     ]
     fake.set_script({"candidates": bad})
-    service = make_service(store, make_settings(fake.base_url, score_episodes=False), embedder)
+    settings = make_settings(fake.base_url, score_episodes=False, request_timeout_s=3.0)
+    service = make_service(store, settings, embedder)
     try:
         drive(service, lambda: store.task_state(TASK).iteration == 2)
         new = [p for p in store.prompts(TASK) if p.iteration == 2]
@@ -249,15 +254,16 @@ def test_canonical_fallback_adds_nothing_and_keeps_going(
 
 def test_slow_vlm_never_blocks_the_poll(store: Any, fake: FakeOpenAIServer, embedder: MiniLMEmbedder) -> None:
     new_task(store)
-    fake.set_script({"candidates": [{"delay_s": 3.0, "auto": True}]})
-    service = make_service(store, make_settings(fake.base_url, request_timeout_s=5.0), embedder)
+    # the reply comes when the fake stops, after the test (the request's deadline is 60 s too)
+    fake.set_script({"candidates": [{"delay_s": 60.0, "auto": True}]})
+    service = make_service(store, make_settings(fake.base_url, request_timeout_s=60.0), embedder)
     try:
         service.step()  # submits the candidate request
         t0 = time.monotonic()
         for _ in range(10):
             service.step()
-        # Polls that waited for the VLM would take its whole 3 s; any less on a loaded machine passes.
-        assert time.monotonic() - t0 < 3.0
+        # Polls that waited for the VLM would take its whole 60 s; a loaded machine takes far less.
+        assert time.monotonic() - t0 < 30.0
         assert not service.idle() and store.task_state(TASK).iteration == 0
     finally:
         service.close()

@@ -24,8 +24,14 @@ def _start(url: str, media: Path, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
+# Counts from the process's start: at a load average of 20 on 2 cores its imports alone took 28 s,
+# and with 60 s here no episode had run yet (a failure that only says "not yet"). A hung loop still
+# fails here, and a lost label or episode fails the checks after the restart.
+STARTED_AND_RUNNING_S = 180.0
+
+
 def _wait_running_after(store: Store, n_labelled: int, proc: subprocess.Popen[bytes], log: Path) -> int:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + STARTED_AND_RUNNING_S
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"loop process exited: {log.read_text()[-2000:]}"
         if store.count_episodes(status="labelled") >= n_labelled:

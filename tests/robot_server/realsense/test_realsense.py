@@ -44,7 +44,11 @@ def test_device_clock_stamps_are_replaced_by_host_arrival_time() -> None:
     rs.devices["111"].domain = timestamp_domain.hardware_clock
     cam = RealSenseCamera(name="external", serial="111", rs=rs)
     cam.connect()
-    assert abs(cam.read().capture_time_s - time.time()) < 0.05
+    # Bracketed by the host clock, not within a fixed margin of it: the JPEG encoding after the
+    # stamp can take longer than any margin on a loaded machine (a device stamp reads 12.345 s).
+    before = time.time()
+    capture_time_s = cam.read().capture_time_s
+    assert before <= capture_time_s <= time.time()
 
 
 def test_missing_serial_is_reported_without_starting_a_pipeline() -> None:
