@@ -25,6 +25,8 @@ files = [
     "supervisor/proposers.py",
     "learner/loop/core.py",
     "robot_server/executor.py",
+    "bench/_common.py",
+    "bench/bench_learning.py",
 ]
 arms = ["noise", "pde_mixed", "pde_mixed@standin", "pde_canonical", "pde_rollout", "oracle", "relabel"]
 wordings = [
