@@ -157,14 +157,16 @@ def test_watchdog_drops_the_chunk_and_holds(make: Callable[..., tuple[ChunkExecu
 
 
 def test_heartbeats_keep_the_chunk_running(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
-    # a long timeout: a busy CI machine may pause this test thread for a while
-    ex, _ = make(control_rate_hz=20.0, heartbeat_timeout_s=0.5)
-    ex.submit(ee_chunk(0, rows=20, dx=0.001, rate_hz=20.0), CLIENT)  # 1 s, twice the timeout
+    # A long timeout: a busy machine may pause this whole process, and the control thread that
+    # wakes first trips the watchdog before this thread feeds it (with 0.5 s: tripped after one row,
+    # one CPU hog beside a load average of ~15).
+    ex, _ = make(control_rate_hz=20.0, heartbeat_timeout_s=1.5)
+    ex.submit(ee_chunk(0, rows=60, dx=0.001, rate_hz=20.0), CLIENT)  # 3 s, twice the timeout
     while ex.snapshot().executing_chunk_seq == 0:
         ex.note_activity(CLIENT)
         time.sleep(0.02)
     c = ex.snapshot().counters
-    assert c.watchdog_trips == 0 and c.steps_executed == 20
+    assert c.watchdog_trips == 0 and c.steps_executed == 60
 
 
 def test_estop_latches_until_released(make: Callable[..., tuple[ChunkExecutor, FakeRobot]]) -> None:
