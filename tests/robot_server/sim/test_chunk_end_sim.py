@@ -26,7 +26,9 @@ def rig() -> Iterator[ce.ChunkEndRig]:
         workspace_m=(LIMITS.workspace_min_m, LIMITS.workspace_max_m),
     )
     ticks = ce.TickStates()
-    ex = ChunkExecutor(robot, ExecutorConfig(realtime=False, heartbeat_timeout_s=0, limits=LIMITS), ticks)
+    # Realtime pacing: the settling after a chunk's end is measured, and fast pacing stops the sim's
+    # clock between chunks (docs/sim.md, "Fast pacing"); each tick steps the same physics either way.
+    ex = ChunkExecutor(robot, ExecutorConfig(realtime=True, heartbeat_timeout_s=0, limits=LIMITS), ticks)
     ex.start()
     try:
         yield ce.ChunkEndRig(
