@@ -390,7 +390,9 @@ def test_a_stuck_command_thread_holds_the_arm_and_health_says_so(
         obs_port=free_port(),
         control_rate_hz=20.0,
         heartbeat_timeout_s=0.0,
-        command_stall_timeout_s=0.3,
+        # Longer than a 200-row SubmitChunk takes on a loaded machine: at 0.3 s the watchdog once tripped
+        # on the submit itself (a fresh-clone CI run), not on the stuck GetStatus (the chunk runs 10 s).
+        command_stall_timeout_s=2.0,
     )
     srv = RobotServer(FakeRobot(), [], settings)
     srv.start()
