@@ -322,7 +322,37 @@ def run_mechanism(result: Mapping[str, Any]) -> dict[str, Any]:
             None if it.get("canonical_success") is None else round(float(it["canonical_success"]), 4)
             for it in its
         ],
+        # how far each update moved: PPO's approx KL on its own ratio, whether target_kl stopped it,
+        # and KL(new || old) under the canonical prompt on the batch's observations (nats per chunk)
+        "update_approx_kl": [_opt(it.get("approx_kl")) for it in its],
+        "update_early_stopped": [_opt(it.get("early_stop")) for it in its],
+        "update_canonical_kl": [_opt(it.get("mech/canonical/kl_new_old")) for it in its],
+        # what the search found: each admitted prompt's training record against the canonical prompt's
+        "canonical_prompt_train": [
+            {"successes": int(p["successes"]), "n": int(p["n"])}
+            for p in prompts
+            if p.get("status") == "canonical" and "n" in p
+        ],
+        "pool_prompts_train": [
+            {"text": p["text"], "successes": int(p["successes"]), "n": int(p["n"])}
+            for p in pooled
+            if "n" in p
+        ],
     }
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else round(float(value), 4)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(np.median(kept)) if kept else None
+
+
+def _pooled_rate(cells: Sequence[Mapping[str, Any]]) -> float | None:
+    n = sum(int(c["n"]) for c in cells)
+    return sum(int(c["successes"]) for c in cells) / n if n else None
 
 
 def auc_gain(evaluations: Sequence[Mapping[str, Any]], from_env_episodes: int = 1) -> float | None:
@@ -460,6 +490,16 @@ def mechanism(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                 [x for r in runs for x in r["canonical_success_train"] if x is not None]
             ),
             "train_by_version": arm.get("train_by_version", []),
+            "median_update_approx_kl": _median([x for r in runs for x in r["update_approx_kl"]]),
+            "early_stopped_frac": _mean(
+                [float(x) for r in runs for x in r["update_early_stopped"] if x is not None]
+            ),
+            "median_update_canonical_kl": _median([x for r in runs for x in r["update_canonical_kl"]]),
+            # pooled over runs, every episode each prompt ran in training (bootstrap and RL stages)
+            "canonical_prompt_train_rate": _pooled_rate(
+                [c for r in runs for c in r["canonical_prompt_train"]]
+            ),
+            "pool_prompts_train_rate": _pooled_rate([c for r in runs for c in r["pool_prompts_train"]]),
         }
     return out
 

@@ -125,6 +125,10 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}"  # None: e.g. no pool rollout in any update yet
 
 
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
 def markdown_table(result: dict[str, Any]) -> str:
     """One row per arm (runs, pooled start and end with Wilson 95% intervals, the mean gain over runs
     with its seed-level 95% t interval), and the primary contrast under it: for the README."""
@@ -154,7 +158,10 @@ def markdown_table(result: dict[str, Any]) -> str:
     pc = result.get("primary_contrast")
     if pc:
         what = gain(pc) if pc["mean"] is not None else f"not yet: {pc['reason']}"
-        lines.append(f"\nPrimary contrast, {pc['definition']}, over {pc['n_seeds']} paired runs: {what}")
+        lines.append(
+            f"\nFinal-checkpoint contrast (pde_v2's primary), {pc['definition']}, over {pc['n_seeds']} "
+            f"paired runs: {what}"
+        )
         cl = pc.get("clustered_by_sft_seed")
         if cl:
             ci = cl["ci95"]
@@ -162,6 +169,18 @@ def markdown_table(result: dict[str, Any]) -> str:
                 f"Clustered by SFT seed ({cl['n_sft_seeds']} clusters, t with {cl['n_sft_seeds'] - 1} df): "
                 + (f"{cl['mean']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else cl["reason"])
             )
+    auc = result.get("auc_contrast")
+    if auc and auc.get("mean") is not None:
+        cl = auc["clustered_by_sft_seed"]
+        ci = cl.get("ci95")
+        lines.append(
+            f"AUC contrast (pde_v3's pre-registered primary), {auc['definition']}, over "
+            f"{auc['paired_runs']} paired runs: {gain(auc)}; clustered by SFT seed ({cl['n_sft_seeds']} "
+            "clusters): "
+            + (f"{cl['mean']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else str(cl.get("reason")))
+            + "; SFT-seed means "
+            + ", ".join(f"{k}: {v:+.3f}" for k, v in cl.get("sft_seed_means", {}).items())
+        )
     target = result.get("target")
     if target and target["met"] is not None:
         ratio = "n/a" if target["gain_ratio"] is None else f"{target['gain_ratio']:.2f}"
@@ -172,6 +191,18 @@ def markdown_table(result: dict[str, Any]) -> str:
             lines.append(f"Exploratory, {sc['meaning']}, over {sc['n_seeds']} paired runs: {gain(sc)}")
     mech = result.get("mechanism", {})
     for name, m in mech.items():
+        if m.get("median_update_approx_kl") is not None:
+            lines.append(
+                f"`{name}` update size (exploratory): median approx KL {m['median_update_approx_kl']:.4f}, "
+                f"{_pct(m['early_stopped_frac'])} of updates stopped by target_kl, median KL(new || old) "
+                f"under the canonical prompt {_num(m['median_update_canonical_kl'])} nats/chunk"
+                + (
+                    f"; in training the pool prompts succeeded {_pct(m['pool_prompts_train_rate'])}, the "
+                    f"canonical prompt {_pct(m['canonical_prompt_train_rate'])}"
+                    if m.get("pool_prompts_train_rate") is not None
+                    else ""
+                )
+            )
         if m["mean_alpha_first"] is None or name == "noise":
             continue
         first, last = m["mean_alpha_first"], m["mean_alpha_last"]

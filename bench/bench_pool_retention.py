@@ -13,8 +13,9 @@ supervisor would have admitted it), so every variant spends its episodes on RL.
 
 Variants (``VARIANTS``): ``mixed`` (the paper's geometric-mean ratio, today's defaults),
 ``rollout`` (the rollout-prompt ratio), ``canonical`` (the canonical-prompt ratio), ``pool_only``
-(alpha pinned at 0: PPO on pool rollouts alone, rollout-prompt ratio), ``mixed_anchor`` (the mixed
-ratio with PPOConfig.pool_anchor_coef), ``mixed_rebase`` / ``mixed_chunk`` (w0 guard 'rebase', one
+(alpha pinned at 0: PPO on pool rollouts alone, rollout-prompt ratio), ``plain`` (no pool: every RL
+episode under the canonical prompt, the noise arm's PPO), ``mixed_anchor`` (the mixed ratio with
+PPOConfig.pool_anchor_coef), ``mixed_rebase`` / ``mixed_chunk`` (w0 guard 'rebase', one
 ratio per chunk). Every update's row carries the trainer's per-prompt diagnostics
 (learner/ppo_diagnostics.py: log w0, clipped and dropped units, each half's gradient norm,
 KL(new || old) and how each prompt's mean action moved).
@@ -55,6 +56,7 @@ class Variant:
 
     ppo: dict[str, Any] = field(default_factory=dict)  # PPOConfig fields over the loop's defaults
     pool_only: bool = False  # alpha pinned at 0: every RL episode uses a pool prompt
+    no_pool: bool = False  # nothing admitted: every RL episode uses the canonical prompt (the noise arm)
     about: str = ""
 
 
@@ -65,6 +67,9 @@ VARIANTS: dict[str, Variant] = {
     "canonical": Variant({**OFF, "ratio_variant": "canonical"}, about="ratio under the canonical prompt"),
     "pool_only": Variant(
         {**OFF, "ratio_variant": "rollout"}, pool_only=True, about="PPO on pool rollouts alone (alpha 0)"
+    ),
+    "plain": Variant(
+        {"ratio_variant": "mixed"}, no_pool=True, about="no pool: PPO on canonical rollouts (the noise arm)"
     ),
     "mixed_anchor": Variant(
         {"ratio_variant": "mixed", "pool_anchor_coef": 10.0}, about="mixed + pool anchor (coef 10)"
@@ -136,7 +141,7 @@ def run_variant(
         entry = settings.catalogue.get(TASK)
         store = Store.open(url, data / "media")
         store.ensure_task(TASK, entry.prompt)
-        for text in pool:  # admitted as the supervisor admits a candidate; the task is in RL
+        for text in [] if variant.no_pool else pool:  # admitted as the supervisor admits one
             store.add_prompt(TASK, text, status="pool", source="offline")
         store.set_task_state(TASK, stage="rl")
         torch.manual_seed(args.seed)
@@ -192,6 +197,7 @@ def run_variant(
         "about": variant.about,
         "ppo": asdict(settings.ppo),
         "pool_only": variant.pool_only,
+        "no_pool": variant.no_pool,
         "versions": versions,
         "updates": updates,
         "episodes": record.episodes,

@@ -118,6 +118,9 @@ def test_mechanism_reads_alpha_pool_share_and_success_per_update(stats: ModuleTy
             "pool_prompt_share": 0.75,
             "pool_success": 0.2,
             "canonical_success": 0.0,
+            "approx_kl": 0.004,
+            "early_stop": 0.0,
+            "mech/canonical/kl_new_old": 0.1,
         },
         {
             "update": 2,
@@ -127,9 +130,17 @@ def test_mechanism_reads_alpha_pool_share_and_success_per_update(stats: ModuleTy
             "pool_prompt_share": 0.25,
             "pool_success": None,
             "canonical_success": 0.5,
+            "approx_kl": 0.02,
+            "early_stop": 1.0,
+            "mech/canonical/kl_new_old": 0.5,
         },
     ]
-    prompts = [{"status": "canonical"}, {"status": "pool"}, {"status": "pool"}, {"status": "rejected"}]
+    prompts = [
+        {"text": "c", "status": "canonical", "n": 40, "successes": 4},
+        {"text": "p1", "status": "pool", "n": 30, "successes": 9},
+        {"text": "p2", "status": "pool", "n": 10, "successes": 1},
+        {"text": "r", "status": "rejected", "n": 8, "successes": 0},
+    ]
     run = _seed(0, 0.1, 0.3) | {"sft_seed": 2, "iterations": its, "prompts": prompts}
     m = stats.mechanism({"pde_mixed": {"per_seed": [run]}})["pde_mixed"]
     r = m["runs"][0]
@@ -138,6 +149,11 @@ def test_mechanism_reads_alpha_pool_share_and_success_per_update(stats: ModuleTy
     assert r["pool_prompt_share_mean"] == pytest.approx(0.5) and r["pool_success_mean"] == pytest.approx(0.2)
     assert m["mean_alpha_first"] == 0.25 and m["mean_alpha_last"] == 0.5
     assert m["mean_canonical_success_train"] == pytest.approx(0.25)
+    # update size and what the search found, pooled over every episode each prompt ran
+    assert r["update_approx_kl"] == [0.004, 0.02] and m["early_stopped_frac"] == pytest.approx(0.5)
+    assert m["median_update_canonical_kl"] == pytest.approx(0.3)
+    assert m["pool_prompts_train_rate"] == pytest.approx(10 / 40)
+    assert m["canonical_prompt_train_rate"] == pytest.approx(4 / 40)
 
 
 def test_overlap_on_a_hand_computed_example(stats: ModuleType) -> None:
