@@ -1,10 +1,10 @@
-"""Does an RL update keep what the prompt pool found? Controlled runs from ONE SFT checkpoint with
-ONE fixed oracle pool (the SFT's training wordings), a few synchronous PPO updates per variant, the
-pool's and the canonical prompt's success on fixed held-out scenes after every update (issue 32
-item 2). Each variant runs the code a lab runs: the episode loop (bench/pde_arm.py ``drive``:
-EpisodeLoop, BackgroundTrainer, adaptive alpha) with the real Actor and Trainer against
-``pde robot-server --backend sim``; no prompt search (the pool is written into the store as the
-supervisor would have admitted it), so every variant spends its episodes on RL.
+"""Does an RL update keep what the prompt pool found? Controlled runs from ONE SFT checkpoint with ONE
+fixed pool (by default the oracle's: the SFT's training wordings; ``--pool`` names another), a few
+synchronous PPO updates per variant, the pool's and the canonical prompt's success on fixed held-out
+scenes after every update (issue 32 item 2). Each variant runs the code a lab runs: the episode loop
+(bench/pde_arm.py ``drive``: EpisodeLoop, BackgroundTrainer, adaptive alpha) with the real Actor and
+Trainer against ``pde robot-server --backend sim``; no prompt search (the pool is written into the
+store as the supervisor would have admitted it), so every variant spends its episodes on RL.
 
     python bench/bench_pool_retention.py --sft-checkpoint CKPT \\
         --variants mixed,rollout,canonical,pool_only,mixed_anchor --updates 3
@@ -264,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-chunks", type=int, default=20)
     ap.add_argument("--learning-rate", type=float, default=PPOConfig.learning_rate)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--pool",
+        default="",
+        help="the pool's prompts, '|'-separated (default: the SFT's training wordings, the oracle pool)",
+    )
     ap.add_argument("--sim-profile", default="fast")
     ap.add_argument("--image-px", type=int, default=128)
     ap.add_argument("--layout-spread", type=float, default=0.2)
@@ -284,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    pool = list(json.loads(RECIPE.read_text())["tasks"][TASK]["wordings"])
+    pool = [w.strip() for w in args.pool.split("|") if w.strip()] or list(
+        json.loads(RECIPE.read_text())["tasks"][TASK]["wordings"]
+    )
     setup = {
         "sft_checkpoint_sha256": file_sha256(args.sft_checkpoint),
         "pool": pool,
