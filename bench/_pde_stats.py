@@ -629,6 +629,10 @@ def add_blocks(result: dict[str, Any], premise: Mapping[str, Any]) -> dict[str, 
     result["mechanism"] = mechanism(result["arms"])
     result["time_course"] = time_course(result["arms"])
     result["auc_contrast"] = auc_contrast(result["arms"], *PRIMARY)
+    # pde_v3/v4 name their exploratory contrasts by the primary's statistic (the AUC gain)
+    result["secondary_auc_contrasts"] = [
+        {**auc_contrast(result["arms"], a, b), "meaning": meaning} for a, b, meaning in SECONDARY
+    ]
     result.setdefault("frozen", {})["premise_and_proposers"] = frozen_block()
     return result
 

@@ -186,6 +186,15 @@ def markdown_table(result: dict[str, Any]) -> str:
         ratio = "n/a" if target["gain_ratio"] is None else f"{target['gain_ratio']:.2f}"
         verdict = "met" if target["met"] else "NOT met"
         lines.append(f"Target ({target['definition']}): {verdict} (gain ratio {ratio})")
+    for sc in result.get("secondary_auc_contrasts", []):
+        if sc["mean"] is not None:
+            cl = sc["clustered_by_sft_seed"]
+            ci = cl.get("ci95")
+            lines.append(
+                f"Exploratory (AUC from 64), {sc['meaning']}, over {sc['paired_runs']} paired runs: "
+                f"{gain(sc)}; clustered by SFT seed ({cl['n_sft_seeds']}): "
+                + (f"{cl['mean']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else str(cl.get("reason")))
+            )
     for sc in result.get("secondary_contrasts", []):
         if sc["mean"] is not None:
             lines.append(f"Exploratory, {sc['meaning']}, over {sc['n_seeds']} paired runs: {gain(sc)}")

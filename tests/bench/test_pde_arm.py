@@ -409,6 +409,8 @@ def test_the_merge_joins_premise_contrast_and_completeness_from_synthetic_parts(
     assert "| `pde_mixed` | 6 (0, 2) |" in table and "+0.175 [+0.077, +0.273]" in table
     assert "Complete: the runs, SFT seeds, scenes and budget issue 22 asks for." in table
     assert ": met (gain ratio" in table and "Exploratory" not in table  # no pde_canonical/oracle runs here
+    secondary = merged["secondary_auc_contrasts"]
+    assert len(secondary) == len(stats.SECONDARY) and all(c["mean"] is None for c in secondary)
 
     # A benchmark still in parts: one noise run missing, the contrast over the 5 pairs left
     (parts / "noise-sft2-seed2.json").unlink()
