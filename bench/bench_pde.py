@@ -174,7 +174,7 @@ def markdown_table(result: dict[str, Any]) -> str:
         cl = auc["clustered_by_sft_seed"]
         ci = cl.get("ci95")
         lines.append(
-            f"AUC contrast (pde_v3's pre-registered primary), {auc['definition']}, over "
+            f"AUC contrast (the primary pde_v3 and pde_v4 pre-registered), {auc['definition']}, over "
             f"{auc['paired_runs']} paired runs: {gain(auc)}; clustered by SFT seed ({cl['n_sft_seeds']} "
             "clusters): "
             + (f"{cl['mean']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else str(cl.get("reason")))
