@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from pde_contract.client import RobotClient
@@ -233,6 +233,10 @@ class RobotLink:
 
     def estop(self, reason: str) -> None:
         self._command(lambda c: c.estop(reason))
+        # Acknowledged: the latch is set now, not at the next observation, so that a Start pressed
+        # in between is refused (routers/loop.py reads this view).
+        with self._lock:
+            self._view = replace(self._view, estopped=True)
 
     def release_estop(self) -> None:
         self._command(lambda c: c.release_estop())
